@@ -1,0 +1,86 @@
+// Communicator: a fixed group of ranks that can broadcast bytes, with every wait bounded.
+//
+// Lifetime: created by create_communicator() after a rendezvous through a Store; owned by one
+// caller. A communicator that timed out or saw a peer fail is aborted: every later call throws
+// the same kind of error, and the caller builds a new one (a new rendezvous) to recover.
+// Threading: collectives are called from one thread at a time; abort() may be called from any
+// thread (a watchdog) and makes a blocked collective return with an Error promptly.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "comm/store.h"
+
+namespace weightcast::comm {
+
+enum class MemoryKind { kHost, kCuda };
+
+std::string_view to_string(MemoryKind kind);
+
+// One broadcast: `bytes` bytes at `buffer` on `root` are copied into `buffer` on every rank.
+struct BroadcastOptions {
+  void* buffer = nullptr;
+  std::size_t bytes = 0;
+  int root = 0;
+  MemoryKind memory = MemoryKind::kHost;
+  std::optional<Millis> timeout;  // unset: the communicator's default
+};
+
+// What every backend needs to form a group, plus backend tuning knobs with safe defaults.
+struct CommOptions {
+  std::shared_ptr<Store> store;  // rendezvous; scope it with a PrefixStore per group
+  int rank = -1;
+  int size = 0;
+  Millis timeout{30000};  // default for rendezvous and every collective
+
+  // Gloo: the address the TCP transport binds and advertises to peers.
+  std::string bind_address = "127.0.0.1";
+  // Gloo chain broadcast: bytes per chunk and chunks kept in flight on each link.
+  std::size_t chunk_bytes = 4u << 20;
+  int chunks_in_flight = 4;
+
+  // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
+  int cuda_device = -1;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;
+  virtual Millis default_timeout() const = 0;
+
+  // Throws EnforceError on misuse (null buffer with bytes > 0, root out of range, a memory kind
+  // the backend cannot handle), TimeoutError / PeerError on failure (the communicator is then
+  // aborted).
+  virtual void broadcast(const BroadcastOptions& opts) = 0;
+
+  virtual void barrier(Millis timeout) = 0;
+
+  // Tears the group down: pending and later collectives fail. Idempotent, thread-safe.
+  virtual void abort() = 0;
+  virtual bool aborted() const = 0;
+};
+
+// Backends compiled into this build: "gloo" always, "nccl" when built with NCCL.
+std::vector<std::string> available_backends();
+
+// Rendezvouses through opts.store and returns a ready communicator for `backend` ("gloo" or
+// "nccl"). Throws ConfigError for an unknown or unbuilt backend, TimeoutError when the group
+// does not form within opts.timeout.
+std::unique_ptr<Communicator> create_communicator(std::string_view backend,
+                                                  const CommOptions& opts);
+
+// Shared argument checks every backend runs first (see WC_ENFORCE).
+void check_broadcast_options(const Communicator& comm, const BroadcastOptions& opts);
+void check_comm_options(const CommOptions& opts);
+
+}  // namespace weightcast::comm

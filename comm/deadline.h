@@ -1,0 +1,23 @@
+// Deadlines. Every blocking call in weightcast takes a timeout (a duration, converted to a
+// Deadline at entry); helpers here keep the arithmetic in one place.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace weightcast::comm {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+using Millis = std::chrono::milliseconds;
+
+inline Deadline deadline_after(Millis timeout) { return Clock::now() + timeout; }
+
+// Time left until `deadline`, never negative.
+inline Millis remaining(Deadline deadline) {
+  return std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+}
+
+inline bool expired(Deadline deadline) { return Clock::now() >= deadline; }
+
+}  // namespace weightcast::comm

@@ -1,0 +1,24 @@
+// Encoding of Store::add counters: the decimal text of the value, so counters read the same
+// through get() on every implementation and over the wire.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+
+#include "comm/errors.h"
+
+namespace weightcast::comm {
+
+inline std::string encode_counter(std::int64_t v) { return std::to_string(v); }
+
+inline std::int64_t decode_counter(const std::string& key, const std::string& text) {
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    throw BadRequestError("store key '" + key + "' holds a value that is not a counter");
+  }
+  return v;
+}
+
+}  // namespace weightcast::comm

@@ -1,0 +1,74 @@
+// Network Store over TCP: TcpStoreServer (hosted by a group's source) and TcpStore (the client
+// every other rank uses). The server binds the configured address (default loopback) and an
+// ephemeral port that it keeps for its lifetime (never bind-0-then-close), so the port it reports
+// is the port it serves. With a token configured, each connection must present it first; the
+// comparison is constant-time, and a refused client gets ConfigError("store token refused").
+// Keys are bounded by Store::kMaxKeyBytes and values by max_value_bytes; frames over the limits
+// are refused before any allocation and the connection is dropped.
+//
+// Lifetime: the server runs a background acceptor until stop() or destruction, which closes every
+// connection and wakes blocked clients (they see PeerError). Threading: both classes are
+// thread-safe; a client serializes its calls over one connection.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/store.h"
+
+namespace weightcast::comm {
+
+struct TcpStoreServerOptions {
+  std::string bind_address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: ephemeral
+  std::string token;       // empty: no authentication
+  std::size_t max_value_bytes = Store::kDefaultMaxValueBytes;
+  std::size_t max_connections = 512;
+  Millis io_timeout{30000};  // a silent half-sent frame is dropped after this
+};
+
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(TcpStoreServerOptions opts);  // binds and listens, or ConfigError
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  std::uint16_t port() const;
+  const std::string& host() const;  // the bound address, as given
+  void stop();                      // idempotent
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string token;
+  // Connecting retries until this passes (the server may not be up yet), then TimeoutError.
+  Millis connect_timeout{30000};
+  std::size_t max_value_bytes = Store::kDefaultMaxValueBytes;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects (retrying until connect_timeout) and authenticates.
+  explicit TcpStore(TcpStoreOptions opts);
+  ~TcpStore() override;
+
+  void set(const std::string& key, std::string_view value, Millis timeout) override;
+  std::string get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta, Millis timeout) override;
+  bool check(const std::string& key, Millis timeout) override;
+  std::size_t max_value_bytes() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightcast::comm
