@@ -11,7 +11,13 @@ using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 using Millis = std::chrono::milliseconds;
 
-inline Deadline deadline_after(Millis timeout) { return Clock::now() + timeout; }
+// Saturates instead of overflowing, so Millis::max() means "no practical limit" (still a
+// deadline, centuries away).
+inline Deadline deadline_after(Millis timeout) {
+  const auto now = Clock::now();
+  const auto room = std::chrono::duration_cast<Millis>(Deadline::max() - now);
+  return timeout >= room ? Deadline::max() : now + timeout;
+}
 
 // Time left until `deadline`, never negative.
 inline Millis remaining(Deadline deadline) {

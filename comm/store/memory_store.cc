@@ -63,7 +63,7 @@ std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta, Millis
     std::lock_guard lock(mu_);
     auto it = data_.find(key);
     if (it != data_.end()) value = decode_counter(key, it->second);
-    value += delta;
+    value = add_counter(key, value, delta);
     data_[key] = encode_counter(value);
   }
   cv_.notify_all();

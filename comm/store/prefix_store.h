@@ -21,7 +21,12 @@ class PrefixStore final : public Store {
   const std::string& prefix() const { return prefix_; }
 
  private:
-  std::string scoped(const std::string& key) const { return prefix_ + "/" + key; }
+  // The caller's key is checked on its own: an empty key would otherwise become "<prefix>/" and
+  // pass the wrapped store's check. The prefix counts against kMaxKeyBytes there.
+  std::string scoped(const std::string& key) const {
+    check_key(key);
+    return prefix_ + "/" + key;
+  }
 
   std::string prefix_;
   std::shared_ptr<Store> inner_;

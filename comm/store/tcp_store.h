@@ -8,7 +8,13 @@
 //
 // Lifetime: the server runs a background acceptor until stop() or destruction, which closes every
 // connection and wakes blocked clients (they see PeerError). Threading: both classes are
-// thread-safe; a client serializes its calls over one connection.
+// thread-safe; a client serializes its calls over one connection, so a get/wait blocked in one
+// thread delays other threads' calls on the same client (each still bounded by its own timeout):
+// give a thread that must set while another waits its own client. After a TimeoutError the client
+// stays usable (it reconnects if the timeout left its connection mid-frame); a lost server gives
+// PeerError.
+//
+// The wire protocol is documented in comm/store/store_protocol.h.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,16 @@ struct TcpStoreServerOptions {
   Millis io_timeout{30000};  // a silent half-sent frame is dropped after this
 };
 
+// Counters since construction, for tests and diagnostics.
+struct TcpStoreServerStats {
+  std::uint64_t accepted = 0;         // connections taken into service
+  std::uint64_t refused = 0;          // connections turned away at max_connections
+  std::uint64_t active = 0;           // connections being served now
+  std::uint64_t rejected_frames = 0;  // malformed or oversized frames (connection dropped)
+  std::uint64_t auth_failures = 0;    // missing or wrong token (connection dropped)
+  std::uint64_t dropped_stalled = 0;  // half-sent frames dropped after io_timeout
+};
+
 class TcpStoreServer {
  public:
   explicit TcpStoreServer(TcpStoreServerOptions opts);  // binds and listens, or ConfigError
@@ -37,7 +53,8 @@ class TcpStoreServer {
 
   std::uint16_t port() const;
   const std::string& host() const;  // the bound address, as given
-  void stop();                      // idempotent
+  TcpStoreServerStats stats() const;
+  void stop();  // idempotent
 
  private:
   struct Impl;

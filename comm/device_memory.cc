@@ -1,0 +1,70 @@
+#include "comm/device_memory.h"
+
+#include "comm/errors.h"
+#include "weightcast/config.h"
+
+#if WEIGHTCAST_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#endif
+
+namespace weightcast::comm {
+
+#if WEIGHTCAST_HAVE_NCCL
+
+namespace {
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw ConfigError(std::string(what) + " failed: " + cudaGetErrorString(err));
+  }
+}
+}  // namespace
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(err);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device";
+  return n;
+}
+
+void* cuda_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  return p;
+}
+
+void cuda_free(void* ptr) noexcept {
+  if (ptr) cudaFree(ptr);
+}
+
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+}
+
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+}
+
+#else
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw ConfigError("this weightcast was built without CUDA/NCCL (WEIGHTCAST_WITH_NCCL)");
+}
+}  // namespace
+
+int cuda_device_count(std::string* why) {
+  if (why) *why = "built without CUDA/NCCL";
+  return 0;
+}
+void* cuda_alloc(std::size_t) { no_cuda(); }
+void cuda_free(void*) noexcept {}
+void cuda_copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
+void cuda_copy_to_host(void*, const void*, std::size_t) { no_cuda(); }
+
+#endif
+
+}  // namespace weightcast::comm

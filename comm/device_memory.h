@@ -1,0 +1,20 @@
+// Device memory helpers for tools and tests that move CUDA buffers (the NCCL backend's callers).
+// Built against the CUDA runtime when weightcast has NCCL; otherwise every call but
+// cuda_device_count() throws ConfigError. Threading: as the CUDA runtime.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace weightcast::comm {
+
+// Number of usable CUDA devices (0 without CUDA or without a device); `why` gets the reason
+// when it is 0.
+int cuda_device_count(std::string* why = nullptr);
+
+void* cuda_alloc(std::size_t bytes);  // ConfigError on failure
+void cuda_free(void* ptr) noexcept;
+void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes);
+void cuda_copy_to_host(void* dst, const void* src, std::size_t bytes);
+
+}  // namespace weightcast::comm

@@ -1,0 +1,358 @@
+// TcpStoreServer: an acceptor thread plus one thread per connection. Each connection thread reads
+// a frame, answers it and loops; blocking GET/WAIT wait on the data condition variable in short
+// slices so they notice stop() and a client that hung up. Connection fds are closed only by the
+// acceptor's reaper or by stop(), after the owning thread is joined, so shutdown() from stop()
+// can never hit a recycled descriptor.
+#include <atomic>
+#include <condition_variable>
+#include <list>
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "comm/errors.h"
+#include "comm/store/counter.h"
+#include "comm/store/socket_io.h"
+#include "comm/store/store_protocol.h"
+#include "comm/store/tcp_store.h"
+
+#include <sys/socket.h>
+
+namespace weightcast::comm {
+
+namespace proto = store_protocol;
+
+namespace {
+
+constexpr Millis kCloseLinger{200};
+constexpr Millis kPeerCheckSlice{100};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  struct Conn {
+    net::Fd fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  TcpStoreServerOptions opts;
+  proto::Limits limits;
+  net::Fd listener;
+  std::uint16_t port = 0;
+  std::atomic<bool> stopping{false};
+  std::thread acceptor;
+  std::mutex stop_mu;
+  bool stopped = false;
+
+  std::mutex data_mu;
+  std::condition_variable data_cv;
+  std::map<std::string, std::string, std::less<>> data;
+
+  std::mutex conns_mu;
+  std::list<std::unique_ptr<Conn>> conns;
+
+  std::atomic<std::uint64_t> accepted{0}, refused{0}, active{0}, rejected_frames{0},
+      auth_failures{0}, dropped_stalled{0};
+
+  void accept_loop();
+  void reap_finished();
+  void serve(Conn* conn);
+  // Answers `req`; sets *drop when the connection must be abandoned without a reply.
+  proto::Response handle(const proto::Request& req, int fd, bool* drop);
+  proto::Response wait_for(const std::vector<std::string>& keys, std::uint32_t timeout_ms, int fd,
+                           bool* drop);
+  bool send(int fd, const proto::Response& r) {
+    auto frame = proto::encode_response(r);
+    return net::send_all(fd, frame, deadline_after(opts.io_timeout), &stopping).ok();
+  }
+};
+
+TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  if (opts.max_value_bytes > proto::kMaxValueBytesLimit) {
+    throw ConfigError(detail::concat("store max_value_bytes ", opts.max_value_bytes,
+                                     " exceeds the protocol limit of ",
+                                     proto::kMaxValueBytesLimit));
+  }
+  if (opts.max_connections == 0) throw ConfigError("store max_connections must be positive");
+  if (opts.token.size() > proto::kMaxTokenBytes) {
+    throw ConfigError(detail::concat("store token of ", opts.token.size(),
+                                     " bytes exceeds the limit of ", proto::kMaxTokenBytes));
+  }
+  if (opts.io_timeout <= Millis(0)) throw ConfigError("store io_timeout must be positive");
+  auto& s = *impl_;
+  s.opts = std::move(opts);
+  s.limits.max_value_bytes = s.opts.max_value_bytes;
+  std::string error;
+  s.listener = net::listen_on(s.opts.bind_address, s.opts.port, &s.port, &error);
+  if (!s.listener) {
+    throw ConfigError(detail::concat("store server cannot listen on ",
+                                     net::endpoint(s.opts.bind_address, s.opts.port), ": ", error));
+  }
+  s.acceptor = std::thread([&s] { s.accept_loop(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  stop();
+}
+
+std::uint16_t TcpStoreServer::port() const {
+  return impl_->port;
+}
+const std::string& TcpStoreServer::host() const {
+  return impl_->opts.bind_address;
+}
+
+TcpStoreServerStats TcpStoreServer::stats() const {
+  const auto& s = *impl_;
+  return {s.accepted.load(),        s.refused.load(),       s.active.load(),
+          s.rejected_frames.load(), s.auth_failures.load(), s.dropped_stalled.load()};
+}
+
+void TcpStoreServer::stop() {
+  auto& s = *impl_;
+  std::lock_guard stop_lock(s.stop_mu);
+  if (s.stopped) return;
+  s.stopped = true;
+  {
+    // Taking data_mu orders the flag before any waiter's predicate check: no lost wake-up.
+    std::lock_guard lock(s.data_mu);
+    s.stopping = true;
+  }
+  s.data_cv.notify_all();
+  if (s.acceptor.joinable()) s.acceptor.join();
+  s.listener.reset();
+  std::list<std::unique_ptr<Impl::Conn>> conns;
+  {
+    std::lock_guard lock(s.conns_mu);
+    conns.swap(s.conns);
+  }
+  // Wakes threads blocked in poll() and tells clients at once (EOF), before the joins.
+  for (auto& c : conns) ::shutdown(c->fd.get(), SHUT_RDWR);
+  for (auto& c : conns) {
+    if (c->thread.joinable()) c->thread.join();
+  }
+}
+
+void TcpStoreServer::Impl::reap_finished() {
+  std::lock_guard lock(conns_mu);
+  for (auto it = conns.begin(); it != conns.end();) {
+    if ((*it)->done.load()) {
+      (*it)->thread.join();
+      it = conns.erase(it);  // closes the fd
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TcpStoreServer::Impl::accept_loop() {
+  while (!stopping.load()) {
+    reap_finished();
+    auto ready = net::wait_readable(listener.get(), deadline_after(Millis(500)), &stopping);
+    if (!ready.ok()) continue;
+    int err = 0;
+    net::Fd fd = net::accept_one(listener.get(), &err);
+    if (!fd) {
+      // EMFILE and friends: back off instead of spinning on a listener that stays readable.
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED) {
+        std::this_thread::sleep_for(Millis(20));
+      }
+      continue;
+    }
+    if (active.load() >= opts.max_connections) {
+      ++refused;
+      send(fd.get(),
+           {proto::Status::kUnavailable,
+            detail::concat("store server at its limit of ", opts.max_connections, " connections"),
+            {}});
+      net::shutdown_and_drain(fd.get(), Millis(50), &stopping);
+      continue;
+    }
+    ++accepted;
+    ++active;
+    auto conn = std::make_unique<Conn>();
+    conn->fd = std::move(fd);
+    Conn* raw = conn.get();
+    std::lock_guard lock(conns_mu);
+    conns.push_back(std::move(conn));
+    try {
+      raw->thread = std::thread([this, raw] {
+        try {
+          serve(raw);
+        } catch (const std::exception&) {
+          // Out of memory for a frame or similar: lose this connection, not the process.
+        }
+        --active;
+        raw->done = true;
+      });
+    } catch (const std::system_error&) {
+      conns.pop_back();  // no thread to serve it: close it
+      --active;
+      ++refused;
+    }
+  }
+}
+
+void TcpStoreServer::Impl::serve(Conn* conn) {
+  const int fd = conn->fd.get();
+  bool authed = opts.token.empty();
+  bool greeted = false;  // until a first frame arrives, silence counts against io_timeout
+  // Replies with an error and ends the connection; the drain keeps the reply from being lost.
+  auto refuse = [&](proto::Status status, std::string message) {
+    send(fd, {status, std::move(message), {}});
+    net::shutdown_and_drain(fd, kCloseLinger, &stopping);
+  };
+  while (!stopping.load()) {
+    // A client that has spoken may idle between calls; a silent new one must not hold a slot.
+    const Deadline idle = greeted ? Deadline::max() : deadline_after(opts.io_timeout);
+    if (!net::wait_readable(fd, idle, &stopping).ok()) return;
+    const Deadline frame_deadline = deadline_after(opts.io_timeout);
+    char header[proto::kFrameHeaderBytes];
+    auto r = net::recv_exact(fd, header, sizeof(header), frame_deadline, &stopping);
+    if (r.io == net::Io::kTimeout) ++dropped_stalled;
+    if (!r.ok()) return;
+    const std::uint32_t length = proto::decode_frame_length({header, sizeof(header)});
+    if (!authed && length > proto::kMaxHelloBodyBytes) {
+      ++auth_failures;
+      return refuse(proto::Status::kUnauthorized,
+                    detail::concat("unauthorized (missing token): a frame of ", length,
+                                   " bytes before HELLO"));
+    }
+    if (auto check = proto::check_request_frame_length(length, limits); !check.ok()) {
+      ++rejected_frames;
+      return refuse(check.status, std::move(check.error));
+    }
+    std::string body;
+    r = net::recv_append(fd, &body, length, frame_deadline, &stopping);
+    if (r.io == net::Io::kTimeout) ++dropped_stalled;
+    if (!r.ok()) return;
+    auto decoded = proto::decode_request_body(body, limits);
+    body = std::string();
+    if (!decoded.ok()) {
+      ++rejected_frames;
+      return refuse(decoded.status, std::move(decoded.error));
+    }
+    const proto::Request& req = decoded.value;
+    if (req.op == proto::Op::kHello) {
+      if (req.keys[0] != proto::kProtocolName) {
+        ++rejected_frames;
+        return refuse(proto::Status::kBadRequest,
+                      detail::concat("HELLO: protocol '", req.keys[0], "' is not '",
+                                     proto::kProtocolName, "'"));
+      }
+      if (!opts.token.empty()) {
+        if (req.value.empty()) {
+          ++auth_failures;
+          return refuse(proto::Status::kUnauthorized, "unauthorized (missing token)");
+        }
+        if (!proto::constant_time_equal(req.value, opts.token)) {
+          ++auth_failures;
+          return refuse(proto::Status::kForbidden, "forbidden (wrong token)");
+        }
+      }
+      authed = true;
+      greeted = true;
+      if (!send(fd, {})) return;
+      continue;
+    }
+    if (!authed) {
+      ++auth_failures;
+      return refuse(proto::Status::kUnauthorized, "unauthorized (missing token)");
+    }
+    greeted = true;
+    bool drop = false;
+    proto::Response resp = handle(req, fd, &drop);
+    if (drop) return;
+    if (!send(fd, resp)) return;
+    if (!proto::keeps_connection(resp.status)) {
+      net::shutdown_and_drain(fd, kCloseLinger, &stopping);
+      return;
+    }
+  }
+}
+
+proto::Response TcpStoreServer::Impl::handle(const proto::Request& req, int fd, bool* drop) {
+  using proto::Op;
+  using proto::Status;
+  const std::string& key = req.keys.front();
+  switch (req.op) {
+    case Op::kSet: {
+      {
+        std::lock_guard lock(data_mu);
+        data.insert_or_assign(key, req.value);
+      }
+      data_cv.notify_all();
+      return {};
+    }
+    case Op::kGet: {
+      auto resp = wait_for(req.keys, req.timeout_ms, fd, drop);
+      if (resp.status == Status::kOk && !*drop) {
+        std::lock_guard lock(data_mu);
+        resp.value = data.at(key);  // keys are never erased, so it is still there
+      }
+      return resp;
+    }
+    case Op::kWait:
+      return wait_for(req.keys, req.timeout_ms, fd, drop);
+    case Op::kAdd: {
+      std::int64_t delta = 0;
+      proto::decode_i64(req.value, &delta);  // the decoder checked the size
+      std::int64_t value = 0;
+      try {
+        std::lock_guard lock(data_mu);
+        auto it = data.find(key);
+        if (it != data.end()) value = decode_counter(key, it->second);
+        value = add_counter(key, value, delta);
+        data.insert_or_assign(key, encode_counter(value));
+      } catch (const BadRequestError& e) {
+        return {Status::kRejected, e.what(), {}};
+      }
+      data_cv.notify_all();
+      return {Status::kOk, {}, proto::encode_i64(value)};
+    }
+    case Op::kCheck: {
+      std::lock_guard lock(data_mu);
+      return {Status::kOk, {}, std::string(1, data.count(key) ? '\1' : '\0')};
+    }
+    case Op::kHello:
+      break;
+  }
+  return {Status::kBadRequest, "unexpected op", {}};
+}
+
+proto::Response TcpStoreServer::Impl::wait_for(const std::vector<std::string>& keys,
+                                               std::uint32_t timeout_ms, int fd, bool* drop) {
+  const Deadline deadline = deadline_after(Millis(timeout_ms));
+  std::unique_lock lock(data_mu);
+  while (true) {
+    if (stopping.load()) {
+      *drop = true;
+      return {};
+    }
+    std::string missing;
+    for (const auto& k : keys) {
+      if (data.find(k) == data.end()) {
+        if (missing.size() > proto::kMaxMessageBytes) {
+          missing += ", ...";
+          break;
+        }
+        missing += (missing.empty() ? "" : ", ") + k;
+      }
+    }
+    if (missing.empty()) return {};
+    if (expired(deadline)) {
+      return {proto::Status::kTimeout,
+              detail::concat("timed out after ", timeout_ms, " ms; missing keys: ", missing),
+              {}};
+    }
+    const Deadline slice = std::min(deadline, deadline_after(kPeerCheckSlice));
+    if (data_cv.wait_until(lock, slice) == std::cv_status::timeout && net::peer_hung_up(fd)) {
+      *drop = true;  // the client gave up: free this thread instead of waiting out the timeout
+      return {};
+    }
+  }
+}
+
+}  // namespace weightcast::comm

@@ -1,0 +1,251 @@
+#include "launcher/bench_broadcast.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "comm/device_memory.h"
+#include "comm/errors.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/store/prefix_store.h"
+#include "comm/store/tcp_store.h"
+#include "launcher/cli_util.h"
+
+namespace weightcast::launcher {
+namespace {
+
+using comm::BroadcastOptions;
+using comm::Millis;
+
+// A buffer on the host or on the current CUDA device; the check pattern goes through the host.
+class BenchBuffer {
+ public:
+  BenchBuffer(std::size_t bytes, bool device) : bytes_(bytes), device_(device) {
+    if (device_) {
+      ptr_ = comm::cuda_alloc(bytes_);
+    } else {
+      host_.resize(bytes_);
+      ptr_ = host_.data();
+    }
+  }
+  ~BenchBuffer() {
+    if (device_) comm::cuda_free(ptr_);
+  }
+  BenchBuffer(const BenchBuffer&) = delete;
+  BenchBuffer& operator=(const BenchBuffer&) = delete;
+
+  void* data() { return ptr_; }
+  void fill(std::size_t bytes, std::uint64_t seed, bool poison) {
+    std::vector<unsigned char> tmp;
+    unsigned char* dst = device_ ? (tmp.resize(bytes), tmp.data()) : host_.data();
+    std::mt19937_64 rng(seed);
+    for (std::size_t i = 0; i < bytes; i += 8) {
+      std::uint64_t v = poison ? 0xA5A5A5A5A5A5A5A5ull : rng();
+      std::memcpy(dst + i, &v, std::min<std::size_t>(8, bytes - i));
+    }
+    if (device_) comm::cuda_copy_to_device(ptr_, tmp.data(), bytes);
+  }
+  std::uint64_t count_wrong(std::size_t bytes, std::uint64_t seed) {
+    std::vector<unsigned char> expect(bytes);
+    std::mt19937_64 rng(seed);
+    for (std::size_t i = 0; i < bytes; i += 8) {
+      std::uint64_t v = rng();
+      std::memcpy(expect.data() + i, &v, std::min<std::size_t>(8, bytes - i));
+    }
+    std::vector<unsigned char> tmp;
+    const unsigned char* got = host_.data();
+    if (device_) {
+      tmp.resize(bytes);
+      comm::cuda_copy_to_host(tmp.data(), ptr_, bytes);
+      got = tmp.data();
+    }
+    std::uint64_t wrong = 0;
+    for (std::size_t i = 0; i < bytes; ++i) wrong += got[i] != expect[i];
+    return wrong;
+  }
+
+ private:
+  std::size_t bytes_;
+  bool device_;
+  std::vector<unsigned char> host_;
+  void* ptr_ = nullptr;
+};
+
+struct Backend {
+  std::string name;
+  bool device = false;
+  std::function<void(void*, std::size_t, int)> run;
+};
+
+struct Row {
+  double time_us = 0;
+  std::uint64_t wrong = 0;
+};
+
+// Times `iters` back-to-back broadcasts (as nccl-tests does) and reports the slowest rank's mean.
+Row measure(const Backend& b, BenchBuffer& buf, std::size_t bytes, const BroadcastBenchOptions& o,
+            int rank, std::uint64_t seed) {
+  for (int i = 0; i < o.warmup; ++i) b.run(buf.data(), bytes, o.root);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) b.run(buf.data(), bytes, o.root);
+  double local_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      o.iters;
+  double max_us = 0;
+  MPI_Reduce(&local_us, &max_us, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+
+  // Correctness pass: fresh random data from the root, receivers poisoned first.
+  buf.fill(bytes, seed, rank != o.root);
+  MPI_Barrier(MPI_COMM_WORLD);
+  b.run(buf.data(), bytes, o.root);
+  unsigned long long wrong = rank == o.root ? 0 : buf.count_wrong(bytes, seed);
+  unsigned long long total_wrong = 0;
+  MPI_Reduce(&wrong, &total_wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+  return Row{max_us, total_wrong};
+}
+
+std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int rank,
+                                           std::unique_ptr<comm::TcpStoreServer>& server) {
+  char addr[256] = {};
+  if (rank == 0) {
+    comm::TcpStoreServerOptions so;
+    so.bind_address = o.bind_address;
+    server = std::make_unique<comm::TcpStoreServer>(so);
+    std::snprintf(addr, sizeof(addr), "%u", static_cast<unsigned>(server->port()));
+  }
+  MPI_Bcast(addr, sizeof(addr), MPI_CHAR, 0, MPI_COMM_WORLD);
+  comm::TcpStoreOptions co;
+  co.host = o.bind_address;
+  co.port = static_cast<std::uint16_t>(std::stoul(addr));
+  co.connect_timeout = Millis(o.timeout_ms);
+  return std::make_shared<comm::PrefixStore>("bench", std::make_shared<comm::TcpStore>(co));
+}
+
+}  // namespace
+
+int run_broadcast_bench(const BroadcastBenchOptions& o) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  WC_ENFORCE_LT(o.root, size, "--root must name a rank");
+
+  std::unique_ptr<comm::TcpStoreServer> server;
+  auto store = connect_store(o, rank, server);
+  comm::CommOptions co;
+  co.store = store;
+  co.rank = rank;
+  co.size = size;
+  co.timeout = Millis(o.timeout_ms);
+  co.bind_address = o.bind_address;
+  co.chunk_bytes = o.chunk_bytes;
+  co.chunks_in_flight = o.chunks_in_flight;
+
+  std::shared_ptr<comm::GlooCommunicator> gloo;
+  std::shared_ptr<comm::Communicator> nccl;
+  std::vector<Backend> backends;
+  for (const auto& name : o.backends) {
+    if (name == "gloo-chain" || name == "gloo-stock") {
+      if (!gloo) gloo = comm::create_gloo_communicator(co);
+      bool stock = name == "gloo-stock";
+      backends.push_back({name, false, [g = gloo, stock](void* p, std::size_t n, int root) {
+                            BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}};
+                            stock ? g->broadcast_stock(b) : g->broadcast(b);
+                          }});
+    } else if (name == "mpi-bcast") {
+      backends.push_back({name, false, [](void* p, std::size_t n, int root) {
+                            // MPI counts are int: large buffers go in <2 GiB pieces.
+                            auto* c = static_cast<char*>(p);
+                            for (std::size_t off = 0; off < n; off += (1u << 30)) {
+                              int len = static_cast<int>(std::min<std::size_t>(1u << 30, n - off));
+                              MPI_Bcast(c + off, len, MPI_BYTE, root, MPI_COMM_WORLD);
+                            }
+                          }});
+    } else if (name == "nccl") {
+      std::string why;
+      int devices = comm::cuda_device_count(&why);
+      if (devices < size) {
+        if (rank == 0) {
+          std::printf("# nccl: skipped (needs %d CUDA devices, found %d: %s)\n", size, devices,
+                      why.c_str());
+        }
+        continue;
+      }
+      auto nco = co;
+      nco.store = std::make_shared<comm::PrefixStore>("nccl", store);
+      nco.cuda_device = rank % devices;
+      nccl = comm::create_communicator("nccl", nco);
+      backends.push_back({name, true, [c = nccl](void* p, std::size_t n, int root) {
+                            c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}});
+                          }});
+    } else {
+      throw comm::ConfigError("unknown bench backend '" + name +
+                              "' (gloo-chain, gloo-stock, mpi-bcast, nccl)");
+    }
+  }
+
+  if (rank == 0) {
+    std::printf("# weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
+                "in flight, loopback TCP\n",
+                size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(),
+                o.chunks_in_flight);
+    std::printf("# busbw = algbw for broadcast (docs/performance.md)\n");
+    std::printf("%12s  %-11s %12s %12s %12s %8s\n", "size(B)", "backend", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  }
+
+  std::map<std::string, std::pair<double, int>> sums;
+  std::map<std::string, std::map<std::uint64_t, double>> bw;
+  std::uint64_t total_wrong = 0;
+  std::unique_ptr<BenchBuffer> host_buf, dev_buf;
+  std::uint64_t seed = 1;
+  for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+    for (const auto& b : backends) {
+      auto& buf = b.device ? dev_buf : host_buf;
+      if (!buf) buf = std::make_unique<BenchBuffer>(o.max_bytes, b.device);
+      Row row = measure(b, *buf, bytes, o, rank, seed++);
+      if (rank == 0) {
+        double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
+        std::printf("%12llu  %-11s %12.1f %12.3f %12.3f %8llu\n",
+                    static_cast<unsigned long long>(bytes), b.name.c_str(), row.time_us, algbw,
+                    algbw, static_cast<unsigned long long>(row.wrong));
+        std::fflush(stdout);
+        sums[b.name].first += algbw;
+        sums[b.name].second += 1;
+        bw[b.name][bytes] = algbw;
+        total_wrong += row.wrong;
+      }
+    }
+    if (bytes > o.max_bytes / o.factor) break;
+  }
+  if (rank == 0) {
+    std::printf("# Avg bus bandwidth:");
+    for (const auto& b : backends) {
+      auto& s = sums[b.name];
+      std::printf(" %s %.3f GB/s;", b.name.c_str(), s.second ? s.first / s.second : 0.0);
+    }
+    std::printf(" #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
+    // Ratios of our chain against each peer at the largest size, measured in this run.
+    if (bw.count("gloo-chain")) {
+      auto largest = bw["gloo-chain"].rbegin();
+      for (const auto& [name, rows] : bw) {
+        if (name == "gloo-chain" || !rows.count(largest->first)) continue;
+        std::printf("# ratio at %s: gloo-chain / %s = %.2fx\n",
+                    format_bytes(largest->first).c_str(), name.c_str(),
+                    largest->second / rows.at(largest->first));
+      }
+    }
+  }
+  unsigned long long all_wrong = total_wrong;
+  MPI_Bcast(&all_wrong, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  return all_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace weightcast::launcher

@@ -1,0 +1,118 @@
+// weightcast-bench: benchmarks that print ratios against peers measured in the same run.
+//
+//   weightcast-bench broadcast --ranks 3 --min-bytes 1M --max-bytes 1G
+//
+// Started directly it re-executes itself under mpirun with --ranks processes; started by mpirun
+// it runs on the ranks it was given. See docs/performance.md for every mode and how to reproduce
+// the published numbers.
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/communicator.h"
+#include "comm/errors.h"
+#include "launcher/bench_broadcast.h"
+#include "launcher/cli_util.h"
+#include "launcher/mpi_launch.h"
+
+namespace {
+
+using namespace weightcast::launcher;
+
+std::string default_backends() {
+  std::string b = "gloo-chain,gloo-stock,mpi-bcast";
+  for (const auto& name : weightcast::comm::available_backends()) {
+    if (name == "nccl") b += ",nccl";
+  }
+  return b;
+}
+
+void on_alarm(int) {
+  const char msg[] = "weightcast-bench: --max-seconds passed; aborting the run\n";
+  (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  _exit(124);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"weightcast-bench: broadcast and weight-update benchmarks"};
+  app.require_subcommand(1);
+  int ranks = 3;
+  int max_seconds = 1800;
+  std::string min_bytes = "1M", max_bytes = "1G", chunk = "4M", backends = default_backends();
+  BroadcastBenchOptions bo;
+
+  auto* bc = app.add_subcommand("broadcast", "broadcast bandwidth table, ours against peers");
+  bc->add_option("--ranks", ranks, "processes to start when not already under mpirun")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  bc->add_option("--backends", backends, "comma list: gloo-chain, gloo-stock, mpi-bcast, nccl")
+      ->capture_default_str();
+  bc->add_option("--min-bytes", min_bytes, "smallest size (K/M/G suffixes)")->capture_default_str();
+  bc->add_option("--max-bytes", max_bytes, "largest size")->capture_default_str();
+  bc->add_option("--factor", bo.factor, "size multiplier per row")
+      ->check(CLI::Range(2, 16))
+      ->capture_default_str();
+  bc->add_option("--warmup", bo.warmup, "untimed iterations per row")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  bc->add_option("--iters", bo.iters, "timed iterations per row")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  bc->add_option("--root", bo.root, "broadcast root rank")->capture_default_str();
+  bc->add_option("--chunk-bytes", chunk, "gloo-chain chunk size")->capture_default_str();
+  bc->add_option("--in-flight", bo.chunks_in_flight, "gloo-chain chunks in flight per link")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  bc->add_option("--bind", bo.bind_address, "address the store and Gloo bind")
+      ->capture_default_str();
+  bc->add_option("--timeout-ms", bo.timeout_ms, "deadline of every collective")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    bo.min_bytes = parse_bytes(min_bytes);
+    bo.max_bytes = parse_bytes(max_bytes);
+    bo.chunk_bytes = parse_bytes(chunk);
+    bo.backends = split_csv(backends);
+    if (bo.min_bytes == 0 || bo.min_bytes > bo.max_bytes) {
+      throw std::invalid_argument("--min-bytes must be > 0 and <= --max-bytes");
+    }
+    if (bo.chunk_bytes == 0) throw std::invalid_argument("--chunk-bytes must be > 0");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+    return 2;
+  }
+
+  if (!under_mpirun()) {
+    try {
+      relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+      return 2;
+    }
+  }
+
+  signal(SIGALRM, on_alarm);
+  alarm(static_cast<unsigned>(max_seconds));
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  try {
+    if (bc->parsed()) rc = run_broadcast_bench(bo);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}

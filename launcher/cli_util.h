@@ -1,0 +1,20 @@
+// Small parsing helpers shared by the launchers (argument wiring only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weightcast::launcher {
+
+// "4096", "64K", "1M", "2G", "512MiB" -> bytes (binary units). Throws std::invalid_argument
+// naming the text on anything else or on overflow.
+std::uint64_t parse_bytes(const std::string& text);
+
+// 1536 -> "1.5 KiB" style, for headers and progress lines.
+std::string format_bytes(std::uint64_t bytes);
+
+// "a,b,c" -> {"a","b","c"}; empty items are dropped.
+std::vector<std::string> split_csv(const std::string& text);
+
+}  // namespace weightcast::launcher

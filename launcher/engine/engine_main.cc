@@ -1,0 +1,146 @@
+// weightcast-engine: a rollout engine that receives weight updates over the protocol of
+// docs/protocol.md (SGLang-compatible routes, selector-scoped sessions, bucketed broadcasts).
+//
+//   weightcast-engine --port 0 --model tiny --seed 1 --target-layout shuffle \
+//       --draft --draft-layout shuffle --draft-filter 'mtp.*'
+//
+// Prints one line "weightcast-engine listening on http://HOST:PORT" once it accepts requests
+// (scripts read the port from it), serves until SIGINT/SIGTERM, and exits 0. Exit 2 on bad
+// arguments or configuration.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "comm/errors.h"
+#include "launcher/engine/engine_setup.h"
+#include "sync/engine/routes.h"
+
+namespace {
+
+using weightcast::launcher::EngineArgs;
+using weightcast::launcher::RunnerArgs;
+
+void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
+  app.add_option("--" + name + "-filter", r.filter,
+                 "comma-separated fnmatch globs of the tensor names the " + name +
+                     " runner loads (empty: none)")
+      ->capture_default_str();
+  app.add_option("--" + name + "-layout", r.layout, "post-load layout: none or shuffle")
+      ->check(CLI::IsMember({"none", "shuffle"}))
+      ->capture_default_str();
+  app.add_option("--" + name + "-safetensors", r.safetensors,
+                 "initial weights of the " + name + " runner from a safetensors file instead of "
+                 "--model/--seed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  EngineArgs a;
+  CLI::App app{"weightcast-engine: a rollout engine that receives weight updates"};
+  app.add_option("--host", a.host, "address to bind (HTTP, and the data plane by default)")
+      ->capture_default_str();
+  app.add_option("--port", a.port, "HTTP port; 0 picks an ephemeral one")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--token", a.token,
+                 "bearer token required on every route but /health and /metrics");
+  app.add_option("--ranks,--tp-size", a.ranks,
+                 "engine ranks (TP size); each is a member of every weight update group")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_flag("--draft", a.draft, "hold a draft runner (speculative decoding) besides the target");
+  add_runner_options(app, "target", a.target);
+  add_runner_options(app, "draft", a.draft_runner);
+  app.add_option("--model", a.model, "model preset (tiny, small, ...) or an HF config.json path")
+      ->capture_default_str();
+  app.add_option("--seed", a.seed, "seed of the deterministic initial weights (step 0)")
+      ->capture_default_str();
+  app.add_option("--weight-version", a.weight_version, "initial weight_version")
+      ->capture_default_str();
+  app.add_flag("--legacy-finalize", a.legacy_finalize,
+               "old finalize: end_weight_update re-applies the layout to every resident tensor "
+               "of every covered runner (reproduces the double-shuffle bug)");
+  app.add_option("--speculative-algorithm", a.speculative_algorithm,
+                 "reported in /server_info (default EAGLE with --draft, else none)");
+  app.add_option("--init-timeout-ms", a.init_timeout_ms, "deadline to join a group")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--comm-timeout-ms", a.comm_timeout_ms, "deadline of each bucket's broadcast")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--session-timeout-ms", a.session_timeout_ms,
+                 "an update session without a request for this long is aborted")
+      ->check(CLI::Range(1, 86400000))
+      ->capture_default_str();
+  app.add_option("--http-timeout-ms", a.http_timeout_ms, "HTTP socket read/write timeout")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--max-bucket-bytes", a.max_bucket_bytes,
+                 "largest bucket accepted, checked before allocating (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--max-body-bytes", a.max_body_bytes, "largest HTTP body accepted")
+      ->capture_default_str();
+  app.add_option("--max-file-bytes", a.max_file_bytes, "largest safetensors file accepted")
+      ->capture_default_str();
+  app.add_option("--http-threads", a.http_threads, "HTTP worker threads")
+      ->check(CLI::Range(4, 1024))
+      ->capture_default_str();
+  app.add_option("--max-buckets-ahead", a.max_buckets_ahead,
+                 "bucket requests that may wait for an earlier bucket (must be < --http-threads)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--comm-address", a.comm_address,
+                 "data-plane address to bind and advertise (default: --host)");
+  app.add_option("--store-token", a.store_token, "token of the trainers' rendezvous store");
+  app.add_option("--chunk-bytes", a.chunk_bytes, "Gloo chain chunk size")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (a.max_buckets_ahead + 2 > a.http_threads) {
+    std::fprintf(stderr, "weightcast-engine: --max-buckets-ahead %d needs --http-threads >= %d\n",
+                 a.max_buckets_ahead, a.max_buckets_ahead + 2);
+    return 2;
+  }
+
+  // Signals are taken by one thread with sigwait, so no handler runs inside library code.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<weightcast::sync::engine::Engine> engine;
+  std::unique_ptr<weightcast::sync::engine::HttpServer> server;
+  try {
+    engine = std::make_unique<weightcast::sync::engine::Engine>(
+        weightcast::launcher::make_engine_options(a), weightcast::launcher::make_runners(a));
+    server = std::make_unique<weightcast::sync::engine::HttpServer>(
+        weightcast::sync::engine::engine_routes(*engine),
+        weightcast::launcher::make_server_options(a));
+  } catch (const weightcast::comm::Error& e) {
+    std::fprintf(stderr, "weightcast-engine: %s\n", e.what());
+    return 2;
+  }
+
+  std::jthread waiter([&](std::stop_token stop) {
+    const timespec period{0, 200 * 1000 * 1000};
+    while (!stop.stop_requested()) {
+      if (sigtimedwait(&signals, nullptr, &period) > 0) {
+        engine->shutdown();
+        server->stop();
+        return;
+      }
+    }
+  });
+
+  std::printf("weightcast-engine listening on %s\n", server->url().c_str());
+  std::fflush(stdout);
+  server->run();
+  waiter.request_stop();
+  waiter.join();
+  server.reset();
+  engine.reset();
+  return 0;
+}

@@ -1,0 +1,125 @@
+#include "launcher/engine/engine_setup.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/errors.h"
+#include "launcher/cli_util.h"
+#include "sync/engine/weights.h"
+#include "sync/model.h"
+
+namespace weightcast::launcher {
+
+namespace {
+
+using namespace weightcast::sync;
+using namespace weightcast::sync::engine;
+
+ModelSpec load_model(const std::string& model) {
+  for (auto name : model_preset_names()) {
+    if (name == model) return model_preset(model);
+  }
+  std::ifstream in(model);
+  if (!in) {
+    std::string names;
+    for (auto name : model_preset_names()) names += (names.empty() ? "" : ", ") + std::string(name);
+    throw comm::ConfigError("--model: '" + model + "' is neither a preset (" + names +
+                            ") nor a readable config.json");
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw comm::ConfigError("--model: '" + model + "' is not JSON: " + e.what());
+  }
+  return model_spec_from_json(j);
+}
+
+std::size_t bytes_arg(const std::string& text, const char* flag) {
+  try {
+    return static_cast<std::size_t>(parse_bytes(text));
+  } catch (const std::exception& e) {
+    throw comm::ConfigError(std::string(flag) + ": " + e.what());
+  }
+}
+
+RunnerConfig runner_config(Runner id, const RunnerArgs& r, const EngineArgs& args,
+                           const ModelSpec& spec) {
+  RunnerConfig config;
+  config.id = id;
+  const std::string flag = "--" + std::string(to_string(id));
+  try {
+    config.filter = NameFilter::parse(r.filter, flag + "-filter");
+    config.layout = parse_layout(r.layout);
+  } catch (const comm::BadRequestError& e) {
+    throw comm::ConfigError(flag + ": " + e.what());
+  }
+  if (r.safetensors.empty()) {
+    config.model = to_json(spec);
+    config.seed = args.seed;
+    config.source = "generated";
+  } else {
+    config.model = nullptr;
+    config.source = "safetensors";
+  }
+  return config;
+}
+
+}  // namespace
+
+std::unique_ptr<RunnerSet> make_runners(const EngineArgs& args) {
+  const ModelSpec spec = load_model(args.model);
+  std::vector<std::pair<RunnerConfig, const RunnerArgs*>> held;
+  held.emplace_back(runner_config(Runner::kTarget, args.target, args, spec), &args.target);
+  if (args.draft) {
+    held.emplace_back(runner_config(Runner::kDraft, args.draft_runner, args, spec),
+                      &args.draft_runner);
+  }
+  std::vector<RunnerConfig> configs;
+  for (const auto& [config, r] : held) configs.push_back(config);
+  auto runners = std::make_unique<RunnerSet>(configs, args.weight_version, args.ranks);
+  const std::size_t max_file = bytes_arg(args.max_file_bytes, "--max-file-bytes");
+  for (const auto& [config, r] : held) {
+    runners->load_initial(config.id, r->safetensors.empty()
+                                         ? generate_weights(runner_tensors(config.id, spec), args.seed)
+                                         : load_safetensors(r->safetensors, max_file));
+  }
+  return runners;
+}
+
+EngineOptions make_engine_options(const EngineArgs& args) {
+  EngineOptions o;
+  o.rank_count = args.ranks;
+  o.legacy_finalize = args.legacy_finalize;
+  o.init_timeout = comm::Millis(args.init_timeout_ms);
+  o.comm_timeout = comm::Millis(args.comm_timeout_ms);
+  o.session_timeout = comm::Millis(args.session_timeout_ms);
+  o.max_bucket_bytes = bytes_arg(args.max_bucket_bytes, "--max-bucket-bytes");
+  o.max_buckets_ahead = static_cast<std::uint64_t>(args.max_buckets_ahead);
+  o.connect.bind_address = args.comm_address.empty() ? args.host : args.comm_address;
+  o.connect.store_token = args.store_token;
+  o.connect.chunk_bytes = bytes_arg(args.chunk_bytes, "--chunk-bytes");
+  if (!args.speculative_algorithm.empty()) {
+    o.speculative_algorithm = args.speculative_algorithm;
+  } else if (args.draft) {
+    o.speculative_algorithm = "EAGLE";
+  }
+  o.limits.max_body_bytes = bytes_arg(args.max_body_bytes, "--max-body-bytes");
+  o.limits.max_bucket_bytes = o.max_bucket_bytes;
+  return o;
+}
+
+ServerOptions make_server_options(const EngineArgs& args) {
+  ServerOptions s;
+  s.host = args.host;
+  s.port = args.port;
+  s.token = args.token;
+  s.max_body_bytes = bytes_arg(args.max_body_bytes, "--max-body-bytes");
+  s.read_timeout = comm::Millis(args.http_timeout_ms);
+  s.write_timeout = comm::Millis(args.http_timeout_ms);
+  s.threads = args.http_threads;
+  return s;
+}
+
+}  // namespace weightcast::launcher

@@ -1,0 +1,53 @@
+// Wiring for weightcast-engine: the parsed command line, turned into runners and engine options.
+// Argument parsing and wiring only; the logic lives in sync/engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "sync/engine/engine.h"
+#include "sync/engine/server.h"
+
+namespace weightcast::launcher {
+
+struct RunnerArgs {
+  std::string filter;
+  std::string layout = "none";
+  std::string safetensors;  // empty: generate from --model and --seed
+};
+
+struct EngineArgs {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string token;
+  int ranks = 1;
+  bool draft = false;
+  RunnerArgs target{"model.*,lm_head.*", "none", ""};
+  RunnerArgs draft_runner{"mtp.*", "none", ""};
+  std::string model = "tiny";  // preset name, or a path to an HF-style config.json
+  std::uint64_t seed = 0;
+  std::string weight_version = "default";
+  bool legacy_finalize = false;
+  std::string speculative_algorithm;  // empty: "EAGLE" when a draft is held, else none
+  std::int64_t init_timeout_ms = 60000;
+  std::int64_t comm_timeout_ms = 60000;
+  std::int64_t session_timeout_ms = 60000;
+  std::int64_t http_timeout_ms = 30000;
+  std::string max_bucket_bytes = "4G";
+  std::string max_body_bytes = "64M";
+  std::string max_file_bytes = "64G";
+  int http_threads = 32;
+  int max_buckets_ahead = 8;
+  std::string comm_address;  // empty: --host
+  std::string store_token;
+  std::string chunk_bytes = "4M";
+};
+
+// Builds the runners (generating or loading their weights); throws comm::ConfigError.
+std::unique_ptr<sync::engine::RunnerSet> make_runners(const EngineArgs& args);
+sync::engine::EngineOptions make_engine_options(const EngineArgs& args);
+sync::engine::ServerOptions make_server_options(const EngineArgs& args);
+
+}  // namespace weightcast::launcher

@@ -1,0 +1,142 @@
+#include "launcher/train/train_options.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "comm/errors.h"
+#include "launcher/cli_util.h"
+#include "sync/protocol_enums.h"
+
+namespace weightcast::launcher::train {
+
+void add_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline-parallel size (one group per stage)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--engines", o.engines, "engine URLs, comma separated (order fixes rank offsets)")
+      ->delimiter(',')
+      ->required();
+  app.add_option("--model", o.model,
+                 "model preset (tiny, small, qwen3-0.6b, qwen3-8b) or an HF config.json path")
+      ->capture_default_str();
+  app.add_option("--vocab-size", o.vocab_size, "override vocab_size");
+  app.add_option("--hidden-size", o.hidden_size, "override hidden_size");
+  app.add_option("--num-layers", o.num_layers, "override num_hidden_layers");
+  app.add_option("--num-heads", o.num_heads, "override num_attention_heads");
+  app.add_option("--num-kv-heads", o.num_kv_heads, "override num_key_value_heads");
+  app.add_option("--head-dim", o.head_dim, "override head_dim");
+  app.add_option("--intermediate-size", o.intermediate_size, "override intermediate_size");
+  app.add_option("--mtp-layers", o.mtp_layers, "override num_nextn_predict_layers (trained MTP)");
+  app.add_option("--dtype", o.dtype, "override torch_dtype (bfloat16, float32, ...)");
+  app.add_option("--seed", o.seed, "generator seed; engines must start from the same")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "training steps, one weight update each")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--bucket-bytes", o.bucket_bytes, "largest bucket (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--token", o.token, "bearer token of the engines (also the store's token)");
+  app.add_option("--selector", o.selector,
+                 "session scope: auto (the decision function), all, target or draft")
+      ->check(CLI::IsMember({"auto", "all", "target", "draft"}))
+      ->capture_default_str();
+  app.add_option("--speculative-algorithm", o.speculative_algorithm,
+                 "for --selector auto; default: what the engines report");
+  app.add_option("--conversion", o.conversion, "weight conversion mode: raw or bridge")
+      ->check(CLI::IsMember({"raw", "bridge"}))
+      ->capture_default_str();
+  app.add_flag("--verify", o.verify, "check every engine's runner digests after each update");
+  app.add_option("--group-prefix", o.group_prefix, "groups are <prefix>-pp_<stage>")
+      ->capture_default_str();
+  app.add_option("--bind-address", o.bind_address,
+                 "address of the stage sources' stores and data plane, as engines reach it")
+      ->capture_default_str();
+  app.add_option("--pause-mode", o.pause_mode, "pause_generation mode")
+      ->check(CLI::IsMember({"abort", "retract", "in_place"}))
+      ->capture_default_str();
+  app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "TCP connect to an engine")
+      ->capture_default_str();
+  app.add_option("--request-timeout-ms", o.request_timeout_ms, "answer of a control route")
+      ->capture_default_str();
+  app.add_option("--update-timeout-ms", o.update_timeout_ms, "one stage's data phase")
+      ->capture_default_str();
+  app.add_option("--group-timeout-ms", o.group_timeout_ms, "group setup and each collective")
+      ->capture_default_str();
+  app.add_option("--mpi-timeout-ms", o.mpi_timeout_ms, "waits between trainer ranks")
+      ->capture_default_str();
+  app.add_option("--bucket-delay-ms", o.bucket_delay_ms,
+                 "sleep after each bucket, to simulate a slow link (tests, demos)")
+      ->capture_default_str();
+}
+
+sync::ModelSpec resolve_model(const TrainOptions& o) {
+  sync::ModelSpec spec;
+  bool preset = false;
+  for (auto name : sync::model_preset_names()) preset = preset || name == o.model;
+  if (preset) {
+    spec = sync::model_preset(o.model);
+  } else {
+    std::ifstream in(o.model);
+    if (!in) {
+      throw comm::ConfigError("--model '" + o.model +
+                              "' is neither a preset nor a readable config.json");
+    }
+    try {
+      spec = sync::model_spec_from_json(nlohmann::json::parse(in));
+    } catch (const nlohmann::json::exception& e) {
+      throw comm::ConfigError("--model '" + o.model + "': " + e.what());
+    }
+  }
+  if (o.vocab_size) spec.vocab_size = *o.vocab_size;
+  if (o.hidden_size) spec.hidden_size = *o.hidden_size;
+  if (o.num_layers) spec.num_layers = *o.num_layers;
+  if (o.num_heads) spec.num_attention_heads = *o.num_heads;
+  if (o.num_kv_heads) spec.num_key_value_heads = *o.num_kv_heads;
+  if (o.head_dim) spec.head_dim = *o.head_dim;
+  if (o.intermediate_size) spec.intermediate_size = *o.intermediate_size;
+  if (o.mtp_layers) spec.mtp_num_layers = *o.mtp_layers;
+  if (o.dtype) spec.dtype = sync::parse_dtype(*o.dtype);
+  sync::validate(spec);
+  return spec;
+}
+
+sync::SelectorConfig selector_config(const TrainOptions& o, const sync::ModelSpec& spec,
+                                     const std::optional<std::string>& engines_algorithm) {
+  sync::SelectorConfig config;
+  config.speculative_algorithm = o.speculative_algorithm ? o.speculative_algorithm
+                                                         : engines_algorithm;
+  config.mtp_num_layers = static_cast<int>(spec.mtp_num_layers);
+  config.conversion_mode = o.conversion;
+  return config;
+}
+
+sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
+                                              const sync::SelectorConfig& config) {
+  using comm::Millis;
+  sync::trainer::UpdaterOptions u;
+  if (o.selector != "auto") u.selector = sync::parse_selector(o.selector);
+  u.selector_config = config;
+  u.backend = sync::parse_backend(o.backend);
+  u.group_prefix = o.group_prefix;
+  u.bind_address = o.bind_address;
+  u.token = o.token;
+  u.pause_mode = sync::parse_pause_mode(o.pause_mode);
+  u.buckets.bucket_bytes = static_cast<std::size_t>(parse_bytes(o.bucket_bytes));
+  if (u.buckets.bucket_bytes == 0) throw comm::ConfigError("--bucket-bytes must be positive");
+  u.buckets.max_in_flight = static_cast<std::size_t>(o.max_in_flight);
+  u.buckets.timeout = Millis(o.update_timeout_ms);
+  u.buckets.bucket_delay = Millis(o.bucket_delay_ms);
+  u.connect_timeout = Millis(o.connect_timeout_ms);
+  u.request_timeout = Millis(o.request_timeout_ms);
+  u.group_timeout = Millis(o.group_timeout_ms);
+  return u;
+}
+
+}  // namespace weightcast::launcher::train

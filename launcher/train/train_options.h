@@ -1,0 +1,68 @@
+// Options of weightcast-train and their command-line wiring.
+//
+// Every rank parses the same command line (mpirun passes it to all); nothing here touches MPI or
+// the network, so parsing and the derived values (model spec, selector inputs, updater options)
+// are unit-testable.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sync/decision.h"
+#include "sync/model.h"
+#include "sync/trainer/updater.h"
+
+namespace weightcast::launcher::train {
+
+struct TrainOptions {
+  int tp = 1;
+  int pp = 1;
+  std::vector<std::string> engines;
+
+  // Model: a preset name or a config.json path, then per-field overrides.
+  std::string model = "tiny";
+  std::optional<std::int64_t> vocab_size, hidden_size, num_layers, num_heads, num_kv_heads,
+      head_dim, intermediate_size, mtp_layers;
+  std::optional<std::string> dtype;
+  std::uint64_t seed = 0;
+
+  int steps = 1;
+  std::string bucket_bytes = "512M";
+  int max_in_flight = 2;
+  std::string backend = "gloo";
+  std::string token;
+  std::string selector = "auto";  // auto | all | target | draft
+  std::optional<std::string> speculative_algorithm;
+  std::string conversion = "raw";  // raw | bridge
+  bool verify = false;
+  std::string group_prefix = "weightcast";
+  std::string bind_address = "127.0.0.1";
+  std::string pause_mode = "abort";
+
+  int connect_timeout_ms = 5000;
+  int request_timeout_ms = 60000;
+  int update_timeout_ms = 300000;  // one stage's data phase
+  int group_timeout_ms = 120000;
+  int mpi_timeout_ms = 120000;  // gathers and waits between ranks, on top of the above
+  int bucket_delay_ms = 0;
+};
+
+// Registers every flag on `app`, writing into `options`.
+void add_options(CLI::App& app, TrainOptions& options);
+
+// The model spec: preset or JSON file, then the overrides; validated. Throws comm::ConfigError.
+sync::ModelSpec resolve_model(const TrainOptions& options);
+
+// What the decision function gets: the speculative algorithm (the flag, else the one the
+// engines report), the spec's MTP layers and the conversion mode.
+sync::SelectorConfig selector_config(const TrainOptions& options, const sync::ModelSpec& spec,
+                                     const std::optional<std::string>& engines_algorithm);
+
+// The updater options: selector (explicit, or unset for auto), buckets, timeouts, backend.
+sync::trainer::UpdaterOptions updater_options(const TrainOptions& options,
+                                              const sync::SelectorConfig& config);
+
+}  // namespace weightcast::launcher::train

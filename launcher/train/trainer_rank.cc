@@ -1,0 +1,317 @@
+#include "launcher/train/trainer_rank.h"
+
+#include <cinttypes>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/errors.h"
+#include "comm/mpi/mpi_helpers.h"
+#include "launcher/cli_util.h"
+#include "launcher/train/stage_messages.h"
+#include "sync/trainer/engine_calls.h"
+#include "sync/trainer/engine_client.h"
+#include "sync/trainer/megatron.h"
+#include "sync/trainer/updater.h"
+#include "sync/trainer/verify.h"
+
+namespace weightcast::launcher::train {
+
+namespace {
+
+using comm::Millis;
+using namespace sync::trainer;
+namespace mpi = comm::mpi;
+
+// Status messages between ranks: "<code> <text>", code 0 = ok.
+std::string status(int code, const std::string& text) { return std::to_string(code) + " " + text; }
+int status_code(const std::string& message) { return std::atoi(message.c_str()); }
+std::string status_text(const std::string& message) {
+  const auto space = message.find(' ');
+  return space == std::string::npos ? std::string() : message.substr(space + 1);
+}
+
+class Rank {
+ public:
+  Rank(const TrainOptions& o, std::FILE* out)
+      : o_(o),
+        out_(out),
+        spec_(resolve_model(o)),
+        topo_(world_rank(), world_size(), o.tp, o.pp),
+        params_(stage_params(spec_, topo_.pp_rank(), o.pp)) {
+    // Every rank checks every stage, so a bad split fails all ranks alike instead of leaving
+    // some waiting in a collective for the others.
+    for (int s = 0; s < o.pp; ++s) check_tp_divisible(stage_params(spec_, s, o.pp), o.tp);
+    stage_comm_ = mpi::stage_group(topo_, MPI_COMM_WORLD, mpi_deadline());
+    sources_comm_ = mpi::split(MPI_COMM_WORLD, topo_.is_stage_source() ? 0 : 1, topo_.pp_rank(),
+                               mpi_deadline());
+  }
+
+  int run() {
+    int code = setup();
+    for (int step = 1; step <= o_.steps && code == kExitOk; ++step) code = run_step(step);
+    return code;
+  }
+
+ private:
+  static int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }
+  static int world_size() {
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+  }
+  bool coordinator() const { return topo_.world_rank() == 0; }
+  comm::Deadline mpi_deadline(Millis extra = Millis(0)) const {
+    return comm::deadline_after(Millis(o_.mpi_timeout_ms) + extra);
+  }
+  // The longest a source may spend on one stage's data phase, group setup included.
+  Millis stage_budget() const {
+    return Millis(o_.update_timeout_ms) + Millis(o_.group_timeout_ms) +
+           Millis(4 * o_.request_timeout_ms);
+  }
+  Millis step_budget() const { return stage_budget() * (o_.pp + 1); }
+
+  // Sets up what the sources need, and tells every rank whether it worked.
+  int setup() {
+    std::string result = status(kExitOk, "");
+    if (topo_.is_stage_source()) result = setup_sources();
+    result = mpi::broadcast_string(MPI_COMM_WORLD, 0, result, mpi_deadline(step_budget()));
+    if (status_code(result) != kExitOk && coordinator()) {
+      std::fprintf(stderr, "weightcast-train: %s\n", status_text(result).c_str());
+      std::fprintf(out_, "setup FAILED: %s\n", status_text(result).c_str());
+      std::fflush(out_);
+    }
+    return status_code(result);
+  }
+
+  // Coordinator decides the selector; then each stage, in order, creates its group.
+  std::string setup_sources() {
+    std::string decided = coordinator() ? decide_selector() : std::string();
+    decided = mpi::broadcast_string(sources_comm_.get(), 0, decided, mpi_deadline(stage_budget()));
+    if (status_code(decided) != kExitOk) return decided;
+    UpdaterOptions uo = updater_options(o_, {});
+    uo.selector = sync::parse_selector(status_text(decided));
+    updater_ = std::make_unique<DistributedUpdater>(o_.engines, uo);
+
+    std::string first_failure;
+    for (int s = 0; s < o_.pp; ++s) {
+      std::string mine;
+      if (s == topo_.pp_rank()) mine = guarded([&] {
+        updater_->ensure_group(s);
+        if (coordinator() && o_.verify) {
+          verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
+                                                      spec_, o_.seed);
+        }
+        return status(kExitOk, "");
+      });
+      mine = mpi::broadcast_string(sources_comm_.get(), s, mine, mpi_deadline(stage_budget()));
+      if (status_code(mine) != kExitOk && first_failure.empty()) first_failure = mine;
+    }
+    return first_failure.empty() ? decided : first_failure;
+  }
+
+  std::string decide_selector() {
+    return guarded([&] {
+      std::optional<std::string> engines_algorithm;
+      if (o_.selector == "auto" && !o_.speculative_algorithm) {
+        engines_algorithm = engines_speculative_algorithm();
+      }
+      const auto config = selector_config(o_, spec_, engines_algorithm);
+      const sync::Selector selector = o_.selector == "auto" ? sync::weight_update_selector(config)
+                                                            : sync::parse_selector(o_.selector);
+      std::fprintf(out_, "selector %s (%s; speculative_algorithm=%s mtp_num_layers=%d conversion=%s)\n",
+                   std::string(sync::to_string(selector)).c_str(),
+                   o_.selector == "auto" ? "auto" : "explicit",
+                   config.speculative_algorithm.value_or("none").c_str(),
+                   config.mtp_num_layers.value_or(0), o_.conversion.c_str());
+      std::fflush(out_);
+      return status(kExitOk, std::string(sync::to_string(selector)));
+    });
+  }
+
+  // The speculative algorithm the engines report; they must agree.
+  std::optional<std::string> engines_speculative_algorithm() const {
+    EngineClientOptions co;
+    co.token = o_.token;
+    co.connect_timeout = Millis(o_.connect_timeout_ms);
+    co.request_timeout = Millis(o_.request_timeout_ms);
+    std::vector<std::unique_ptr<EngineApi>> clients;
+    std::vector<EngineApi*> engines;
+    for (const auto& url : o_.engines) {
+      engines.push_back(clients.emplace_back(std::make_unique<EngineClient>(url, co)).get());
+    }
+    std::vector<sync::ServerInfoResponse> infos(engines.size());
+    throw_if_failed("reading /server_info",
+                    on_all_engines(engines, "GET /server_info", [&infos](EngineApi& e, std::size_t i) {
+                      infos[i] = e.server_info();
+                    }));
+    for (std::size_t i = 1; i < infos.size(); ++i) {
+      if (infos[i].speculative_algorithm != infos[0].speculative_algorithm) {
+        throw comm::ConfigError("engines disagree on speculative_algorithm (" + engines[0]->url() +
+                                " vs. " + engines[i]->url() + "); pass --speculative-algorithm");
+      }
+    }
+    return infos[0].speculative_algorithm;
+  }
+
+  // Runs `fn`, turning exceptions into status messages.
+  template <typename F>
+  std::string guarded(F&& fn) {
+    try {
+      return fn();
+    } catch (const comm::ConfigError& e) {
+      return status(kExitConfig, e.what());
+    } catch (const comm::EnforceError& e) {
+      return status(kExitInternal, e.what());
+    } catch (const std::invalid_argument& e) {
+      return status(kExitConfig, e.what());
+    } catch (const std::exception& e) {
+      return status(kExitUpdateFailed, e.what());
+    }
+  }
+
+  int run_step(int step);
+  std::string run_sources(int step, std::vector<HostTensor>& tensors);
+  StageOutcome send_own_stage(const std::optional<UpdateSession>& session,
+                              const std::vector<HostTensor>& tensors);
+
+  const TrainOptions& o_;
+  std::FILE* out_;
+  sync::ModelSpec spec_;
+  mpi::Topology topo_;
+  std::vector<MegatronParam> params_;
+  mpi::Comm stage_comm_;
+  mpi::Comm sources_comm_;
+  std::unique_ptr<DistributedUpdater> updater_;
+  std::unique_ptr<UpdateVerifier> verifier_;
+};
+
+int Rank::run_step(int step) {
+  std::vector<std::byte> mine;
+  if (topo_.dp_rank() == 0) {
+    mine = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, static_cast<std::uint64_t>(step));
+  }
+  mpi::GatheredBytes gathered =
+      mpi::gatherv_bytes(stage_comm_.get(), 0, std::move(mine), mpi_deadline());
+  std::string line = status(kExitOk, "");
+  if (topo_.is_stage_source()) {
+    // Stage ranks 0 .. tp-1 are the dp-0 replicas of TP ranks 0 .. tp-1.
+    std::vector<std::span<const std::byte>> blocks;
+    for (int r = 0; r < o_.tp; ++r) blocks.push_back(gathered.block(r));
+    std::vector<HostTensor> tensors = assemble_hf(params_, blocks);
+    gathered = {};
+    line = run_sources(step, tensors);
+  }
+  line = mpi::broadcast_string(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
+  if (coordinator()) {
+    std::fprintf(out_, "%s\n", status_text(line).c_str());
+    std::fflush(out_);
+    if (status_code(line) != kExitOk) {
+      std::fprintf(stderr, "weightcast-train: %s\n", status_text(line).c_str());
+    }
+  }
+  return status_code(line);
+}
+
+StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
+                                  const std::vector<HostTensor>& tensors) {
+  StageOutcome outcome;
+  try {
+    updater_->ensure_group(topo_.pp_rank());
+    const auto views_of = views(tensors);
+    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), views_of);
+    outcome.sent = true;
+    if (o_.verify && outcome.result.ok) outcome.digests = sent_digests(views_of);
+  } catch (const std::exception& e) {
+    outcome.error = "stage " + std::to_string(topo_.pp_rank()) + ": " + e.what();
+    outcome.result.ok = false;
+  }
+  return outcome;
+}
+
+std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
+  UpdateReport report;
+  std::optional<UpdateSession> session;
+  std::string opened = status(kExitUpdateFailed, "");
+  if (coordinator()) {
+    opened = guarded([&] {
+      session = updater_->open_session(report);
+      return session ? status(kExitOk, session->token()) : status(kExitUpdateFailed, report.error);
+    });
+  }
+  opened = mpi::broadcast_string(sources_comm_.get(), 0, opened, mpi_deadline(stage_budget()));
+  if (status_code(opened) == kExitOk && !coordinator()) session = join_session(status_text(opened));
+
+  bool failed = status_code(opened) != kExitOk;
+  std::vector<SentDigest> digests;
+  for (int s = 0; s < o_.pp; ++s) {
+    std::string text;
+    if (s == topo_.pp_rank()) {
+      StageOutcome own;
+      if (!failed) own = send_own_stage(session, tensors);
+      text = to_text(own);
+    }
+    // Stage s+1 starts only once this returns: the explicit serialization of the stages.
+    text = mpi::broadcast_string(sources_comm_.get(), s, text, mpi_deadline(stage_budget()));
+    const StageOutcome outcome = parse_stage_outcome(text);
+    if (failed) continue;
+    if (coordinator()) {
+      if (outcome.error.empty()) {
+        updater_->record(outcome.result, report);
+      } else {
+        report.failures = outcome.result.failures;
+        updater_->abort(report, outcome.error);
+      }
+      digests.insert(digests.end(), outcome.digests.begin(), outcome.digests.end());
+    }
+    failed = !outcome.sent || !outcome.result.ok;
+  }
+  if (!coordinator()) return status(kExitOk, "");
+
+  char head[64];
+  std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
+  if (status_code(opened) != kExitOk) {
+    return status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version + ": " +
+                                         status_text(opened));
+  }
+  if (report.error.empty()) updater_->finish(*session, report);
+  if (!report.ok) return status(kExitUpdateFailed, head + summary(report));
+
+  std::string verified = "no";
+  if (verifier_) {
+    verifier_->apply(report.selector, digests);
+    const auto problems = verifier_->check(report.version);
+    if (!problems.empty()) {
+      std::string text = head + std::string("VERIFY FAILED version ") + report.version + ": " +
+                         std::to_string(problems.size()) + " problem(s); first: " + problems[0];
+      for (std::size_t i = 1; i < problems.size() && i < 8; ++i) {
+        std::fprintf(stderr, "weightcast-train: verify: %s\n", problems[i].c_str());
+      }
+      return status(kExitUpdateFailed, text);
+    }
+    verified = "yes";
+  }
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "step %d/%d version %s selector %s bytes %" PRIu64
+                " (%s) buckets %" PRIu64 " seconds %.3f GB/s %.3f verified %s",
+                step, o_.steps, report.version.c_str(),
+                std::string(sync::to_string(report.selector)).c_str(), report.bytes,
+                format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
+                verified.c_str());
+  return status(kExitOk, line);
+}
+
+}  // namespace
+
+int run_trainer(const TrainOptions& options, std::FILE* out) {
+  Rank rank(options, out);
+  return rank.run();
+}
+
+}  // namespace weightcast::launcher::train

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GPU check: on a machine with CUDA GPUs, build weightcast with the NCCL backend and run what the
+# CPU-only CI cannot. Usage: scripts/gpu-check.sh   (BUILD_DIR defaults to build-gpu, JOBS to nproc)
+#
+# Steps, each under its own timeout, stopping at the first failure with its exit status:
+#   1. scripts/setup.sh               Debian packages (prints the apt-get command when not root)
+#   2. configure                      -DWEIGHTCAST_WITH_NCCL=ON: fails loudly without CUDA/NCCL
+#   3. build                          everything, warnings as errors
+#   4. nvidia-smi -L                  the GPUs the tests will see
+#   5. ctest -R Nccl                  NCCL unit, device and conformance tests, one at a time
+#                                     (device tests take every GPU)
+#   6. weightcast-bench broadcast     nccl vs gloo-chain on CUDA memory over all GPUs, if built
+# Everything is printed; a device test that skips prints its reason in the ctest output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+step() {  # step SECONDS NAME COMMAND...
+  local limit=$1 name=$2
+  shift 2
+  echo "=== gpu-check: ${name} (timeout ${limit}s): $*"
+  local rc=0
+  timeout --kill-after=15 "${limit}" "$@" || rc=$?
+  if [ "${rc}" -ne 0 ]; then
+    [ "${rc}" -eq 124 ] && echo "=== gpu-check: ${name} ran past ${limit}s"
+    echo "=== gpu-check: FAILED at '${name}' (exit ${rc})"
+    exit "${rc}"
+  fi
+}
+
+step 900 setup bash scripts/setup.sh
+step 300 configure cmake -S . -B "${build_dir}" -DWEIGHTCAST_WERROR=ON -DWEIGHTCAST_WITH_NCCL=ON
+step 1800 build cmake --build "${build_dir}" -j "${jobs}"
+step 60 "list GPUs" nvidia-smi -L
+gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
+ranks=$((gpus > 0 ? gpus : 1))
+step 900 "NCCL tests" ctest --test-dir "${build_dir}" -R Nccl --output-on-failure -j 1
+
+bench="${build_dir}/launcher/weightcast-bench"
+if [ -x "${bench}" ]; then
+  step 900 "broadcast bench" "${bench}" broadcast --backends nccl,gloo-chain --memory cuda \
+    --ranks "${ranks}" --min-bytes 1M --max-bytes 1G --iters 5
+else
+  echo "=== gpu-check: broadcast bench skipped (${bench} was not built)"
+fi
+echo "=== gpu-check: all steps passed (${gpus} GPU(s))"

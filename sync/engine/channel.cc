@@ -1,0 +1,115 @@
+#include "sync/engine/channel.h"
+
+#include <exception>
+#include <thread>
+
+#include "comm/errors.h"
+#include "comm/store/prefix_store.h"
+#include "comm/store/tcp_store.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+class CommChannel final : public BucketChannel {
+ public:
+  explicit CommChannel(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
+
+  void receive(void* buffer, std::size_t bytes, comm::Millis timeout) override {
+    comm::BroadcastOptions opts;
+    opts.buffer = buffer;
+    opts.bytes = bytes;
+    opts.root = 0;
+    opts.memory = memory();
+    opts.timeout = timeout;
+    comm_->broadcast(opts);
+  }
+  void abort() override { comm_->abort(); }
+  comm::MemoryKind memory() const override {
+    return comm_->backend() == "nccl" ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  }
+  int group_rank() const override { return comm_->rank(); }
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+};
+
+std::unique_ptr<comm::Communicator> join_one(const GroupSpec& spec, const ConnectOptions& opts,
+                                             int engine_rank, comm::Deadline deadline) {
+  comm::TcpStoreOptions store_opts;
+  store_opts.host = spec.master_address;
+  store_opts.port = static_cast<std::uint16_t>(spec.master_port);
+  store_opts.token = opts.store_token;
+  store_opts.connect_timeout = std::max(comm::Millis(1), comm::remaining(deadline));
+  auto store = std::make_shared<comm::TcpStore>(store_opts);
+
+  comm::CommOptions comm_opts;
+  comm_opts.store = std::make_shared<comm::PrefixStore>(spec.group_name, std::move(store));
+  comm_opts.rank = spec.rank_offset + engine_rank;
+  comm_opts.size = spec.world_size;
+  comm_opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
+  comm_opts.bind_address = opts.bind_address;
+  comm_opts.chunk_bytes = opts.chunk_bytes;
+  comm_opts.chunks_in_flight = opts.chunks_in_flight;
+  comm_opts.cuda_device = engine_rank;  // engine rank i drives GPU i, as a TP worker would
+  return comm::create_communicator(to_string(spec.backend), comm_opts);
+}
+
+}  // namespace
+
+std::unique_ptr<BucketChannel> make_comm_channel(std::unique_ptr<comm::Communicator> comm) {
+  WC_ENFORCE(comm != nullptr);
+  return std::make_unique<CommChannel>(std::move(comm));
+}
+
+std::vector<std::unique_ptr<BucketChannel>> connect_group(const GroupSpec& spec,
+                                                          const ConnectOptions& opts) {
+  WC_ENFORCE_GT(opts.rank_count, 0, "engine rank count");
+  WC_ENFORCE_GE(spec.rank_offset, 1, "rank_offset (group rank 0 is the source)");
+  WC_ENFORCE_LE(spec.rank_offset + opts.rank_count, spec.world_size,
+                "rank_offset + engine ranks must fit in world_size");
+  const comm::Deadline deadline = comm::deadline_after(opts.init_timeout);
+  const auto n = static_cast<std::size_t>(opts.rank_count);
+  std::vector<std::unique_ptr<comm::Communicator>> comms(n);
+  std::vector<std::exception_ptr> errors(n);
+  {
+    // The ranks must rendezvous concurrently: each one's join waits for all the others.
+    std::vector<std::jthread> threads;
+    for (std::size_t i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          comms[i] = join_one(spec, opts, static_cast<int>(i), deadline);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+  }
+  // Report the most informative failure: a timeout is often only the consequence of another
+  // rank's refusal (a bad backend, a refused token).
+  std::exception_ptr first_timeout;
+  for (auto& error : errors) {
+    if (!error) continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const comm::TimeoutError&) {
+      if (!first_timeout) first_timeout = error;
+    } catch (...) {
+      for (auto& c : comms) {
+        if (c) c->abort();
+      }
+      throw;
+    }
+  }
+  if (first_timeout) {
+    for (auto& c : comms) {
+      if (c) c->abort();
+    }
+    std::rethrow_exception(first_timeout);
+  }
+  std::vector<std::unique_ptr<BucketChannel>> out;
+  for (auto& c : comms) out.push_back(make_comm_channel(std::move(c)));
+  return out;
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,203 @@
+#include "sync/engine/engine.h"
+
+#include <algorithm>
+
+#include "comm/errors.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+Reply ok_basic(std::string message) {
+  return {200, to_json_string(BasicResponse{true, std::move(message)})};
+}
+
+Reply refused(const Refusal& refusal) { return error_reply(refusal.status, refusal.message); }
+
+}  // namespace
+
+Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
+    : opts_(std::move(opts)), runners_(std::move(runners)) {
+  WC_ENFORCE(runners_ != nullptr);
+  WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count, "runner set built for another rank count");
+  WC_ENFORCE_GT(opts_.rank_count, 0, "engine rank count");
+  WC_ENFORCE_GT(opts_.session_timeout.count(), 0);
+  WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
+  WC_ENFORCE_GT(opts_.init_timeout.count(), 0);
+  WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
+  WC_ENFORCE(static_cast<bool>(opts_.connector), "a group connector is required");
+  last_activity_ = comm::Clock::now();
+  watchdog_ = std::jthread([this](std::stop_token stop) { watchdog_loop(stop); });
+}
+
+Engine::~Engine() {
+  watchdog_.request_stop();
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  std::map<std::string, std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard lock(mu_);
+    groups.swap(groups_);
+    if (staging_) staging_->discard();
+  }
+  groups.clear();  // each Group aborts and joins its threads
+}
+
+void Engine::shutdown() {
+  std::lock_guard lock(mu_);
+  if (session_.in_session()) {
+    fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true);
+  }
+  for (auto& [name, group] : groups_) group->abort(503, "engine shutting down");
+}
+
+void Engine::touch() {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+}
+
+bool Engine::in_session() const {
+  std::lock_guard lock(mu_);
+  return session_.in_session();
+}
+
+bool Engine::paused() const {
+  std::lock_guard lock(mu_);
+  return session_.paused();
+}
+
+void Engine::watchdog_loop(std::stop_token stop) {
+  const auto period = std::clamp(opts_.session_timeout / 4, comm::Millis(10), comm::Millis(200));
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    watchdog_cv_.wait_for(lock, stop, period, [] { return false; });
+    if (stop.stop_requested() || !session_.in_session()) continue;
+    // A bucket in flight is bounded by the group's collective timeout, not by this one.
+    bool busy = false;
+    for (const auto& [name, group] : groups_) busy = busy || group->busy();
+    if (busy) {
+      last_activity_ = comm::Clock::now();
+      continue;
+    }
+    if (comm::Clock::now() - last_activity_ < opts_.session_timeout) continue;
+    fail_session_locked(session_.session_id(),
+                        "session timed out: no request for " +
+                            std::to_string(opts_.session_timeout.count()) + " ms",
+                        /*abort_groups=*/true);
+  }
+}
+
+void Engine::fail_session_locked(std::uint64_t session_id, const std::string& reason,
+                                 bool abort_groups) {
+  if (!session_.in_session() || session_.session_id() != session_id) return;
+  if (staging_) staging_->discard();
+  staging_.reset();
+  session_names_.clear();
+  session_.close();
+  updates_failed_ += 1;
+  for (auto& [name, group] : groups_) {
+    // A group with a bucket in flight cannot be left half-way through a broadcast; with
+    // abort_groups (timeout) every group of the session goes, since its trainer is gone.
+    if (group->busy() || (abort_groups && group->used_in(session_id))) {
+      group->abort(500, "session failed: " + reason);
+    }
+  }
+}
+
+Reply Engine::pause_generation(const PauseGenerationRequest& request) {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  const bool was = session_.paused();
+  session_.set_paused(true);
+  return ok_basic(std::string(was ? "generation already paused" : "generation paused") +
+                  " (mode " + std::string(to_string(request.mode)) + ")");
+}
+
+Reply Engine::continue_generation(const ContinueGenerationRequest&) {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  const bool was = session_.paused();
+  session_.set_paused(false);
+  return ok_basic(was ? "generation resumed" : "generation was not paused");
+}
+
+Reply Engine::flush_cache() {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  flushes_ += 1;
+  return ok_basic("cache flushed");
+}
+
+Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  if (auto refusal = session_.begin(request.selector)) return refused(*refusal);
+  staging_ = std::make_shared<Staging>(opts_.rank_count);
+  session_names_.clear();
+  session_start_ = std::chrono::steady_clock::now();
+  BeginWeightUpdateResponse response;
+  response.message = "session opened";
+  response.selector = request.selector;
+  return {200, to_json_string(response)};
+}
+
+Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  if (session_.set_version(request.new_version)) {
+    runners_->set_weight_version(request.new_version);
+    return ok_basic("weight_version set to '" + request.new_version + "'");
+  }
+  return ok_basic("weight_version '" + request.new_version + "' staged for end_weight_update");
+}
+
+Reply Engine::end_weight_update() {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  if (auto refusal = session_.check_end()) return refused(*refusal);
+  for (const auto& [name, group] : groups_) {
+    if (group->busy()) {
+      return error_reply(409, "end_weight_update: buckets of group '" + name +
+                                  "' are still in flight; wait for their responses");
+    }
+  }
+  const std::uint64_t id = session_.session_id();
+  const Selector selector = *session_.selector();
+  std::vector<RunnerCommit> commits;
+  try {
+    commits = runners_->commit(*staging_, selector, session_.pending_version(),
+                               opts_.legacy_finalize);
+  } catch (const std::exception& e) {
+    // Nothing was committed; the session is over and the previous weights stay.
+    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false);
+    return error_reply(failure_status(e), std::string("end_weight_update: commit failed: ") +
+                                              e.what() + "; previous weights kept");
+  }
+  if (session_.flush_requested()) flushes_ += 1;
+  staging_.reset();
+  session_names_.clear();
+  session_.close();
+  updates_ok_ += 1;
+  last_update_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  EndWeightUpdateResponse response;
+  response.message = opts_.legacy_finalize
+                         ? "committed (legacy finalize: every resident tensor re-processed)"
+                         : "committed";
+  response.weight_version = runners_->weight_version();
+  for (const auto& c : commits) {
+    response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
+  }
+  return {200, to_json_string(response)};
+}
+
+Reply Engine::abort_weight_update() {
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  if (!session_.in_session()) return ok_basic("no session was open");
+  fail_session_locked(session_.session_id(), "aborted by abort_weight_update",
+                      /*abort_groups=*/false);
+  return ok_basic("session aborted; staged tensors discarded, previous weights kept");
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,117 @@
+// Engine: the rollout engine's weight-update logic behind the HTTP routes, without HTTP.
+//
+// It owns the runners (RunnerSet), the session state machine (SessionMachine), the joined groups
+// (one Group per trainer PP stage) and the current session's Staging. Each public method is one
+// route: it takes the parsed request body and returns the Reply the route sends, so the whole
+// protocol is testable without sockets (give EngineOptions a fake GroupConnector). Refusals
+// (409 state, 400 input) change nothing. A failed, aborted or timed-out session discards its
+// staging: the previous weights and weight_version stay. A watchdog thread aborts a session that
+// sees no request for session_timeout while no bucket is in flight.
+// Lifetime: create with its runners, serve, destroy (which aborts groups and joins threads).
+// Threading: every method is thread-safe; update_weights() blocks its caller until the bucket is
+// received and staged (or failed), and several may wait at once, in any sequence order.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "comm/deadline.h"
+#include "sync/engine/channel.h"
+#include "sync/engine/group.h"
+#include "sync/engine/routes.h"
+#include "sync/engine/runner.h"
+#include "sync/engine/session.h"
+#include "sync/engine/staging.h"
+#include "sync/protocol.h"
+
+namespace weightcast::sync::engine {
+
+struct EngineOptions {
+  int rank_count = 1;            // engine ranks (TP size), each a group member
+  bool legacy_finalize = false;  // reproduce the old finalize (re-transform everything)
+  comm::Millis init_timeout{60000};
+  comm::Millis comm_timeout{60000};     // each bucket's broadcast
+  comm::Millis session_timeout{60000};  // a session idle this long is aborted
+  std::size_t max_bucket_bytes = std::size_t{4} << 30;
+  std::uint64_t max_buckets_ahead = 8;
+  ConnectOptions connect;                // rank_count and init_timeout are taken from above
+  GroupConnector connector = connect_group;
+  std::optional<std::string> speculative_algorithm;
+  ProtocolLimits limits;
+};
+
+class Engine {
+ public:
+  Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Reply init_weights_update_group(const InitWeightsUpdateGroupRequest& request);
+  Reply destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request);
+  Reply pause_generation(const PauseGenerationRequest& request);
+  Reply continue_generation(const ContinueGenerationRequest& request);
+  Reply flush_cache();
+  Reply begin_weight_update(const BeginWeightUpdateRequest& request);
+  Reply update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request);
+  Reply update_weight_version(const UpdateWeightVersionRequest& request);
+  Reply end_weight_update();
+  Reply abort_weight_update();
+
+  // Before the server stops: aborts the open session and every group, so handlers waiting for
+  // buckets return at once.
+  void shutdown();
+
+  Reply health() const;
+  Reply server_info() const;
+  Reply weights_checksum(const std::string& runner) const;
+  Reply metrics() const;
+
+  // Read access for later probes (and tests): the runners' committed tensors and version.
+  const RunnerSet& runners() const { return *runners_; }
+  const EngineOptions& options() const { return opts_; }
+  bool in_session() const;
+  bool paused() const;
+
+ private:
+  void touch();
+  // Ends the open session `session_id` as failed (no-op when it is no longer open): discards
+  // staging; `abort_groups`: also aborts every group used in it, else only busy ones.
+  void fail_session_locked(std::uint64_t session_id, const std::string& reason,
+                           bool abort_groups);
+  Reply fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
+                    const std::string& reason);
+  std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
+                                             std::vector<std::vector<Runner>>& destinations) const;
+  void watchdog_loop(std::stop_token stop);
+
+  const EngineOptions opts_;
+  const std::unique_ptr<RunnerSet> runners_;
+  mutable std::mutex mu_;
+  SessionMachine session_;
+  std::shared_ptr<Staging> staging_;
+  std::set<std::string> session_names_;  // tensor names sent in the open session
+  std::chrono::steady_clock::time_point session_start_;
+  std::map<std::string, std::shared_ptr<Group>> groups_;
+  std::set<std::string> joining_;  // group names with an init in progress
+  comm::Deadline last_activity_;
+  // Counters for /metrics, guarded by mu_. bytes_retired_: received by groups since removed.
+  std::uint64_t updates_ok_ = 0;
+  std::uint64_t updates_failed_ = 0;
+  std::uint64_t bytes_retired_ = 0;
+  std::uint64_t flushes_ = 0;
+  double last_update_seconds_ = 0;
+  std::condition_variable_any watchdog_cv_;
+  std::jthread watchdog_;
+};
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,226 @@
+// Engine routes that touch the data plane: joining and leaving groups, receiving buckets.
+#include <algorithm>
+
+#include "comm/errors.h"
+#include "sync/engine/engine.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+Reply ok_basic(std::string message) {
+  return {200, to_json_string(BasicResponse{true, std::move(message)})};
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
+  touch();
+  const std::string& name = request.group_name;
+  if (request.rank_offset < 1) {
+    return error_reply(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
+                                std::to_string(request.rank_offset) + ")");
+  }
+  if (static_cast<std::int64_t>(request.rank_offset) + opts_.rank_count > request.world_size) {
+    return error_reply(400, "world_size: " + std::to_string(request.world_size) +
+                                " leaves no room for this engine's " +
+                                std::to_string(opts_.rank_count) + " ranks at rank_offset " +
+                                std::to_string(request.rank_offset));
+  }
+  const auto available = comm::available_backends();
+  const std::string backend(to_string(request.backend));
+  if (std::find(available.begin(), available.end(), backend) == available.end()) {
+    return error_reply(400, "backend: '" + backend + "' is not built into this engine");
+  }
+
+  std::shared_ptr<Group> old;
+  {
+    std::lock_guard lock(mu_);
+    if (joining_.count(name)) {
+      return error_reply(409, "group_name: group '" + name + "' is already being joined");
+    }
+    auto it = groups_.find(name);
+    if (it != groups_.end()) {
+      // Re-init replaces a group (the recovery path), but not one the open session relies on.
+      if (it->second->busy() ||
+          (session_.in_session() && it->second->used_in(session_.session_id()))) {
+        return error_reply(409, "group_name: group '" + name +
+                                    "' is in use by the open session; abort it first");
+      }
+      old = it->second;
+      bytes_retired_ += old->bytes_received();
+      groups_.erase(it);
+    }
+    joining_.insert(name);
+  }
+  old.reset();  // aborts and joins the replaced group's threads
+
+  GroupSpec spec;
+  spec.group_name = name;
+  spec.master_address = request.master_address;
+  spec.master_port = request.master_port;
+  spec.rank_offset = request.rank_offset;
+  spec.world_size = request.world_size;
+  spec.backend = request.backend;
+  ConnectOptions connect = opts_.connect;
+  connect.rank_count = opts_.rank_count;
+  connect.init_timeout = opts_.init_timeout;
+
+  std::shared_ptr<Group> group;
+  Reply failure;
+  try {
+    auto channels = opts_.connector(spec, connect);
+    GroupOptions gopts;
+    gopts.comm_timeout = opts_.comm_timeout;
+    gopts.max_ahead = opts_.max_buckets_ahead;
+    group = std::make_shared<Group>(spec, std::move(channels), gopts);
+  } catch (const comm::TimeoutError& e) {
+    failure = error_reply(504, "init_weights_update_group: group '" + name +
+                                   "' did not form within " +
+                                   std::to_string(opts_.init_timeout.count()) + " ms: " + e.what());
+  } catch (const comm::ConfigError& e) {
+    failure = error_reply(400, std::string("init_weights_update_group: ") + e.what());
+  } catch (const std::exception& e) {
+    failure = error_reply(500, std::string("init_weights_update_group: ") + e.what());
+  }
+
+  std::lock_guard lock(mu_);
+  joining_.erase(name);
+  last_activity_ = comm::Clock::now();
+  if (!group) return failure;
+  groups_[name] = group;
+  return ok_basic("joined group '" + name + "' as ranks " + std::to_string(spec.rank_offset) +
+                  ".." + std::to_string(spec.rank_offset + opts_.rank_count - 1) + " of " +
+                  std::to_string(spec.world_size));
+}
+
+Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request) {
+  std::shared_ptr<Group> group;
+  std::string note;
+  {
+    std::lock_guard lock(mu_);
+    last_activity_ = comm::Clock::now();
+    auto it = groups_.find(request.group_name);
+    if (it == groups_.end()) {
+      return error_reply(409, "group_name: no group '" + request.group_name + "' is joined");
+    }
+    group = it->second;
+    if (session_.in_session() &&
+        (group->busy() || group->used_in(session_.session_id()))) {
+      fail_session_locked(session_.session_id(),
+                          "group '" + request.group_name + "' destroyed during the session",
+                          /*abort_groups=*/false);
+      note = "; the open session was aborted and its staging discarded";
+    }
+    bytes_retired_ += group->bytes_received();
+    groups_.erase(it);
+  }
+  group->abort(409, "group '" + request.group_name + "' destroyed");
+  group.reset();
+  return ok_basic("left group '" + request.group_name + "'" + note);
+}
+
+std::optional<Refusal> Engine::check_bucket_locked(
+    const UpdateWeightsFromDistributedRequest& request,
+    std::vector<std::vector<Runner>>& destinations) const {
+  destinations.clear();
+  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
+    const TensorMeta& meta = request.tensors[i];
+    const std::string field = "names[" + std::to_string(i) + "]";
+    if (session_names_.count(meta.name)) {
+      return Refusal{400, field + ": '" + meta.name + "' was already sent in this session"};
+    }
+    auto dest = runners_->destinations(request.selector, meta.name);
+    for (Runner runner : dest) {
+      auto resident = runners_->resident_meta(runner, meta.name);
+      if (resident && (resident->dtype != meta.dtype || resident->shape != meta.shape)) {
+        return Refusal{400, field + ": '" + meta.name + "' is " + std::string(to_string(meta.dtype)) +
+                                shape_text(meta.shape) + " but runner '" +
+                                std::string(to_string(runner)) + "' holds " +
+                                std::string(to_string(resident->dtype)) +
+                                shape_text(resident->shape)};
+      }
+    }
+    destinations.push_back(std::move(dest));
+  }
+  return std::nullopt;
+}
+
+Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
+  std::shared_ptr<BucketJob> job;
+  std::shared_ptr<Group> group;
+  std::uint64_t session_id = 0;
+  {
+    std::lock_guard lock(mu_);
+    last_activity_ = comm::Clock::now();
+    if (auto refusal = session_.check_payload(request.selector)) {
+      return error_reply(refusal->status, refusal->message);
+    }
+    auto it = groups_.find(request.group_name);
+    if (it == groups_.end()) {
+      return error_reply(409, "group_name: no group '" + request.group_name +
+                                  "' is joined; call init_weights_update_group first");
+    }
+    group = it->second;
+    std::vector<std::vector<Runner>> destinations;
+    if (auto refusal = check_bucket_locked(request, destinations)) {
+      return error_reply(refusal->status, refusal->message);
+    }
+    BucketPlan plan;
+    try {
+      plan = make_bucket(request.sequence, request.tensors);
+    } catch (const comm::BadRequestError& e) {
+      return error_reply(400, e.what());
+    }
+    // Checked before anything is allocated for it: the receive buffers grow to this size.
+    if (plan.total_bytes > opts_.max_bucket_bytes) {
+      return error_reply(400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
+                                  " bytes (with alignment), over this engine's limit of " +
+                                  std::to_string(opts_.max_bucket_bytes));
+    }
+    session_id = session_.session_id();
+    job = std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations),
+                                      staging_);
+    if (auto refusal = group->submit(job)) return error_reply(refusal->status, refusal->message);
+    for (const auto& meta : request.tensors) session_names_.insert(meta.name);
+    if (request.weight_version) session_.set_version(*request.weight_version);
+    if (request.flush_cache) session_.request_flush();
+  }
+
+  // Bounded backstop: every step inside is bounded by the collective timeout per bucket.
+  const auto budget = opts_.comm_timeout * static_cast<int>(opts_.max_buckets_ahead + 2);
+  auto result = job->wait(comm::deadline_after(budget));
+  if (!result) {
+    return fail_bucket(session_id, group, 504,
+                       "bucket " + std::to_string(request.sequence) + " not received within " +
+                           std::to_string(budget.count()) + " ms");
+  }
+  // 409: the session was aborted by a request while this bucket was received; the group is fine.
+  if (result->status == 409) return error_reply(409, result->message);
+  if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
+  touch();
+  return ok_basic("bucket " + std::to_string(request.sequence) + " received: " +
+                  std::to_string(request.tensors.size()) + " tensors, " +
+                  std::to_string(job->plan().total_bytes) + " bytes");
+}
+
+Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group,
+                          int status, const std::string& reason) {
+  group->abort(status, reason);
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  fail_session_locked(session_id, reason, /*abort_groups=*/false);
+  return error_reply(status, "update_weights_from_distributed failed: " + reason +
+                                 "; session aborted, previous weights kept");
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,178 @@
+// Engine routes that only read: health, server_info, weights_checksum, metrics.
+#include <charconv>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/errors.h"
+#include "sync/engine/engine.h"
+#include "weightcast/config.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string label_value(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void metric_header(std::ostringstream& os, const char* name, const char* type, const char* help) {
+  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+}
+
+}  // namespace
+
+Reply Engine::health() const {
+  std::lock_guard lock(mu_);
+  Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
+  j["paused"] = session_.paused();
+  j["in_session"] = session_.in_session();
+  j["weight_version"] = runners_->weight_version();
+  return {200, j.dump()};
+}
+
+Reply Engine::server_info() const {
+  std::lock_guard lock(mu_);
+  ServerInfoResponse info;
+  info.message = "ok";
+  info.version = WEIGHTCAST_VERSION;
+  for (Runner id : runners_->runners()) {
+    const RunnerConfig& config = runners_->config(id);
+    info.runners.push_back({id, config.filter.globs(), std::string(to_string(config.layout)),
+                            runners_->tensor_count(id)});
+  }
+  info.selectors.assign(kAllSelectors.begin(), kAllSelectors.end());
+  for (const auto& name : comm::available_backends()) info.backends.push_back(parse_backend(name));
+  info.rank_count = opts_.rank_count;
+  info.tp_size = opts_.rank_count;
+  info.weight_version = runners_->weight_version();
+  info.speculative_algorithm = opts_.speculative_algorithm;
+  info.session_selector = session_.selector();
+
+  // The schema's fields first (what trainers parse), then ours for people and tests.
+  Json j = Json::parse(to_json_string(info));
+  Json selectors = Json::array();
+  for (Selector s : kAllSelectors) selectors.push_back(to_string(s));
+  j["selectors_supported"] = selectors;
+  for (std::size_t i = 0; i < info.runners.size(); ++i) {
+    const RunnerConfig& config = runners_->config(info.runners[i].name);
+    Json& r = j["runners"][i];
+    r["filter"] = config.filter.text();
+    r["model"] = config.model;
+    r["seed"] = config.seed ? Json(*config.seed) : Json(nullptr);
+    r["source"] = config.source;
+    r["tensors"] = info.runners[i].tensor_count;
+  }
+  j["paused"] = session_.paused();
+  j["in_session"] = session_.in_session();
+  j["legacy_finalize"] = opts_.legacy_finalize;
+  Json groups = Json::array();
+  for (const auto& [name, group] : groups_) {
+    groups.push_back({{"group_name", name},
+                      {"backend", to_string(group->spec().backend)},
+                      {"rank_offset", group->spec().rank_offset},
+                      {"world_size", group->spec().world_size},
+                      {"ranks", group->rank_count()},
+                      {"aborted", group->aborted()},
+                      {"abort_reason", group->abort_reason()},
+                      {"buckets_received", group->buckets_received()},
+                      {"bytes_received", group->bytes_received()}});
+  }
+  j["groups"] = groups;
+  return {200, j.dump()};
+}
+
+Reply Engine::weights_checksum(const std::string& runner_text) const {
+  Runner id;
+  try {
+    id = parse_runner(runner_text);
+  } catch (const comm::BadRequestError& e) {
+    return error_reply(400, std::string("runner: ") + e.what());
+  }
+  if (!runners_->has(id)) {
+    return error_reply(400, "runner: this engine holds no '" + runner_text + "' runner");
+  }
+  const RunnerChecksum sum = runners_->checksum(id);
+  WeightsChecksumResponse response;
+  response.message = "ok";
+  response.runner = id;
+  response.weight_version = sum.weight_version;
+  response.digest = to_string(sum.combined);
+  response.tensors.reserve(sum.tensors.size());
+  for (std::size_t i = 0; i < sum.tensors.size(); ++i) {
+    TensorChecksum tc;
+    tc.name = sum.tensors[i].name;
+    tc.digest = to_string(sum.tensors[i].digest);
+    tc.dtype = sum.metas[i].dtype;
+    tc.shape = sum.metas[i].shape;
+    response.tensors.push_back(std::move(tc));
+  }
+  Json j = Json::parse(to_json_string(response));
+  j["layout"] = to_string(sum.layout);
+  j["ranks_agree"] = sum.ranks_agree;
+  Json ranks = Json::array();
+  for (const auto& d : sum.rank_staged) ranks.push_back(to_string(d));
+  j["rank_staged_digests"] = ranks;
+  j["digest_age_seconds"] = sum.digest_age_s;
+  return {200, j.dump()};
+}
+
+Reply Engine::metrics() const {
+  std::ostringstream os;
+  std::lock_guard lock(mu_);
+  metric_header(os, "weightcast_engine_updates_total", "counter",
+                "Weight update sessions by outcome.");
+  os << "weightcast_engine_updates_total{outcome=\"ok\"} " << updates_ok_ << '\n';
+  os << "weightcast_engine_updates_total{outcome=\"failed\"} " << updates_failed_ << '\n';
+  std::uint64_t bytes = bytes_retired_;
+  for (const auto& [name, group] : groups_) bytes += group->bytes_received();
+  metric_header(os, "weightcast_engine_bytes_received_total", "counter",
+                "Bucket bytes received on the data plane, summed over engine ranks.");
+  os << "weightcast_engine_bytes_received_total " << bytes << '\n';
+  metric_header(os, "weightcast_engine_last_update_duration_seconds", "gauge",
+                "From begin_weight_update to the commit of the last successful update.");
+  os << "weightcast_engine_last_update_duration_seconds " << last_update_seconds_ << '\n';
+  const std::string version = runners_->weight_version();
+  metric_header(os, "weightcast_engine_weight_version_info", "gauge",
+                "The committed weight_version, as a label.");
+  os << "weightcast_engine_weight_version_info{weight_version=\"" << label_value(version)
+     << "\"} 1\n";
+  std::int64_t numeric = 0;
+  auto [end, ec] = std::from_chars(version.data(), version.data() + version.size(), numeric);
+  if (ec == std::errc() && end == version.data() + version.size()) {
+    metric_header(os, "weightcast_engine_weight_version", "gauge",
+                  "The committed weight_version when it is an integer.");
+    os << "weightcast_engine_weight_version " << numeric << '\n';
+  }
+  metric_header(os, "weightcast_engine_runner_digest_age_seconds", "gauge",
+                "Seconds since a runner's weights (and digests) last changed.");
+  for (Runner id : runners_->runners()) {
+    os << "weightcast_engine_runner_digest_age_seconds{runner=\"" << to_string(id) << "\"} "
+       << runners_->digest_age_seconds(id) << '\n';
+  }
+  metric_header(os, "weightcast_engine_session_open", "gauge", "1 while an update session is open.");
+  os << "weightcast_engine_session_open " << (session_.in_session() ? 1 : 0) << '\n';
+  metric_header(os, "weightcast_engine_paused", "gauge", "1 while generation is paused.");
+  os << "weightcast_engine_paused " << (session_.paused() ? 1 : 0) << '\n';
+  metric_header(os, "weightcast_engine_cache_flushes_total", "counter", "Cache flushes.");
+  os << "weightcast_engine_cache_flushes_total " << flushes_ << '\n';
+  metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
+  os << "weightcast_engine_groups " << groups_.size() << '\n';
+  return {200, os.str(), "text/plain; version=0.0.4"};
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,305 @@
+#include "sync/engine/group.h"
+
+#include <algorithm>
+#include <span>
+
+#include "comm/device_memory.h"
+#include "comm/errors.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+// Worker threads re-check for stop and for expired waits at this period.
+constexpr comm::Millis kPoll{50};
+}  // namespace
+
+int failure_status(const std::exception& error) {
+  return dynamic_cast<const comm::TimeoutError*>(&error) != nullptr ? 504 : 500;
+}
+
+BucketJob::BucketJob(std::uint64_t session_id, BucketPlan plan,
+                     std::vector<std::vector<Runner>> destinations,
+                     std::shared_ptr<Staging> staging)
+    : session_id_(session_id),
+      plan_(std::move(plan)),
+      destinations_(std::move(destinations)),
+      staging_(std::move(staging)) {
+  WC_ENFORCE_EQ(destinations_.size(), plan_.entries.size());
+  WC_ENFORCE(staging_ != nullptr);
+}
+
+void BucketJob::finish(JobResult result) {
+  {
+    std::lock_guard lock(mu_);
+    if (result_) return;
+    result_ = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+std::optional<JobResult> BucketJob::wait(comm::Deadline deadline) const {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_until(lock, deadline, [&] { return result_.has_value(); })) return std::nullopt;
+  return result_;
+}
+
+// A receive buffer in host or CUDA memory, grown on demand and reused across buckets.
+struct Group::RecvBuffer {
+  comm::MemoryKind kind = comm::MemoryKind::kHost;
+  std::vector<std::byte> host;
+  void* device = nullptr;
+  std::size_t device_capacity = 0;
+  std::size_t size = 0;
+
+  ~RecvBuffer() { comm::cuda_free(device); }
+
+  void* prepare(std::size_t bytes) {
+    size = bytes;
+    if (kind == comm::MemoryKind::kHost) {
+      host.resize(bytes);
+      return host.data();
+    }
+    if (bytes > device_capacity) {
+      comm::cuda_free(device);
+      device = nullptr;
+      device_capacity = 0;
+      device = comm::cuda_alloc(bytes);
+      device_capacity = bytes;
+    }
+    return device;
+  }
+
+  // Host bytes of the received bucket; device buffers are copied into `scratch` first.
+  std::span<const std::byte> host_view(std::vector<std::byte>& scratch) const {
+    if (kind == comm::MemoryKind::kHost) return {host.data(), size};
+    scratch.resize(size);
+    comm::cuda_copy_to_host(scratch.data(), device, size);
+    return {scratch.data(), size};
+  }
+};
+
+struct Group::Rank {
+  std::unique_ptr<BucketChannel> channel;
+  std::uint64_t cursor = 0;  // next sequence to receive
+  RecvBuffer buffers[2];
+  bool buffer_busy[2] = {false, false};
+  std::deque<Unpack> unpack_queue;
+  std::vector<std::byte> scratch;
+};
+
+Group::Group(GroupSpec spec, std::vector<std::unique_ptr<BucketChannel>> channels,
+             GroupOptions opts)
+    : spec_(std::move(spec)), opts_(opts) {
+  WC_ENFORCE(!channels.empty(), "a group needs at least one engine rank");
+  WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
+  for (auto& channel : channels) {
+    WC_ENFORCE(channel != nullptr);
+    auto rank = std::make_unique<Rank>();
+    rank->buffers[0].kind = rank->buffers[1].kind = channel->memory();
+    rank->channel = std::move(channel);
+    ranks_.push_back(std::move(rank));
+  }
+  for (int r = 0; r < rank_count(); ++r) {
+    threads_.emplace_back([this, r] { receive_loop(r); });
+    threads_.emplace_back([this, r] { unpack_loop(r); });
+  }
+}
+
+Group::~Group() {
+  abort(500, "group '" + spec_.group_name + "' destroyed");
+  threads_.clear();  // joins
+}
+
+std::optional<Refusal> Group::submit(const std::shared_ptr<BucketJob>& job) {
+  std::unique_lock lock(mu_);
+  const std::string where = "group '" + spec_.group_name + "'";
+  if (stopping_) return Refusal{409, where + " is aborted (" + abort_reason_ + "); re-initialize it"};
+  if (job->session_id() != session_id_) {
+    if (!pending_.empty()) {
+      return Refusal{409, where + " still has buckets of a previous session in flight"};
+    }
+    session_id_ = job->session_id();
+    for (auto& rank : ranks_) rank->cursor = 0;
+  }
+  std::uint64_t low = ranks_[0]->cursor;
+  for (auto& rank : ranks_) low = std::min(low, rank->cursor);
+  const std::uint64_t seq = job->sequence();
+  bool taken = pending_.count(seq) != 0;
+  for (auto& rank : ranks_) taken = taken || seq < rank->cursor;
+  if (taken) {
+    return Refusal{409, "sequence: bucket " + std::to_string(seq) + " of " + where +
+                            " was already sent in this session"};
+  }
+  if (seq >= low + opts_.max_ahead) {
+    return Refusal{429, "sequence: bucket " + std::to_string(seq) + " is more than " +
+                            std::to_string(opts_.max_ahead) + " ahead of the next expected (" +
+                            std::to_string(low) + ") in " + where};
+  }
+  pending_.emplace(seq, job);
+  used_ = true;
+  lock.unlock();
+  cv_.notify_all();
+  return std::nullopt;
+}
+
+bool Group::busy() const {
+  std::lock_guard lock(mu_);
+  return !pending_.empty();
+}
+
+bool Group::used_in(std::uint64_t session_id) const {
+  std::lock_guard lock(mu_);
+  return used_ && session_id_ == session_id;
+}
+
+bool Group::aborted() const {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+std::string Group::abort_reason() const {
+  std::lock_guard lock(mu_);
+  return abort_reason_;
+}
+
+std::uint64_t Group::bytes_received() const {
+  std::lock_guard lock(mu_);
+  return bytes_received_;
+}
+
+std::uint64_t Group::buckets_received() const {
+  std::lock_guard lock(mu_);
+  return buckets_received_;
+}
+
+void Group::abort(int status, const std::string& reason) { fail(status, reason); }
+
+void Group::fail(int status, const std::string& reason) {
+  std::unique_lock lock(mu_);
+  fail_locked(status, reason, lock);
+}
+
+void Group::fail_locked(int status, const std::string& reason,
+                        std::unique_lock<std::mutex>& lock) {
+  if (stopping_) return;
+  stopping_ = true;
+  abort_reason_ = reason;
+  auto jobs = std::move(pending_);
+  pending_.clear();
+  lock.unlock();
+  // Channels are aborted without the lock: a blocked receive returns and its thread then needs it.
+  for (auto& rank : ranks_) rank->channel->abort();
+  for (auto& [seq, job] : jobs) job->finish({status, reason});
+  cv_.notify_all();
+  lock.lock();
+}
+
+std::shared_ptr<BucketJob> Group::next_job(int r, int& slot) {
+  Rank& rank = *ranks_[static_cast<std::size_t>(r)];
+  std::unique_lock lock(mu_);
+  // Set when this rank starts waiting for a missing bucket; Deadline::max() while not waiting.
+  comm::Deadline gap_deadline = comm::Deadline::max();
+  for (;;) {
+    if (stopping_) return nullptr;
+    auto it = pending_.find(rank.cursor);
+    const int want = static_cast<int>(rank.cursor % 2);
+    if (it != pending_.end()) {
+      // The buffer is freed by this rank's unpack thread, which always makes progress.
+      if (!rank.buffer_busy[want]) {
+        slot = want;
+        rank.buffer_busy[want] = true;
+        return it->second;
+      }
+    } else if (pending_.upper_bound(rank.cursor) != pending_.end()) {
+      // A later bucket is queued but this one has not arrived: bounded by the group timeout.
+      if (gap_deadline == comm::Deadline::max()) {
+        gap_deadline = comm::deadline_after(opts_.comm_timeout);
+      } else if (comm::expired(gap_deadline)) {
+        fail_locked(504,
+                    "bucket " + std::to_string(rank.cursor) + " of group '" + spec_.group_name +
+                        "' never arrived while later buckets waited (" +
+                        std::to_string(opts_.comm_timeout.count()) + " ms)",
+                    lock);
+        return nullptr;
+      }
+    } else {
+      gap_deadline = comm::Deadline::max();
+    }
+    cv_.wait_for(lock, kPoll);
+  }
+}
+
+void Group::receive_loop(int r) {
+  Rank& rank = *ranks_[static_cast<std::size_t>(r)];
+  for (;;) {
+    int slot = 0;
+    auto job = next_job(r, slot);
+    if (!job) return;
+    const std::size_t total = job->plan().total_bytes;
+    try {
+      void* data = rank.buffers[slot].prepare(total);
+      rank.channel->receive(data, total, opts_.comm_timeout);
+    } catch (const std::exception& e) {
+      fail(failure_status(e), "engine rank " + std::to_string(r) + " (group rank " +
+                                  std::to_string(rank.channel->group_rank()) + "), bucket " +
+                                  std::to_string(job->sequence()) + ": " + e.what());
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      bytes_received_ += total;
+      rank.cursor += 1;
+      rank.unpack_queue.push_back({std::move(job), slot});
+    }
+    cv_.notify_all();
+  }
+}
+
+void Group::unpack_loop(int r) {
+  Rank& rank = *ranks_[static_cast<std::size_t>(r)];
+  for (;;) {
+    Unpack item;
+    {
+      std::unique_lock lock(mu_);
+      while (!stopping_ && rank.unpack_queue.empty()) cv_.wait_for(lock, kPoll);
+      if (stopping_) return;
+      item = std::move(rank.unpack_queue.front());
+      rank.unpack_queue.pop_front();
+    }
+    BucketJob& job = *item.job;
+    try {
+      auto bytes = rank.buffers[item.slot].host_view(rank.scratch);
+      auto views = unpack(bytes, job.plan());
+      for (std::size_t i = 0; i < views.size(); ++i) {
+        for (Runner runner : job.destinations()[i]) {
+          job.staging().stage(runner, r, views[i].entry->meta, views[i].bytes);
+        }
+      }
+    } catch (const std::exception& e) {
+      fail(500, "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
+                    ": unpack failed: " + e.what());
+      return;
+    }
+    bool complete = false;
+    {
+      std::lock_guard lock(mu_);
+      rank.buffer_busy[item.slot] = false;
+      if (++job.ranks_done_ == rank_count()) {
+        complete = true;
+        buckets_received_ += 1;
+        pending_.erase(job.sequence());
+      }
+    }
+    cv_.notify_all();
+    if (complete) {
+      if (job.staging().discarded()) {
+        job.finish({409, "the session of bucket " + std::to_string(job.sequence()) +
+                             " was aborted; its data was discarded"});
+      } else {
+        job.finish({200, ""});
+      }
+    }
+  }
+}
+
+}  // namespace weightcast::sync::engine

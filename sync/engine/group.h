@@ -1,0 +1,140 @@
+// Group: one joined weight-update group (one per trainer PP stage) and its receive pipeline.
+//
+// Each engine rank has a receive thread and an unpack thread. Buckets are submitted by the HTTP
+// handlers as BucketJobs in whatever order the requests arrive; every rank receives them strictly
+// in sequence order (0, 1, 2, ... per session), each as one broadcast into one of two receive
+// buffers, while its unpack thread stages the previous bucket from the other buffer: unpacking of
+// bucket k overlaps the receive of bucket k+1. A job completes when every rank has staged it.
+// Any receive or unpack failure aborts the whole group: its channels are aborted, every pending
+// job fails with the cause (504 for a timeout, 500 otherwise), and later submits are refused; the
+// trainer re-initializes the group to recover. A later bucket that waits for a missing one more
+// than the collective timeout fails the group too, so nothing waits forever.
+// Lifetime: owned by the Engine (shared_ptr); destruction aborts and joins the threads.
+// Threading: every public method is thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "sync/bucket.h"
+#include "sync/engine/channel.h"
+#include "sync/engine/session.h"
+#include "sync/engine/staging.h"
+
+namespace weightcast::sync::engine {
+
+struct JobResult {
+  int status = 200;  // 200, or the HTTP status of the failure
+  std::string message;
+};
+
+// One bucket request: what to receive and where each tensor goes.
+class BucketJob {
+ public:
+  // destinations[i]: the runners entry i of `plan` is staged for (may be empty).
+  BucketJob(std::uint64_t session_id, BucketPlan plan, std::vector<std::vector<Runner>> destinations,
+            std::shared_ptr<Staging> staging);
+
+  std::uint64_t session_id() const { return session_id_; }
+  std::uint64_t sequence() const { return plan_.sequence; }
+  const BucketPlan& plan() const { return plan_; }
+  const std::vector<std::vector<Runner>>& destinations() const { return destinations_; }
+  Staging& staging() const { return *staging_; }
+
+  // The first result wins; later calls are ignored.
+  void finish(JobResult result);
+  // The result, or nullopt when `deadline` passed first.
+  std::optional<JobResult> wait(comm::Deadline deadline) const;
+
+ private:
+  friend class Group;
+  const std::uint64_t session_id_;
+  const BucketPlan plan_;
+  const std::vector<std::vector<Runner>> destinations_;
+  const std::shared_ptr<Staging> staging_;
+  int ranks_done_ = 0;  // guarded by the owning Group's mutex
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::optional<JobResult> result_;
+};
+
+struct GroupOptions {
+  comm::Millis comm_timeout{60000};  // each broadcast, and the wait for a missing bucket
+  // How far ahead of the next expected bucket a request may be; each waiting request holds an
+  // HTTP worker thread, so this stays below the server's thread count.
+  std::uint64_t max_ahead = 8;
+};
+
+class Group {
+ public:
+  Group(GroupSpec spec, std::vector<std::unique_ptr<BucketChannel>> channels, GroupOptions opts);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  const GroupSpec& spec() const { return spec_; }
+  int rank_count() const { return static_cast<int>(ranks_.size()); }
+  const GroupOptions& options() const { return opts_; }
+
+  // Queues `job`, or refuses it (changing nothing): 409 for an aborted group, a sequence already
+  // received or queued, or a new session while the previous one's buckets are still in flight;
+  // 429 for a sequence more than max_ahead beyond the next expected one. A job of a new session
+  // restarts the sequence at 0.
+  std::optional<Refusal> submit(const std::shared_ptr<BucketJob>& job);
+
+  // Buckets queued or in flight.
+  bool busy() const;
+  // Whether this group has taken a bucket of session `session_id`.
+  bool used_in(std::uint64_t session_id) const;
+  bool aborted() const;
+  std::string abort_reason() const;
+
+  // Aborts the channels and fails pending jobs with `status` and `reason`. Idempotent.
+  void abort(int status, const std::string& reason);
+
+  std::uint64_t bytes_received() const;
+  std::uint64_t buckets_received() const;
+
+ private:
+  struct RecvBuffer;
+  struct Rank;
+  struct Unpack {
+    std::shared_ptr<BucketJob> job;
+    int slot = 0;
+  };
+
+  void receive_loop(int r);
+  void unpack_loop(int r);
+  std::shared_ptr<BucketJob> next_job(int r, int& slot);
+  void fail(int status, const std::string& reason);
+  void fail_locked(int status, const std::string& reason, std::unique_lock<std::mutex>& lock);
+
+  const GroupSpec spec_;
+  const GroupOptions opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, std::shared_ptr<BucketJob>> pending_;  // by sequence
+  std::uint64_t session_id_ = 0;
+  bool used_ = false;
+  bool stopping_ = false;
+  std::string abort_reason_;
+  std::uint64_t bytes_received_ = 0;
+  std::uint64_t buckets_received_ = 0;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::jthread> threads_;
+};
+
+// The HTTP status for a failure of kind `error` (504 for comm::TimeoutError, else 500).
+int failure_status(const std::exception& error);
+
+}  // namespace weightcast::sync::engine

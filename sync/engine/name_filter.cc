@@ -1,0 +1,45 @@
+#include "sync/engine/name_filter.h"
+
+#include <fnmatch.h>
+
+#include "comm/errors.h"
+#include "sync/protocol_text.h"
+
+namespace weightcast::sync::engine {
+
+NameFilter NameFilter::parse(std::string_view text, std::string_view field) {
+  NameFilter filter;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view glob = text.substr(start, comma - start);
+    if (!glob.empty()) {
+      validate_identifier(glob, 1024, std::string(field) + "[" +
+                                          std::to_string(filter.globs_.size()) + "]");
+      filter.globs_.emplace_back(glob);
+    }
+    start = comma + 1;
+  }
+  return filter;
+}
+
+bool NameFilter::accepts(std::string_view name) const {
+  // fnmatch needs NUL-terminated text; names are short, one copy per check is cheap.
+  const std::string subject(name);
+  for (const auto& glob : globs_) {
+    if (fnmatch(glob.c_str(), subject.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string NameFilter::text() const {
+  std::string out;
+  for (const auto& glob : globs_) {
+    if (!out.empty()) out += ',';
+    out += glob;
+  }
+  return out;
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,256 @@
+#include "sync/engine/runner.h"
+
+#include <mutex>
+#include <utility>
+
+#include "comm/errors.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The raw staged tensors as fresh resident tensors, after checking that every engine rank staged
+// the same bytes. Fills `rank_staged` with each rank's combined digest over them.
+std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, StagedTensor> staged,
+                                                    int rank_count, Runner runner,
+                                                    std::vector<Digest>& rank_staged) {
+  std::vector<std::vector<NamedDigest>> per_rank(static_cast<std::size_t>(rank_count));
+  std::map<std::string, ResidentTensor> fresh;
+  for (auto& [name, tensor] : staged) {
+    WC_ENFORCE_EQ(tensor.rank_digests.size(), static_cast<std::size_t>(rank_count));
+    const auto& first = tensor.rank_digests[0];
+    for (std::size_t r = 0; r < tensor.rank_digests.size(); ++r) {
+      const auto& d = tensor.rank_digests[r];
+      if (!d || !first || *d != *first) {
+        throw comm::PeerError("engine rank " + std::to_string(r),
+                              "runner '" + std::string(to_string(runner)) + "': tensor '" + name +
+                                  (d ? "' differs from engine rank 0's copy"
+                                     : "' was not received by this rank"));
+      }
+      per_rank[r].push_back({name, *d});
+    }
+    ResidentTensor t;
+    t.meta = std::move(tensor.meta);
+    t.bytes = std::move(tensor.bytes);
+    t.digest = *first;
+    t.laid_out = false;
+    fresh.emplace(name, std::move(t));
+  }
+  rank_staged.clear();
+  if (!fresh.empty()) {
+    for (auto& entries : per_rank) rank_staged.push_back(combined_digest(std::move(entries)));
+  }
+  return fresh;
+}
+
+void apply_and_rehash(Layout layout, ResidentTensor& tensor) {
+  apply_layout(layout, tensor.meta, tensor.bytes);
+  tensor.digest = tensor_digest(tensor.bytes);
+  tensor.laid_out = true;
+}
+
+}  // namespace
+
+void finalize_tensor(Layout layout, ResidentTensor& tensor) {
+  if (tensor.laid_out) return;
+  if (layout == Layout::kNone) {
+    tensor.laid_out = true;
+    return;
+  }
+  apply_and_rehash(layout, tensor);
+}
+
+RunnerSet::RunnerSet(std::vector<RunnerConfig> configs, std::string initial_version,
+                     int rank_count)
+    : rank_count_(rank_count), version_(std::move(initial_version)) {
+  WC_ENFORCE_GT(rank_count, 0, "engine rank count");
+  WC_ENFORCE(!configs.empty(), "an engine holds at least one runner");
+  for (auto& config : configs) {
+    WC_ENFORCE(find(config.id) == nullptr, "runner '", to_string(config.id), "' given twice");
+    Slot slot;
+    slot.config = std::move(config);
+    slot.digest_time = std::chrono::steady_clock::now();
+    slots_.push_back(std::move(slot));
+  }
+  WC_ENFORCE(find(Runner::kTarget) != nullptr, "an engine always holds the target runner");
+}
+
+RunnerSet::Slot* RunnerSet::find(Runner id) {
+  for (auto& slot : slots_) {
+    if (slot.config.id == id) return &slot;
+  }
+  return nullptr;
+}
+
+const RunnerSet::Slot* RunnerSet::find(Runner id) const {
+  for (const auto& slot : slots_) {
+    if (slot.config.id == id) return &slot;
+  }
+  return nullptr;
+}
+
+const RunnerSet::Slot& RunnerSet::get(Runner id) const {
+  const Slot* slot = find(id);
+  WC_ENFORCE(slot != nullptr, "runner '", to_string(id), "' is not held by this engine");
+  return *slot;
+}
+
+void RunnerSet::load_initial(Runner id, std::vector<RawTensor> tensors) {
+  std::map<std::string, ResidentTensor> loaded;
+  const Layout layout = get(id).config.layout;
+  for (auto& raw : tensors) {
+    WC_ENFORCE_EQ(raw.bytes.size(), raw.meta.byte_count(), "initial tensor '", raw.meta.name, "'");
+    ResidentTensor t;
+    t.bytes = std::move(raw.bytes);
+    t.digest = tensor_digest(t.bytes);
+    t.meta = std::move(raw.meta);
+    finalize_tensor(layout, t);
+    const std::string name = t.meta.name;
+    WC_ENFORCE(loaded.emplace(name, std::move(t)).second, "initial tensor '", name, "' twice");
+  }
+  std::unique_lock lock(mu_);
+  Slot* slot = find(id);
+  slot->tensors = std::move(loaded);
+  slot->rank_staged.clear();
+  slot->digest_time = std::chrono::steady_clock::now();
+}
+
+bool RunnerSet::has(Runner id) const { return find(id) != nullptr; }
+
+std::vector<Runner> RunnerSet::runners() const {
+  std::vector<Runner> out;
+  for (Runner id : kAllRunners) {
+    if (has(id)) out.push_back(id);
+  }
+  return out;
+}
+
+const RunnerConfig& RunnerSet::config(Runner id) const { return get(id).config; }
+
+std::vector<Runner> RunnerSet::destinations(Selector selector, std::string_view name) const {
+  std::vector<Runner> out;
+  for (Runner id : covered_runners(selector)) {
+    const Slot* slot = find(id);
+    if (slot != nullptr && slot->config.filter.accepts(name)) out.push_back(id);
+  }
+  return out;
+}
+
+std::optional<TensorMeta> RunnerSet::resident_meta(Runner id, const std::string& name) const {
+  std::shared_lock lock(mu_);
+  const Slot& slot = get(id);
+  auto it = slot.tensors.find(name);
+  if (it == slot.tensors.end()) return std::nullopt;
+  return it->second.meta;
+}
+
+std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
+                               const std::optional<std::string>& version, bool legacy_finalize) {
+  struct Prepared {
+    Runner id;
+    std::map<std::string, ResidentTensor> fresh;
+    std::vector<Digest> rank_staged;
+  };
+  std::vector<RunnerCommit> report;
+  std::vector<Prepared> prepared;
+  // Verify and transform outside the lock: nothing here is visible to readers yet.
+  for (Runner id : covered_runners(selector)) {
+    const Slot* slot = find(id);
+    if (slot == nullptr) continue;
+    Prepared p{id, {}, {}};
+    RunnerCommit stats;
+    stats.runner = id;
+    p.fresh = verify_staged(staging.take(id), rank_count_, id, p.rank_staged);
+    for (auto& [name, tensor] : p.fresh) {
+      stats.tensors_loaded += 1;
+      stats.bytes_loaded += tensor.bytes.size();
+      if (!legacy_finalize) {
+        if (slot->config.layout != Layout::kNone) stats.tensors_transformed += 1;
+        finalize_tensor(slot->config.layout, tensor);
+      }
+    }
+    prepared.push_back(std::move(p));
+    report.push_back(stats);
+  }
+
+  std::unique_lock lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < prepared.size(); ++i) {
+    auto& p = prepared[i];
+    Slot& slot = *find(p.id);
+    const bool changed = !p.fresh.empty();
+    for (auto& [name, tensor] : p.fresh) slot.tensors[name] = std::move(tensor);
+    if (changed) slot.rank_staged = std::move(p.rank_staged);
+    if (legacy_finalize) {
+      // The old post-load processing: every resident tensor of a covered runner is processed
+      // again, whether it was loaded in this session or not.
+      if (slot.config.layout != Layout::kNone) {
+        for (auto& [name, tensor] : slot.tensors) {
+          apply_and_rehash(slot.config.layout, tensor);
+          report[i].tensors_transformed += 1;
+        }
+      }
+      slot.digest_time = now;
+    } else if (changed) {
+      slot.digest_time = now;
+    }
+  }
+  if (version) version_ = *version;
+  return report;
+}
+
+std::string RunnerSet::weight_version() const {
+  std::shared_lock lock(mu_);
+  return version_;
+}
+
+void RunnerSet::set_weight_version(std::string version) {
+  std::unique_lock lock(mu_);
+  version_ = std::move(version);
+}
+
+RunnerChecksum RunnerSet::checksum(Runner id) const {
+  std::shared_lock lock(mu_);
+  const Slot& slot = get(id);
+  RunnerChecksum out;
+  out.runner = id;
+  out.layout = slot.config.layout;
+  out.tensors.reserve(slot.tensors.size());
+  out.metas.reserve(slot.tensors.size());
+  for (const auto& [name, tensor] : slot.tensors) {
+    out.tensors.push_back({name, tensor.digest});
+    out.metas.push_back(tensor.meta);
+  }
+  out.combined = combined_digest(out.tensors);
+  out.weight_version = version_;
+  out.rank_staged = slot.rank_staged;
+  for (const auto& d : slot.rank_staged) out.ranks_agree = out.ranks_agree && d == slot.rank_staged[0];
+  out.digest_age_s = seconds_since(slot.digest_time);
+  return out;
+}
+
+double RunnerSet::digest_age_seconds(Runner id) const {
+  std::shared_lock lock(mu_);
+  return seconds_since(get(id).digest_time);
+}
+
+std::size_t RunnerSet::tensor_count(Runner id) const {
+  std::shared_lock lock(mu_);
+  return get(id).tensors.size();
+}
+
+bool RunnerSet::with_tensor(Runner id, const std::string& name,
+                            const std::function<void(const ResidentTensor&)>& fn) const {
+  std::shared_lock lock(mu_);
+  const Slot& slot = get(id);
+  auto it = slot.tensors.find(name);
+  if (it == slot.tensors.end()) return false;
+  fn(it->second);
+  return true;
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,138 @@
+// RunnerSet: the engine's runners (target, optionally draft) and the weight_version, the state a
+// weight update commits into.
+//
+// Each runner holds named tensors with a per-tensor layout state: a tensor is resident either raw
+// or laid out by the runner's post-load transform (sync/layout.h). commit() moves a session's
+// staged tensors into every covered runner and transforms only the tensors that are not laid out
+// yet, i.e. those loaded in this session; so a runner that loaded nothing is left bit-identical,
+// whatever the selector. legacy_finalize reproduces the old behaviour on purpose: it re-applies
+// the transform to every resident tensor of every covered runner (the double-shuffle bug).
+// Digests are kept per tensor and recomputed when a tensor changes; digests and weight_version are
+// read under one lock, so a reader never sees one without the other.
+// Lifetime: owned by the Engine for the process lifetime. Threading: readers (checksums, the
+// tensor accessor for later probes) take a shared lock, commit takes it exclusively; every
+// method is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sync/checksum.h"
+#include "sync/engine/name_filter.h"
+#include "sync/engine/staging.h"
+#include "sync/layout.h"
+#include "sync/selector.h"
+#include "sync/tensor.h"
+
+namespace weightcast::sync::engine {
+
+struct RunnerConfig {
+  Runner id = Runner::kTarget;
+  NameFilter filter;
+  Layout layout = Layout::kNone;
+  // Where the initial weights came from, for /server_info: the model spec (JSON) and seed of the
+  // deterministic generator, or null/nullopt for a safetensors file named in `source`.
+  nlohmann::json model;
+  std::optional<std::uint64_t> seed;
+  std::string source = "generated";
+};
+
+struct ResidentTensor {
+  TensorMeta meta;
+  std::vector<std::byte> bytes;
+  Digest digest;          // of `bytes`, as resident
+  bool laid_out = false;  // the runner's layout has been applied to `bytes`
+};
+
+struct RawTensor {
+  TensorMeta meta;
+  std::vector<std::byte> bytes;  // numel * element size, before any layout
+};
+
+struct RunnerChecksum {
+  Runner runner = Runner::kTarget;
+  Layout layout = Layout::kNone;
+  std::vector<NamedDigest> tensors;  // name order
+  std::vector<TensorMeta> metas;     // parallel to `tensors`
+  Digest combined;
+  std::string weight_version;
+  // Per engine rank, the combined digest of the raw tensors that rank staged in the last commit
+  // that loaded this runner (empty before any). Equal entries: every rank received the same.
+  std::vector<Digest> rank_staged;
+  bool ranks_agree = true;
+  double digest_age_s = 0;  // since the digests last changed (start or a commit)
+};
+
+// What commit() did to one covered runner.
+struct RunnerCommit {
+  Runner runner = Runner::kTarget;
+  std::size_t tensors_loaded = 0;       // staged tensors moved into the runner
+  std::size_t tensors_transformed = 0;  // layout applications (legacy: every resident tensor)
+  std::size_t bytes_loaded = 0;
+};
+
+class RunnerSet {
+ public:
+  RunnerSet(std::vector<RunnerConfig> configs, std::string initial_version, int rank_count);
+
+  // Installs a runner's initial weights and lays them out with its layout, as an inference
+  // engine's post-load processing would. Call before serving.
+  void load_initial(Runner id, std::vector<RawTensor> tensors);
+
+  bool has(Runner id) const;
+  std::vector<Runner> runners() const;  // held runners, kAllRunners order
+  const RunnerConfig& config(Runner id) const;
+  int rank_count() const { return rank_count_; }
+
+  // Held runners that `selector` covers and whose filter accepts `name`.
+  std::vector<Runner> destinations(Selector selector, std::string_view name) const;
+  // The resident metadata of `name` in `id`, if it is resident.
+  std::optional<TensorMeta> resident_meta(Runner id, const std::string& name) const;
+
+  // Commits `staging` into the runners `selector` covers and sets `version` when given.
+  // Throws comm::PeerError naming the engine rank when ranks staged different bytes; nothing
+  // changes then.
+  std::vector<RunnerCommit> commit(Staging& staging, Selector selector,
+                      const std::optional<std::string>& version, bool legacy_finalize);
+
+  std::string weight_version() const;
+  void set_weight_version(std::string version);
+
+  RunnerChecksum checksum(Runner id) const;
+  double digest_age_seconds(Runner id) const;
+  std::size_t tensor_count(Runner id) const;
+
+  // Read access by name for probes that use the weights. Returns false when absent.
+  bool with_tensor(Runner id, const std::string& name,
+                   const std::function<void(const ResidentTensor&)>& fn) const;
+
+ private:
+  struct Slot {
+    RunnerConfig config;
+    std::map<std::string, ResidentTensor> tensors;
+    std::vector<Digest> rank_staged;
+    std::chrono::steady_clock::time_point digest_time;
+  };
+  Slot* find(Runner id);
+  const Slot* find(Runner id) const;
+  const Slot& get(Runner id) const;
+
+  const int rank_count_;
+  mutable std::shared_mutex mu_;
+  std::vector<Slot> slots_;
+  std::string version_;
+};
+
+// Applies `layout` to a tensor that is not laid out yet and refreshes its digest.
+void finalize_tensor(Layout layout, ResidentTensor& tensor);
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,64 @@
+// SessionMachine: the engine's update-session state, kept apart from HTTP so every transition is
+// unit-testable without sockets.
+//
+// States: idle, or in a session that recorded its selector at begin. The paused flag (generation
+// paused) is orthogonal. The rules (docs/protocol.md, "Session state machine"):
+//   begin      idle -> in session(selector);         in session -> 409
+//   payload    idle -> 409; in session(s), payload selector != s -> 409; else allowed
+//   end        idle -> 409;                           in session -> idle (after commit)
+//   abort      any -> idle (idempotent)
+//   version    in session -> staged until commit;     idle -> applied at once
+// A refused call returns the refusal and changes nothing. The session id grows by one per begin,
+// so work queued for an old session can tell it is stale.
+// Lifetime: owned by the Engine. Threading: not synchronized; the Engine holds its lock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sync/selector.h"
+
+namespace weightcast::sync::engine {
+
+// Why a request was refused: the HTTP status and a message naming the rule.
+struct Refusal {
+  int status = 409;
+  std::string message;
+};
+
+class SessionMachine {
+ public:
+  bool in_session() const { return selector_.has_value(); }
+  std::optional<Selector> selector() const { return selector_; }
+  std::uint64_t session_id() const { return session_id_; }
+  bool paused() const { return paused_; }
+  const std::optional<std::string>& pending_version() const { return pending_version_; }
+  bool flush_requested() const { return flush_requested_; }
+
+  std::optional<Refusal> begin(Selector selector);
+  // Whether a bucket with `selector` may be staged now. Changes nothing.
+  std::optional<Refusal> check_payload(Selector selector) const;
+  // Whether end may commit now. Changes nothing; close() finishes the transition.
+  std::optional<Refusal> check_end() const;
+  // Leaves the session (commit done, or abort/failure) and drops the staged version. Returns
+  // whether a session was open.
+  bool close();
+
+  // In a session the version is staged for commit (returns false); idle, the caller applies it
+  // at once (returns true).
+  bool set_version(std::string version);
+  // A bucket asked for a cache flush after commit (SGLang's flush_cache field).
+  void request_flush() { flush_requested_ = true; }
+
+  void set_paused(bool paused) { paused_ = paused; }
+
+ private:
+  std::optional<Selector> selector_;
+  std::uint64_t session_id_ = 0;
+  bool paused_ = false;
+  std::optional<std::string> pending_version_;
+  bool flush_requested_ = false;
+};
+
+}  // namespace weightcast::sync::engine

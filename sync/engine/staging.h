@@ -1,0 +1,65 @@
+// Staging: what one update session has received so far, per runner, not yet visible to readers.
+//
+// Rank 0 of the engine keeps each tensor's bytes (they become the runner's tensors at commit);
+// every rank, rank 0 included, records the digest of the bytes it received, so commit can check
+// that all ranks staged identical data without holding a copy per rank. A discarded staging
+// (abort, failure, timeout) drops its bytes and ignores later writes from buckets still in
+// flight, so a stale receive can never leak into the next session.
+// Lifetime: one per session, shared (std::shared_ptr) by the session and its in-flight buckets.
+// Threading: stage() is called concurrently by the unpack threads of every rank and group; the
+// rest is called by the Engine under its lock once no bucket is in flight.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sync/checksum.h"
+#include "sync/selector.h"
+#include "sync/tensor.h"
+
+namespace weightcast::sync::engine {
+
+struct StagedTensor {
+  TensorMeta meta;
+  std::vector<std::byte> bytes;                    // rank 0's copy, raw (no layout applied)
+  std::vector<std::optional<Digest>> rank_digests;  // index = engine rank
+};
+
+class Staging {
+ public:
+  explicit Staging(int rank_count);
+
+  // Stages `bytes` (exactly meta.byte_count() long) received by engine rank `rank` for `runner`.
+  void stage(Runner runner, int rank, const TensorMeta& meta, std::span<const std::byte> bytes);
+
+  void discard();
+  bool discarded() const;
+
+  int rank_count() const { return rank_count_; }
+  std::size_t tensor_count(Runner runner) const;
+  std::size_t staged_bytes() const;
+
+  // Moves the runner's staged tensors out (name -> tensor).
+  std::map<std::string, StagedTensor> take(Runner runner);
+
+ private:
+  using Map = std::map<std::string, StagedTensor>;
+  Map& map_for(Runner runner) { return runner == Runner::kTarget ? target_ : draft_; }
+  const Map& map_for(Runner runner) const {
+    return runner == Runner::kTarget ? target_ : draft_;
+  }
+
+  const int rank_count_;
+  mutable std::mutex mu_;
+  bool discarded_ = false;
+  std::size_t staged_bytes_ = 0;
+  Map target_;
+  Map draft_;
+};
+
+}  // namespace weightcast::sync::engine

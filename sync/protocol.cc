@@ -1,0 +1,266 @@
+#include "sync/protocol.h"
+
+#include <climits>
+#include <limits>
+
+#include "comm/errors.h"
+#include "sync/protocol_json.h"
+#include "sync/protocol_text.h"
+
+namespace weightcast::sync {
+namespace {
+
+using wire::Json;
+
+[[noreturn]] void fail(const std::string& path, const std::string& problem) {
+  throw comm::BadRequestError(path + ": " + problem);
+}
+
+std::string indexed(std::string_view list, std::size_t i) {
+  return std::string(list) + "[" + std::to_string(i) + "]";
+}
+
+// group_name is optional everywhere, defaulting to SGLang's name, and not Optional[str] there:
+// null is a wrong type, not "absent".
+std::string read_group_name(const wire::FieldReader& r, const ProtocolLimits& limits) {
+  const Json* v = r.find("group_name");
+  if (v == nullptr) return std::string(kDefaultGroupName);
+  return wire::as_identifier(*v, "group_name", limits.max_name_length);
+}
+
+Selector read_selector(const wire::FieldReader& r) {
+  const Json& v = r.required("selector");
+  return wire::as_enum(v, "selector", parse_selector);
+}
+
+std::vector<std::int64_t> read_shape(const Json& value, const std::string& path) {
+  const Json& dims = wire::as_array(value, path, kMaxShapeRank);
+  std::vector<std::int64_t> shape;
+  shape.reserve(dims.size());
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    // Any int64 is read here; checked_numel() then reports a negative one as
+    // "<path>[k]: must be >= 0".
+    shape.push_back(wire::as_int(dims[k], indexed(path, k),
+                                 std::numeric_limits<std::int64_t>::min(),
+                                 std::numeric_limits<std::int64_t>::max()));
+  }
+  return shape;
+}
+
+// names / dtypes / shapes -> TensorMeta, checking lengths, uniqueness and sizes against the
+// limits before the caller can allocate anything for the bucket.
+std::vector<TensorMeta> read_bucket_tensors(const wire::FieldReader& r,
+                                            const ProtocolLimits& limits) {
+  const std::size_t max_n = limits.max_names_per_bucket;
+  const Json& names = wire::as_array(r.required("names"), "names", max_n);
+  const Json& dtypes = wire::as_array(r.required("dtypes"), "dtypes", max_n);
+  const Json& shapes = wire::as_array(r.required("shapes"), "shapes", max_n);
+  if (names.empty()) fail("names", "must list at least one tensor");
+  for (const auto& [field, list] : {std::pair{"dtypes", &dtypes}, std::pair{"shapes", &shapes}}) {
+    if (list->size() != names.size()) {
+      fail(field, std::to_string(list->size()) + " entries, but names has " +
+                      std::to_string(names.size()));
+    }
+  }
+  std::vector<TensorMeta> tensors;
+  tensors.reserve(names.size());
+  wire::UniqueNames unique("names");
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    TensorMeta t;
+    t.name = wire::as_identifier(names[i], indexed("names", i), limits.max_name_length);
+    unique.add(t.name, i);
+    const std::string dtype_path = indexed("dtypes", i);
+    t.dtype = wire::as_enum(dtypes[i], dtype_path, parse_dtype);
+    const std::string shape_path = indexed("shapes", i);
+    t.shape = read_shape(shapes[i], shape_path);
+    const std::size_t bytes = checked_byte_count(t.dtype, t.shape, shape_path);
+    if (bytes > limits.max_bucket_bytes - total) {
+      fail(shape_path, "bucket size through tensor " + quoted(t.name) + " exceeds the limit of " +
+                           std::to_string(limits.max_bucket_bytes) + " bytes");
+    }
+    total += bytes;
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::size_t UpdateWeightsFromDistributedRequest::total_bytes() const {
+  std::size_t total = 0;
+  for (const TensorMeta& t : tensors) {
+    const std::size_t bytes = t.byte_count();
+    if (bytes > std::numeric_limits<std::size_t>::max() - total) {
+      throw comm::BadRequestError("bucket byte count overflows size_t at tensor " + quoted(t.name));
+    }
+    total += bytes;
+  }
+  return total;
+}
+
+InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view body,
+                                                              const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  InitWeightsUpdateGroupRequest out;
+  out.master_address =
+      wire::as_identifier(r.required("master_address"), "master_address", kMaxAddressLength);
+  out.master_port =
+      static_cast<int>(wire::as_int(r.required("master_port"), "master_port", 1, 65535));
+  out.world_size =
+      static_cast<int>(wire::as_int(r.required("world_size"), "world_size", 1, INT_MAX));
+  out.rank_offset =
+      static_cast<int>(wire::as_int(r.required("rank_offset"), "rank_offset", 1, INT_MAX));
+  if (out.rank_offset >= out.world_size) {
+    fail("rank_offset", "must be in [1, world_size) = [1, " + std::to_string(out.world_size) +
+                            ") (got " + std::to_string(out.rank_offset) + ")");
+  }
+  out.group_name = read_group_name(r, limits);
+  if (const Json* v = r.find("backend")) {
+    out.backend = wire::as_enum(*v, "backend", parse_backend);
+  }
+  return out;
+}
+
+DestroyWeightsUpdateGroupRequest parse_destroy_weights_update_group(std::string_view body,
+                                                                    const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  const wire::FieldReader r(j, "");
+  return {read_group_name(r, limits)};
+}
+
+PauseGenerationRequest parse_pause_generation(std::string_view body, const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  const wire::FieldReader r(j, "");
+  PauseGenerationRequest out;
+  if (const Json* v = r.find("mode")) {
+    out.mode = wire::as_enum(*v, "mode", parse_pause_mode);
+  }
+  return out;
+}
+
+ContinueGenerationRequest parse_continue_generation(std::string_view body,
+                                                    const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  const wire::FieldReader r(j, "");
+  return {r.boolean_or("torch_empty_cache", true)};
+}
+
+FlushCacheRequest parse_flush_cache(std::string_view body, const ProtocolLimits& limits) {
+  (void)wire::parse_body(body, limits, /*allow_empty=*/true);
+  return {};
+}
+
+BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
+                                                   const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  return {read_selector(wire::FieldReader(j, ""))};
+}
+
+UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
+    std::string_view body, const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  UpdateWeightsFromDistributedRequest out;
+  // Cheap scalar fields first, so a wrong selector or format is reported without walking the
+  // tensor lists.
+  out.selector = read_selector(r);
+  out.sequence = wire::as_uint(r.required("sequence"), "sequence");
+  if (const Json* v = r.optional("load_format")) {
+    const std::string format = wire::as_string(*v, "load_format");
+    if (format != kFlattenedBucket) {
+      fail("load_format", "must be \"flattened_bucket\" or absent (got " + quoted(format) + ")");
+    }
+  }
+  out.group_name = read_group_name(r, limits);
+  out.flush_cache = r.boolean_or("flush_cache", true);
+  out.abort_all_requests = r.boolean_or("abort_all_requests", false);
+  out.torch_empty_cache = r.boolean_or("torch_empty_cache", false);
+  if (const Json* v = r.optional("weight_version")) {
+    out.weight_version = wire::as_text(*v, "weight_version", limits.max_string_length);
+  }
+  out.tensors = read_bucket_tensors(r, limits);
+  return out;
+}
+
+UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
+                                                       const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  UpdateWeightVersionRequest out;
+  out.new_version =
+      wire::as_text(r.required("new_version"), "new_version", limits.max_string_length);
+  out.abort_all_requests = r.boolean_or("abort_all_requests", true);
+  return out;
+}
+
+EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
+                                               const ProtocolLimits& limits) {
+  (void)wire::parse_body(body, limits, /*allow_empty=*/true);
+  return {};
+}
+
+std::string to_json_string(const InitWeightsUpdateGroupRequest& request) {
+  return wire::dump({{"master_address", request.master_address},
+                     {"master_port", request.master_port},
+                     {"rank_offset", request.rank_offset},
+                     {"world_size", request.world_size},
+                     {"group_name", request.group_name},
+                     {"backend", to_string(request.backend)}});
+}
+
+std::string to_json_string(const DestroyWeightsUpdateGroupRequest& request) {
+  return wire::dump({{"group_name", request.group_name}});
+}
+
+std::string to_json_string(const PauseGenerationRequest& request) {
+  return wire::dump({{"mode", to_string(request.mode)}});
+}
+
+std::string to_json_string(const ContinueGenerationRequest& request) {
+  return wire::dump({{"torch_empty_cache", request.torch_empty_cache}});
+}
+
+std::string to_json_string(const FlushCacheRequest& /*request*/) {
+  return wire::dump(Json::object());
+}
+
+std::string to_json_string(const BeginWeightUpdateRequest& request) {
+  return wire::dump({{"selector", to_string(request.selector)}});
+}
+
+std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
+  Json names = Json::array();
+  Json dtypes = Json::array();
+  Json shapes = Json::array();
+  for (const TensorMeta& t : request.tensors) {
+    names.push_back(t.name);
+    dtypes.push_back(to_string(t.dtype));
+    shapes.push_back(t.shape);
+  }
+  Json j = {{"names", std::move(names)},
+            {"dtypes", std::move(dtypes)},
+            {"shapes", std::move(shapes)},
+            {"group_name", request.group_name},
+            {"selector", to_string(request.selector)},
+            {"sequence", request.sequence},
+            {"load_format", kFlattenedBucket},
+            {"flush_cache", request.flush_cache},
+            {"abort_all_requests", request.abort_all_requests},
+            {"torch_empty_cache", request.torch_empty_cache}};
+  // Omitted rather than null when unset, as slime/Miles send it.
+  if (request.weight_version) j["weight_version"] = *request.weight_version;
+  return wire::dump(j);
+}
+
+std::string to_json_string(const UpdateWeightVersionRequest& request) {
+  return wire::dump(
+      {{"new_version", request.new_version}, {"abort_all_requests", request.abort_all_requests}});
+}
+
+std::string to_json_string(const EndWeightUpdateRequest& /*request*/) {
+  return wire::dump(Json::object());
+}
+
+}  // namespace weightcast::sync

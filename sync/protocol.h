@@ -1,0 +1,147 @@
+// The request bodies of the engine HTTP API (the route table in the design notes), with the
+// functions that read and write them. Response bodies are in sync/protocol_responses.h, included
+// here so one include gives the whole protocol.
+//
+// Field names are SGLang's (python/sglang/srt/managers/io_struct.py), so a trainer written for
+// SGLang can drive a weightcast engine and the reverse. Our extensions: begin/end_weight_update,
+// and the bucket request's selector, sequence and mandatory "flattened_bucket" load format.
+//
+// Pairing: for each body X there is exactly one reader, parse_<route>(std::string_view body,
+// limits), and one writer, to_json_string(const X&). The engine server parses what the trainer
+// client wrote with the same pair, so parse(to_json_string(x)) == x for every valid x. Parsing is
+// strict: a missing required field, a wrong JSON type, an unknown selector/dtype/backend/mode, a
+// value out of range, mismatched list lengths or a limit exceeded throws comm::BadRequestError
+// whose message starts with the field's path ("shapes[3][1]: must be >= 0 (got -2)"); the
+// server answers it with a 400. Unknown fields are ignored, as SGLang ignores them.
+// Lifetime/threading: plain values and pure functions; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/dtype.h"
+#include "sync/protocol_enums.h"
+#include "sync/protocol_limits.h"
+#include "sync/protocol_responses.h"
+#include "sync/selector.h"
+#include "sync/tensor.h"
+
+namespace weightcast::sync {
+
+// SGLang's default group_name for init/destroy_weights_update_group and the bucket request.
+inline constexpr std::string_view kDefaultGroupName = "weight_update_group";
+// The only load_format the bucket request accepts (and SGLang's name for the same layout).
+inline constexpr std::string_view kFlattenedBucket = "flattened_bucket";
+// Longest master_address accepted (a DNS name is at most 253 bytes).
+inline constexpr std::size_t kMaxAddressLength = 255;
+
+// POST /init_weights_update_group (SGLang InitWeightsUpdateGroupReqInput).
+struct InitWeightsUpdateGroupRequest {
+  std::string master_address;
+  int master_port = 0;  // 1..65535
+  int rank_offset = 0;  // in [1, world_size): rank 0 is the trainer's source
+  int world_size = 0;   // >= 1; with the rank_offset rule, >= 2 in practice
+  std::string group_name = std::string(kDefaultGroupName);
+  Backend backend = Backend::kNccl;
+  bool operator==(const InitWeightsUpdateGroupRequest&) const = default;
+};
+
+// POST /destroy_weights_update_group (SGLang DestroyWeightsUpdateGroupReqInput).
+struct DestroyWeightsUpdateGroupRequest {
+  std::string group_name = std::string(kDefaultGroupName);
+  bool operator==(const DestroyWeightsUpdateGroupRequest&) const = default;
+};
+
+// POST /pause_generation (SGLang PauseGenerationReqInput; mode defaults to "abort" there too).
+struct PauseGenerationRequest {
+  PauseMode mode = PauseMode::kAbort;
+  bool operator==(const PauseGenerationRequest&) const = default;
+};
+
+// POST /continue_generation (SGLang ContinueGenerationReqInput). The body may be empty.
+struct ContinueGenerationRequest {
+  bool torch_empty_cache = true;
+  bool operator==(const ContinueGenerationRequest&) const = default;
+};
+
+// GET or POST /flush_cache: no fields; the body may be empty.
+struct FlushCacheRequest {
+  bool operator==(const FlushCacheRequest&) const = default;
+};
+
+// POST /begin_weight_update (ours): opens a session over the runners `selector` covers.
+struct BeginWeightUpdateRequest {
+  Selector selector = Selector::kAll;  // required on the wire
+  bool operator==(const BeginWeightUpdateRequest&) const = default;
+};
+
+// POST /update_weights_from_distributed: one bucket (SGLang UpdateWeightsFromDistributedReqInput
+// plus our fields). On the wire the tensors are SGLang's parallel lists names / dtypes / shapes;
+// here they are one list of TensorMeta. Differences from SGLang: selector and sequence are ours
+// and required; load_format, Optional[str] there, must be "flattened_bucket" or absent (absent
+// means "flattened_bucket"); names must be non-empty, unique within the bucket and valid tensor
+// names. The total size is derived from the shapes, never sent.
+struct UpdateWeightsFromDistributedRequest {
+  std::vector<TensorMeta> tensors;  // wire: names, dtypes, shapes
+  std::string group_name = std::string(kDefaultGroupName);
+  Selector selector = Selector::kAll;
+  std::uint64_t sequence = 0;  // bucket number within the session, from 0
+  bool flush_cache = true;
+  bool abort_all_requests = false;
+  std::optional<std::string> weight_version;  // SGLang: Optional[str], null = absent
+  bool torch_empty_cache = false;             // SGLang field; accepted and carried
+  bool operator==(const UpdateWeightsFromDistributedRequest&) const = default;
+
+  // Sum of the tensors' byte counts, unpadded (bucket layout and alignment belong to the data
+  // path). Checked: throws comm::BadRequestError on overflow.
+  std::size_t total_bytes() const;
+};
+
+// POST /update_weight_version (SGLang UpdateWeightVersionReqInput; abort_all_requests defaults
+// to true there too).
+struct UpdateWeightVersionRequest {
+  std::string new_version;
+  bool abort_all_requests = true;
+  bool operator==(const UpdateWeightVersionRequest&) const = default;
+};
+
+// POST /end_weight_update (ours): no fields; the body may be empty.
+struct EndWeightUpdateRequest {
+  bool operator==(const EndWeightUpdateRequest&) const = default;
+};
+
+InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view body,
+                                                              const ProtocolLimits& limits = {});
+DestroyWeightsUpdateGroupRequest parse_destroy_weights_update_group(
+    std::string_view body, const ProtocolLimits& limits = {});
+PauseGenerationRequest parse_pause_generation(std::string_view body,
+                                              const ProtocolLimits& limits = {});
+ContinueGenerationRequest parse_continue_generation(std::string_view body,
+                                                    const ProtocolLimits& limits = {});
+FlushCacheRequest parse_flush_cache(std::string_view body, const ProtocolLimits& limits = {});
+BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
+                                                   const ProtocolLimits& limits = {});
+// Also checks every tensor's byte count and their sum against limits.max_bucket_bytes, and the
+// number of names against limits.max_names_per_bucket, so the receiver may allocate total_bytes().
+UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
+    std::string_view body, const ProtocolLimits& limits = {});
+UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
+                                                       const ProtocolLimits& limits = {});
+EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
+                                               const ProtocolLimits& limits = {});
+
+std::string to_json_string(const InitWeightsUpdateGroupRequest& request);
+std::string to_json_string(const DestroyWeightsUpdateGroupRequest& request);
+std::string to_json_string(const PauseGenerationRequest& request);
+std::string to_json_string(const ContinueGenerationRequest& request);
+std::string to_json_string(const FlushCacheRequest& request);
+std::string to_json_string(const BeginWeightUpdateRequest& request);
+std::string to_json_string(const UpdateWeightsFromDistributedRequest& request);
+std::string to_json_string(const UpdateWeightVersionRequest& request);
+std::string to_json_string(const EndWeightUpdateRequest& request);
+
+}  // namespace weightcast::sync

@@ -1,0 +1,125 @@
+// The response bodies of the engine HTTP API, with their readers and writers; included by
+// sync/protocol.h (see there for the parse/to_json_string pairing and the error rules).
+//
+// Every response is {"success": bool, "message": str, ...}. Errors (4xx/5xx) and the routes that
+// return nothing else use BasicResponse; the rest add route-specific fields. The trainer client
+// reads engine responses with these same parse functions, so an engine that answers outside the
+// schema is caught at the client instead of being half-understood.
+// Lifetime/threading: plain values and pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/dtype.h"
+#include "sync/protocol_enums.h"
+#include "sync/protocol_limits.h"
+#include "sync/selector.h"
+
+namespace weightcast::sync {
+
+// Any error response, and the success response of init/destroy_weights_update_group,
+// pause/continue_generation, flush_cache, update_weights_from_distributed,
+// update_weight_version and health. "message" may be absent on the wire (reads as "").
+struct BasicResponse {
+  bool success = true;
+  std::string message;
+  bool operator==(const BasicResponse&) const = default;
+};
+
+// POST /begin_weight_update: the selector the session recorded.
+struct BeginWeightUpdateResponse {
+  bool success = true;
+  std::string message;
+  Selector selector = Selector::kAll;
+  bool operator==(const BeginWeightUpdateResponse&) const = default;
+};
+
+// What end_weight_update did to one covered runner. tensors_transformed > tensors_loaded means
+// post-load processing touched tensors this session did not load (the compatibility mode that
+// reproduces the double-shuffle bug).
+struct RunnerUpdateStats {
+  Runner runner = Runner::kTarget;
+  std::uint64_t tensors_loaded = 0;
+  std::uint64_t tensors_transformed = 0;
+  bool operator==(const RunnerUpdateStats&) const = default;
+};
+
+// POST /end_weight_update: the committed version and one entry per covered runner.
+struct EndWeightUpdateResponse {
+  bool success = true;
+  std::string message;
+  std::string weight_version;
+  std::vector<RunnerUpdateStats> runners;  // unique runners
+  bool operator==(const EndWeightUpdateResponse&) const = default;
+};
+
+// One runner of an engine: the name patterns it loads and its post-load layout transform.
+struct RunnerInfo {
+  Runner name = Runner::kTarget;
+  std::vector<std::string> filters;  // non-empty strings; their syntax belongs to the engine
+  std::string layout;                // "none", or the name of a layout transform
+  std::uint64_t tensor_count = 0;    // resident tensors
+  bool operator==(const RunnerInfo&) const = default;
+};
+
+// GET /server_info: capabilities and state. SGLang's server_info is a dump of its server
+// arguments; we keep the fields trainers read from it (tp_size, weight_version,
+// speculative_algorithm) under the same names and add ours.
+struct ServerInfoResponse {
+  bool success = true;
+  std::string message;
+  std::string version;              // weightcast version of the engine
+  std::vector<RunnerInfo> runners;  // unique names
+  std::vector<Selector> selectors;  // selectors begin_weight_update accepts
+  std::vector<Backend> backends;    // data-plane backends this build supports
+  int rank_count = 1;               // ranks the engine adds to a weight update group (>= 1)
+  int tp_size = 1;                  // >= 1
+  std::string weight_version;       // of the committed weights
+  std::optional<std::string> speculative_algorithm;  // null when off
+  std::optional<Selector> session_selector;          // null when no session is open
+  bool operator==(const ServerInfoResponse&) const = default;
+};
+
+// One tensor of a runner in GET /weights_checksum?runner=... . `digest` is lower-case hex.
+struct TensorChecksum {
+  std::string name;
+  std::string digest;
+  DType dtype = DType::kFloat32;
+  std::vector<std::int64_t> shape;
+  bool operator==(const TensorChecksum&) const = default;
+};
+
+struct WeightsChecksumResponse {
+  bool success = true;
+  std::string message;
+  Runner runner = Runner::kTarget;
+  std::string weight_version;
+  std::string digest;                   // combined over `tensors`, lower-case hex
+  std::vector<TensorChecksum> tensors;  // unique names
+  bool operator==(const WeightsChecksumResponse&) const = default;
+};
+
+// Longest digest accepted, in hex characters (a 512-bit hash).
+inline constexpr std::size_t kMaxDigestHexLength = 128;
+
+BasicResponse parse_basic_response(std::string_view body, const ProtocolLimits& limits = {});
+BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view body,
+                                                             const ProtocolLimits& limits = {});
+EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
+                                                         const ProtocolLimits& limits = {});
+ServerInfoResponse parse_server_info_response(std::string_view body,
+                                              const ProtocolLimits& limits = {});
+WeightsChecksumResponse parse_weights_checksum_response(std::string_view body,
+                                                        const ProtocolLimits& limits = {});
+
+std::string to_json_string(const BasicResponse& response);
+std::string to_json_string(const BeginWeightUpdateResponse& response);
+std::string to_json_string(const EndWeightUpdateResponse& response);
+std::string to_json_string(const ServerInfoResponse& response);
+std::string to_json_string(const WeightsChecksumResponse& response);
+
+}  // namespace weightcast::sync

@@ -1,0 +1,207 @@
+#include "sync/trainer/bucket_sender.h"
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "comm/device_memory.h"
+#include "comm/errors.h"
+#include "sync/trainer/engine_calls.h"
+#include "sync/trainer/packer.h"
+
+namespace weightcast::sync::trainer {
+
+namespace {
+
+double seconds_since(comm::Clock::time_point start) {
+  return std::chrono::duration<double>(comm::Clock::now() - start).count();
+}
+
+// A device buffer for the NCCL path, freed on scope exit.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) : ptr(bytes > 0 ? comm::cuda_alloc(bytes) : nullptr) {}
+  ~DeviceBuffer() { comm::cuda_free(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+class Sender {
+ public:
+  Sender(const UpdateSession& session, const std::string& group, comm::Communicator& comm,
+         std::span<EngineApi* const> engines, const BucketSendOptions& options)
+      : session_(session), group_(group), comm_(comm), engines_(engines), options_(options) {}
+
+  BucketSendResult run(std::span<const NamedTensor> tensors);
+
+ private:
+  struct InFlight {
+    std::uint64_t bucket = 0;
+    std::vector<std::future<void>> answers;  // one per engine
+  };
+
+  void issue(std::uint64_t k);
+  // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
+  void collect_oldest(comm::Deadline deadline);
+  void broadcast(std::span<std::byte> bucket, comm::Deadline deadline);
+  // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
+  void fail();
+  void record(EngineFailure failure);
+
+  const UpdateSession& session_;
+  const std::string& group_;
+  comm::Communicator& comm_;
+  std::span<EngineApi* const> engines_;
+  const BucketSendOptions& options_;
+
+  std::vector<BucketPlan> plans_;
+  std::deque<InFlight> in_flight_;
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;  // guards result_.failures against the request threads
+  BucketSendResult result_;
+  std::unique_ptr<DeviceBuffer> device_;
+};
+
+void Sender::fail() {
+  failed_ = true;
+  comm_.abort();
+}
+
+void Sender::record(EngineFailure failure) {
+  std::lock_guard lock(mu_);
+  result_.failures.push_back(std::move(failure));
+}
+
+void Sender::issue(std::uint64_t k) {
+  auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(
+      session_.bucket_request(plans_[k], group_));
+  InFlight flight{k, {}};
+  for (EngineApi* engine : engines_) {
+    flight.answers.push_back(std::async(std::launch::async, [this, engine, request] {
+      try {
+        engine->update_weights_from_distributed(*request);
+      } catch (...) {
+        fail();
+        throw;
+      }
+    }));
+  }
+  in_flight_.push_back(std::move(flight));
+}
+
+void Sender::collect_oldest(comm::Deadline deadline) {
+  InFlight flight = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const auto start = comm::Clock::now();
+  const std::string route = "POST /update_weights_from_distributed";
+  for (std::size_t e = 0; e < flight.answers.size(); ++e) {
+    auto& answer = flight.answers[e];
+    if (answer.wait_until(deadline) != std::future_status::ready) {
+      record(EngineFailure{engines_[e]->url(), route,
+                           "bucket " + std::to_string(flight.bucket) +
+                               " not answered before the data phase deadline",
+                           false, true});
+      fail();
+      continue;  // the future's destructor waits for the call's own read timeout
+    }
+    try {
+      answer.get();
+    } catch (...) {
+      record(current_failure(engines_[e]->url(), route));
+    }
+  }
+  result_.http_wait_seconds += seconds_since(start);
+}
+
+void Sender::broadcast(std::span<std::byte> bucket, comm::Deadline deadline) {
+  comm::BroadcastOptions opts;
+  opts.buffer = bucket.data();
+  opts.bytes = bucket.size();
+  opts.root = 0;
+  opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
+  if (options_.memory == comm::MemoryKind::kCuda) {
+    comm::cuda_copy_to_device(device_->ptr, bucket.data(), bucket.size());
+    opts.buffer = device_->ptr;
+    opts.memory = comm::MemoryKind::kCuda;
+  }
+  const auto start = comm::Clock::now();
+  comm_.broadcast(opts);
+  result_.broadcast_seconds += seconds_since(start);
+}
+
+BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
+  const auto start = comm::Clock::now();
+  const comm::Deadline deadline = start + options_.timeout;
+  WC_ENFORCE_GE(options_.max_in_flight, std::size_t{1});
+
+  std::unordered_map<std::string, std::span<const std::byte>> bytes_of;
+  std::vector<TensorMeta> metas;
+  for (const auto& t : tensors) {
+    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
+    WC_ENFORCE(bytes_of.emplace(t.meta.name, t.bytes).second, "duplicate tensor ", t.meta.name);
+    metas.push_back(t.meta);
+    result_.bytes += t.bytes.size();
+  }
+  result_.tensors = metas.size();
+  plans_ = plan_buckets(metas, options_.bucket_bytes);
+  if (options_.memory == comm::MemoryKind::kCuda) {
+    device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
+  }
+  const auto n = static_cast<std::uint64_t>(plans_.size());
+
+  {
+    BucketPacker packer(plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); });
+    if (n > 0) issue(0);
+    for (std::uint64_t k = 0; k < n && !failed_; ++k) {
+      try {
+        if (k + 1 < n) {
+          while (!in_flight_.empty() && k + 1 - in_flight_.front().bucket >= options_.max_in_flight) {
+            collect_oldest(deadline);
+          }
+          if (failed_) break;
+          issue(k + 1);
+        }
+        const auto pack_start = comm::Clock::now();
+        std::span<std::byte> bucket = packer.acquire(k, deadline);
+        result_.pack_wait_seconds += seconds_since(pack_start);
+        if (failed_) break;
+        broadcast(bucket, deadline);
+        packer.release(k);
+        ++result_.buckets;
+        if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
+      } catch (const comm::EnforceError&) {
+        fail();
+        throw;
+      } catch (const std::exception& e) {
+        if (result_.error.empty()) {
+          result_.error = "bucket " + std::to_string(k) + " on group " + group_ + ": " + e.what();
+        }
+        fail();
+      }
+    }
+  }
+  const comm::Deadline last =
+      failed_ ? std::min(deadline, comm::Clock::now() + options_.failure_grace) : deadline;
+  while (!in_flight_.empty()) collect_oldest(last);
+
+  result_.ok = !failed_ && result_.failures.empty() && result_.error.empty();
+  result_.seconds = seconds_since(start);
+  return std::move(result_);
+}
+
+}  // namespace
+
+BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,
+                              comm::Communicator& comm, std::span<EngineApi* const> engines,
+                              std::span<const NamedTensor> tensors,
+                              const BucketSendOptions& options) {
+  Sender sender(session, group_name, comm, engines, options);
+  return sender.run(tensors);
+}
+
+}  // namespace weightcast::sync::trainer

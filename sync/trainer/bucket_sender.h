@@ -1,0 +1,65 @@
+// send_buckets(): the data phase of one pipeline stage — its tensors, cut into buckets, each
+// announced to every engine over HTTP and broadcast once on the stage's group.
+//
+// Pipelining, so that neither HTTP nor packing serializes with the wire:
+//   - a packer thread fills buffer k+1 while bucket k is broadcast (BucketPacker, two buffers);
+//   - the request for bucket k+1 is sent to every engine before bucket k is broadcast; requests
+//     run asynchronously, at most `max_in_flight` unanswered per engine, so a bucket's request
+//     never waits for the previous bucket's broadcast to finish on the engines;
+//   - the broadcast itself runs on the calling thread.
+// The engines receive buckets strictly in sequence order, so requests overtaking each other is
+// harmless. Any failure — an engine call, the broadcast, the packer, the deadline — stops the
+// phase: the communicator is aborted (so no one waits for a bucket that will not come), the
+// answers still in flight are collected for at most `failure_grace`, and the result lists every
+// failure. The communicator is then unusable; the group must be created again.
+// Threading: call from one thread; it uses one extra thread for packing and one per request.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/deadline.h"
+#include "sync/trainer/engine_api.h"
+#include "sync/trainer/report.h"
+#include "sync/trainer/session.h"
+#include "sync/trainer/tensors.h"
+
+namespace weightcast::sync::trainer {
+
+inline constexpr std::size_t kDefaultBucketBytes = std::size_t{512} << 20;
+
+struct BucketSendOptions {
+  std::size_t bucket_bytes = kDefaultBucketBytes;  // a larger tensor travels alone
+  std::size_t max_in_flight = 2;                   // unanswered bucket requests per engine, >= 1
+  comm::MemoryKind memory = comm::MemoryKind::kHost;  // kCuda: staged through a device buffer
+  comm::Millis timeout{300000};                       // the whole phase
+  comm::Millis failure_grace{5000};  // after a failure, wait this long for other answers
+  comm::Millis bucket_delay{0};      // sleep after each broadcast: simulates a slow link (tests)
+};
+
+struct BucketSendResult {
+  bool ok = true;
+  std::uint64_t tensors = 0;
+  std::uint64_t bytes = 0;  // tensor bytes, without padding
+  std::uint64_t buckets = 0;
+  double seconds = 0;
+  double http_wait_seconds = 0;  // waiting for bucket answers
+  double pack_wait_seconds = 0;  // waiting for the packer
+  double broadcast_seconds = 0;
+  std::vector<EngineFailure> failures;
+  std::string error;  // the first non-engine failure (broadcast, packer, deadline), if any
+};
+
+// Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on
+// group `group_name`, where this process is rank 0 of `comm`. Engine and data-plane failures are
+// returned, not thrown.
+BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,
+                              comm::Communicator& comm, std::span<EngineApi* const> engines,
+                              std::span<const NamedTensor> tensors,
+                              const BucketSendOptions& options);
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,68 @@
+// EngineApi: the trainer's view of one rollout engine, one method per route of the engine HTTP
+// API. EngineClient (sync/trainer/engine_client.h) is the HTTP implementation; tests substitute
+// in-process fakes so the updater's orchestration runs without sockets.
+//
+// Bodies are the shared schemas of sync/protocol.h, written and read with the same functions the
+// engine uses. Every method either returns a success response or throws:
+//   - EngineError (a comm::PeerError whose peer() is the engine URL) when the engine could not be
+//     reached, dropped the connection, or answered non-2xx / success=false; the message names
+//     the route and carries the engine's own message;
+//   - comm::TimeoutError naming the engine and the route when an answer did not come in time;
+//   - comm::BadRequestError when a 2xx answer does not fit the response schema.
+// Lifetime: owned by the DistributedUpdater (or the caller). Threading: implementations must
+// accept concurrent calls from several threads; the updater keeps several bucket requests to one
+// engine in flight at once.
+#pragma once
+
+#include <string>
+
+#include "comm/errors.h"
+#include "sync/protocol.h"
+#include "sync/selector.h"
+
+namespace weightcast::sync::trainer {
+
+// A failed engine call. status() is the HTTP status, or 0 when no answer arrived at all (refused,
+// reset, closed: the engine process is likely gone).
+class EngineError : public comm::PeerError {
+ public:
+  EngineError(std::string engine, std::string route, int status, const std::string& message);
+  const std::string& engine() const { return peer(); }
+  const std::string& route() const { return route_; }
+  int status() const { return status_; }
+  bool unreachable() const { return status_ == 0; }
+
+ private:
+  std::string route_;
+  int status_;
+};
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+
+  // The engine's base URL ("http://host:port"); names it in every error and report.
+  virtual const std::string& url() const = 0;
+
+  virtual BasicResponse health() = 0;
+  virtual ServerInfoResponse server_info() = 0;
+  virtual BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) = 0;
+  virtual BasicResponse destroy_weights_update_group(
+      const DestroyWeightsUpdateGroupRequest& req) = 0;
+  virtual BasicResponse pause_generation(const PauseGenerationRequest& req) = 0;
+  virtual BasicResponse flush_cache() = 0;
+  virtual BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) = 0;
+  // Answers after the bucket was received on the data plane and staged (or failed).
+  virtual BasicResponse update_weights_from_distributed(
+      const UpdateWeightsFromDistributedRequest& req) = 0;
+  virtual BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) = 0;
+  virtual EndWeightUpdateResponse end_weight_update() = 0;
+  virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;
+  // Drops the open session and its staging (idempotent on the engine).
+  virtual BasicResponse abort_weight_update() = 0;
+  virtual WeightsChecksumResponse weights_checksum(Runner runner) = 0;
+  // Prometheus text.
+  virtual std::string metrics() = 0;
+};
+
+}  // namespace weightcast::sync::trainer

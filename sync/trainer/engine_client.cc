@@ -1,0 +1,207 @@
+#include "sync/trainer/engine_client.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <string_view>
+
+#include "sync/protocol_text.h"
+
+namespace weightcast::sync::trainer {
+
+namespace {
+
+std::string describe(int status, const std::string& message) {
+  std::string text = status == 0 ? std::string("no answer") : "HTTP " + std::to_string(status);
+  if (!message.empty()) text += ": " + message;
+  return text;
+}
+
+// The engine's own message from an error body, or the body itself (quoted, bounded) when it is
+// not a protocol response.
+std::string engine_message(const std::string& body, const ProtocolLimits& limits) {
+  if (body.empty()) return {};
+  try {
+    return parse_basic_response(body, limits).message;
+  } catch (const comm::Error&) {
+    return "unparsed answer " + quoted(body);
+  }
+}
+
+std::string normalize_url(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos || scheme == 0 || scheme + 3 >= url.size()) {
+    throw comm::ConfigError("engine URL " + quoted(url) +
+                            ": expected scheme://host:port, e.g. http://127.0.0.1:30000");
+  }
+  return url;
+}
+
+}  // namespace
+
+EngineError::EngineError(std::string engine, std::string route, int status,
+                         const std::string& message)
+    : comm::PeerError(engine, "engine " + engine + " " + route + ": " + describe(status, message)),
+      route_(std::move(route)),
+      status_(status) {}
+
+EngineClient::EngineClient(std::string url, EngineClientOptions options)
+    : url_(normalize_url(std::move(url))), options_(std::move(options)) {}
+
+std::string EngineClient::call(std::string_view method, const std::string& route, const std::string& body,
+                               comm::Millis read_timeout) const {
+  const std::string what = std::string(method) + " " + route;
+  httplib::Client client(url_);
+  client.set_keep_alive(false);
+  client.set_connection_timeout(options_.connect_timeout);
+  client.set_read_timeout(read_timeout);
+  client.set_write_timeout(options_.request_timeout);
+  if (!options_.token.empty()) client.set_bearer_token_auth(options_.token);
+
+  httplib::Request request;
+  request.method = std::string(method);
+  request.path = route;
+  if (method == "POST") {
+    request.body = body;
+    request.set_header("Content-Type", "application/json");
+  }
+  // Bound the answer before it is buffered: an engine that misbehaves cannot make us allocate.
+  std::string answer;
+  bool too_large = false;
+  const std::size_t max_body = options_.limits.max_body_bytes;
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
+                                 std::uint64_t) {
+    if (answer.size() + size > max_body) {
+      too_large = true;
+      return false;
+    }
+    answer.append(data, size);
+    return true;
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Result result = client.send(request);
+  if (!result) {
+    if (too_large) {
+      throw EngineError(url_, what, 0,
+                        "answer larger than " + std::to_string(max_body) + " bytes");
+    }
+    const auto waited =
+        std::chrono::duration_cast<comm::Millis>(std::chrono::steady_clock::now() - start);
+    const httplib::Error error = result.error();
+    // httplib reports a read timeout as a read error; the elapsed time tells them apart from a
+    // reset connection.
+    if (error == httplib::Error::ConnectionTimeout ||
+        (error == httplib::Error::Read && waited + comm::Millis(50) >= read_timeout)) {
+      throw comm::TimeoutError("engine " + url_ + " " + what + ": no answer within " +
+                               std::to_string(waited.count()) + " ms [peer: engine " + url_ +
+                               "]");
+    }
+    throw EngineError(url_, what, 0, httplib::to_string(error));
+  }
+  const int status = result->status;
+  if (status < 200 || status >= 300) {
+    throw EngineError(url_, what, status, engine_message(answer, options_.limits));
+  }
+  return answer;
+}
+
+namespace {
+
+// A 2xx answer that says success=false is a failure too.
+template <typename Response>
+Response checked(Response response, const std::string& url, const std::string& what) {
+  if (!response.success) throw EngineError(url, what, 200, response.message);
+  return response;
+}
+
+}  // namespace
+
+BasicResponse EngineClient::basic(std::string_view method, const std::string& route,
+                                  const std::string& body, comm::Millis read_timeout) const {
+  return checked(parse_basic_response(call(method, route, body, read_timeout), options_.limits),
+                 url_, std::string(method) + " " + route);
+}
+
+BasicResponse EngineClient::health() {
+  return basic("GET", "/health", "", options_.request_timeout);
+}
+
+ServerInfoResponse EngineClient::server_info() {
+  return checked(parse_server_info_response(
+                     call("GET", "/server_info", "", options_.request_timeout),
+                     options_.limits),
+                 url_, "GET /server_info");
+}
+
+BasicResponse EngineClient::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
+  return basic("POST", "/init_weights_update_group", to_json_string(req),
+                        options_.data_timeout);
+}
+
+BasicResponse EngineClient::destroy_weights_update_group(
+    const DestroyWeightsUpdateGroupRequest& req) {
+  return basic("POST", "/destroy_weights_update_group", to_json_string(req),
+                        options_.request_timeout);
+}
+
+BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
+  return basic("POST", "/pause_generation", to_json_string(req),
+                        options_.request_timeout);
+}
+
+BasicResponse EngineClient::flush_cache() {
+  return basic("POST", "/flush_cache", to_json_string(FlushCacheRequest{}),
+                        options_.request_timeout);
+}
+
+BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
+  return checked(parse_begin_weight_update_response(
+                     call("POST", "/begin_weight_update", to_json_string(req),
+                          options_.request_timeout),
+                     options_.limits),
+                 url_, "POST /begin_weight_update");
+}
+
+BasicResponse EngineClient::update_weights_from_distributed(
+    const UpdateWeightsFromDistributedRequest& req) {
+  return basic("POST", "/update_weights_from_distributed", to_json_string(req),
+                        options_.data_timeout);
+}
+
+BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
+  return basic("POST", "/update_weight_version", to_json_string(req),
+                        options_.request_timeout);
+}
+
+EndWeightUpdateResponse EngineClient::end_weight_update() {
+  return checked(parse_end_weight_update_response(
+                     call("POST", "/end_weight_update",
+                          to_json_string(EndWeightUpdateRequest{}), options_.request_timeout),
+                     options_.limits),
+                 url_, "POST /end_weight_update");
+}
+
+BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
+  return basic("POST", "/continue_generation", to_json_string(req),
+                        options_.request_timeout);
+}
+
+BasicResponse EngineClient::abort_weight_update() {
+  return basic("POST", "/abort_weight_update", "{}", options_.request_timeout);
+}
+
+WeightsChecksumResponse EngineClient::weights_checksum(Runner runner) {
+  const std::string route = "/weights_checksum?runner=" + std::string(to_string(runner));
+  return checked(
+      parse_weights_checksum_response(
+          call("GET", route, "", options_.request_timeout), options_.limits),
+      url_, "GET " + route);
+}
+
+std::string EngineClient::metrics() {
+  return call("GET", "/metrics", "", options_.request_timeout);
+}
+
+}  // namespace weightcast::sync::trainer

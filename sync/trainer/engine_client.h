@@ -1,0 +1,69 @@
+// EngineClient: the HTTP implementation of EngineApi, one per engine.
+//
+// Each call opens its own connection with explicit connect, read and write timeouts, so calls
+// from several threads never queue behind each other (the bucket sender keeps several requests
+// to one engine in flight) and no call waits without a bound. Routes that wait on the data plane
+// (init_weights_update_group, update_weights_from_distributed) use data_timeout as their read
+// timeout; every other route uses request_timeout. With a token, every request carries
+// "Authorization: Bearer <token>".
+// Lifetime: a value holding the URL and options; no connection outlives a call.
+// Threading: all methods are safe to call concurrently.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "comm/deadline.h"
+#include "sync/protocol_limits.h"
+#include "sync/trainer/engine_api.h"
+
+namespace weightcast::sync::trainer {
+
+struct EngineClientOptions {
+  std::string token;                  // bearer token; empty: none sent
+  comm::Millis connect_timeout{5000};  // TCP connect
+  comm::Millis request_timeout{60000};  // read/write of control routes
+  comm::Millis data_timeout{300000};    // read of init and bucket routes
+  ProtocolLimits limits;               // applied to every response body
+};
+
+class EngineClient final : public EngineApi {
+ public:
+  // `url` is "http://host:port" (a trailing '/' is dropped). Throws comm::ConfigError for a URL
+  // without scheme or host.
+  EngineClient(std::string url, EngineClientOptions options);
+
+  const std::string& url() const override { return url_; }
+  const EngineClientOptions& options() const { return options_; }
+
+  BasicResponse health() override;
+  ServerInfoResponse server_info() override;
+  BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) override;
+  BasicResponse destroy_weights_update_group(
+      const DestroyWeightsUpdateGroupRequest& req) override;
+  BasicResponse pause_generation(const PauseGenerationRequest& req) override;
+  BasicResponse flush_cache() override;
+  BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;
+  BasicResponse update_weights_from_distributed(
+      const UpdateWeightsFromDistributedRequest& req) override;
+  BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
+  EndWeightUpdateResponse end_weight_update() override;
+  BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
+  BasicResponse abort_weight_update() override;
+  WeightsChecksumResponse weights_checksum(Runner runner) override;
+  std::string metrics() override;
+
+ private:
+  // Sends one request ("GET" or "POST") and returns the 2xx body, or throws as EngineApi
+  // describes.
+  std::string call(std::string_view method, const std::string& route, const std::string& body,
+                   comm::Millis read_timeout) const;
+  // call() for routes answered with a BasicResponse; success=false throws EngineError.
+  BasicResponse basic(std::string_view method, const std::string& route, const std::string& body,
+                      comm::Millis read_timeout) const;
+
+  std::string url_;
+  EngineClientOptions options_;
+};
+
+}  // namespace weightcast::sync::trainer

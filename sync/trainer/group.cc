@@ -1,0 +1,130 @@
+#include "sync/trainer/group.h"
+
+#include <future>
+
+#include "comm/errors.h"
+#include "comm/store/prefix_store.h"
+#include "comm/store/tcp_store.h"
+#include "sync/trainer/engine_calls.h"
+
+namespace weightcast::sync::trainer {
+
+GroupRanks group_ranks(std::span<const int> rank_counts) {
+  GroupRanks ranks;
+  for (std::size_t i = 0; i < rank_counts.size(); ++i) {
+    if (rank_counts[i] < 1) {
+      throw comm::BadRequestError("engine " + std::to_string(i) + ": rank_count must be >= 1 (got " +
+                                  std::to_string(rank_counts[i]) + ")");
+    }
+    ranks.offsets.push_back(ranks.world_size);
+    ranks.world_size += rank_counts[i];
+  }
+  return ranks;
+}
+
+std::string group_name(std::string_view prefix, int stage) {
+  return std::string(prefix) + "-pp_" + std::to_string(stage);
+}
+
+struct WeightGroup::Impl {
+  std::unique_ptr<comm::TcpStoreServer> server;
+  std::unique_ptr<comm::Communicator> comm;
+};
+
+WeightGroup::WeightGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  comm_ = impl_->comm.get();
+}
+
+WeightGroup::~WeightGroup() {
+  if (impl_->comm) impl_->comm->abort();
+  if (impl_->server) impl_->server->stop();
+}
+
+std::uint16_t WeightGroup::store_port() const { return impl_->server->port(); }
+
+std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> engines,
+                                                 std::span<const int> rank_counts,
+                                                 const GroupOptions& options) {
+  WC_ENFORCE_EQ(engines.size(), rank_counts.size());
+  WC_ENFORCE(!engines.empty(), "a group needs at least one engine");
+  const GroupRanks ranks = group_ranks(rank_counts);
+
+  auto impl = std::make_unique<Impl>();
+  comm::TcpStoreServerOptions server_opts;
+  server_opts.bind_address = options.bind_address;
+  server_opts.token = options.token;
+  impl->server = std::make_unique<comm::TcpStoreServer>(server_opts);
+  comm::TcpStoreServer& server = *impl->server;
+
+  std::vector<std::future<void>> inits;
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    InitWeightsUpdateGroupRequest request;
+    request.master_address = options.bind_address;
+    request.master_port = server.port();
+    request.rank_offset = ranks.offsets[i];
+    request.world_size = ranks.world_size;
+    request.group_name = options.name;
+    request.backend = options.backend;
+    inits.push_back(std::async(std::launch::async, [engine = engines[i], request, &server] {
+      try {
+        engine->init_weights_update_group(request);
+      } catch (...) {
+        // The engine's ranks will not join: stopping the store makes our rendezvous fail now
+        // rather than at its timeout.
+        server.stop();
+        throw;
+      }
+    }));
+  }
+
+  comm::CommOptions comm_opts;
+  comm::TcpStoreOptions store_opts;
+  store_opts.host = options.bind_address;
+  store_opts.port = server.port();
+  store_opts.token = options.token;
+  store_opts.connect_timeout = options.timeout;
+  std::exception_ptr join_error;
+  try {
+    comm_opts.store = std::make_shared<comm::PrefixStore>(
+        options.name, std::make_shared<comm::TcpStore>(store_opts));
+    comm_opts.rank = 0;
+    comm_opts.size = ranks.world_size;
+    comm_opts.timeout = options.timeout;
+    comm_opts.bind_address = options.bind_address;
+    const std::string backend(to_string(options.backend));
+    impl->comm = options.factory ? options.factory(backend, comm_opts)
+                                 : comm::create_communicator(backend, comm_opts);
+  } catch (...) {
+    join_error = std::current_exception();
+  }
+
+  std::vector<EngineFailure> failures;
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    try {
+      inits[i].get();
+    } catch (...) {
+      failures.push_back(current_failure(engines[i]->url(), "POST /init_weights_update_group"));
+    }
+  }
+  if (!failures.empty()) {
+    if (impl->comm) impl->comm->abort();
+    throw_if_failed("group " + options.name + " setup failed", std::move(failures));
+  }
+  if (join_error) std::rethrow_exception(join_error);
+  auto group = std::unique_ptr<WeightGroup>(new WeightGroup(std::move(impl)));
+  group->name_ = options.name;
+  return group;
+}
+
+void WeightGroup::destroy(std::span<EngineApi* const> engines) {
+  impl_->comm->abort();
+  DestroyWeightsUpdateGroupRequest request;
+  request.group_name = name_;
+  on_all_engines(engines, "POST /destroy_weights_update_group",
+                 [&request](EngineApi& engine, std::size_t) {
+                   engine.destroy_weights_update_group(request);
+                 });
+  impl_->server->stop();
+}
+
+}  // namespace weightcast::sync::trainer

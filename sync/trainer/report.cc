@@ -1,0 +1,55 @@
+#include "sync/trainer/report.h"
+
+#include <cstdio>
+
+namespace weightcast::sync::trainer {
+
+double UpdateReport::gbps() const {
+  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+}
+
+const EngineFailure* blame(const std::vector<EngineFailure>& failures) {
+  const auto rank = [](const EngineFailure& f) { return f.unreachable ? 0 : f.timed_out ? 1 : 2; };
+  const EngineFailure* best = nullptr;
+  for (const auto& f : failures) {
+    if (best == nullptr || rank(f) < rank(*best)) best = &f;
+  }
+  return best;
+}
+
+std::string to_string(const EngineFailure& failure) {
+  // Client errors already name the engine and route; others get them prepended.
+  std::string text = failure.message.find(failure.engine) != std::string::npos
+                         ? failure.message
+                         : "engine " + failure.engine + " " + failure.route + ": " + failure.message;
+  if (failure.unreachable) text += " (unreachable)";
+  if (failure.timed_out) text += " (timed out)";
+  return text;
+}
+
+void UpdateReport::fail(std::string what) {
+  ok = false;
+  if (!error.empty()) return;
+  if (const EngineFailure* f = blame(failures)) {
+    failed_engine = f->engine;
+    failed_route = f->route;
+    error = what + ": " + to_string(*f);
+  } else {
+    error = std::move(what);
+  }
+}
+
+std::string summary(const UpdateReport& report) {
+  if (!report.ok) return "FAILED version " + report.version + ": " + report.error;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "version %s selector %s tensors %llu bytes %llu buckets %llu seconds %.3f "
+                "GB/s %.3f",
+                report.version.c_str(), std::string(to_string(report.selector)).c_str(),
+                static_cast<unsigned long long>(report.tensors),
+                static_cast<unsigned long long>(report.bytes),
+                static_cast<unsigned long long>(report.buckets), report.seconds, report.gbps());
+  return line;
+}
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,73 @@
+// UpdateReport: what one weight update did — version, selector, volume, per-phase timings — or
+// why it failed, naming the engine and route that failed first.
+//
+// Failures are collected as EngineFailure entries (every engine call that failed, in the order
+// they were seen); blame() picks the one to name: an engine that could not be reached at all
+// beats one that timed out, which beats one that answered with an error. When an engine dies
+// mid-update its peers fail too (their data-plane links break), and the dead engine is the one
+// an operator must look at.
+// Lifetime/threading: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sync/selector.h"
+
+namespace weightcast::sync::trainer {
+
+struct EngineFailure {
+  std::string engine;  // URL
+  std::string route;   // "POST /begin_weight_update"
+  std::string message;
+  bool unreachable = false;  // no HTTP answer: refused, reset, closed
+  bool timed_out = false;
+};
+
+// Seconds spent in each phase of an update.
+struct PhaseSeconds {
+  double prepare = 0;  // server_info, group setup, bucket planning
+  double pause = 0;    // pause_generation + flush_cache
+  double begin = 0;    // begin_weight_update
+  double data = 0;     // buckets: HTTP requests and broadcasts
+  double commit = 0;   // update_weight_version + end_weight_update
+  double resume = 0;   // continue_generation
+};
+
+struct UpdateReport {
+  bool ok = false;
+  std::string version;  // the version committed (or attempted)
+  Selector selector = Selector::kAll;
+  std::uint64_t tensors = 0;
+  std::uint64_t bytes = 0;  // tensor bytes sent (without bucket padding)
+  std::uint64_t buckets = 0;
+  double seconds = 0;  // whole update, pause to continue
+  PhaseSeconds phases;
+  // Within `data`: time the source waited for bucket answers and for the packer. What is left
+  // is the data plane itself.
+  double http_wait_seconds = 0;
+  double pack_wait_seconds = 0;
+
+  std::string error;          // empty when ok
+  std::string failed_engine;  // URL of the engine blamed; empty when no engine was at fault
+  std::string failed_route;
+  std::vector<EngineFailure> failures;
+
+  // bytes / seconds / 1e9; 0 when nothing was timed.
+  double gbps() const;
+  // Sets error / failed_engine / failed_route from failures (see blame()) unless error is set.
+  void fail(std::string what);
+};
+
+// The failure to name (see the header comment); nullptr for an empty list.
+const EngineFailure* blame(const std::vector<EngineFailure>& failures);
+
+// "engine http://h:p POST /route: message", with " (unreachable)" / " (timed out)" appended.
+std::string to_string(const EngineFailure& failure);
+
+// One line: "version 3 selector target tensors 29 bytes 3.1 MiB buckets 7 seconds 0.210
+// GB/s 0.015" or "FAILED version 3: <error>".
+std::string summary(const UpdateReport& report);
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,47 @@
+// UpdateSession: one open weight update on the engines — the version it will commit and the
+// selector it was opened with.
+//
+// The session is the only source of bucket payloads: bucket_request() stamps every request with
+// the session's selector and version, so trainer code cannot build a payload whose scope differs
+// from its session (the engine would refuse it with 409, but it is never sent). The coordinator
+// gets the session from DistributedUpdater::open_session(); the sources of other pipeline stages,
+// in other processes, join it from the token the coordinator hands them (join_session()).
+// Lifetime/threading: an immutable value; safe to share between threads.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "sync/bucket.h"
+#include "sync/protocol.h"
+#include "sync/selector.h"
+
+namespace weightcast::sync::trainer {
+
+class UpdateSession {
+ public:
+  Selector selector() const { return selector_; }
+  const std::string& version() const { return version_; }
+
+  // The request announcing bucket `plan` (its tensors and sequence) on group `group_name`.
+  UpdateWeightsFromDistributedRequest bucket_request(const BucketPlan& plan,
+                                                     const std::string& group_name) const;
+
+  // Text a coordinator passes to the other stage sources ("<selector> <version>").
+  std::string token() const;
+
+ private:
+  friend class DistributedUpdater;
+  friend UpdateSession join_session(std::string_view token);
+  UpdateSession(Selector selector, std::string version)
+      : selector_(selector), version_(std::move(version)) {}
+
+  Selector selector_;
+  std::string version_;
+};
+
+// The session a coordinator opened, from its token(). Throws comm::BadRequestError on a token
+// that UpdateSession::token() did not produce.
+UpdateSession join_session(std::string_view token);
+
+}  // namespace weightcast::sync::trainer

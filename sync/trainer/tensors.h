@@ -1,0 +1,36 @@
+// The tensors a trainer hands to the updater: a name, dtype and shape (sync::TensorMeta) with
+// host bytes, either borrowed (NamedTensor, what update() takes, so a trainer never copies its
+// weights to call it) or owned (HostTensor, what the converters produce).
+// Lifetime: a NamedTensor borrows; its bytes must outlive the call it is passed to.
+// Threading: plain values.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "sync/tensor.h"
+
+namespace weightcast::sync::trainer {
+
+struct NamedTensor {
+  TensorMeta meta;
+  std::span<const std::byte> bytes;  // exactly meta.byte_count() long
+};
+
+struct HostTensor {
+  TensorMeta meta;
+  std::vector<std::byte> bytes;
+
+  NamedTensor view() const { return NamedTensor{meta, bytes}; }
+};
+
+// Views of `tensors`, in order.
+inline std::vector<NamedTensor> views(const std::vector<HostTensor>& tensors) {
+  std::vector<NamedTensor> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(t.view());
+  return out;
+}
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,276 @@
+#include "sync/trainer/updater.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "comm/errors.h"
+#include "sync/trainer/engine_calls.h"
+#include "sync/trainer/engine_client.h"
+
+namespace weightcast::sync::trainer {
+
+namespace {
+
+double seconds_since(comm::Clock::time_point start) {
+  return std::chrono::duration<double>(comm::Clock::now() - start).count();
+}
+
+std::vector<std::unique_ptr<EngineApi>> make_clients(const std::vector<std::string>& urls,
+                                                     const UpdaterOptions& options) {
+  EngineClientOptions client;
+  client.token = options.token;
+  client.connect_timeout = options.connect_timeout;
+  client.request_timeout = options.request_timeout;
+  // A bucket answers once received; init once the group formed. Both wait on the data plane.
+  client.data_timeout = std::max(options.buckets.timeout, options.group_timeout);
+  std::vector<std::unique_ptr<EngineApi>> out;
+  for (const auto& url : urls) out.push_back(std::make_unique<EngineClient>(url, client));
+  return out;
+}
+
+// An engine's weight_version as a number, when it is one ("3"); anything else counts as 0.
+std::uint64_t numeric_version(const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() ? value : 0;
+}
+
+template <typename List, typename Value>
+bool contains(const List& list, const Value& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+}  // namespace
+
+DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls,
+                                       UpdaterOptions options)
+    : DistributedUpdater(make_clients(engine_urls, options), options) {}
+
+DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> engines,
+                                       UpdaterOptions options)
+    : options_(std::move(options)),
+      selector_(options_.selector ? *options_.selector
+                                  : weight_update_selector(options_.selector_config)),
+      engines_(std::move(engines)) {
+  if (engines_.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
+  for (const auto& e : engines_) {
+    WC_ENFORCE(e != nullptr, "null engine");
+    engine_ptrs_.push_back(e.get());
+  }
+}
+
+DistributedUpdater::~DistributedUpdater() {
+  for (auto& group : groups_) {
+    if (group) group->destroy(engine_ptrs_);
+  }
+}
+
+const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
+  if (!infos_.empty()) return infos_;
+  std::vector<ServerInfoResponse> infos(engines_.size());
+  throw_if_failed("reading /server_info",
+                  on_all_engines(engine_ptrs_, "GET /server_info",
+                                 [&infos](EngineApi& engine, std::size_t i) {
+                                   infos[i] = engine.server_info();
+                                 }));
+  std::vector<int> counts;
+  std::uint64_t version = 0;
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    const std::string& url = engines_[i]->url();
+    if (!contains(infos[i].selectors, selector_)) {
+      std::string supported;
+      for (Selector s : infos[i].selectors) supported += std::string(supported.empty() ? "" : ", ") + std::string(to_string(s));
+      throw comm::ConfigError("engine " + url + " does not support selector '" +
+                              std::string(to_string(selector_)) + "' (it supports: " +
+                              (supported.empty() ? "none" : supported) +
+                              "); refusing to update it rather than hope the scope is honoured");
+    }
+    if (!contains(infos[i].backends, options_.backend)) {
+      throw comm::ConfigError("engine " + url + " does not support backend '" +
+                              std::string(to_string(options_.backend)) + "'");
+    }
+    counts.push_back(infos[i].rank_count);
+    version = std::max(version, numeric_version(infos[i].weight_version));
+  }
+  group_ranks(counts);  // validates
+  rank_counts_ = std::move(counts);
+  committed_version_ = version;
+  infos_ = std::move(infos);
+  return infos_;
+}
+
+void DistributedUpdater::ensure_group(int stage) {
+  WC_ENFORCE_GE(stage, 0);
+  connect();
+  const auto index = static_cast<std::size_t>(stage);
+  if (groups_.size() <= index) groups_.resize(index + 1);
+  auto& group = groups_[index];
+  if (group && !group->broken()) return;
+  if (group) {
+    group->destroy(engine_ptrs_);
+    group.reset();
+  }
+  GroupOptions opts;
+  opts.name = group_name(options_.group_prefix, stage);
+  opts.backend = options_.backend;
+  opts.bind_address = options_.bind_address;
+  opts.token = options_.token;
+  opts.timeout = options_.group_timeout;
+  opts.factory = options_.communicator_factory;
+  group = WeightGroup::create(engine_ptrs_, rank_counts_, opts);
+}
+
+void DistributedUpdater::start_report(UpdateReport& report) const {
+  report.selector = selector_;
+  report.version = std::to_string(committed_version_ + 1);
+}
+
+std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report) {
+  connect();
+  start_report(report);
+  update_start_ = comm::Clock::now();
+  UpdateSession session(selector_, report.version);
+
+  auto t = comm::Clock::now();
+  PauseGenerationRequest pause{options_.pause_mode};
+  auto failures = on_all_engines(engine_ptrs_, "POST /pause_generation",
+                                 [&pause](EngineApi& engine, std::size_t) {
+                                   engine.pause_generation(pause);
+                                   engine.flush_cache();
+                                 });
+  report.phases.pause = seconds_since(t);
+  if (failures.empty()) {
+    t = comm::Clock::now();
+    BeginWeightUpdateRequest begin{selector_};
+    failures = on_all_engines(engine_ptrs_, "POST /begin_weight_update",
+                              [&begin](EngineApi& engine, std::size_t) {
+                                const auto answer = engine.begin_weight_update(begin);
+                                if (answer.selector != begin.selector) {
+                                  throw EngineError(engine.url(), "POST /begin_weight_update", 200,
+                                                    "session recorded selector '" +
+                                                        std::string(to_string(answer.selector)) +
+                                                        "', asked for '" +
+                                                        std::string(to_string(begin.selector)) +
+                                                        "'");
+                                }
+                              });
+    report.phases.begin = seconds_since(t);
+  }
+  if (!failures.empty()) {
+    report.failures.insert(report.failures.end(), failures.begin(), failures.end());
+    abort(report, "opening the update session failed");
+    return std::nullopt;
+  }
+  return session;
+}
+
+BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
+                                                std::span<const NamedTensor> tensors) {
+  WC_ENFORCE(session.selector() == selector_, "a session with selector ", to_string(session.selector()),
+             " on an updater with selector ", to_string(selector_));
+  const auto index = static_cast<std::size_t>(stage);
+  WC_ENFORCE(index < groups_.size() && groups_[index], "ensure_group(", stage, ") first");
+  WeightGroup& group = *groups_[index];
+  BucketSendOptions opts = options_.buckets;
+  opts.memory =
+      options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  return send_buckets(session, group.name(), group.comm(), engine_ptrs_, tensors, opts);
+}
+
+void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
+  report.tensors += result.tensors;
+  report.bytes += result.bytes;
+  report.buckets += result.buckets;
+  report.phases.data += result.seconds;
+  report.http_wait_seconds += result.http_wait_seconds;
+  report.pack_wait_seconds += result.pack_wait_seconds;
+  report.failures.insert(report.failures.end(), result.failures.begin(), result.failures.end());
+  if (!result.ok) {
+    abort(report, result.error.empty() ? "sending buckets failed"
+                                       : "sending buckets failed (" + result.error + ")");
+  }
+}
+
+void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& report) {
+  WC_ENFORCE_EQ(session.version(), report.version, "report of another session");
+  auto t = comm::Clock::now();
+  UpdateWeightVersionRequest version{session.version(), false};
+  auto failures = on_all_engines(engine_ptrs_, "POST /update_weight_version",
+                                 [&version](EngineApi& engine, std::size_t) {
+                                   engine.update_weight_version(version);
+                                 });
+  if (failures.empty()) {
+    failures = on_all_engines(
+        engine_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t) {
+          const auto answer = engine.end_weight_update();
+          if (answer.weight_version != session.version()) {
+            throw EngineError(engine.url(), "POST /end_weight_update", 200,
+                              "committed version '" + answer.weight_version + "', expected '" +
+                                  session.version() + "'");
+          }
+        });
+  }
+  report.phases.commit = seconds_since(t);
+  if (!failures.empty()) {
+    report.failures.insert(report.failures.end(), failures.begin(), failures.end());
+    abort(report, "committing the update failed");
+    return;
+  }
+  committed_version_ += 1;
+  t = comm::Clock::now();
+  failures = on_all_engines(engine_ptrs_, "POST /continue_generation",
+                            [](EngineApi& engine, std::size_t) {
+                              engine.continue_generation(ContinueGenerationRequest{});
+                            });
+  report.phases.resume = seconds_since(t);
+  report.seconds = seconds_since(update_start_);
+  if (!failures.empty()) {
+    // Committed everywhere, but some engine did not resume: still an error to report.
+    report.failures.insert(report.failures.end(), failures.begin(), failures.end());
+    report.fail("update committed, but resuming generation failed");
+    return;
+  }
+  report.ok = true;
+}
+
+void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
+  report.fail(why);
+  // Best effort on every engine, the failed ones included (one that answered 4xx is alive):
+  // drop the session and staging, then serve the previous weights again.
+  on_all_engines(engine_ptrs_, "POST /abort_weight_update", [](EngineApi& engine, std::size_t) {
+    engine.abort_weight_update();
+    engine.continue_generation(ContinueGenerationRequest{});
+  });
+  if (update_start_ != comm::Clock::time_point{}) report.seconds = seconds_since(update_start_);
+}
+
+UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors) {
+  UpdateReport report;
+  const auto start = comm::Clock::now();
+  try {
+    ensure_group(0);
+  } catch (const EngineCallError& e) {
+    start_report(report);
+    report.failures = e.failures();
+    report.fail("preparing the update failed");
+    return report;
+  } catch (const comm::ConfigError&) {
+    throw;
+  } catch (const comm::EnforceError&) {
+    throw;
+  } catch (const comm::Error& e) {
+    start_report(report);
+    report.fail(std::string("preparing the update failed: ") + e.what());
+    return report;
+  }
+  const double prepare = seconds_since(start);
+  const auto session = open_session(report);
+  report.phases.prepare = prepare;
+  if (!session) return report;
+  record(send_stage(*session, 0, tensors), report);
+  if (!report.error.empty()) return report;
+  finish(*session, report);
+  return report;
+}
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,121 @@
+// DistributedUpdater: pushes a trainer's weights to a set of rollout engines, one update per
+// call, with the selector the decision function chose.
+//
+// Usable from a trainer's own code without the launcher:
+//
+//   DistributedUpdater updater({"http://10.0.0.5:30000", "http://10.0.0.6:30000"}, options);
+//   UpdateReport report = updater.update(named_tensors);  // report.ok, report.error, timings
+//
+// One update: version += 1; on all engines concurrently pause -> flush -> begin(selector); the
+// buckets on the group; then update_weight_version -> end -> continue. Any failure takes the
+// abort path: the failing engine is named, every engine is told to drop the session
+// (/abort_weight_update) and to continue serving its previous weights, nobody commits, and the
+// report carries the error. Before the first update, /server_info of every engine is read:
+// an engine that does not support the selector or backend is refused with a ConfigError rather
+// than trusted to honour it; its rank count sizes the group.
+// Pipeline-parallel trainers use the same steps one by one (launcher/train does): the stage-0
+// source opens the session, hands session.token() to the other stage sources, each stage source
+// sends its tensors on its own group (send_stage), stages one after another, and the
+// coordinator finishes or aborts. update() is exactly open_session + send_stage(0) + finish.
+// Lifetime: owns the engine clients and the groups it created; destroying it tears the groups
+// down locally (engines notice when their next receive fails). Threading: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "sync/decision.h"
+#include "sync/protocol.h"
+#include "sync/trainer/bucket_sender.h"
+#include "sync/trainer/engine_api.h"
+#include "sync/trainer/group.h"
+#include "sync/trainer/report.h"
+#include "sync/trainer/session.h"
+#include "sync/trainer/tensors.h"
+
+namespace weightcast::sync::trainer {
+
+struct UpdaterOptions {
+  // The session selector. Unset: weight_update_selector(selector_config), the one decision.
+  std::optional<Selector> selector;
+  SelectorConfig selector_config;
+
+  Backend backend = Backend::kGloo;
+  std::string group_prefix = "weightcast";  // groups are "<prefix>-pp_<stage>"
+  // The address this process's store and data-plane endpoint bind; engines must reach it.
+  std::string bind_address = "127.0.0.1";
+  std::string token;  // bearer token for engine routes, and the store's token
+  PauseMode pause_mode = PauseMode::kAbort;
+
+  BucketSendOptions buckets;                // bucket size, in-flight bound, data-phase timeout
+  comm::Millis connect_timeout{5000};       // TCP connect to an engine
+  comm::Millis request_timeout{60000};      // control routes
+  comm::Millis group_timeout{120000};       // group setup, and each collective's default
+  CommunicatorFactory communicator_factory;  // empty: comm::create_communicator
+};
+
+class DistributedUpdater {
+ public:
+  // HTTP clients (EngineClient) for `engine_urls`, in order (the order fixes rank offsets).
+  DistributedUpdater(std::vector<std::string> engine_urls, UpdaterOptions options);
+  // Any EngineApi implementation (tests, custom transports).
+  DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> engines, UpdaterOptions options);
+  ~DistributedUpdater();
+  DistributedUpdater(const DistributedUpdater&) = delete;
+  DistributedUpdater& operator=(const DistributedUpdater&) = delete;
+
+  // The selector of every session this updater opens (decided once, at construction).
+  Selector selector() const { return selector_; }
+  const UpdaterOptions& options() const { return options_; }
+  std::span<EngineApi* const> engines() const { return engine_ptrs_; }
+
+  // Reads /server_info from every engine (once; later calls return the cached answers). Throws
+  // comm::ConfigError naming an engine that lacks the selector or the backend, EngineCallError
+  // naming one that could not be asked.
+  const std::vector<ServerInfoResponse>& connect();
+
+  // One whole update on group "<prefix>-pp_0". Engine, network and timeout failures come back
+  // in the report (ok = false); configuration errors throw as connect() does.
+  UpdateReport update(std::span<const NamedTensor> tensors);
+
+  // --- building blocks, for trainers with several pipeline stages ---
+
+  // Creates the group of `stage` unless it exists and is usable (a broken one is destroyed and
+  // created anew). Throws as WeightGroup::create().
+  void ensure_group(int stage);
+  // Opens the next version's session on every engine. On failure runs the abort path, fills
+  // `report` and returns nullopt.
+  std::optional<UpdateSession> open_session(UpdateReport& report);
+  // Sends one stage's tensors on its group (ensure_group(stage) first). Never throws for engine
+  // or data-plane failures: they are in the result.
+  BucketSendResult send_stage(const UpdateSession& session, int stage,
+                              std::span<const NamedTensor> tensors);
+  // Adds a stage's result to `report`; on failure runs the abort path.
+  void record(const BucketSendResult& result, UpdateReport& report);
+  // Commits: update_weight_version -> end -> continue on every engine. On failure runs the
+  // abort path. Sets report.ok and report.seconds.
+  void finish(const UpdateSession& session, UpdateReport& report);
+  // The abort path: every engine drops its session and continues on its previous weights;
+  // `report` gets `why` (and the blamed engine) as its error.
+  void abort(UpdateReport& report, const std::string& why);
+
+ private:
+  void start_report(UpdateReport& report) const;
+
+  UpdaterOptions options_;
+  Selector selector_;
+  std::vector<std::unique_ptr<EngineApi>> engines_;
+  std::vector<EngineApi*> engine_ptrs_;
+  std::vector<ServerInfoResponse> infos_;
+  std::vector<int> rank_counts_;
+  std::uint64_t committed_version_ = 0;
+  std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
+  comm::Clock::time_point update_start_{};
+};
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,142 @@
+#include "sync/trainer/verify.h"
+
+#include <fnmatch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/errors.h"
+#include "sync/trainer/engine_calls.h"
+
+namespace weightcast::sync::trainer {
+
+std::vector<SentDigest> sent_digests(std::span<const NamedTensor> tensors) {
+  std::vector<SentDigest> out;
+  out.reserve(tensors.size());
+  std::vector<std::byte> scratch;
+  for (const auto& t : tensors) {
+    SentDigest d{t.meta.name, {}};
+    d.by_layout[static_cast<int>(Layout::kNone)] = tensor_digest(t.bytes);
+    scratch.assign(t.bytes.begin(), t.bytes.end());
+    apply_layout(Layout::kShuffle, t.meta, scratch);
+    d.by_layout[static_cast<int>(Layout::kShuffle)] = tensor_digest(scratch);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string to_text(const std::vector<SentDigest>& digests) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& d : digests) {
+    list.push_back({d.name, to_string(d.by_layout[0]), to_string(d.by_layout[1])});
+  }
+  return list.dump();
+}
+
+std::vector<SentDigest> parse_sent_digests(std::string_view text) {
+  std::vector<SentDigest> out;
+  try {
+    for (const auto& item : nlohmann::json::parse(text).get_ref<const nlohmann::json::array_t&>()) {
+      SentDigest d;
+      d.name = item.at(0).get<std::string>();
+      d.by_layout[0] = parse_digest(item.at(1).get<std::string>(), "sent digest");
+      d.by_layout[1] = parse_digest(item.at(2).get<std::string>(), "sent digest");
+      out.push_back(std::move(d));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw comm::BadRequestError(std::string("sent digests: ") + e.what());
+  }
+  return out;
+}
+
+bool filter_accepts(const std::vector<std::string>& globs, const std::string& name) {
+  for (const auto& glob : globs) {
+    if (::fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+RunnerMirror::RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::uint64_t seed)
+    : info_(info), layout_(parse_layout(info.layout)) {
+  const std::vector<TensorMeta> initial =
+      info.name == Runner::kTarget ? target_tensors(spec) : draft_tensors(spec);
+  std::vector<std::byte> bytes;
+  for (const auto& meta : initial) {
+    bytes.resize(meta.byte_count());
+    fill_tensor(meta, seed, 0, bytes);
+    apply_layout(layout_, meta, bytes);
+    expected_[meta.name] = tensor_digest(bytes);
+  }
+}
+
+void RunnerMirror::apply(Selector selector, const std::vector<SentDigest>& sent) {
+  if (!covers(selector, info_.name)) return;
+  for (const auto& d : sent) {
+    if (filter_accepts(info_.filters, d.name)) {
+      expected_[d.name] = d.by_layout[static_cast<int>(layout_)];
+    }
+  }
+}
+
+std::vector<std::string> RunnerMirror::compare(const WeightsChecksumResponse& checksum) const {
+  std::vector<std::string> problems;
+  const std::string runner(to_string(info_.name));
+  std::map<std::string, const TensorChecksum*> seen;
+  for (const auto& t : checksum.tensors) seen[t.name] = &t;
+  for (const auto& [name, digest] : expected_) {
+    const auto it = seen.find(name);
+    if (it == seen.end()) {
+      problems.push_back("runner " + runner + " tensor " + name + ": missing on the engine");
+    } else if (it->second->digest.size() != 32 ||
+               parse_digest(it->second->digest, "digest") != digest) {
+      problems.push_back("runner " + runner + " tensor " + name + ": expected digest " +
+                         to_string(digest) + ", engine has " + it->second->digest);
+    }
+  }
+  for (const auto& [name, entry] : seen) {
+    if (!expected_.contains(name)) {
+      problems.push_back("runner " + runner + " tensor " + name + ": not expected on the engine");
+    }
+  }
+  return problems;
+}
+
+
+UpdateVerifier::UpdateVerifier(std::span<EngineApi* const> engines,
+                               const std::vector<ServerInfoResponse>& infos,
+                               const ModelSpec& spec, std::uint64_t seed)
+    : engines_(engines) {
+  WC_ENFORCE_EQ(engines.size(), infos.size());
+  for (const auto& info : infos) {
+    auto& runners = mirrors_.emplace_back();
+    for (const auto& runner : info.runners) runners.emplace_back(runner, spec, seed);
+  }
+}
+
+void UpdateVerifier::apply(Selector selector, const std::vector<SentDigest>& sent) {
+  for (auto& runners : mirrors_) {
+    for (auto& mirror : runners) mirror.apply(selector, sent);
+  }
+}
+
+std::vector<std::string> UpdateVerifier::check(const std::string& version) {
+  std::vector<std::vector<std::string>> found(engines_.size());
+  const auto failures = on_all_engines(
+      engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
+        for (const auto& mirror : mirrors_[i]) {
+          const auto answer = engine.weights_checksum(mirror.runner());
+          const std::string where = "engine " + engine.url() + " ";
+          if (answer.weight_version != version) {
+            found[i].push_back(where + "runner " + std::string(to_string(mirror.runner())) +
+                               ": weight_version '" + answer.weight_version + "', expected '" +
+                               version + "'");
+          }
+          for (auto& problem : mirror.compare(answer)) found[i].push_back(where + problem);
+        }
+      });
+  std::vector<std::string> problems;
+  for (const auto& f : failures) problems.push_back(to_string(f));
+  for (auto& list : found) problems.insert(problems.end(), list.begin(), list.end());
+  return problems;
+}
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,92 @@
+// Verification of what engines hold after updates: the trainer keeps a mirror of every runner's
+// expected per-tensor digests and compares it with the engine's /weights_checksum.
+//
+// Expectations, computed locally and never read back from the engine:
+//   - start: the runner's initial weights — the generator's step-0 bytes of the runner's tensors
+//     (target_tensors / draft_tensors of the model spec, with the seed), laid out once with the
+//     runner's layout, as the engine's post-load processing does at start;
+//   - after each committed update: every sent tensor that the runner's filter accepts, in a
+//     runner the session's selector covers, becomes layout(runner)(bytes sent). Anything else
+//     stays as it was — so a frozen draft must be bit-identical to its initial weights, and an
+//     engine that re-ran post-load processing on it (the double-shuffle bug) is caught.
+// Sources compute the digests of what they sent for every layout (sent_digests()), so a
+// coordinator can check tensors that other pipeline stages sent.
+// Lifetime/threading: plain values; a mirror is used from one thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sync/checksum.h"
+#include "sync/layout.h"
+#include "sync/model.h"
+#include "sync/protocol.h"
+#include "sync/trainer/engine_api.h"
+#include "sync/trainer/tensors.h"
+
+namespace weightcast::sync::trainer {
+
+// Digests of one sent tensor as each layout leaves it, indexed by static_cast<int>(Layout).
+struct SentDigest {
+  std::string name;
+  std::array<Digest, 2> by_layout;
+
+  bool operator==(const SentDigest&) const = default;
+};
+
+std::vector<SentDigest> sent_digests(std::span<const NamedTensor> tensors);
+
+// Text form for shipping between processes; parse_sent_digests(to_text(x)) == x.
+std::string to_text(const std::vector<SentDigest>& digests);
+std::vector<SentDigest> parse_sent_digests(std::string_view text);
+
+// Whether the comma-separated fnmatch globs of a runner filter accept `name` (the engine's rule:
+// any glob matches, '*' crosses dots).
+bool filter_accepts(const std::vector<std::string>& globs, const std::string& name);
+
+class RunnerMirror {
+ public:
+  // `info` as /server_info reports the runner; `spec` and `seed` the generator of its initial
+  // weights. Throws comm::BadRequestError for a layout this build does not know.
+  RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::uint64_t seed);
+
+  Runner runner() const { return info_.name; }
+
+  // Records a committed update with `selector` that sent `sent`.
+  void apply(Selector selector, const std::vector<SentDigest>& sent);
+
+  // One line per difference between the mirror and the engine's answer: a tensor with another
+  // digest, a missing one, an unexpected one. Empty when they agree.
+  std::vector<std::string> compare(const WeightsChecksumResponse& checksum) const;
+
+ private:
+  RunnerInfo info_;
+  Layout layout_;
+  std::map<std::string, Digest> expected_;
+};
+
+// The mirrors of every runner of every engine, and the check against the engines' answers.
+class UpdateVerifier {
+ public:
+  // `infos[i]` is /server_info of engines[i]; `spec` and `seed` generate the initial weights.
+  UpdateVerifier(std::span<EngineApi* const> engines, const std::vector<ServerInfoResponse>& infos,
+                 const ModelSpec& spec, std::uint64_t seed);
+
+  // Records a committed update (see RunnerMirror::apply).
+  void apply(Selector selector, const std::vector<SentDigest>& sent);
+
+  // Fetches /weights_checksum of every runner of every engine, concurrently, and compares.
+  // Returns one line per problem, each naming the engine, runner and tensor (or the failed
+  // call, or a weight_version other than `version`); empty when everything matches.
+  std::vector<std::string> check(const std::string& version);
+
+ private:
+  std::span<EngineApi* const> engines_;
+  std::vector<std::vector<RunnerMirror>> mirrors_;  // [engine][runner]
+};
+
+}  // namespace weightcast::sync::trainer

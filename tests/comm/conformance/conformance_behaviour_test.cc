@@ -1,0 +1,209 @@
+// What every backend must do beyond moving bytes: barrier, misuse, abort, timeouts, reuse.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/errors.h"
+#include "tests/comm/conformance/conformance.h"
+#include "tests/comm/conformance/conformance_support.h"
+
+namespace weightcast::testing {
+
+int behaviour_tests_anchor() {
+  return 1;
+}
+
+namespace {
+
+using comm::BroadcastOptions;
+using comm::Communicator;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+#define WC_SKIP_UNLESS_RUNNABLE(spec, world)                                        \
+  do {                                                                              \
+    const std::string wc_why = (spec).skip_reason ? (spec).skip_reason(world) : ""; \
+    if (!wc_why.empty()) GTEST_SKIP() << wc_why;                                    \
+  } while (false)
+
+BroadcastOptions bcast(void* buf, std::size_t bytes, int root, const BackendSpec& spec) {
+  BroadcastOptions b;
+  b.buffer = buf;
+  b.bytes = bytes;
+  b.root = root;
+  b.memory = spec.memory;
+  return b;
+}
+
+std::string test_label(const BackendSpec& spec) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return spec.name + "/" + info->name();
+}
+
+}  // namespace
+
+// No rank leaves the barrier before the last one has entered it, and it can be reused.
+TEST_P(CommBehaviourConformance, BarrierWaitsForTheLastRank) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 3;
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  auto store = case_store(test_label(spec));
+  std::atomic<int> entered{0};
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    for (int round = 1; round <= 2; ++round) {
+      // The last rank dawdles: a barrier that does not wait lets the others see it missing.
+      if (rank == kWorld - 1) std::this_thread::sleep_for(milliseconds(100));
+      entered.fetch_add(1);
+      c->barrier(kConformanceTimeout);
+      const int seen = entered.load();
+      if (seen < round * kWorld) {
+        throw std::runtime_error("left barrier round " + std::to_string(round) + " after only " +
+                                 std::to_string(seen) + " entries");
+      }
+      c->barrier(kConformanceTimeout);  // nobody starts the next round before all have checked
+    }
+  });
+  expect_no_rank_errors(errors);
+}
+
+// Misuse throws EnforceError on the calling rank and leaves the communicator usable.
+TEST_P(CommBehaviourConformance, MisuseIsEnforceErrorAndKeepsTheGroup) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 2;
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  auto store = case_store(test_label(spec));
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    RankBuffer buf(spec, 64);
+    buf.upload(random_bytes(64, seed_of(test_label(spec))));
+    EXPECT_THROW(c->broadcast(bcast(buf.get(), 64, -1, spec)), comm::EnforceError);
+    EXPECT_THROW(c->broadcast(bcast(buf.get(), 64, kWorld, spec)), comm::EnforceError);
+    EXPECT_THROW(c->broadcast(bcast(nullptr, 64, 0, spec)), comm::EnforceError);
+    auto zero_timeout = bcast(buf.get(), 64, 0, spec);
+    zero_timeout.timeout = milliseconds(0);
+    EXPECT_THROW(c->broadcast(zero_timeout), comm::EnforceError);
+    EXPECT_FALSE(c->aborted());
+    c->broadcast(bcast(buf.get(), 64, 0, spec));  // still a working group
+  });
+  expect_no_rank_errors(errors);
+}
+
+// After abort() (twice: idempotent) every call throws at once.
+TEST_P(CommBehaviourConformance, AbortThenCallsThrow) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 2;
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  auto store = case_store(test_label(spec));
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    RankBuffer buf(spec, 16);
+    c->abort();
+    c->abort();
+    EXPECT_TRUE(c->aborted());
+    EXPECT_THROW(c->broadcast(bcast(buf.get(), 16, 0, spec)), comm::Error);
+    EXPECT_THROW(c->barrier(milliseconds(1000)), comm::Error);
+  });
+  expect_no_rank_errors(errors);
+}
+
+// abort() from another thread wakes a broadcast blocked on a root that never sends.
+TEST_P(CommBehaviourConformance, AbortWakesABlockedBroadcast) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 2;
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  auto store = case_store(test_label(spec));
+  std::promise<void> receiver_done;
+  auto done = receiver_done.get_future().share();
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    if (rank == 0) {
+      // The root stays connected but silent, so only abort() can end the receiver's wait.
+      if (done.wait_for(kConformanceTimeout) != std::future_status::ready) {
+        throw std::runtime_error("receiver never finished");
+      }
+      return;
+    }
+    RankBuffer buf(spec, 4096);
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(milliseconds(200));
+      c->abort();
+    });
+    const auto start = Clock::now();
+    EXPECT_THROW(c->broadcast(bcast(buf.get(), 4096, 0, spec)), comm::Error);
+    const auto waited = Clock::now() - start;
+    watchdog.join();
+    receiver_done.set_value();
+    EXPECT_TRUE(c->aborted());
+    EXPECT_LT(waited, kConformanceTimeout / 2) << "abort() did not wake the broadcast";
+  });
+  expect_no_rank_errors(errors);
+}
+
+// A broadcast whose root never sends ends with TimeoutError near its deadline; the communicator
+// is then aborted and the next call throws the same kind at once.
+TEST_P(CommBehaviourConformance, TimeoutIsTypedAndAborts) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 2;
+  constexpr milliseconds kTimeout{300};
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  auto store = case_store(test_label(spec));
+  std::promise<void> receiver_done;
+  auto done = receiver_done.get_future().share();
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    if (rank == 0) {
+      if (done.wait_for(kConformanceTimeout) != std::future_status::ready) {
+        throw std::runtime_error("receiver never finished");
+      }
+      return;
+    }
+    RankBuffer buf(spec, 4096);
+    auto b = bcast(buf.get(), 4096, 0, spec);
+    b.timeout = kTimeout;
+    const auto start = Clock::now();
+    EXPECT_THROW(c->broadcast(b), comm::TimeoutError);
+    const auto waited = Clock::now() - start;
+    EXPECT_TRUE(c->aborted());
+    EXPECT_THROW(c->broadcast(b), comm::TimeoutError);
+    receiver_done.set_value();
+    EXPECT_GE(waited, kTimeout / 2) << "gave up long before the deadline";
+    EXPECT_LT(waited, kConformanceTimeout / 2) << "ignored the per-call timeout";
+  });
+  expect_no_rank_errors(errors);
+}
+
+// One communicator carries many collectives in a row, with changing roots and sizes.
+TEST_P(CommBehaviourConformance, SequentialBroadcastsWithChangingRoots) {
+  const BackendSpec& spec = *GetParam().backend;
+  constexpr int kWorld = 3;
+  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
+  const std::string label = test_label(spec);
+  auto store = case_store(label);
+  const std::vector<std::size_t> sizes = {kManyChunksBytes, 1, 4093, 0, 2 * kManyChunksBytes, 7};
+  auto errors = run_ranks(kWorld, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const int root = static_cast<int>(i % kWorld);
+      const auto want = random_bytes(sizes[i], seed_of(label + std::to_string(i)));
+      RankBuffer buf(spec, sizes[i]);
+      auto init = want;
+      if (rank != root) {
+        for (auto& b : init) b = static_cast<std::uint8_t>(~b);
+      }
+      buf.upload(init);
+      c->broadcast(bcast(sizes[i] == 0 ? nullptr : buf.get(), sizes[i], root, spec));
+      const long at = first_mismatch(buf.download(), want);
+      if (at != -1) {
+        throw std::runtime_error("broadcast " + std::to_string(i) + " (root " +
+                                 std::to_string(root) + ") differs at byte " + std::to_string(at));
+      }
+    }
+  });
+  expect_no_rank_errors(errors);
+}
+
+}  // namespace weightcast::testing

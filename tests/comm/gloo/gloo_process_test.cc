@@ -1,0 +1,188 @@
+// Multi-process Gloo tests: real processes (gloo_worker) rendezvous through a TcpStoreServer that
+// this test hosts on an ephemeral port. Every worker is a Subprocess, killed on scope exit.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/store/tcp_store.h"
+#include "tests/support/subprocess.h"
+
+#ifndef WORKER_PATH
+#error "WORKER_PATH must name the gloo_worker executable"
+#endif
+
+namespace weightcast::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::Subprocess;
+using Clock = std::chrono::steady_clock;
+
+struct WorkerArgs {
+  int rank = 0;
+  int size = 1;
+  int root = 0;
+  std::size_t bytes = 0;
+  milliseconds timeout{10000};
+  std::size_t chunk_bytes = 1u << 20;
+  int chunks_in_flight = 4;
+  std::size_t stop_at_bytes = 0;
+};
+
+struct Outcome {
+  std::optional<int> exit_code;  // nullopt: did not exit in time
+  milliseconds after{0};         // from the reference point to the exit
+  std::string last_line;
+  std::string output;
+};
+
+class GlooProcessTest : public ::testing::Test {
+ protected:
+  Subprocess spawn(const std::string& prefix, const WorkerArgs& w) {
+    std::vector<std::string> argv = {WORKER_PATH,
+                                     "--store-host",
+                                     server_.host(),
+                                     "--store-port",
+                                     std::to_string(server_.port()),
+                                     "--prefix",
+                                     prefix,
+                                     "--rank",
+                                     std::to_string(w.rank),
+                                     "--size",
+                                     std::to_string(w.size),
+                                     "--root",
+                                     std::to_string(w.root),
+                                     "--bytes",
+                                     std::to_string(w.bytes),
+                                     "--timeout-ms",
+                                     std::to_string(w.timeout.count()),
+                                     "--chunk-bytes",
+                                     std::to_string(w.chunk_bytes),
+                                     "--chunks-in-flight",
+                                     std::to_string(w.chunks_in_flight)};
+    if (w.stop_at_bytes > 0) {
+      argv.push_back("--stop-at-bytes");
+      argv.push_back(std::to_string(w.stop_at_bytes));
+    }
+    return Subprocess(argv);
+  }
+
+  // Waits (up to `limit` from `since`) for the worker to exit and collects what it printed.
+  static Outcome finish(Subprocess& p, Clock::time_point since, milliseconds limit) {
+    Outcome o;
+    const auto left = std::chrono::duration_cast<milliseconds>(since + limit - Clock::now());
+    o.output = p.drain(std::max(left, milliseconds(1)));
+    o.exit_code =
+        p.wait(milliseconds(std::max<long>(0, (since + limit - Clock::now()) / milliseconds(1))));
+    o.after = std::chrono::duration_cast<milliseconds>(Clock::now() - since);
+    const auto end = o.output.find_last_not_of('\n');
+    if (end != std::string::npos) {
+      const auto start = o.output.rfind('\n', end);
+      o.last_line = o.output.substr(start == std::string::npos ? 0 : start + 1,
+                                    end - (start == std::string::npos ? 0 : start + 1) + 1);
+    }
+    return o;
+  }
+
+  TcpStoreServer server_{TcpStoreServerOptions{}};
+};
+
+// Four processes, root 1, 8 MiB in 256 KiB chunks: every rank ends with the root's bytes.
+TEST_F(GlooProcessTest, FourProcessesBroadcastEightMiB) {
+  constexpr int kSize = 4;
+  std::vector<Subprocess> workers;
+  for (int r = 0; r < kSize; ++r) {
+    WorkerArgs w;
+    w.rank = r;
+    w.size = kSize;
+    w.root = 1;
+    w.bytes = 8u << 20;
+    w.chunk_bytes = 256u << 10;
+    w.timeout = milliseconds(20000);
+    workers.push_back(spawn("bcast8", w));
+  }
+  const auto start = Clock::now();
+  for (int r = 0; r < kSize; ++r) {
+    auto o = finish(workers[static_cast<std::size_t>(r)], start, milliseconds(30000));
+    EXPECT_EQ(o.exit_code, std::optional<int>(0)) << "rank " << r << " printed:\n" << o.output;
+    EXPECT_EQ(o.last_line, "ok") << "rank " << r;
+  }
+}
+
+// Ranks 0..2 of 4 start; rank 3 never does. Each gives up with TimeoutError close to its 2 s
+// deadline: not early (it waited), not late (it honoured the deadline).
+TEST_F(GlooProcessTest, RankThatNeverJoinsGivesTimeoutErrorNearTheDeadline) {
+  constexpr milliseconds kTimeout{2000};
+  std::vector<Subprocess> workers;
+  const auto start = Clock::now();
+  for (int r = 0; r < 3; ++r) {
+    WorkerArgs w;
+    w.rank = r;
+    w.size = 4;
+    w.bytes = 1024;
+    w.timeout = kTimeout;
+    workers.push_back(spawn("missing", w));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto o = finish(workers[static_cast<std::size_t>(r)], start, kTimeout * 4);
+    EXPECT_EQ(o.exit_code, std::optional<int>(2)) << "rank " << r << " printed:\n" << o.output;
+    EXPECT_EQ(o.last_line.rfind("error TimeoutError: ", 0), 0u) << o.last_line;
+    EXPECT_GE(o.after, kTimeout / 2) << "rank " << r << " gave up early";
+    EXPECT_LE(o.after, kTimeout * 2) << "rank " << r << " overran its deadline";
+  }
+}
+
+// Rank 2 of 4 (a middle link of the chain from root 0) freezes itself after receiving the first
+// MiBs of a 512 MiB broadcast and is SIGKILLed there. Every survivor must end with a typed error
+// within its deadline; none may hang or report success.
+TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
+  constexpr int kSize = 4;
+  constexpr int kVictim = 2;
+  constexpr std::size_t kBytes = 512u << 20;
+  constexpr milliseconds kTimeout{8000};
+  std::vector<Subprocess> workers;
+  for (int r = 0; r < kSize; ++r) {
+    WorkerArgs w;
+    w.rank = r;
+    w.size = kSize;
+    w.root = 0;
+    w.bytes = kBytes;
+    w.chunk_bytes = 256u << 10;
+    w.timeout = kTimeout;
+    if (r == kVictim) w.stop_at_bytes = 2u << 20;
+    workers.push_back(spawn("killed", w));
+  }
+  auto& victim = workers[kVictim];
+  const auto stopping = victim.wait_for_line("stopping ", kTimeout);
+  ASSERT_TRUE(stopping.has_value()) << "victim never got mid-transfer:\n"
+                                    << victim.drain(milliseconds(100));
+  EXPECT_LT(std::stoull(*stopping), kBytes);
+  victim.signal(SIGKILL);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(victim.wait(milliseconds(5000)), std::optional<int>(128 + SIGKILL));
+
+  for (int r = 0; r < kSize; ++r) {
+    if (r == kVictim) continue;
+    auto o = finish(workers[static_cast<std::size_t>(r)], killed_at, kTimeout + milliseconds(4000));
+    ASSERT_TRUE(o.exit_code.has_value()) << "rank " << r << " hung; printed:\n" << o.output;
+    const bool typed = o.last_line.rfind("error PeerError: ", 0) == 0 ||
+                       o.last_line.rfind("error TimeoutError: ", 0) == 0;
+    EXPECT_TRUE(typed) << "rank " << r << " ended with: " << o.last_line;
+    EXPECT_TRUE(*o.exit_code == 2 || *o.exit_code == 3) << "rank " << r << " exit " << *o.exit_code;
+    EXPECT_LE(o.after, kTimeout) << "rank " << r << " took longer than its deadline";
+    if (r == kVictim - 1 || r == kVictim + 1) {
+      // The victim's chain neighbours see its connection go and must name it.
+      EXPECT_EQ(o.last_line.rfind("error PeerError: ", 0), 0u) << "rank " << r;
+      EXPECT_NE(o.last_line.find("[peer: rank 2]"), std::string::npos) << o.last_line;
+    }
+    std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(o.after.count()),
+                o.last_line.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace weightcast::comm

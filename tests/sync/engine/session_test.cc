@@ -1,0 +1,141 @@
+// SessionMachine: every (state, operation) pair, and refusals that change nothing.
+#include <gtest/gtest.h>
+
+#include "sync/engine/session.h"
+
+namespace weightcast::sync::engine {
+namespace {
+
+struct Snapshot {
+  bool in_session;
+  std::optional<Selector> selector;
+  std::uint64_t id;
+  bool paused;
+  std::optional<std::string> version;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snap(const SessionMachine& m) {
+  return {m.in_session(), m.selector(), m.session_id(), m.paused(), m.pending_version()};
+}
+
+TEST(SessionMachine, StartsIdleUnpaused) {
+  SessionMachine m;
+  EXPECT_FALSE(m.in_session());
+  EXPECT_FALSE(m.selector());
+  EXPECT_EQ(m.session_id(), 0u);
+  EXPECT_FALSE(m.paused());
+}
+
+TEST(SessionMachine, BeginRecordsTheSelectorForEverySelector) {
+  for (Selector s : kAllSelectors) {
+    SessionMachine m;
+    EXPECT_FALSE(m.begin(s));
+    EXPECT_TRUE(m.in_session());
+    EXPECT_EQ(m.selector(), s);
+    EXPECT_EQ(m.session_id(), 1u);
+  }
+}
+
+TEST(SessionMachine, IdleRefusesPayloadAndEndWith409AndStaysIdle) {
+  SessionMachine m;
+  const Snapshot before = snap(m);
+  for (Selector s : kAllSelectors) {
+    auto refusal = m.check_payload(s);
+    ASSERT_TRUE(refusal);
+    EXPECT_EQ(refusal->status, 409);
+    EXPECT_NE(refusal->message.find("no session"), std::string::npos) << refusal->message;
+  }
+  auto end = m.check_end();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->status, 409);
+  EXPECT_NE(end->message.find("without begin"), std::string::npos) << end->message;
+  EXPECT_EQ(snap(m), before);
+}
+
+TEST(SessionMachine, InSessionRefusesBeginWith409ForEverySelectorPair) {
+  for (Selector open : kAllSelectors) {
+    for (Selector again : kAllSelectors) {
+      SessionMachine m;
+      ASSERT_FALSE(m.begin(open));
+      m.set_version("v7");
+      const Snapshot before = snap(m);
+      auto refusal = m.begin(again);
+      ASSERT_TRUE(refusal);
+      EXPECT_EQ(refusal->status, 409);
+      EXPECT_EQ(snap(m), before);
+    }
+  }
+}
+
+TEST(SessionMachine, PayloadSelectorMustEqualTheSessionSelector) {
+  for (Selector open : kAllSelectors) {
+    for (Selector payload : kAllSelectors) {
+      SessionMachine m;
+      ASSERT_FALSE(m.begin(open));
+      const Snapshot before = snap(m);
+      auto refusal = m.check_payload(payload);
+      if (payload == open) {
+        EXPECT_FALSE(refusal);
+      } else {
+        ASSERT_TRUE(refusal);
+        EXPECT_EQ(refusal->status, 409);
+        EXPECT_NE(refusal->message.find("selector"), std::string::npos);
+      }
+      EXPECT_EQ(snap(m), before);
+    }
+  }
+}
+
+TEST(SessionMachine, EndAllowedInSessionAndCloseReturnsToIdle) {
+  SessionMachine m;
+  ASSERT_FALSE(m.begin(Selector::kTarget));
+  EXPECT_FALSE(m.check_end());
+  m.set_version("v1");
+  m.request_flush();
+  EXPECT_TRUE(m.close());
+  EXPECT_FALSE(m.in_session());
+  EXPECT_FALSE(m.pending_version());
+  EXPECT_FALSE(m.flush_requested());
+  EXPECT_FALSE(m.close()) << "closing twice reports that no session was open";
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  EXPECT_EQ(m.session_id(), 2u);
+}
+
+TEST(SessionMachine, VersionIsStagedInSessionAndImmediateWhenIdle) {
+  SessionMachine m;
+  EXPECT_TRUE(m.set_version("a")) << "idle: the caller applies it now";
+  EXPECT_FALSE(m.pending_version());
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  EXPECT_FALSE(m.set_version("b"));
+  EXPECT_EQ(m.pending_version(), "b");
+  EXPECT_FALSE(m.set_version("c"));
+  EXPECT_EQ(m.pending_version(), "c");
+  m.close();
+  EXPECT_FALSE(m.pending_version()) << "an aborted session's version is dropped";
+}
+
+TEST(SessionMachine, PauseIsOrthogonalToTheSession) {
+  SessionMachine m;
+  m.set_paused(true);
+  ASSERT_FALSE(m.begin(Selector::kDraft));
+  EXPECT_TRUE(m.paused());
+  m.set_paused(false);
+  EXPECT_TRUE(m.in_session());
+  m.set_paused(true);
+  m.close();
+  EXPECT_TRUE(m.paused());
+}
+
+TEST(SessionMachine, NewSessionClearsTheFlushRequest) {
+  SessionMachine m;
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  m.request_flush();
+  EXPECT_TRUE(m.flush_requested());
+  m.close();
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  EXPECT_FALSE(m.flush_requested());
+}
+
+}  // namespace
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,176 @@
+// Request bodies: round trips through to_json_string/parse_*, SGLang field names and defaults,
+// and a table of malformed bodies per route, each rejected with a message naming the field.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "comm/errors.h"
+#include "sync/protocol.h"
+
+namespace weightcast::sync {
+namespace {
+
+using Json = nlohmann::json;
+
+std::set<std::string> keys_of(const std::string& body) {
+  std::set<std::string> keys;
+  const Json j = Json::parse(body);
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  return keys;
+}
+
+UpdateWeightsFromDistributedRequest sample_bucket() {
+  UpdateWeightsFromDistributedRequest r;
+  r.tensors = {{"model.layers.0.mlp.up_proj.weight", DType::kBFloat16, {4, 8}},
+               {"model.norm.weight", DType::kFloat32, {8}},
+               {"lm_head.scale", DType::kFloat8E4M3Fn, {}},
+               {"empty", DType::kInt64, {0, 3}}};
+  r.group_name = "wc-pp_1";
+  r.selector = Selector::kTarget;
+  r.sequence = 41;
+  r.flush_cache = false;
+  r.abort_all_requests = true;
+  r.weight_version = "step-7";
+  r.torch_empty_cache = true;
+  return r;
+}
+
+TEST(ProtocolRequest, RoundTripEveryBody) {
+  InitWeightsUpdateGroupRequest init{"trainer-0.cluster", 29500, 3, 9, "wc-pp_0", Backend::kGloo};
+  EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
+  EXPECT_EQ(
+      parse_init_weights_update_group(to_json_string(InitWeightsUpdateGroupRequest{
+          "::1", 65535, 1, 2, std::string(kDefaultGroupName), Backend::kNccl})),
+      (InitWeightsUpdateGroupRequest{"::1", 65535, 1, 2, "weight_update_group", Backend::kNccl}));
+
+  for (const char* g : {"weight_update_group", "other"}) {
+    DestroyWeightsUpdateGroupRequest d{g};
+    EXPECT_EQ(parse_destroy_weights_update_group(to_json_string(d)), d);
+  }
+  for (PauseMode m : kAllPauseModes) {
+    PauseGenerationRequest p{m};
+    EXPECT_EQ(parse_pause_generation(to_json_string(p)), p);
+  }
+  for (bool b : {true, false}) {
+    ContinueGenerationRequest c{b};
+    EXPECT_EQ(parse_continue_generation(to_json_string(c)), c);
+    UpdateWeightVersionRequest v{"v" + std::to_string(b), b};
+    EXPECT_EQ(parse_update_weight_version(to_json_string(v)), v);
+  }
+  EXPECT_EQ(parse_flush_cache(to_json_string(FlushCacheRequest{})), FlushCacheRequest{});
+  EXPECT_EQ(parse_end_weight_update(to_json_string(EndWeightUpdateRequest{})),
+            EndWeightUpdateRequest{});
+  for (Selector s : kAllSelectors) {
+    BeginWeightUpdateRequest b{s};
+    EXPECT_EQ(parse_begin_weight_update(to_json_string(b)), b);
+  }
+
+  UpdateWeightsFromDistributedRequest bucket = sample_bucket();
+  EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(bucket)), bucket);
+  bucket.weight_version.reset();
+  bucket.sequence = std::numeric_limits<std::uint64_t>::max();
+  bucket.selector = Selector::kDraft;
+  EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(bucket)), bucket);
+}
+
+TEST(ProtocolRequest, FieldNamesAreSGLangs) {
+  EXPECT_EQ(keys_of(to_json_string(InitWeightsUpdateGroupRequest{"h", 1, 1, 2})),
+            (std::set<std::string>{"master_address", "master_port", "rank_offset", "world_size",
+                                   "group_name", "backend"}));
+  EXPECT_EQ(keys_of(to_json_string(sample_bucket())),
+            (std::set<std::string>{"names", "dtypes", "shapes", "group_name", "flush_cache",
+                                   "abort_all_requests", "weight_version", "load_format",
+                                   "torch_empty_cache", "selector", "sequence"}));
+  EXPECT_EQ(keys_of(to_json_string(UpdateWeightVersionRequest{"v"})),
+            (std::set<std::string>{"new_version", "abort_all_requests"}));
+  EXPECT_EQ(keys_of(to_json_string(PauseGenerationRequest{})), (std::set<std::string>{"mode"}));
+  const Json j = Json::parse(to_json_string(sample_bucket()));
+  EXPECT_EQ(j["load_format"], "flattened_bucket");
+  EXPECT_EQ(j["dtypes"], Json({"bfloat16", "float32", "float8_e4m3fn", "int64"}));
+  EXPECT_EQ(j["shapes"], Json::parse("[[4,8],[8],[],[0,3]]"));
+  EXPECT_FALSE(Json::parse(to_json_string(UpdateWeightsFromDistributedRequest{}))
+                   .contains("weight_version"));
+}
+
+TEST(ProtocolRequest, SGLangDefaults) {
+  const auto init = parse_init_weights_update_group(
+      R"({"master_address":"10.0.0.1","master_port":29500,"rank_offset":1,"world_size":2})");
+  EXPECT_EQ(init.group_name, "weight_update_group");
+  EXPECT_EQ(init.backend, Backend::kNccl);
+  EXPECT_EQ(parse_update_weight_version(R"({"new_version":"3"})").abort_all_requests, true);
+  EXPECT_EQ(parse_pause_generation("{}").mode, PauseMode::kAbort);
+  EXPECT_EQ(parse_pause_generation(R"({"mode":"in_place"})").mode, PauseMode::kInPlace);
+  EXPECT_EQ(parse_pause_generation(R"({"mode":"retract"})").mode, PauseMode::kRetract);
+
+  const auto b = parse_update_weights_from_distributed(
+      R"({"names":["w"],"dtypes":["torch.bfloat16"],"shapes":[[2,3]],"selector":"all",)"
+      R"("sequence":0,"rid":"ignored","load_format":null,"weight_version":null})");
+  EXPECT_EQ(b.group_name, "weight_update_group");
+  EXPECT_TRUE(b.flush_cache);
+  EXPECT_FALSE(b.abort_all_requests);
+  EXPECT_FALSE(b.torch_empty_cache);
+  EXPECT_FALSE(b.weight_version.has_value());
+  ASSERT_EQ(b.tensors.size(), 1u);
+  EXPECT_EQ(b.tensors[0], (TensorMeta{"w", DType::kBFloat16, {2, 3}}));
+  EXPECT_EQ(b.total_bytes(), 12u);
+}
+
+TEST(ProtocolRequest, BucketTotalBytesIsDerived) {
+  EXPECT_EQ(sample_bucket().total_bytes(), 4u * 8 * 2 + 8 * 4 + 1 + 0);
+  UpdateWeightsFromDistributedRequest r;
+  r.tensors = {{"a", DType::kUInt8, {std::numeric_limits<std::int64_t>::max()}},
+               {"b", DType::kUInt8, {std::numeric_limits<std::int64_t>::max()}},
+               {"c", DType::kUInt8, {2}}};
+  EXPECT_THROW((void)r.total_bytes(), comm::BadRequestError);
+}
+
+TEST(ProtocolRequest, BucketLimitsAppliedWhileParsing) {
+  const std::string body = to_json_string(sample_bucket());  // 64 + 32 + 1 + 0 bytes
+  ProtocolLimits limits;
+  limits.max_bucket_bytes = 97;
+  EXPECT_NO_THROW(parse_update_weights_from_distributed(body, limits));
+  limits.max_bucket_bytes = 96;
+  std::string what;
+  try {
+    parse_update_weights_from_distributed(body, limits);
+  } catch (const comm::BadRequestError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("shapes[2]: bucket size through tensor 'lm_head.scale' exceeds the limit"),
+            std::string::npos)
+      << what;
+  limits.max_bucket_bytes = 10;  // the first tensor alone is too big
+  EXPECT_THROW(parse_update_weights_from_distributed(body, limits), comm::BadRequestError);
+
+  limits = {};
+  limits.max_names_per_bucket = 3;
+  try {
+    parse_update_weights_from_distributed(body, limits);
+    ADD_FAILURE();
+  } catch (const comm::BadRequestError& e) {
+    EXPECT_NE(std::string(e.what()).find("names: 4 entries, more than the limit of 3"),
+              std::string::npos)
+        << e.what();
+  }
+  limits = {};
+  limits.max_name_length = 20;
+  try {
+    parse_update_weights_from_distributed(body, limits);
+    ADD_FAILURE();
+  } catch (const comm::BadRequestError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("names[0]: ", 0), 0u) << e.what();
+  }
+}
+
+// A claimed size far beyond memory is refused from the metadata alone.
+TEST(ProtocolRequest, HugeClaimedShapeRefusedWithoutAllocation) {
+  const std::string body =
+      R"({"names":["w"],"dtypes":["float32"],"shapes":[[1099511627776,1024]],"selector":"all","sequence":0})";
+  EXPECT_THROW(parse_update_weights_from_distributed(body), comm::BadRequestError);
+}
+
+}  // namespace
+}  // namespace weightcast::sync
