@@ -9,7 +9,7 @@
 #   4. nvidia-smi -L                  the GPUs the tests will see
 #   5. ctest -R Nccl                  NCCL unit, device and conformance tests, one at a time
 #                                     (device tests take every GPU)
-#   6. weightcast-bench broadcast     nccl vs gloo-chain on CUDA memory over all GPUs, if built
+#   6. weightcast-bench broadcast     nccl (CUDA memory) vs gloo-chain (host) over all GPUs, if built
 # Everything is printed; a device test that skips prints its reason in the ctest output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,7 @@ step 900 "NCCL tests" ctest --test-dir "${build_dir}" -R Nccl --output-on-failur
 
 bench="${build_dir}/launcher/weightcast-bench"
 if [ -x "${bench}" ]; then
-  step 900 "broadcast bench" "${bench}" broadcast --backends nccl,gloo-chain --memory cuda \
+  step 900 "broadcast bench" "${bench}" broadcast --backends nccl,gloo-chain \
     --ranks "${ranks}" --min-bytes 1M --max-bytes 1G --iters 5
 else
   echo "=== gpu-check: broadcast bench skipped (${bench} was not built)"

@@ -1,14 +1,29 @@
 // fill_tensor(): a counter-based generator, so any tensor (and any part of it) is computed
 // independently of every other, in any order, on any machine.
 //
-// The stream key is XXH3-64 of the name (seeded with the run's seed) mixed with the step; word
-// j of the stream is the SplitMix64 finalizer of key + (j + 1) * golden ratio. Each 64-bit word
-// is cut into little-endian lanes of the element width, and each lane is mapped to a value of
-// the dtype by bit operations only (no float arithmetic, so no rounding-mode or FMA drift).
+// Two streams per tensor: the base stream, keyed by XXH3-64 of the name (seeded with the run's
+// seed), and the step stream, keyed by the base key mixed with the step. Word j of a stream is
+// the SplitMix64 finalizer of key + (j + 1) * golden ratio. Each 64-bit word is cut into
+// little-endian lanes of the element width, and each lane is mapped to a value of the dtype by
+// bit operations only (no float arithmetic, so no rounding-mode or FMA drift), all lanes of a
+// word at once.
+//
+// Training drift: a floating value takes its sign, exponent and top four mantissa bits from the
+// base stream and only its low mantissa bits from the step stream, so every step changes the
+// bytes of (almost) every element but moves a value by less than 2^-4 of itself, as a small
+// learning rate would. Integer and bool tensors come from the step stream alone.
+//
+// The frozen EAGLE head's draft.fc.weight ([h, 2h]) is a near-identity on its first h columns:
+// 1.0 on the diagonal and every other value scaled down by 2^-6. A draft distilled from its
+// target passes the token embedding through almost unchanged; that is what gives the
+// speculative accept-length probe (sync/spec_probe.h) a real signal, and what a wrong layout
+// of the draft destroys.
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <string>
 
 #include "comm/errors.h"
 #include "sync/model.h"
@@ -27,46 +42,99 @@ constexpr std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// A floating type with M mantissa bits: keep sign and mantissa from the random lane, take the
-// biased exponent from `base` + 3 random bits. base and base + 7 are normal, finite exponents.
+// `lane` repeated across a 64-bit word of sizeof(U)-byte lanes.
+template <typename U>
+constexpr std::uint64_t repeat(U lane) {
+  std::uint64_t out = 0;
+  for (std::size_t k = 0; k < 8 / sizeof(U); ++k) {
+    out |= static_cast<std::uint64_t>(lane) << (k * 8 * sizeof(U) % 64);
+  }
+  return out;
+}
+
+// A floating type of lane U with M mantissa bits, for all lanes of a word at once: keep sign and
+// mantissa from the random bits, make the biased exponent kBase + 3 random bits. kBase and
+// kBase + 7 are normal, finite exponents, and no step carries into the next lane.
 template <typename U, int M, U kBase>
-constexpr U float_lane(U r) {
+constexpr std::uint64_t float_word(std::uint64_t r) {
   constexpr U kSign = static_cast<U>(U{1} << (8 * sizeof(U) - 1));
   constexpr U kMant = static_cast<U>((U{1} << M) - 1);
-  const U exponent = static_cast<U>(kBase + ((r >> M) & U{7}));
-  return static_cast<U>((r & kSign) | static_cast<U>(exponent << M) | (r & kMant));
+  constexpr std::uint64_t kKeep = repeat<U>(static_cast<U>(kSign | kMant));
+  return (r & kKeep) | ((((r >> M) & repeat<U>(7)) + repeat<U>(kBase)) << M);
 }
 
-template <typename U>
-constexpr U raw_lane(U r) {
+constexpr std::uint64_t raw_word(std::uint64_t r) {
   return r;
 }
-
-constexpr std::uint8_t bool_lane(std::uint8_t r) {
-  return r & 1u;
+constexpr std::uint64_t bool_word(std::uint64_t r) {
+  return r & repeat<std::uint8_t>(1);
 }
 
-template <typename U, U (*Map)(U)>
-void fill_lanes(std::byte* out, std::size_t numel, std::uint64_t key) {
-  constexpr std::size_t kLanes = 8 / sizeof(U);
-  const std::size_t words = numel / kLanes;
-  std::uint64_t counter = key;
+// Low mantissa bits of every lane that the step stream supplies: all but the top four mantissa
+// bits (at least one bit for the 8-bit floats).
+template <typename U, int M>
+constexpr std::uint64_t drift_mask() {
+  constexpr int kBits = M > 5 ? M - 4 : 1;
+  return repeat<U>(static_cast<U>((U{1} << kBits) - 1));
+}
+
+// Word j of a stream fills bytes [8j, 8j + 8); the last word may be cut short. `drift` selects
+// the bits taken from the step stream (all of them when it is ~0).
+template <std::uint64_t (*Map)(std::uint64_t)>
+void fill_words(std::byte* out, std::size_t bytes, std::uint64_t base_key, std::uint64_t step_key,
+                std::uint64_t drift) {
+  const std::size_t words = (bytes + 7) / 8;
+  std::uint64_t base = base_key;
+  std::uint64_t step = step_key;
   for (std::size_t j = 0; j < words; ++j) {
-    counter += kGolden;
-    const std::uint64_t r = mix64(counter);
-    U lanes[kLanes];
-    for (std::size_t k = 0; k < kLanes; ++k) {
-      lanes[k] = Map(static_cast<U>(r >> (k * 8 * sizeof(U) % 64)));
-    }
-    std::memcpy(out + j * 8, lanes, 8);
+    base += kGolden;
+    step += kGolden;
+    const std::uint64_t b = drift == ~0ull ? 0 : Map(mix64(base));
+    const std::uint64_t w = (b & ~drift) | (Map(mix64(step)) & drift);
+    // whole lanes: bytes is a multiple of the element width
+    std::memcpy(out + j * 8, &w, std::min<std::size_t>(8, bytes - j * 8));
   }
-  const std::size_t tail = numel - words * kLanes;
-  if (tail > 0) {
-    const std::uint64_t r = mix64(counter + kGolden);
-    for (std::size_t k = 0; k < tail; ++k) {
-      const U lane = Map(static_cast<U>(r >> (k * 8 * sizeof(U) % 64)));
-      std::memcpy(out + words * 8 + k * sizeof(U), &lane, sizeof(U));
+}
+
+template <typename U, int M, U kBase>
+void fill_float(std::byte* out, std::size_t bytes, std::uint64_t base_key, std::uint64_t step_key) {
+  fill_words<float_word<U, M, kBase>>(out, bytes, base_key, step_key, drift_mask<U, M>());
+}
+
+// See the file comment: 1.0 on the diagonal of the first h columns, the rest divided by 2^6
+// (an exponent decrement, exact and still normal for every exponent float_word produces).
+template <typename U, int M, int kBias>
+void make_near_identity(std::byte* out, std::int64_t rows, std::int64_t cols) {
+  constexpr U kExpMask = static_cast<U>(((U{1} << (8 * sizeof(U) - 1)) - 1) & ~((U{1} << M) - 1));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      U v;
+      std::byte* at = out + (r * cols + c) * static_cast<std::int64_t>(sizeof(U));
+      std::memcpy(&v, at, sizeof(U));
+      if (r == c) {
+        v = static_cast<U>(U{kBias} << M);
+      } else {
+        v = static_cast<U>((v & ~kExpMask) | ((v & kExpMask) - (U{6} << M)));
+      }
+      std::memcpy(at, &v, sizeof(U));
     }
+  }
+}
+
+void structure_draft_fc(const TensorMeta& meta, std::byte* out) {
+  if (meta.name != std::string(kDraftPrefix) + "fc.weight" || meta.shape.size() != 2) return;
+  const auto rows = meta.shape[0], cols = meta.shape[1];
+  switch (meta.dtype) {
+    case DType::kBFloat16:
+      return make_near_identity<std::uint16_t, 7, 127>(out, rows, cols);
+    case DType::kFloat16:
+      return make_near_identity<std::uint16_t, 10, 15>(out, rows, cols);
+    case DType::kFloat32:
+      return make_near_identity<std::uint32_t, 23, 127>(out, rows, cols);
+    case DType::kFloat64:
+      return make_near_identity<std::uint64_t, 52, 1023>(out, rows, cols);
+    default:
+      return;  // 8-bit floats and integers keep the plain random fill
   }
 }
 
@@ -77,36 +145,43 @@ void fill_tensor(const TensorMeta& meta, std::uint64_t seed, std::uint64_t step,
   const std::size_t bytes = meta.byte_count();
   WC_ENFORCE_EQ(out.size(), bytes, "output size for tensor ", meta.name);
   if (bytes == 0) return;
-  const std::uint64_t key =
-      mix64(XXH3_64bits_withSeed(meta.name.data(), meta.name.size(), seed) ^ mix64(step));
-  const std::size_t n = bytes / element_size(meta.dtype);
+  const std::uint64_t base_key =
+      mix64(XXH3_64bits_withSeed(meta.name.data(), meta.name.size(), seed));
+  const std::uint64_t step_key = mix64(base_key ^ mix64(step + 1));
   std::byte* p = out.data();
   switch (meta.dtype) {
     case DType::kFloat64:
-      return fill_lanes<std::uint64_t, float_lane<std::uint64_t, 52, 1015>>(p, n, key);
+      fill_float<std::uint64_t, 52, 1015>(p, bytes, base_key, step_key);
+      break;
     case DType::kFloat32:
-      return fill_lanes<std::uint32_t, float_lane<std::uint32_t, 23, 119>>(p, n, key);
+      fill_float<std::uint32_t, 23, 119>(p, bytes, base_key, step_key);
+      break;
     case DType::kBFloat16:
-      return fill_lanes<std::uint16_t, float_lane<std::uint16_t, 7, 119>>(p, n, key);
+      fill_float<std::uint16_t, 7, 119>(p, bytes, base_key, step_key);
+      break;
     case DType::kFloat16:
-      return fill_lanes<std::uint16_t, float_lane<std::uint16_t, 10, 7>>(p, n, key);
+      fill_float<std::uint16_t, 10, 7>(p, bytes, base_key, step_key);
+      break;
     case DType::kFloat8E4M3Fn:
-      return fill_lanes<std::uint8_t, float_lane<std::uint8_t, 3, 1>>(p, n, key);
+      fill_float<std::uint8_t, 3, 1>(p, bytes, base_key, step_key);
+      break;
     case DType::kFloat8E5M2:
-      return fill_lanes<std::uint8_t, float_lane<std::uint8_t, 2, 7>>(p, n, key);
+      fill_float<std::uint8_t, 2, 7>(p, bytes, base_key, step_key);
+      break;
     case DType::kInt64:
-      return fill_lanes<std::uint64_t, raw_lane<std::uint64_t>>(p, n, key);
     case DType::kInt32:
-      return fill_lanes<std::uint32_t, raw_lane<std::uint32_t>>(p, n, key);
     case DType::kInt16:
-      return fill_lanes<std::uint16_t, raw_lane<std::uint16_t>>(p, n, key);
     case DType::kInt8:
     case DType::kUInt8:
-      return fill_lanes<std::uint8_t, raw_lane<std::uint8_t>>(p, n, key);
+      fill_words<raw_word>(p, bytes, 0, step_key, ~0ull);
+      break;
     case DType::kBool:
-      return fill_lanes<std::uint8_t, bool_lane>(p, n, key);
+      fill_words<bool_word>(p, bytes, 0, step_key, ~0ull);
+      break;
+    default:
+      WC_ENFORCE(false, "invalid DType value ", static_cast<int>(meta.dtype));
   }
-  WC_ENFORCE(false, "invalid DType value ", static_cast<int>(meta.dtype));
+  structure_draft_fc(meta, p);
 }
 
 }  // namespace weightcast::sync

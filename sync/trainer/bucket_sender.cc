@@ -156,16 +156,20 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
 
   {
     BucketPacker packer(plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); });
-    if (n > 0) issue(0);
+    std::uint64_t next = 0;  // next bucket whose request is not sent yet
     for (std::uint64_t k = 0; k < n && !failed_; ++k) {
       try {
-        if (k + 1 < n) {
-          while (!in_flight_.empty() && k + 1 - in_flight_.front().bucket >= options_.max_in_flight) {
+        // Requests k (required) and k+1 (look-ahead) go out before bucket k is broadcast. The
+        // in-flight bound may wait for older answers, never for bucket k's own: that answer
+        // needs the broadcast below.
+        while (next <= std::min(k + 1, n - 1) && !failed_) {
+          while (in_flight_.size() >= options_.max_in_flight && in_flight_.front().bucket < k) {
             collect_oldest(deadline);
           }
-          if (failed_) break;
-          issue(k + 1);
+          if (in_flight_.size() >= options_.max_in_flight) break;
+          issue(next++);
         }
+        if (failed_) break;
         const auto pack_start = comm::Clock::now();
         std::span<std::byte> bucket = packer.acquire(k, deadline);
         result_.pack_wait_seconds += seconds_since(pack_start);

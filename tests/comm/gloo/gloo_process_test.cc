@@ -136,13 +136,18 @@ TEST_F(GlooProcessTest, RankThatNeverJoinsGivesTimeoutErrorNearTheDeadline) {
   }
 }
 
-// Rank 2 of 4 (a middle link of the chain from root 0) freezes itself after receiving the first
-// MiBs of a 512 MiB broadcast and is SIGKILLed there. Every survivor must end with a typed error
-// within its deadline; none may hang or report success.
+// Rank 2 of 4 (a middle link of the chain from root 0) freezes itself (SIGSTOP) once the first
+// chunk of a 512 MiB broadcast has arrived, and is SIGKILLed there. Chunks are 8 MiB, larger than
+// the socket buffers, so its neighbours are caught mid-chunk: rank 3 part-way through reading,
+// rank 1 part-way through writing. Gloo does not fail those in-flight buffers when the
+// connection drops; without the backend's watchdog both would sit until the deadline and report
+// a timeout. Every survivor must end with a typed error within its deadline; the neighbours
+// must say PeerError and name rank 2.
 TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
   constexpr int kSize = 4;
   constexpr int kVictim = 2;
   constexpr std::size_t kBytes = 512u << 20;
+  constexpr std::size_t kChunk = 8u << 20;
   constexpr milliseconds kTimeout{8000};
   std::vector<Subprocess> workers;
   for (int r = 0; r < kSize; ++r) {
@@ -151,9 +156,9 @@ TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
     w.size = kSize;
     w.root = 0;
     w.bytes = kBytes;
-    w.chunk_bytes = 256u << 10;
+    w.chunk_bytes = kChunk;
     w.timeout = kTimeout;
-    if (r == kVictim) w.stop_at_bytes = 2u << 20;
+    if (r == kVictim) w.stop_at_bytes = kChunk;
     workers.push_back(spawn("killed", w));
   }
   auto& victim = workers[kVictim];

@@ -132,7 +132,9 @@ TEST_F(GroupTest, ReceiveTimeoutFailsTheJobAndAbortsTheGroup) {
 
 TEST_F(GroupTest, WrongSizeFromThePeerFailsWith500) {
   auto group = make_group(1);
-  auto job = job_for(make(1), std::make_shared<Staging>(1));
+  Bucket bigger = make(1);
+  bigger.packed.plan.sequence = 0;
+  auto job = job_for(bigger, std::make_shared<Staging>(1));
   ASSERT_FALSE(group->submit(job));
   source_->broadcast(make(0).packed.bytes);
   auto result = job->wait(comm::deadline_after(kWait));

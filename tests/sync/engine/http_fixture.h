@@ -1,0 +1,156 @@
+// An Engine with a target (shuffle, "model.*") and a draft (shuffle, "mtp.*") over small
+// tensors, served by an in-process HttpServer on an ephemeral port, with a FakeSource as the
+// data plane. Snapshot captures everything a refused request must leave unchanged.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sync/engine/engine.h"
+#include "sync/engine/server.h"
+#include "tests/sync/engine/fake_channel.h"
+#include "tests/sync/engine/test_util.h"
+
+namespace weightcast::sync::engine::testing {
+
+using Json = nlohmann::json;
+
+struct Snapshot {
+  bool in_session = false;
+  Json session_selector;
+  bool paused = false;
+  std::string weight_version;
+  std::string target_digest;
+  std::string draft_digest;
+  std::vector<std::string> groups;
+  bool operator==(const Snapshot&) const = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Snapshot& s) {
+  os << "{in_session=" << s.in_session << " selector=" << s.session_selector.dump()
+     << " paused=" << s.paused << " version=" << s.weight_version
+     << " target=" << s.target_digest << " draft=" << s.draft_digest << " groups=[";
+  for (const auto& g : s.groups) os << g << ' ';
+  return os << "]}";
+}
+
+class EngineHttpFixture : public ::testing::Test {
+ protected:
+  static std::vector<RawTensor> target_weights(std::uint64_t step) {
+    return {tensor("model.a", {32, 64}, step), tensor("model.b", {16, 96}, step),
+            tensor("model.norm", {64}, step)};
+  }
+  static std::vector<RawTensor> draft_weights() {
+    return {tensor("draft.fc", {16, 64}, 0), tensor("draft.norm", {64}, 0)};
+  }
+
+  void start(EngineOptions opts = {}, std::string token = "", int ranks = 1) {
+    opts.rank_count = ranks;
+    opts.connector = source_->connector();
+    RunnerConfig target{Runner::kTarget, NameFilter::parse("model.*"), Layout::kShuffle, {}, 0,
+                        "generated"};
+    RunnerConfig draft{Runner::kDraft, NameFilter::parse("mtp.*"), Layout::kShuffle, {}, 0,
+                       "generated"};
+    auto runners = std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0",
+                                               ranks);
+    runners->load_initial(Runner::kTarget, target_weights(0));
+    runners->load_initial(Runner::kDraft, draft_weights());
+    engine_ = std::make_unique<Engine>(opts, std::move(runners));
+    ServerOptions sopts;
+    sopts.token = token;
+    sopts.max_body_bytes = 1u << 20;
+    server_ = std::make_unique<HttpServer>(engine_routes(*engine_), sopts);
+    server_->start();
+    token_ = token;
+    client_ = make_client();
+  }
+
+  std::unique_ptr<httplib::Client> make_client() const {
+    auto c = std::make_unique<httplib::Client>(server_->host(), server_->port());
+    c->set_connection_timeout(std::chrono::seconds(5));
+    c->set_read_timeout(std::chrono::seconds(20));
+    c->set_write_timeout(std::chrono::seconds(5));
+    if (!token_.empty()) c->set_bearer_token_auth(token_.c_str());
+    return c;
+  }
+
+  void TearDown() override {
+    client_.reset();
+    if (engine_) engine_->shutdown();
+    server_.reset();
+    engine_.reset();
+  }
+
+  // Status and parsed body; fails the test on a transport error.
+  std::pair<int, Json> post(const std::string& path, const std::string& body) {
+    auto res = client_->Post(path.c_str(), body, "application/json");
+    EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    if (!res) return {0, Json()};
+    return {res->status, Json::parse(res->body, nullptr, false)};
+  }
+  std::pair<int, Json> get(const std::string& path) {
+    auto res = client_->Get(path.c_str());
+    EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    if (!res) return {0, Json()};
+    return {res->status, Json::parse(res->body, nullptr, false)};
+  }
+
+  Snapshot snapshot() {
+    Snapshot s;
+    auto [st, info] = get("/server_info");
+    EXPECT_EQ(st, 200);
+    s.in_session = info.value("in_session", false);
+    s.session_selector = info.value("session_selector", Json());
+    s.paused = info.value("paused", false);
+    s.weight_version = info.value("weight_version", "");
+    for (const auto& g : info.value("groups", Json::array())) {
+      s.groups.push_back(g.value("group_name", "") + (g.value("aborted", false) ? "(x)" : ""));
+    }
+    s.target_digest = get("/weights_checksum?runner=target").second.value("digest", "");
+    s.draft_digest = get("/weights_checksum?runner=draft").second.value("digest", "");
+    return s;
+  }
+
+  std::string init_body(const std::string& group) const {
+    InitWeightsUpdateGroupRequest r;
+    r.master_address = "127.0.0.1";
+    r.master_port = 1;  // the fake connector never dials it
+    r.rank_offset = 1;
+    r.world_size = 1 + engine_->options().rank_count;
+    r.group_name = group;
+    r.backend = Backend::kGloo;
+    return to_json_string(r);
+  }
+
+  void join(const std::string& group) {
+    auto [st, body] = post("/init_weights_update_group", init_body(group));
+    ASSERT_EQ(st, 200) << body.dump();
+  }
+
+  // The request for bucket `sequence` holding `tensors`; the bytes are queued on the fake
+  // data plane so the engine's receive finds them.
+  std::string bucket_body(std::uint64_t sequence, const std::vector<RawTensor>& tensors,
+                          Selector selector, const std::string& group = "g",
+                          bool queue_bytes = true) {
+    if (queue_bytes) source_->broadcast(pack_bucket(sequence, tensors).bytes);
+    UpdateWeightsFromDistributedRequest r;
+    r.tensors = metas_of(tensors);
+    r.group_name = group;
+    r.selector = selector;
+    r.sequence = sequence;
+    return to_json_string(r);
+  }
+
+  std::shared_ptr<FakeSource> source_ = std::make_shared<FakeSource>();
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string token_;
+};
+
+}  // namespace weightcast::sync::engine::testing

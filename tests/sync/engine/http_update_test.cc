@@ -1,0 +1,195 @@
+// Whole updates through the in-process server and the fake data plane: commit semantics
+// (safe and legacy finalize), out-of-order bucket requests, failures, the watchdog, and what
+// /server_info, /weights_checksum and /metrics report.
+#include <future>
+#include <thread>
+
+#include "tests/sync/engine/http_fixture.h"
+
+namespace weightcast::sync::engine::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class UpdateTest : public EngineHttpFixture {
+ protected:
+  // One whole update of the target tensors at `step` in two buckets whose requests are sent in
+  // reverse order from two threads. Returns the end status.
+  int update(Selector selector, std::uint64_t step, const std::string& version) {
+    const auto w = target_weights(step);
+    const std::vector<RawTensor> b0 = {w[0]}, b1 = {w[1], w[2]};
+    const std::string sel = std::string(to_string(selector));
+    EXPECT_EQ(post("/begin_weight_update", R"({"selector":")" + sel + R"("})").first, 200);
+    // Queue the data in broadcast order, then send the requests out of order.
+    const std::string body0 = bucket_body(0, b0, selector);
+    const std::string body1 = bucket_body(1, b1, selector);
+    auto later = std::async(std::launch::async, [&] {
+      auto c = make_client();
+      auto res = c->Post("/update_weights_from_distributed", body1, "application/json");
+      return res ? res->status : 0;
+    });
+    std::this_thread::sleep_for(20ms);  // let bucket 1's request arrive first (not required)
+    EXPECT_EQ(post("/update_weights_from_distributed", body0).first, 200);
+    EXPECT_EQ(later.get(), 200);
+    EXPECT_EQ(post("/update_weight_version", R"({"new_version":")" + version + R"("})").first,
+              200);
+    return post("/end_weight_update", "").first;
+  }
+};
+
+TEST_F(UpdateTest, SafeFinalizeAllSelectorLeavesTheFrozenDraftBitIdentical) {
+  start({}, "", /*ranks=*/2);
+  join("g");
+  const Snapshot before = snapshot();
+  for (std::uint64_t step = 1; step <= 3; ++step) {
+    ASSERT_EQ(update(Selector::kAll, step, "v" + std::to_string(step)), 200);
+  }
+  const Snapshot after = snapshot();
+  EXPECT_EQ(after.draft_digest, before.draft_digest);
+  EXPECT_EQ(after.target_digest, to_string(expected_combined(target_weights(3), Layout::kShuffle)));
+  EXPECT_EQ(after.weight_version, "v3");
+  auto [st, sum] = get("/weights_checksum?runner=target");
+  ASSERT_EQ(st, 200);
+  EXPECT_TRUE(sum["ranks_agree"].get<bool>());
+  ASSERT_EQ(sum["rank_staged_digests"].size(), 2u);
+  EXPECT_EQ(sum["rank_staged_digests"][0],
+            to_string(expected_combined(target_weights(3), Layout::kNone)));
+  EXPECT_EQ(sum["rank_staged_digests"][1], sum["rank_staged_digests"][0]);
+  EXPECT_EQ(sum["tensors"].size(), 3u);
+}
+
+TEST_F(UpdateTest, LegacyFinalizeReproducesTheBugOnlyForSelectorAll) {
+  EngineOptions legacy;
+  legacy.legacy_finalize = true;
+  start(legacy);
+  join("g");
+  const Snapshot before = snapshot();
+  ASSERT_EQ(update(Selector::kTarget, 1, "v1"), 200);
+  EXPECT_EQ(snapshot().draft_digest, before.draft_digest) << "selector target: draft untouched";
+  ASSERT_EQ(update(Selector::kAll, 2, "v2"), 200);
+  EXPECT_NE(snapshot().draft_digest, before.draft_digest) << "selector all: draft re-shuffled";
+  EXPECT_EQ(snapshot().target_digest,
+            to_string(expected_combined(target_weights(2), Layout::kShuffle)))
+      << "every target tensor was loaded, so it is shuffled once";
+}
+
+TEST_F(UpdateTest, ReceiveFailureAnswersErrorAndKeepsPreviousWeights) {
+  EngineOptions opts;
+  opts.comm_timeout = comm::Millis(300);
+  start(opts);
+  join("g");
+  ASSERT_EQ(update(Selector::kTarget, 1, "v1"), 200);
+  const Snapshot before = snapshot();
+  ASSERT_EQ(post("/begin_weight_update", R"({"selector":"target"})").first, 200);
+  ASSERT_EQ(post("/update_weight_version", R"({"new_version":"v2"})").first, 200);
+  const auto w = target_weights(2);
+  ASSERT_EQ(post("/update_weights_from_distributed", bucket_body(0, {w[0]}, Selector::kTarget))
+                .first,
+            200);
+  // The sender stops: bucket 1's bytes never come.
+  auto [st, body] = post("/update_weights_from_distributed",
+                         bucket_body(1, {w[1]}, Selector::kTarget, "g", /*queue_bytes=*/false));
+  EXPECT_EQ(st, 504) << body.dump();
+  EXPECT_NE(body.value("message", "").find("bucket 1"), std::string::npos) << body.dump();
+  Snapshot after = snapshot();
+  ASSERT_EQ(after.groups, std::vector<std::string>{"g(x)"}) << "the group is left aborted";
+  after.groups = before.groups;
+  EXPECT_EQ(after, before) << "previous weights and weight_version stay";
+  EXPECT_EQ(post("/end_weight_update", "").first, 409) << "the failed session is gone";
+  // Recovery: a new init replaces the aborted group, and a full update goes through.
+  join("g");
+  ASSERT_EQ(update(Selector::kTarget, 3, "v3"), 200);
+  EXPECT_EQ(snapshot().target_digest,
+            to_string(expected_combined(target_weights(3), Layout::kShuffle)));
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("weightcast_engine_updates_total{outcome=\"ok\"} 2"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("weightcast_engine_updates_total{outcome=\"failed\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(UpdateTest, WatchdogAbortsAnIdleSession) {
+  EngineOptions opts;
+  opts.session_timeout = comm::Millis(150);
+  start(opts);
+  join("g");
+  const Snapshot before = snapshot();
+  ASSERT_EQ(post("/begin_weight_update", R"({"selector":"all"})").first, 200);
+  ASSERT_EQ(post("/update_weights_from_distributed",
+                 bucket_body(0, {target_weights(1)[0]}, Selector::kAll))
+                .first,
+            200);
+  const auto deadline = comm::deadline_after(comm::Millis(10000));
+  while (engine_->in_session() && !comm::expired(deadline)) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(engine_->in_session());
+  Snapshot after = snapshot();
+  EXPECT_EQ(after.groups, std::vector<std::string>{"g(x)"}) << "its group is aborted";
+  after.groups = before.groups;
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(post("/end_weight_update", "").first, 409);
+}
+
+TEST_F(UpdateTest, DestroyingAGroupInUseAbortsTheSession) {
+  start();
+  join("g");
+  const Snapshot before = snapshot();
+  ASSERT_EQ(post("/begin_weight_update", R"({"selector":"target"})").first, 200);
+  ASSERT_EQ(post("/update_weights_from_distributed",
+                 bucket_body(0, {target_weights(1)[0]}, Selector::kTarget))
+                .first,
+            200);
+  auto [st, body] = post("/destroy_weights_update_group", R"({"group_name":"g"})");
+  EXPECT_EQ(st, 200);
+  EXPECT_NE(body.value("message", "").find("aborted"), std::string::npos);
+  Snapshot after = snapshot();
+  EXPECT_TRUE(after.groups.empty());
+  after.groups = before.groups;
+  EXPECT_EQ(after, before);
+}
+
+TEST_F(UpdateTest, ServerInfoAndMetricsReportTheEngine) {
+  start({}, "", /*ranks=*/2);
+  join("g");
+  auto [st, info] = get("/server_info");
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(info["rank_count"], 2);
+  EXPECT_EQ(info["tp_size"], 2);
+  EXPECT_EQ(info["selectors_supported"], Json::array({"all", "target", "draft"}));
+  EXPECT_FALSE(info["backends"].empty());
+  EXPECT_FALSE(info["version"].get<std::string>().empty());
+  ASSERT_EQ(info["runners"].size(), 2u);
+  EXPECT_EQ(info["runners"][0]["name"], "target");
+  EXPECT_EQ(info["runners"][0]["filter"], "model.*");
+  EXPECT_EQ(info["runners"][0]["layout"], "shuffle");
+  EXPECT_EQ(info["runners"][0]["tensors"], 3);
+  EXPECT_EQ(info["runners"][1]["name"], "draft");
+  EXPECT_EQ(info["legacy_finalize"], false);
+  ASSERT_EQ(info["groups"].size(), 1u);
+  EXPECT_EQ(info["groups"][0]["ranks"], 2);
+  EXPECT_EQ(source_->last_spec().world_size, 3);
+  // The typed reader a trainer uses accepts the document.
+  auto raw = client_->Get("/server_info");
+  ASSERT_TRUE(raw);
+  auto typed = parse_server_info_response(raw->body);
+  EXPECT_EQ(typed.rank_count, 2);
+  auto sum = client_->Get("/weights_checksum?runner=target");
+  ASSERT_TRUE(sum);
+  EXPECT_EQ(parse_weights_checksum_response(sum->body).tensors.size(), 3u);
+
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
+  for (const char* needle :
+       {"weightcast_engine_updates_total{outcome=\"ok\"} 0",
+        "weightcast_engine_bytes_received_total 0", "weightcast_engine_last_update_duration_seconds",
+        "weightcast_engine_weight_version_info{weight_version=\"v0\"} 1",
+        "weightcast_engine_runner_digest_age_seconds{runner=\"target\"}",
+        "weightcast_engine_runner_digest_age_seconds{runner=\"draft\"}"}) {
+    EXPECT_NE(metrics->body.find(needle), std::string::npos) << needle << "\n" << metrics->body;
+  }
+}
+
+}  // namespace
+}  // namespace weightcast::sync::engine::testing

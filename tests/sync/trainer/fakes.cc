@@ -1,0 +1,228 @@
+#include "tests/sync/trainer/fakes.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "comm/errors.h"
+
+namespace weightcast::sync::trainer::testing {
+
+void FakeCommunicator::broadcast(const comm::BroadcastOptions& opts) {
+  if (wire_.broadcast_delay.count() > 0) std::this_thread::sleep_for(wire_.broadcast_delay);
+  std::unique_lock lock(wire_.mu);
+  const std::size_t k = wire_.broadcasts.size();
+  if (wire_.engines > 0 && k + 1 < wire_.total_buckets) {
+    const bool seen = wire_.cv.wait_for(lock, std::chrono::seconds(2), [&] {
+      return wire_.aborted || wire_.requests_seen[k + 1] >= wire_.engines;
+    });
+    if (!seen) ++wire_.missing_lookahead;
+  }
+  if (wire_.aborted) throw comm::PeerError("fake", "communicator aborted");
+  if (wire_.fail_broadcast_at == static_cast<int>(k)) {
+    wire_.aborted = true;
+    wire_.cv.notify_all();
+    throw comm::PeerError("rank 1", "injected broadcast failure");
+  }
+  const auto* p = static_cast<const std::byte*>(opts.buffer);
+  wire_.events.push_back("broadcast " + std::to_string(wire_.broadcasts.size()));
+  wire_.broadcasts.emplace_back(p, p + opts.bytes);
+  wire_.cv.notify_all();
+}
+
+void FakeCommunicator::abort() {
+  std::lock_guard lock(wire_.mu);
+  wire_.aborted = true;
+  wire_.cv.notify_all();
+}
+
+bool FakeCommunicator::aborted() const {
+  std::lock_guard lock(wire_.mu);
+  return wire_.aborted;
+}
+
+FakeEngine::FakeEngine(std::string url, FakeWire& wire, int rank_count)
+    : url_(std::move(url)), wire_(wire) {
+  info_.selectors = {Selector::kAll, Selector::kTarget, Selector::kDraft};
+  info_.backends = {Backend::kGloo, Backend::kNccl};
+  info_.rank_count = rank_count;
+  info_.weight_version = "0";
+  info_.runners = {RunnerInfo{Runner::kTarget, {"*"}, "none", 0}};
+}
+
+void FakeEngine::fail_route(const std::string& route, int status, int after) {
+  std::lock_guard lock(mu_);
+  failures_[route] = {status, after};
+}
+
+void FakeEngine::clear_failures() {
+  std::lock_guard lock(mu_);
+  failures_.clear();
+}
+
+int FakeEngine::max_open_buckets() const {
+  std::lock_guard lock(mu_);
+  return max_open_buckets_;
+}
+
+void FakeEngine::enter(const std::string& route, const std::string& detail) {
+  wire_.log(url_ + " " + route + (detail.empty() ? "" : " " + detail));
+  std::lock_guard lock(mu_);
+  const int call = calls_[route]++;
+  const auto it = failures_.find(route);
+  if (it != failures_.end() && call >= it->second.second) {
+    throw EngineError(url_, route, it->second.first, "injected failure");
+  }
+}
+
+std::map<std::string, std::vector<std::byte>> FakeEngine::committed() const {
+  std::lock_guard lock(mu_);
+  return committed_;
+}
+
+std::string FakeEngine::version() const {
+  std::lock_guard lock(mu_);
+  return info_.weight_version;
+}
+
+std::vector<UpdateWeightsFromDistributedRequest> FakeEngine::bucket_requests() const {
+  std::lock_guard lock(mu_);
+  return requests_;
+}
+
+BasicResponse FakeEngine::health() {
+  enter("GET /health");
+  return {};
+}
+
+ServerInfoResponse FakeEngine::server_info() {
+  enter("GET /server_info");
+  std::lock_guard lock(mu_);
+  return info_;
+}
+
+BasicResponse FakeEngine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
+  enter("POST /init_weights_update_group");
+  std::lock_guard lock(mu_);
+  inits.push_back(req);
+  return {};
+}
+
+BasicResponse FakeEngine::destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest&) {
+  enter("POST /destroy_weights_update_group");
+  return {};
+}
+
+BasicResponse FakeEngine::pause_generation(const PauseGenerationRequest&) {
+  enter("POST /pause_generation");
+  return {};
+}
+
+BasicResponse FakeEngine::flush_cache() {
+  enter("POST /flush_cache");
+  return {};
+}
+
+BeginWeightUpdateResponse FakeEngine::begin_weight_update(const BeginWeightUpdateRequest& req) {
+  enter("POST /begin_weight_update", std::string(to_string(req.selector)));
+  std::lock_guard lock(mu_);
+  if (session_) throw EngineError(url_, "POST /begin_weight_update", 409, "already in a session");
+  session_ = req.selector;
+  {
+    std::lock_guard wire_lock(wire_.mu);
+    base_ = wire_.broadcasts.size();
+  }
+  staged_.clear();
+  staged_version_.reset();
+  return {true, "", begin_answer_.value_or(req.selector)};
+}
+
+BasicResponse FakeEngine::update_weights_from_distributed(
+    const UpdateWeightsFromDistributedRequest& req) {
+  enter("POST /update_weights_from_distributed", std::to_string(req.sequence));
+  {
+    std::lock_guard lock(wire_.mu);
+    ++wire_.requests_seen[req.sequence];
+    wire_.cv.notify_all();
+  }
+  {
+    std::lock_guard lock(mu_);
+    max_open_buckets_ = std::max(max_open_buckets_, ++open_buckets_);
+  }
+  struct Closer {
+    FakeEngine* self;
+    ~Closer() {
+      std::lock_guard lock(self->mu_);
+      --self->open_buckets_;
+    }
+  } closer{this};
+  std::size_t index = 0;
+  {
+    std::lock_guard lock(mu_);
+    requests_.push_back(req);
+    if (!session_ || *session_ != req.selector) {
+      throw EngineError(url_, "POST /update_weights_from_distributed", 409, "selector mismatch");
+    }
+    index = base_ + req.sequence;
+  }
+  std::vector<std::byte> bytes;
+  {
+    std::unique_lock lock(wire_.mu);
+    const bool arrived = wire_.cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      return wire_.aborted || wire_.broadcasts.size() > index;
+    });
+    if (!arrived || wire_.broadcasts.size() <= index) {
+      throw EngineError(url_, "POST /update_weights_from_distributed", 500, "bucket not received");
+    }
+    bytes = wire_.broadcasts[index];
+  }
+  const BucketPlan plan = make_bucket(req.sequence, req.tensors);
+  std::lock_guard lock(mu_);
+  for (const auto& t : unpack(bytes, plan)) {
+    staged_[t.entry->meta.name].assign(t.bytes.begin(), t.bytes.end());
+  }
+  return {};
+}
+
+BasicResponse FakeEngine::update_weight_version(const UpdateWeightVersionRequest& req) {
+  enter("POST /update_weight_version", req.new_version);
+  std::lock_guard lock(mu_);
+  staged_version_ = req.new_version;
+  return {};
+}
+
+EndWeightUpdateResponse FakeEngine::end_weight_update() {
+  enter("POST /end_weight_update");
+  std::lock_guard lock(mu_);
+  if (!session_) throw EngineError(url_, "POST /end_weight_update", 409, "no session");
+  for (auto& [name, bytes] : staged_) committed_[name] = std::move(bytes);
+  staged_.clear();
+  if (staged_version_) info_.weight_version = *staged_version_;
+  session_.reset();
+  return {true, "", info_.weight_version, {}};
+}
+
+BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) {
+  enter("POST /continue_generation");
+  return {};
+}
+
+BasicResponse FakeEngine::abort_weight_update() {
+  enter("POST /abort_weight_update");
+  std::lock_guard lock(mu_);
+  session_.reset();
+  staged_.clear();
+  staged_version_.reset();
+  return {};
+}
+
+WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner) {
+  enter("GET /weights_checksum");
+  WeightsChecksumResponse r;
+  r.runner = runner;
+  std::lock_guard lock(mu_);
+  r.weight_version = info_.weight_version;
+  return r;
+}
+
+}  // namespace weightcast::sync::trainer::testing

@@ -1,0 +1,135 @@
+// In-process stand-ins for the updater's tests: FakeWire + FakeCommunicator (the data plane: a
+// broadcast appends the source's bytes to the wire) and FakeEngine (the control plane: records
+// every call, answers like an engine, and unpacks each bucket from the wire once its broadcast
+// happened, as a real engine answers a bucket only after receiving it).
+// Failure injection: FakeEngine::fail_route makes one route throw (unreachable or with a status).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "sync/bucket.h"
+#include "sync/trainer/engine_api.h"
+
+namespace weightcast::sync::trainer::testing {
+
+// Shared event log and broadcast record.
+struct FakeWire {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<std::byte>> broadcasts;
+  std::vector<std::string> events;  // "<engine> <route> [detail]" and "broadcast <k>"
+  bool aborted = false;
+  std::chrono::milliseconds broadcast_delay{0};
+  // Look-ahead check: broadcast k waits (up to 2 s) until `engines` engines have received the
+  // request of bucket k+1 (for k+1 < total_buckets); a broadcast that had to go without it is
+  // counted in missing_lookahead. A sender that waits for bucket k's answer before sending the
+  // request of k+1 cannot pass.
+  int engines = 0;
+  std::size_t total_buckets = 0;
+  std::map<std::uint64_t, int> requests_seen;  // sequence -> engines that received it
+  int missing_lookahead = 0;
+  // Throw from the broadcast of this index (-1: never).
+  int fail_broadcast_at = -1;
+
+  void log(std::string event) {
+    std::lock_guard lock(mu);
+    events.push_back(std::move(event));
+  }
+  std::vector<std::string> snapshot() {
+    std::lock_guard lock(mu);
+    return events;
+  }
+  // Index of the first event equal to `event`, or -1.
+  int index_of(const std::string& event) {
+    std::lock_guard lock(mu);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i] == event) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+class FakeCommunicator final : public comm::Communicator {
+ public:
+  FakeCommunicator(FakeWire& wire, int size) : wire_(wire), size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "fake"; }
+  comm::Millis default_timeout() const override { return comm::Millis(5000); }
+  void broadcast(const comm::BroadcastOptions& opts) override;
+  void barrier(comm::Millis) override {}
+  void abort() override;
+  bool aborted() const override;
+
+ private:
+  FakeWire& wire_;
+  int size_;
+};
+
+class FakeEngine final : public EngineApi {
+ public:
+  FakeEngine(std::string url, FakeWire& wire, int rank_count = 1);
+
+  // Makes `route` ("POST /begin_weight_update", ...) fail from its `after`-th call (0-based):
+  // status 0 = unreachable.
+  void fail_route(const std::string& route, int status, int after = 0);
+  void clear_failures();
+  // Most bucket requests this engine had open at once.
+  int max_open_buckets() const;
+  void set_selectors(std::vector<Selector> selectors) { info_.selectors = std::move(selectors); }
+  // What the engine answers as the session selector in begin (default: what it was asked).
+  void set_begin_answer(Selector selector) { begin_answer_ = selector; }
+  void set_version(std::string version) { info_.weight_version = std::move(version); }
+
+  // Committed tensors (name -> bytes) and version.
+  std::map<std::string, std::vector<std::byte>> committed() const;
+  std::string version() const;
+  std::vector<UpdateWeightsFromDistributedRequest> bucket_requests() const;
+
+  const std::string& url() const override { return url_; }
+  BasicResponse health() override;
+  ServerInfoResponse server_info() override;
+  BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) override;
+  BasicResponse destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& req) override;
+  BasicResponse pause_generation(const PauseGenerationRequest& req) override;
+  BasicResponse flush_cache() override;
+  BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;
+  BasicResponse update_weights_from_distributed(
+      const UpdateWeightsFromDistributedRequest& req) override;
+  BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
+  EndWeightUpdateResponse end_weight_update() override;
+  BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
+  BasicResponse abort_weight_update() override;
+  WeightsChecksumResponse weights_checksum(Runner runner) override;
+  std::string metrics() override { return ""; }
+
+  std::vector<InitWeightsUpdateGroupRequest> inits;  // guarded by mu_
+
+ private:
+  void enter(const std::string& route, const std::string& detail = "");
+
+  std::string url_;
+  FakeWire& wire_;
+  mutable std::mutex mu_;
+  ServerInfoResponse info_;
+  std::optional<Selector> begin_answer_;
+  std::map<std::string, std::pair<int, int>> failures_;  // route -> (status, after)
+  std::map<std::string, int> calls_;
+  std::optional<Selector> session_;
+  std::size_t base_ = 0;  // wire index of this session's bucket 0
+  std::map<std::string, std::vector<std::byte>> staged_, committed_;
+  std::optional<std::string> staged_version_;
+  std::vector<UpdateWeightsFromDistributedRequest> requests_;
+  int open_buckets_ = 0;
+  int max_open_buckets_ = 0;
+};
+
+}  // namespace weightcast::sync::trainer::testing
