@@ -192,13 +192,13 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
   }
 
   if (rank == 0) {
-    std::printf("# weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
-                "in flight, loopback TCP\n",
-                size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(),
-                o.chunks_in_flight);
+    std::printf(
+        "# weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
+        "in flight, loopback TCP\n",
+        size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(), o.chunks_in_flight);
     std::printf("# busbw = algbw for broadcast (docs/performance.md)\n");
-    std::printf("%12s  %-11s %12s %12s %12s %8s\n", "size(B)", "backend", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::printf("%12s  %-11s %12s %12s %12s %8s\n", "size(B)", "backend", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)", "#wrong");
   }
 
   std::map<std::string, std::pair<double, int>> sums;

@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "launcher/bench_broadcast.h"
+#include "launcher/bench_hosts.h"
 #include "launcher/cli_util.h"
 #include "launcher/mpi_launch.h"
 
@@ -74,6 +75,39 @@ int main(int argc, char** argv) {
   bc->add_option("--timeout-ms", bo.timeout_ms, "deadline of every collective")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
+  HostsBenchOptions ho;
+  std::string hosts_bytes = "64M", hosts_chunk = "1M";
+  auto* hs = app.add_subcommand(
+      "hosts", "chain vs stock Gloo between network namespaces with shaped links (needs root)");
+  hs->add_option("--receivers", ho.receivers, "receiving hosts")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  hs->add_option("--rate", ho.rate, "tc tbf rate of every host link (kbit/mbit/gbit)")
+      ->capture_default_str();
+  hs->add_option("--bytes", hosts_bytes, "bytes per broadcast")->capture_default_str();
+  hs->add_option("--iters", ho.iters, "timed broadcasts per backend")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  hs->add_option("--chunk-bytes", hosts_chunk, "gloo-chain chunk size")->capture_default_str();
+  hs->add_option("--in-flight", ho.chunks_in_flight, "gloo-chain chunks in flight per link")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+
+  HostsWorkerOptions wo;
+  std::string worker_bytes = "0", worker_chunk = "1M";
+  auto* hw = app.add_subcommand("hosts-worker", "one host of the hosts mode (internal)");
+  hw->group("");  // not listed in --help
+  hw->add_option("--rank", wo.rank)->required();
+  hw->add_option("--size", wo.size)->required();
+  hw->add_option("--bind", wo.bind_address)->required();
+  hw->add_option("--store-host", wo.store_host)->required();
+  hw->add_option("--store-port", wo.store_port)->required();
+  hw->add_option("--bytes", worker_bytes)->required();
+  hw->add_option("--iters", wo.iters);
+  hw->add_option("--chunk-bytes", worker_chunk);
+  hw->add_option("--in-flight", wo.chunks_in_flight);
+  hw->add_option("--timeout-ms", wo.timeout_ms);
+
   app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
@@ -94,17 +128,37 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  signal(SIGALRM, on_alarm);
+  alarm(static_cast<unsigned>(max_seconds));
+  if (hs->parsed() || hw->parsed()) {
+    try {
+      if (hw->parsed()) {
+        wo.bytes = parse_bytes(worker_bytes);
+        wo.chunk_bytes = parse_bytes(worker_chunk);
+        return run_hosts_worker(wo);
+      }
+      ho.bytes = parse_bytes(hosts_bytes);
+      ho.chunk_bytes = parse_bytes(hosts_chunk);
+      char self[4096];
+      ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+      return run_hosts_bench(ho, n > 0 ? std::string(self, static_cast<std::size_t>(n)) : argv[0]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+      return 1;
+    }
+  }
+
   if (!under_mpirun()) {
     try {
-      relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc));
+      // MPI_Bcast is a peer measured over Open MPI's TCP transport, as ours runs over TCP:
+      // shared memory (vader) would compare a different link.
+      relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc), {"btl=self,tcp"});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
       return 2;
     }
   }
 
-  signal(SIGALRM, on_alarm);
-  alarm(static_cast<unsigned>(max_seconds));
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {

@@ -5,18 +5,40 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
 namespace weightcast::launcher {
 
-bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+bool under_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
 
-void relaunch_under_mpirun(int np, const std::vector<std::string>& argv) {
+void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
+                           const std::vector<std::string>& mca) {
+  std::map<std::string, std::string> overrides;
+  for (const auto& kv : mca) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("mca override needs NAME=VALUE: " + kv);
+    overrides[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
   std::vector<std::string> args{"mpirun"};
   const char* env_flags = std::getenv("WEIGHTCAST_MPIRUN_FLAGS");
   std::istringstream flags(env_flags ? env_flags : WEIGHTCAST_DEFAULT_MPIRUN_FLAGS);
-  for (std::string f; flags >> f;) args.push_back(f);
+  std::vector<std::string> given;
+  for (std::string f; flags >> f;) given.push_back(f);
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    if (given[i] == "--mca" && i + 2 < given.size() && overrides.count(given[i + 1])) {
+      i += 2;  // replaced below
+      continue;
+    }
+    args.push_back(given[i]);
+  }
+  for (const auto& [name, value] : overrides) {
+    args.insert(args.end(), {"--mca", name, value});
+  }
   args.push_back("-np");
   args.push_back(std::to_string(np));
   // The executable itself, by absolute path, so mpirun finds it regardless of PATH.

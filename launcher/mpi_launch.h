@@ -14,6 +14,9 @@ bool under_mpirun();
 // std::runtime_error when mpirun cannot be executed. Extra mpirun flags come from the
 // WEIGHTCAST_MPIRUN_FLAGS environment variable, else from the flags this build was configured
 // with (loopback-only TCP, oversubscribe, root allowed).
-[[noreturn]] void relaunch_under_mpirun(int np, const std::vector<std::string>& argv);
+// `mca` entries ("btl=self,tcp") replace the value of that MCA parameter in those flags (or are
+// added), so a benchmark can pin MPI to its TCP transport.
+[[noreturn]] void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
+                                        const std::vector<std::string>& mca = {});
 
 }  // namespace weightcast::launcher

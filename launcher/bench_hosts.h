@@ -1,0 +1,44 @@
+// weightcast-bench hosts: broadcast between separate "hosts" (network namespaces joined by a
+// bridge, every host's link shaped with tc tbf), to show what the pipelined chain does on real
+// links: each link carries the data once, so the chain runs near the link rate while stock
+// gloo::broadcast divides the root's link by the number of receivers.
+//
+// Needs root (CAP_NET_ADMIN), `ip` and `tc`; where namespaces cannot be created it prints a
+// skip line and returns 0. It always removes what it created, on success, failure or signal.
+// Addresses come from 198.18.0.0/15, the range reserved for network benchmarks (RFC 2544).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace weightcast::launcher {
+
+struct HostsBenchOptions {
+  int receivers = 4;
+  std::string rate = "800mbit";
+  std::uint64_t bytes = 64u << 20;
+  int iters = 3;
+  std::uint64_t chunk_bytes = 1u << 20;
+  int chunks_in_flight = 4;
+  int timeout_ms = 300000;
+};
+
+int run_hosts_bench(const HostsBenchOptions& opts, const std::string& self_exe);
+
+// One host's process (started by run_hosts_bench inside its namespace).
+struct HostsWorkerOptions {
+  int rank = 0;
+  int size = 0;
+  std::string bind_address;
+  std::string store_host;
+  int store_port = 0;  // rank 0 hosts the store and prints "store-port N"
+  std::uint64_t bytes = 0;
+  int iters = 3;
+  std::uint64_t chunk_bytes = 1u << 20;
+  int chunks_in_flight = 4;
+  int timeout_ms = 300000;
+};
+
+int run_hosts_worker(const HostsWorkerOptions& opts);
+
+}  // namespace weightcast::launcher
