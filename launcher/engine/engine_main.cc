@@ -1,8 +1,8 @@
 // weightcast-engine: a rollout engine that receives weight updates over the protocol of
 // docs/protocol.md (SGLang-compatible routes, selector-scoped sessions, bucketed broadcasts).
 //
-//   weightcast-engine --port 0 --model tiny --seed 1 --target-layout shuffle \
-//       --draft --draft-layout shuffle --draft-filter 'mtp.*'
+//   weightcast-engine --port 0 --model tiny --seed 1 --target-layout shuffle
+//       --draft --draft-layout shuffle --draft-filter 'mtp.*'     (one command line)
 //
 // Prints one line "weightcast-engine listening on http://HOST:PORT" once it accepts requests
 // (scripts read the port from it), serves until SIGINT/SIGTERM, and exits 0. Exit 2 on bad
@@ -31,8 +31,9 @@ void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
       ->check(CLI::IsMember({"none", "shuffle"}))
       ->capture_default_str();
   app.add_option("--" + name + "-safetensors", r.safetensors,
-                 "initial weights of the " + name + " runner from a safetensors file instead of "
-                 "--model/--seed");
+                 "initial weights of the " + name +
+                     " runner from a safetensors file instead of "
+                     "--model/--seed");
 }
 
 }  // namespace

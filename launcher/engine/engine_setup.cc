@@ -81,9 +81,10 @@ std::unique_ptr<RunnerSet> make_runners(const EngineArgs& args) {
   auto runners = std::make_unique<RunnerSet>(configs, args.weight_version, args.ranks);
   const std::size_t max_file = bytes_arg(args.max_file_bytes, "--max-file-bytes");
   for (const auto& [config, r] : held) {
-    runners->load_initial(config.id, r->safetensors.empty()
-                                         ? generate_weights(runner_tensors(config.id, spec), args.seed)
-                                         : load_safetensors(r->safetensors, max_file));
+    runners->load_initial(config.id,
+                          r->safetensors.empty()
+                              ? generate_weights(runner_tensors(config.id, spec), args.seed)
+                              : load_safetensors(r->safetensors, max_file));
   }
   return runners;
 }

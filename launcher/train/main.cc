@@ -1,8 +1,8 @@
 // weightcast-train: trainer ranks that push a synthetic model's weights to rollout engines, one
 // update per training step.
 //
-//   mpirun -np 4 weightcast-train --tp 2 --pp 2 \
-//       --engines http://127.0.0.1:30000,http://127.0.0.1:30001 --steps 3 --verify
+//   mpirun -np 4 weightcast-train --tp 2 --pp 2 --steps 3 --verify
+//       --engines http://127.0.0.1:30000,http://127.0.0.1:30001
 //
 // N = tp * pp * dp ranks. Each holds its TP shard of its pipeline stage; each stage's source
 // gathers, converts and broadcasts on its own group. World rank 0 prints one line per step:
@@ -14,7 +14,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
@@ -27,14 +29,25 @@ int main(int argc, char** argv) {
   TrainOptions options;
   add_options(app, options);
   CLI11_PARSE(app, argc, argv);
+  try {
+    // Every rank checks the same flags before MPI starts, so a bad value fails them all alike.
+    resolve_model(options);
+    updater_options(options, {});
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr || std::string(rank) == "0") {
+      std::fprintf(stderr, "weightcast-train: %s\n", e.what());
+    }
+    return kExitConfig;
+  }
 
   weightcast::comm::mpi::MpiGuard mpi(&argc, &argv);
   int code = kExitInternal;
   try {
     if (mpi.world_size() % (options.tp * options.pp) != 0) {
       throw weightcast::comm::ConfigError(
-          "mpirun -np " + std::to_string(mpi.world_size()) + " is not a multiple of tp * pp = " +
-          std::to_string(options.tp * options.pp));
+          "mpirun -np " + std::to_string(mpi.world_size()) +
+          " is not a multiple of tp * pp = " + std::to_string(options.tp * options.pp));
     }
     code = run_trainer(options, stdout);
   } catch (const weightcast::comm::TimeoutError& e) {

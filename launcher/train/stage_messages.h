@@ -1,6 +1,7 @@
 // Messages the stage sources of weightcast-train exchange over MPI: each stage's outcome (its
 // bucket-send result and, when verifying, the digests of what it sent), in a text form small
 // enough for comm::mpi::broadcast_string.
+// Lifetime/threading: plain values and pure functions.
 #pragma once
 
 #include <string>

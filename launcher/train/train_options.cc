@@ -10,7 +10,9 @@
 namespace weightcast::launcher::train {
 
 void add_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel size")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--pp", o.pp, "pipeline-parallel size (one group per stage)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -42,7 +44,9 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)")
       ->check(CLI::IsMember({"gloo", "nccl"}))
       ->capture_default_str();
-  app.add_option("--token", o.token, "bearer token of the engines (also the store's token)");
+  app.add_option("--token", o.token, "bearer token of the engines' routes");
+  app.add_option("--store-token", o.store_token,
+                 "token of the stage sources' rendezvous stores (engines: --store-token)");
   app.add_option("--selector", o.selector,
                  "session scope: auto (the decision function), all, target or draft")
       ->check(CLI::IsMember({"auto", "all", "target", "draft"}))
@@ -110,8 +114,8 @@ sync::ModelSpec resolve_model(const TrainOptions& o) {
 sync::SelectorConfig selector_config(const TrainOptions& o, const sync::ModelSpec& spec,
                                      const std::optional<std::string>& engines_algorithm) {
   sync::SelectorConfig config;
-  config.speculative_algorithm = o.speculative_algorithm ? o.speculative_algorithm
-                                                         : engines_algorithm;
+  config.speculative_algorithm =
+      o.speculative_algorithm ? o.speculative_algorithm : engines_algorithm;
   config.mtp_num_layers = static_cast<int>(spec.mtp_num_layers);
   config.conversion_mode = o.conversion;
   return config;
@@ -127,6 +131,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.group_prefix = o.group_prefix;
   u.bind_address = o.bind_address;
   u.token = o.token;
+  u.store_token = o.store_token;
   u.pause_mode = sync::parse_pause_mode(o.pause_mode);
   u.buckets.bucket_bytes = static_cast<std::size_t>(parse_bytes(o.bucket_bytes));
   if (u.buckets.bucket_bytes == 0) throw comm::ConfigError("--bucket-bytes must be positive");

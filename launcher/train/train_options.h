@@ -3,6 +3,7 @@
 // Every rank parses the same command line (mpirun passes it to all); nothing here touches MPI or
 // the network, so parsing and the derived values (model spec, selector inputs, updater options)
 // are unit-testable.
+// Lifetime/threading: plain values and pure functions.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,7 @@ struct TrainOptions {
   int max_in_flight = 2;
   std::string backend = "gloo";
   std::string token;
+  std::string store_token;
   std::string selector = "auto";  // auto | all | target | draft
   std::optional<std::string> speculative_algorithm;
   std::string conversion = "raw";  // raw | bridge

@@ -25,8 +25,12 @@ using namespace sync::trainer;
 namespace mpi = comm::mpi;
 
 // Status messages between ranks: "<code> <text>", code 0 = ok.
-std::string status(int code, const std::string& text) { return std::to_string(code) + " " + text; }
-int status_code(const std::string& message) { return std::atoi(message.c_str()); }
+std::string status(int code, const std::string& text) {
+  return std::to_string(code) + " " + text;
+}
+int status_code(const std::string& message) {
+  return std::atoi(message.c_str());
+}
 std::string status_text(const std::string& message) {
   const auto space = message.find(' ');
   return space == std::string::npos ? std::string() : message.substr(space + 1);
@@ -82,7 +86,6 @@ class Rank {
     if (topo_.is_stage_source()) result = setup_sources();
     result = mpi::broadcast_string(MPI_COMM_WORLD, 0, result, mpi_deadline(step_budget()));
     if (status_code(result) != kExitOk && coordinator()) {
-      std::fprintf(stderr, "weightcast-train: %s\n", status_text(result).c_str());
       std::fprintf(out_, "setup FAILED: %s\n", status_text(result).c_str());
       std::fflush(out_);
     }
@@ -101,14 +104,16 @@ class Rank {
     std::string first_failure;
     for (int s = 0; s < o_.pp; ++s) {
       std::string mine;
-      if (s == topo_.pp_rank()) mine = guarded([&] {
-        updater_->ensure_group(s);
-        if (coordinator() && o_.verify) {
-          verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
-                                                      spec_, o_.seed);
-        }
-        return status(kExitOk, "");
-      });
+      if (s == topo_.pp_rank()) {
+        mine = guarded([&] {
+          updater_->ensure_group(s);
+          if (coordinator() && o_.verify) {
+            verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
+                                                         spec_, o_.seed);
+          }
+          return status(kExitOk, "");
+        });
+      }
       mine = mpi::broadcast_string(sources_comm_.get(), s, mine, mpi_deadline(stage_budget()));
       if (status_code(mine) != kExitOk && first_failure.empty()) first_failure = mine;
     }
@@ -117,18 +122,22 @@ class Rank {
 
   std::string decide_selector() {
     return guarded([&] {
-      std::optional<std::string> engines_algorithm;
-      if (o_.selector == "auto" && !o_.speculative_algorithm) {
-        engines_algorithm = engines_speculative_algorithm();
+      sync::Selector selector;
+      if (o_.selector == "auto") {
+        std::optional<std::string> engines_algorithm;
+        if (!o_.speculative_algorithm) engines_algorithm = engines_speculative_algorithm();
+        const auto config = selector_config(o_, spec_, engines_algorithm);
+        selector = sync::weight_update_selector(config);
+        std::fprintf(out_,
+                     "selector %s (auto; speculative_algorithm=%s mtp_num_layers=%d "
+                     "conversion=%s)\n",
+                     std::string(sync::to_string(selector)).c_str(),
+                     config.speculative_algorithm.value_or("none").c_str(),
+                     config.mtp_num_layers.value_or(0), o_.conversion.c_str());
+      } else {
+        selector = sync::parse_selector(o_.selector);
+        std::fprintf(out_, "selector %s (explicit)\n", o_.selector.c_str());
       }
-      const auto config = selector_config(o_, spec_, engines_algorithm);
-      const sync::Selector selector = o_.selector == "auto" ? sync::weight_update_selector(config)
-                                                            : sync::parse_selector(o_.selector);
-      std::fprintf(out_, "selector %s (%s; speculative_algorithm=%s mtp_num_layers=%d conversion=%s)\n",
-                   std::string(sync::to_string(selector)).c_str(),
-                   o_.selector == "auto" ? "auto" : "explicit",
-                   config.speculative_algorithm.value_or("none").c_str(),
-                   config.mtp_num_layers.value_or(0), o_.conversion.c_str());
       std::fflush(out_);
       return status(kExitOk, std::string(sync::to_string(selector)));
     });
@@ -146,10 +155,10 @@ class Rank {
       engines.push_back(clients.emplace_back(std::make_unique<EngineClient>(url, co)).get());
     }
     std::vector<sync::ServerInfoResponse> infos(engines.size());
-    throw_if_failed("reading /server_info",
-                    on_all_engines(engines, "GET /server_info", [&infos](EngineApi& e, std::size_t i) {
-                      infos[i] = e.server_info();
-                    }));
+    throw_if_failed("reading /server_info", on_all_engines(engines, "GET /server_info",
+                                                           [&infos](EngineApi& e, std::size_t i) {
+                                                             infos[i] = e.server_info();
+                                                           }));
     for (std::size_t i = 1; i < infos.size(); ++i) {
       if (infos[i].speculative_algorithm != infos[0].speculative_algorithm) {
         throw comm::ConfigError("engines disagree on speculative_algorithm (" + engines[0]->url() +
@@ -211,9 +220,6 @@ int Rank::run_step(int step) {
   if (coordinator()) {
     std::fprintf(out_, "%s\n", status_text(line).c_str());
     std::fflush(out_);
-    if (status_code(line) != kExitOk) {
-      std::fprintf(stderr, "weightcast-train: %s\n", status_text(line).c_str());
-    }
   }
   return status_code(line);
 }
@@ -298,8 +304,8 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   }
   char line[512];
   std::snprintf(line, sizeof(line),
-                "step %d/%d version %s selector %s bytes %" PRIu64
-                " (%s) buckets %" PRIu64 " seconds %.3f GB/s %.3f verified %s",
+                "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
+                " seconds %.3f GB/s %.3f verified %s",
                 step, o_.steps, report.version.c_str(),
                 std::string(sync::to_string(report.selector)).c_str(), report.bytes,
                 format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),

@@ -45,7 +45,7 @@ struct GroupSpec {
 
 struct ConnectOptions {
   int rank_count = 1;
-  comm::Millis init_timeout{60000};  // the whole join: store connection and rendezvous
+  comm::Millis init_timeout{60000};        // the whole join: store connection and rendezvous
   std::string bind_address = "127.0.0.1";  // the data-plane address this engine advertises
   std::string store_token;                 // the rendezvous store's token, if it has one
   // Gloo chain tuning (comm::CommOptions).

@@ -12,14 +12,17 @@ Reply ok_basic(std::string message) {
   return {200, to_json_string(BasicResponse{true, std::move(message)})};
 }
 
-Reply refused(const Refusal& refusal) { return error_reply(refusal.status, refusal.message); }
+Reply refused(const Refusal& refusal) {
+  return error_reply(refusal.status, refusal.message);
+}
 
 }  // namespace
 
 Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
     : opts_(std::move(opts)), runners_(std::move(runners)) {
   WC_ENFORCE(runners_ != nullptr);
-  WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count, "runner set built for another rank count");
+  WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count,
+                "runner set built for another rank count");
   WC_ENFORCE_GT(opts_.rank_count, 0, "engine rank count");
   WC_ENFORCE_GT(opts_.session_timeout.count(), 0);
   WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
@@ -46,7 +49,7 @@ Engine::~Engine() {
 void Engine::shutdown() {
   std::lock_guard lock(mu_);
   if (session_.in_session()) {
-    fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true);
+    fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true, 503);
   }
   for (auto& [name, group] : groups_) group->abort(503, "engine shutting down");
 }
@@ -83,12 +86,12 @@ void Engine::watchdog_loop(std::stop_token stop) {
     fail_session_locked(session_.session_id(),
                         "session timed out: no request for " +
                             std::to_string(opts_.session_timeout.count()) + " ms",
-                        /*abort_groups=*/true);
+                        /*abort_groups=*/true, 504);
   }
 }
 
 void Engine::fail_session_locked(std::uint64_t session_id, const std::string& reason,
-                                 bool abort_groups) {
+                                 bool abort_groups, int status) {
   if (!session_.in_session() || session_.session_id() != session_id) return;
   if (staging_) staging_->discard();
   staging_.reset();
@@ -99,7 +102,7 @@ void Engine::fail_session_locked(std::uint64_t session_id, const std::string& re
     // A group with a bucket in flight cannot be left half-way through a broadcast; with
     // abort_groups (timeout) every group of the session goes, since its trainer is gone.
     if (group->busy() || (abort_groups && group->used_in(session_id))) {
-      group->abort(500, "session failed: " + reason);
+      group->abort(status, "session failed: " + reason);
     }
   }
 }
@@ -109,8 +112,8 @@ Reply Engine::pause_generation(const PauseGenerationRequest& request) {
   last_activity_ = comm::Clock::now();
   const bool was = session_.paused();
   session_.set_paused(true);
-  return ok_basic(std::string(was ? "generation already paused" : "generation paused") +
-                  " (mode " + std::string(to_string(request.mode)) + ")");
+  return ok_basic(std::string(was ? "generation already paused" : "generation paused") + " (mode " +
+                  std::string(to_string(request.mode)) + ")");
 }
 
 Reply Engine::continue_generation(const ContinueGenerationRequest&) {
@@ -165,11 +168,11 @@ Reply Engine::end_weight_update() {
   const Selector selector = *session_.selector();
   std::vector<RunnerCommit> commits;
   try {
-    commits = runners_->commit(*staging_, selector, session_.pending_version(),
-                               opts_.legacy_finalize);
+    commits =
+        runners_->commit(*staging_, selector, session_.pending_version(), opts_.legacy_finalize);
   } catch (const std::exception& e) {
     // Nothing was committed; the session is over and the previous weights stay.
-    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false);
+    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false, 500);
     return error_reply(failure_status(e), std::string("end_weight_update: commit failed: ") +
                                               e.what() + "; previous weights kept");
   }
@@ -196,7 +199,7 @@ Reply Engine::abort_weight_update() {
   last_activity_ = comm::Clock::now();
   if (!session_.in_session()) return ok_basic("no session was open");
   fail_session_locked(session_.session_id(), "aborted by abort_weight_update",
-                      /*abort_groups=*/false);
+                      /*abort_groups=*/false, 409);
   return ok_basic("session aborted; staged tensors discarded, previous weights kept");
 }
 

@@ -43,7 +43,7 @@ struct EngineOptions {
   comm::Millis session_timeout{60000};  // a session idle this long is aborted
   std::size_t max_bucket_bytes = std::size_t{4} << 30;
   std::uint64_t max_buckets_ahead = 8;
-  ConnectOptions connect;                // rank_count and init_timeout are taken from above
+  ConnectOptions connect;  // rank_count and init_timeout are taken from above
   GroupConnector connector = connect_group;
   std::optional<std::string> speculative_algorithm;
   ProtocolLimits limits;
@@ -85,9 +85,10 @@ class Engine {
  private:
   void touch();
   // Ends the open session `session_id` as failed (no-op when it is no longer open): discards
-  // staging; `abort_groups`: also aborts every group used in it, else only busy ones.
-  void fail_session_locked(std::uint64_t session_id, const std::string& reason,
-                           bool abort_groups);
+  // staging; `abort_groups`: also aborts every group used in it, else only busy ones, whose
+  // waiting bucket requests then answer `status`.
+  void fail_session_locked(std::uint64_t session_id, const std::string& reason, bool abort_groups,
+                           int status);
   Reply fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
                     const std::string& reason);
   std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,

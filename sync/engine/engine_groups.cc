@@ -53,8 +53,8 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
       // Re-init replaces a group (the recovery path), but not one the open session relies on.
       if (it->second->busy() ||
           (session_.in_session() && it->second->used_in(session_.session_id()))) {
-        return error_reply(409, "group_name: group '" + name +
-                                    "' is in use by the open session; abort it first");
+        return error_reply(
+            409, "group_name: group '" + name + "' is in use by the open session; abort it first");
       }
       old = it->second;
       bytes_retired_ += old->bytes_received();
@@ -84,9 +84,9 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
     gopts.max_ahead = opts_.max_buckets_ahead;
     group = std::make_shared<Group>(spec, std::move(channels), gopts);
   } catch (const comm::TimeoutError& e) {
-    failure = error_reply(504, "init_weights_update_group: group '" + name +
-                                   "' did not form within " +
-                                   std::to_string(opts_.init_timeout.count()) + " ms: " + e.what());
+    failure =
+        error_reply(504, "init_weights_update_group: group '" + name + "' did not form within " +
+                             std::to_string(opts_.init_timeout.count()) + " ms: " + e.what());
   } catch (const comm::ConfigError& e) {
     failure = error_reply(400, std::string("init_weights_update_group: ") + e.what());
   } catch (const std::exception& e) {
@@ -114,11 +114,10 @@ Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupReques
       return error_reply(409, "group_name: no group '" + request.group_name + "' is joined");
     }
     group = it->second;
-    if (session_.in_session() &&
-        (group->busy() || group->used_in(session_.session_id()))) {
+    if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
       fail_session_locked(session_.session_id(),
                           "group '" + request.group_name + "' destroyed during the session",
-                          /*abort_groups=*/false);
+                          /*abort_groups=*/false, 409);
       note = "; the open session was aborted and its staging discarded";
     }
     bytes_retired_ += group->bytes_received();
@@ -143,9 +142,9 @@ std::optional<Refusal> Engine::check_bucket_locked(
     for (Runner runner : dest) {
       auto resident = runners_->resident_meta(runner, meta.name);
       if (resident && (resident->dtype != meta.dtype || resident->shape != meta.shape)) {
-        return Refusal{400, field + ": '" + meta.name + "' is " + std::string(to_string(meta.dtype)) +
-                                shape_text(meta.shape) + " but runner '" +
-                                std::string(to_string(runner)) + "' holds " +
+        return Refusal{400, field + ": '" + meta.name + "' is " +
+                                std::string(to_string(meta.dtype)) + shape_text(meta.shape) +
+                                " but runner '" + std::string(to_string(runner)) + "' holds " +
                                 std::string(to_string(resident->dtype)) +
                                 shape_text(resident->shape)};
       }
@@ -184,12 +183,12 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
     // Checked before anything is allocated for it: the receive buffers grow to this size.
     if (plan.total_bytes > opts_.max_bucket_bytes) {
       return error_reply(400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
-                                  " bytes (with alignment), over this engine's limit of " +
+                                  " bytes (with alignment), over --max-bucket-bytes = " +
                                   std::to_string(opts_.max_bucket_bytes));
     }
     session_id = session_.session_id();
-    job = std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations),
-                                      staging_);
+    job =
+        std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations), staging_);
     if (auto refusal = group->submit(job)) return error_reply(refusal->status, refusal->message);
     for (const auto& meta : request.tensors) session_names_.insert(meta.name);
     if (request.weight_version) session_.set_version(*request.weight_version);
@@ -208,17 +207,17 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
   if (result->status == 409) return error_reply(409, result->message);
   if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
   touch();
-  return ok_basic("bucket " + std::to_string(request.sequence) + " received: " +
-                  std::to_string(request.tensors.size()) + " tensors, " +
+  return ok_basic("bucket " + std::to_string(request.sequence) +
+                  " received: " + std::to_string(request.tensors.size()) + " tensors, " +
                   std::to_string(job->plan().total_bytes) + " bytes");
 }
 
-Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group,
-                          int status, const std::string& reason) {
+Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
+                          const std::string& reason) {
   group->abort(status, reason);
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
-  fail_session_locked(session_id, reason, /*abort_groups=*/false);
+  fail_session_locked(session_id, reason, /*abort_groups=*/false, status);
   return error_reply(status, "update_weights_from_distributed failed: " + reason +
                                  "; session aborted, previous weights kept");
 }

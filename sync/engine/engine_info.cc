@@ -164,7 +164,8 @@ Reply Engine::metrics() const {
     os << "weightcast_engine_runner_digest_age_seconds{runner=\"" << to_string(id) << "\"} "
        << runners_->digest_age_seconds(id) << '\n';
   }
-  metric_header(os, "weightcast_engine_session_open", "gauge", "1 while an update session is open.");
+  metric_header(os, "weightcast_engine_session_open", "gauge",
+                "1 while an update session is open.");
   os << "weightcast_engine_session_open " << (session_.in_session() ? 1 : 0) << '\n';
   metric_header(os, "weightcast_engine_paused", "gauge", "1 while generation is paused.");
   os << "weightcast_engine_paused " << (session_.paused() ? 1 : 0) << '\n';

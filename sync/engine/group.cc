@@ -113,7 +113,8 @@ Group::~Group() {
 std::optional<Refusal> Group::submit(const std::shared_ptr<BucketJob>& job) {
   std::unique_lock lock(mu_);
   const std::string where = "group '" + spec_.group_name + "'";
-  if (stopping_) return Refusal{409, where + " is aborted (" + abort_reason_ + "); re-initialize it"};
+  if (stopping_)
+    return Refusal{409, where + " is aborted (" + abort_reason_ + "); re-initialize it"};
   if (job->session_id() != session_id_) {
     if (!pending_.empty()) {
       return Refusal{409, where + " still has buckets of a previous session in flight"};
@@ -172,15 +173,16 @@ std::uint64_t Group::buckets_received() const {
   return buckets_received_;
 }
 
-void Group::abort(int status, const std::string& reason) { fail(status, reason); }
+void Group::abort(int status, const std::string& reason) {
+  fail(status, reason);
+}
 
 void Group::fail(int status, const std::string& reason) {
   std::unique_lock lock(mu_);
   fail_locked(status, reason, lock);
 }
 
-void Group::fail_locked(int status, const std::string& reason,
-                        std::unique_lock<std::mutex>& lock) {
+void Group::fail_locked(int status, const std::string& reason, std::unique_lock<std::mutex>& lock) {
   if (stopping_) return;
   stopping_ = true;
   abort_reason_ = reason;

@@ -42,8 +42,8 @@ struct JobResult {
 class BucketJob {
  public:
   // destinations[i]: the runners entry i of `plan` is staged for (may be empty).
-  BucketJob(std::uint64_t session_id, BucketPlan plan, std::vector<std::vector<Runner>> destinations,
-            std::shared_ptr<Staging> staging);
+  BucketJob(std::uint64_t session_id, BucketPlan plan,
+            std::vector<std::vector<Runner>> destinations, std::shared_ptr<Staging> staging);
 
   std::uint64_t session_id() const { return session_id_; }
   std::uint64_t sequence() const { return plan_.sequence; }

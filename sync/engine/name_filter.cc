@@ -15,8 +15,8 @@ NameFilter NameFilter::parse(std::string_view text, std::string_view field) {
     if (comma == std::string_view::npos) comma = text.size();
     std::string_view glob = text.substr(start, comma - start);
     if (!glob.empty()) {
-      validate_identifier(glob, 1024, std::string(field) + "[" +
-                                          std::to_string(filter.globs_.size()) + "]");
+      validate_identifier(glob, 1024,
+                          std::string(field) + "[" + std::to_string(filter.globs_.size()) + "]");
       filter.globs_.emplace_back(glob);
     }
     start = comma + 1;

@@ -11,7 +11,9 @@ Reply error_reply(int status, std::string message) {
   return {status, to_json_string(BasicResponse{false, std::move(message)})};
 }
 
-std::string_view to_string(Method method) { return method == Method::kGet ? "GET" : "POST"; }
+std::string_view to_string(Method method) {
+  return method == Method::kGet ? "GET" : "POST";
+}
 
 void RouteTable::add(Route route) {
   WC_ENFORCE(!route.path.empty() && route.path.front() == '/', "route path '", route.path,
@@ -29,8 +31,8 @@ void RouteTable::add(Route route) {
 }
 
 const Route* RouteTable::find(std::string_view path) const {
-  auto it = std::find_if(routes_.begin(), routes_.end(),
-                         [&](const Route& r) { return r.path == path; });
+  auto it =
+      std::find_if(routes_.begin(), routes_.end(), [&](const Route& r) { return r.path == path; });
   return it == routes_.end() ? nullptr : &*it;
 }
 
@@ -71,7 +73,9 @@ RouteTable engine_routes(Engine& engine) {
   table.add({"/continue_generation", post, Auth::kToken,
              parsed(limits, parse_continue_generation,
                     [e](const auto& r) { return e->continue_generation(r); })});
-  table.add({"/flush_cache", {Method::kGet, Method::kPost}, Auth::kToken,
+  table.add({"/flush_cache",
+             {Method::kGet, Method::kPost},
+             Auth::kToken,
              parsed(limits, parse_flush_cache, [e](const auto&) { return e->flush_cache(); })});
   table.add({"/begin_weight_update", post, Auth::kToken,
              parsed(limits, parse_begin_weight_update,

@@ -26,10 +26,10 @@ std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, Staged
     for (std::size_t r = 0; r < tensor.rank_digests.size(); ++r) {
       const auto& d = tensor.rank_digests[r];
       if (!d || !first || *d != *first) {
-        throw comm::PeerError("engine rank " + std::to_string(r),
-                              "runner '" + std::string(to_string(runner)) + "': tensor '" + name +
-                                  (d ? "' differs from engine rank 0's copy"
-                                     : "' was not received by this rank"));
+        throw comm::PeerError(
+            "engine rank " + std::to_string(r),
+            "runner '" + std::string(to_string(runner)) + "': tensor '" + name +
+                (d ? "' differs from engine rank 0's copy" : "' was not received by this rank"));
       }
       per_rank[r].push_back({name, *d});
     }
@@ -64,8 +64,7 @@ void finalize_tensor(Layout layout, ResidentTensor& tensor) {
   apply_and_rehash(layout, tensor);
 }
 
-RunnerSet::RunnerSet(std::vector<RunnerConfig> configs, std::string initial_version,
-                     int rank_count)
+RunnerSet::RunnerSet(std::vector<RunnerConfig> configs, std::string initial_version, int rank_count)
     : rank_count_(rank_count), version_(std::move(initial_version)) {
   WC_ENFORCE_GT(rank_count, 0, "engine rank count");
   WC_ENFORCE(!configs.empty(), "an engine holds at least one runner");
@@ -119,7 +118,9 @@ void RunnerSet::load_initial(Runner id, std::vector<RawTensor> tensors) {
   slot->digest_time = std::chrono::steady_clock::now();
 }
 
-bool RunnerSet::has(Runner id) const { return find(id) != nullptr; }
+bool RunnerSet::has(Runner id) const {
+  return find(id) != nullptr;
+}
 
 std::vector<Runner> RunnerSet::runners() const {
   std::vector<Runner> out;
@@ -129,7 +130,9 @@ std::vector<Runner> RunnerSet::runners() const {
   return out;
 }
 
-const RunnerConfig& RunnerSet::config(Runner id) const { return get(id).config; }
+const RunnerConfig& RunnerSet::config(Runner id) const {
+  return get(id).config;
+}
 
 std::vector<Runner> RunnerSet::destinations(Selector selector, std::string_view name) const {
   std::vector<Runner> out;
@@ -149,7 +152,8 @@ std::optional<TensorMeta> RunnerSet::resident_meta(Runner id, const std::string&
 }
 
 std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
-                               const std::optional<std::string>& version, bool legacy_finalize) {
+                                            const std::optional<std::string>& version,
+                                            bool legacy_finalize) {
   struct Prepared {
     Runner id;
     std::map<std::string, ResidentTensor> fresh;
@@ -228,7 +232,8 @@ RunnerChecksum RunnerSet::checksum(Runner id) const {
   out.combined = combined_digest(out.tensors);
   out.weight_version = version_;
   out.rank_staged = slot.rank_staged;
-  for (const auto& d : slot.rank_staged) out.ranks_agree = out.ranks_agree && d == slot.rank_staged[0];
+  for (const auto& d : slot.rank_staged)
+    out.ranks_agree = out.ranks_agree && d == slot.rank_staged[0];
   out.digest_age_s = seconds_since(slot.digest_time);
   return out;
 }

@@ -102,7 +102,7 @@ class RunnerSet {
   // Throws comm::PeerError naming the engine rank when ranks staged different bytes; nothing
   // changes then.
   std::vector<RunnerCommit> commit(Staging& staging, Selector selector,
-                      const std::optional<std::string>& version, bool legacy_finalize);
+                                   const std::optional<std::string>& version, bool legacy_finalize);
 
   std::string weight_version() const;
   void set_weight_version(std::string version);

@@ -66,9 +66,8 @@ struct HttpServer::Impl {
       return httplib::Server::HandlerResponse::Handled;
     }
     const auto method = method_of(req.method);
-    const bool allowed =
-        method && std::find(route->methods.begin(), route->methods.end(), *method) !=
-                      route->methods.end();
+    const bool allowed = method && std::find(route->methods.begin(), route->methods.end(),
+                                             *method) != route->methods.end();
     if (!allowed) {
       std::string allow;
       for (Method m : route->methods) {
@@ -136,13 +135,16 @@ HttpServer::HttpServer(RouteTable routes, ServerOptions opts) : impl_(std::make_
   s.set_write_timeout(impl->opts.write_timeout);
   s.set_keep_alive_timeout(
       std::max<time_t>(1, static_cast<time_t>(impl->opts.keep_alive_timeout.count() / 1000)));
-  s.set_pre_routing_handler(
-      [impl](const httplib::Request& req, httplib::Response& res) { return impl->pre_route(req, res); });
-  s.Get(".*", [impl](const httplib::Request& req, httplib::Response& res) { impl->dispatch(req, res); });
-  s.Post(".*", [impl](const httplib::Request& req, httplib::Response& res) { impl->dispatch(req, res); });
+  s.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {
+    return impl->pre_route(req, res);
+  });
+  s.Get(".*",
+        [impl](const httplib::Request& req, httplib::Response& res) { impl->dispatch(req, res); });
+  s.Post(".*",
+         [impl](const httplib::Request& req, httplib::Response& res) { impl->dispatch(req, res); });
   // Errors the library produces itself (413, 400 on a malformed request line) get a JSON body too.
-  s.set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
         if (res.body.empty()) send(res, error_reply(res.status, reason_phrase(res.status)));
         return httplib::Server::HandlerResponse::Handled;
       }));
@@ -167,8 +169,12 @@ HttpServer::~HttpServer() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-int HttpServer::port() const { return impl_->port; }
-const std::string& HttpServer::host() const { return impl_->opts.host; }
+int HttpServer::port() const {
+  return impl_->port;
+}
+const std::string& HttpServer::host() const {
+  return impl_->opts.host;
+}
 
 std::string HttpServer::url() const {
   const std::string& h = impl_->opts.host;

@@ -21,7 +21,7 @@ namespace weightcast::sync::engine {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;  // 0: ephemeral
+  int port = 0;       // 0: ephemeral
   std::string token;  // empty: no authentication
   std::size_t max_body_bytes = 64u << 20;
   comm::Millis read_timeout{30000};

@@ -19,13 +19,14 @@ std::optional<Refusal> SessionMachine::begin(Selector selector) {
 
 std::optional<Refusal> SessionMachine::check_payload(Selector selector) const {
   if (!selector_) {
-    return Refusal{409, "update_weights_from_distributed: no session is open; call "
-                        "begin_weight_update first"};
+    return Refusal{409,
+                   "update_weights_from_distributed: no session is open; call "
+                   "begin_weight_update first"};
   }
   if (*selector_ != selector) {
     return Refusal{409, "selector: payload selector '" + std::string(to_string(selector)) +
-                            "' differs from the session's '" +
-                            std::string(to_string(*selector_)) + "'"};
+                            "' differs from the session's '" + std::string(to_string(*selector_)) +
+                            "'"};
   }
   return std::nullopt;
 }

@@ -26,7 +26,7 @@ namespace weightcast::sync::engine {
 
 struct StagedTensor {
   TensorMeta meta;
-  std::vector<std::byte> bytes;                    // rank 0's copy, raw (no layout applied)
+  std::vector<std::byte> bytes;                     // rank 0's copy, raw (no layout applied)
   std::vector<std::optional<Digest>> rank_digests;  // index = engine rank
 };
 
@@ -50,9 +50,7 @@ class Staging {
  private:
   using Map = std::map<std::string, StagedTensor>;
   Map& map_for(Runner runner) { return runner == Runner::kTarget ? target_ : draft_; }
-  const Map& map_for(Runner runner) const {
-    return runner == Runner::kTarget ? target_ : draft_;
-  }
+  const Map& map_for(Runner runner) const { return runner == Runner::kTarget ? target_ : draft_; }
 
   const int rank_count_;
   mutable std::mutex mu_;

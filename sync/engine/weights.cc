@@ -65,8 +65,8 @@ std::vector<RawTensor> load_safetensors(const std::string& path, std::size_t max
   if (!in) bad_file(path, "cannot open");
   const auto file_size = static_cast<std::uint64_t>(in.tellg());
   if (file_size > max_bytes) {
-    bad_file(path, std::to_string(file_size) + " bytes, over the limit of " +
-                       std::to_string(max_bytes));
+    bad_file(path,
+             std::to_string(file_size) + " bytes, over the limit of " + std::to_string(max_bytes));
   }
   if (file_size < 8) bad_file(path, "shorter than its 8-byte header length");
   in.seekg(0);

@@ -33,8 +33,8 @@ namespace weightcast::sync::trainer {
 inline constexpr std::size_t kDefaultBucketBytes = std::size_t{512} << 20;
 
 struct BucketSendOptions {
-  std::size_t bucket_bytes = kDefaultBucketBytes;  // a larger tensor travels alone
-  std::size_t max_in_flight = 2;                   // unanswered bucket requests per engine, >= 1
+  std::size_t bucket_bytes = kDefaultBucketBytes;     // a larger tensor travels alone
+  std::size_t max_in_flight = 2;                      // unanswered bucket requests per engine, >= 1
   comm::MemoryKind memory = comm::MemoryKind::kHost;  // kCuda: staged through a device buffer
   comm::Millis timeout{300000};                       // the whole phase
   comm::Millis failure_grace{5000};  // after a failure, wait this long for other answers

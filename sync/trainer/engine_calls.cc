@@ -7,6 +7,18 @@
 
 namespace weightcast::sync::trainer {
 
+namespace {
+
+// PeerError appends " [peer: X]" to its message; a failure already names its engine.
+std::string without_peer_suffix(std::string text, const std::string& engine) {
+  const std::string suffix = " [peer: " + engine + "]";
+  if (text.size() >= suffix.size() && text.ends_with(suffix))
+    text.resize(text.size() - suffix.size());
+  return text;
+}
+
+}  // namespace
+
 EngineFailure current_failure(const std::string& engine, const std::string& route) {
   EngineFailure failure{engine, route, "unknown error", false, false};
   try {
@@ -14,7 +26,7 @@ EngineFailure current_failure(const std::string& engine, const std::string& rout
   } catch (const EngineError& e) {
     failure.route = e.route();
     failure.unreachable = e.unreachable();
-    failure.message = e.what();
+    failure.message = without_peer_suffix(e.what(), engine);
   } catch (const comm::TimeoutError& e) {
     failure.timed_out = true;
     failure.message = e.what();
@@ -30,7 +42,8 @@ std::vector<EngineFailure> on_all_engines(
   std::vector<std::future<void>> pending;
   pending.reserve(engines.size());
   for (std::size_t i = 0; i < engines.size(); ++i) {
-    pending.push_back(std::async(std::launch::async, [&call, &engines, i] { call(*engines[i], i); }));
+    pending.push_back(
+        std::async(std::launch::async, [&call, &engines, i] { call(*engines[i], i); }));
   }
   std::vector<EngineFailure> failures;
   for (std::size_t i = 0; i < engines.size(); ++i) {
@@ -42,7 +55,6 @@ std::vector<EngineFailure> on_all_engines(
   }
   return failures;
 }
-
 
 namespace {
 const EngineFailure& blamed(const std::vector<EngineFailure>& failures) {

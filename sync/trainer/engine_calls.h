@@ -28,7 +28,6 @@ std::vector<EngineFailure> on_all_engines(
 // The exception being handled (call inside a catch block) as a failure of `engine` on `route`.
 EngineFailure current_failure(const std::string& engine, const std::string& route);
 
-
 // Several engines failed one step (server_info, group setup). peer() is the engine blame()
 // picks; failures() lists them all.
 class EngineCallError : public comm::PeerError {

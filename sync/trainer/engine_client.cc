@@ -28,6 +28,20 @@ std::string engine_message(const std::string& body, const ProtocolLimits& limits
   }
 }
 
+// httplib's error names, said the way an operator reads them.
+std::string transport_error(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "cannot connect (refused or unreachable)";
+    case httplib::Error::Read:
+      return "connection closed before the answer";
+    case httplib::Error::Write:
+      return "connection closed while sending the request";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
 std::string normalize_url(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   const auto scheme = url.find("://");
@@ -49,8 +63,8 @@ EngineError::EngineError(std::string engine, std::string route, int status,
 EngineClient::EngineClient(std::string url, EngineClientOptions options)
     : url_(normalize_url(std::move(url))), options_(std::move(options)) {}
 
-std::string EngineClient::call(std::string_view method, const std::string& route, const std::string& body,
-                               comm::Millis read_timeout) const {
+std::string EngineClient::call(std::string_view method, const std::string& route,
+                               const std::string& body, comm::Millis read_timeout) const {
   const std::string what = std::string(method) + " " + route;
   httplib::Client client(url_);
   client.set_keep_alive(false);
@@ -70,8 +84,7 @@ std::string EngineClient::call(std::string_view method, const std::string& route
   std::string answer;
   bool too_large = false;
   const std::size_t max_body = options_.limits.max_body_bytes;
-  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
-                                 std::uint64_t) {
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
     if (answer.size() + size > max_body) {
       too_large = true;
       return false;
@@ -84,8 +97,7 @@ std::string EngineClient::call(std::string_view method, const std::string& route
   httplib::Result result = client.send(request);
   if (!result) {
     if (too_large) {
-      throw EngineError(url_, what, 0,
-                        "answer larger than " + std::to_string(max_body) + " bytes");
+      throw EngineError(url_, what, 0, "answer larger than " + std::to_string(max_body) + " bytes");
     }
     const auto waited =
         std::chrono::duration_cast<comm::Millis>(std::chrono::steady_clock::now() - start);
@@ -95,10 +107,9 @@ std::string EngineClient::call(std::string_view method, const std::string& route
     if (error == httplib::Error::ConnectionTimeout ||
         (error == httplib::Error::Read && waited + comm::Millis(50) >= read_timeout)) {
       throw comm::TimeoutError("engine " + url_ + " " + what + ": no answer within " +
-                               std::to_string(waited.count()) + " ms [peer: engine " + url_ +
-                               "]");
+                               std::to_string(waited.count()) + " ms");
     }
-    throw EngineError(url_, what, 0, httplib::to_string(error));
+    throw EngineError(url_, what, 0, transport_error(error));
   }
   const int status = result->status;
   if (status < 200 || status >= 300) {
@@ -130,62 +141,57 @@ BasicResponse EngineClient::health() {
 
 ServerInfoResponse EngineClient::server_info() {
   return checked(parse_server_info_response(
-                     call("GET", "/server_info", "", options_.request_timeout),
-                     options_.limits),
+                     call("GET", "/server_info", "", options_.request_timeout), options_.limits),
                  url_, "GET /server_info");
 }
 
 BasicResponse EngineClient::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
-  return basic("POST", "/init_weights_update_group", to_json_string(req),
-                        options_.data_timeout);
+  return basic("POST", "/init_weights_update_group", to_json_string(req), options_.data_timeout);
 }
 
 BasicResponse EngineClient::destroy_weights_update_group(
     const DestroyWeightsUpdateGroupRequest& req) {
   return basic("POST", "/destroy_weights_update_group", to_json_string(req),
-                        options_.request_timeout);
+               options_.request_timeout);
 }
 
 BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
-  return basic("POST", "/pause_generation", to_json_string(req),
-                        options_.request_timeout);
+  return basic("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::flush_cache() {
   return basic("POST", "/flush_cache", to_json_string(FlushCacheRequest{}),
-                        options_.request_timeout);
+               options_.request_timeout);
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
-  return checked(parse_begin_weight_update_response(
-                     call("POST", "/begin_weight_update", to_json_string(req),
-                          options_.request_timeout),
-                     options_.limits),
-                 url_, "POST /begin_weight_update");
+  return checked(
+      parse_begin_weight_update_response(
+          call("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout),
+          options_.limits),
+      url_, "POST /begin_weight_update");
 }
 
 BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
   return basic("POST", "/update_weights_from_distributed", to_json_string(req),
-                        options_.data_timeout);
+               options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
-  return basic("POST", "/update_weight_version", to_json_string(req),
-                        options_.request_timeout);
+  return basic("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update() {
   return checked(parse_end_weight_update_response(
-                     call("POST", "/end_weight_update",
-                          to_json_string(EndWeightUpdateRequest{}), options_.request_timeout),
+                     call("POST", "/end_weight_update", to_json_string(EndWeightUpdateRequest{}),
+                          options_.request_timeout),
                      options_.limits),
                  url_, "POST /end_weight_update");
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
-  return basic("POST", "/continue_generation", to_json_string(req),
-                        options_.request_timeout);
+  return basic("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::abort_weight_update() {
@@ -194,10 +200,9 @@ BasicResponse EngineClient::abort_weight_update() {
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner) {
   const std::string route = "/weights_checksum?runner=" + std::string(to_string(runner));
-  return checked(
-      parse_weights_checksum_response(
-          call("GET", route, "", options_.request_timeout), options_.limits),
-      url_, "GET " + route);
+  return checked(parse_weights_checksum_response(call("GET", route, "", options_.request_timeout),
+                                                 options_.limits),
+                 url_, "GET " + route);
 }
 
 std::string EngineClient::metrics() {

@@ -20,11 +20,11 @@
 namespace weightcast::sync::trainer {
 
 struct EngineClientOptions {
-  std::string token;                  // bearer token; empty: none sent
-  comm::Millis connect_timeout{5000};  // TCP connect
+  std::string token;                    // bearer token; empty: none sent
+  comm::Millis connect_timeout{5000};   // TCP connect
   comm::Millis request_timeout{60000};  // read/write of control routes
   comm::Millis data_timeout{300000};    // read of init and bucket routes
-  ProtocolLimits limits;               // applied to every response body
+  ProtocolLimits limits;                // applied to every response body
 };
 
 class EngineClient final : public EngineApi {
@@ -39,8 +39,7 @@ class EngineClient final : public EngineApi {
   BasicResponse health() override;
   ServerInfoResponse server_info() override;
   BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) override;
-  BasicResponse destroy_weights_update_group(
-      const DestroyWeightsUpdateGroupRequest& req) override;
+  BasicResponse destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& req) override;
   BasicResponse pause_generation(const PauseGenerationRequest& req) override;
   BasicResponse flush_cache() override;
   BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;

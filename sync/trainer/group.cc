@@ -13,7 +13,8 @@ GroupRanks group_ranks(std::span<const int> rank_counts) {
   GroupRanks ranks;
   for (std::size_t i = 0; i < rank_counts.size(); ++i) {
     if (rank_counts[i] < 1) {
-      throw comm::BadRequestError("engine " + std::to_string(i) + ": rank_count must be >= 1 (got " +
+      throw comm::BadRequestError("engine " + std::to_string(i) +
+                                  ": rank_count must be >= 1 (got " +
                                   std::to_string(rank_counts[i]) + ")");
     }
     ranks.offsets.push_back(ranks.world_size);
@@ -40,22 +41,17 @@ WeightGroup::~WeightGroup() {
   if (impl_->server) impl_->server->stop();
 }
 
-std::uint16_t WeightGroup::store_port() const { return impl_->server->port(); }
+std::uint16_t WeightGroup::store_port() const {
+  return impl_->server->port();
+}
 
-std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> engines,
-                                                 std::span<const int> rank_counts,
-                                                 const GroupOptions& options) {
-  WC_ENFORCE_EQ(engines.size(), rank_counts.size());
-  WC_ENFORCE(!engines.empty(), "a group needs at least one engine");
-  const GroupRanks ranks = group_ranks(rank_counts);
+namespace {
 
-  auto impl = std::make_unique<Impl>();
-  comm::TcpStoreServerOptions server_opts;
-  server_opts.bind_address = options.bind_address;
-  server_opts.token = options.token;
-  impl->server = std::make_unique<comm::TcpStoreServer>(server_opts);
-  comm::TcpStoreServer& server = *impl->server;
-
+// Sends init to every engine at once. A failed init stops `server`: that engine's ranks will not
+// join, and a stopped store makes the source's rendezvous fail now rather than at its timeout.
+std::vector<std::future<void>> send_inits(std::span<EngineApi* const> engines,
+                                          const GroupRanks& ranks, const GroupOptions& options,
+                                          comm::TcpStoreServer& server) {
   std::vector<std::future<void>> inits;
   for (std::size_t i = 0; i < engines.size(); ++i) {
     InitWeightsUpdateGroupRequest request;
@@ -69,28 +65,47 @@ std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> eng
       try {
         engine->init_weights_update_group(request);
       } catch (...) {
-        // The engine's ranks will not join: stopping the store makes our rendezvous fail now
-        // rather than at its timeout.
         server.stop();
         throw;
       }
     }));
   }
+  return inits;
+}
 
-  comm::CommOptions comm_opts;
+}  // namespace
+
+std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> engines,
+                                                 std::span<const int> rank_counts,
+                                                 const GroupOptions& options) {
+  WC_ENFORCE_EQ(engines.size(), rank_counts.size());
+  WC_ENFORCE(!engines.empty(), "a group needs at least one engine");
+  const GroupRanks ranks = group_ranks(rank_counts);
+
+  auto impl = std::make_unique<Impl>();
+  comm::TcpStoreServerOptions server_opts;
+  server_opts.bind_address = options.bind_address;
+  server_opts.token = options.token;
+  impl->server = std::make_unique<comm::TcpStoreServer>(server_opts);
+
+  // Our own client connects first: once connected, a stopped server fails its waits at once
+  // (a client still connecting would retry until its timeout).
   comm::TcpStoreOptions store_opts;
   store_opts.host = options.bind_address;
-  store_opts.port = server.port();
+  store_opts.port = impl->server->port();
   store_opts.token = options.token;
   store_opts.connect_timeout = options.timeout;
+  comm::CommOptions comm_opts;
+  comm_opts.store = std::make_shared<comm::PrefixStore>(
+      options.name, std::make_shared<comm::TcpStore>(store_opts));
+  comm_opts.rank = 0;
+  comm_opts.size = ranks.world_size;
+  comm_opts.timeout = options.timeout;
+  comm_opts.bind_address = options.bind_address;
+
+  auto inits = send_inits(engines, ranks, options, *impl->server);
   std::exception_ptr join_error;
   try {
-    comm_opts.store = std::make_shared<comm::PrefixStore>(
-        options.name, std::make_shared<comm::TcpStore>(store_opts));
-    comm_opts.rank = 0;
-    comm_opts.size = ranks.world_size;
-    comm_opts.timeout = options.timeout;
-    comm_opts.bind_address = options.bind_address;
     const std::string backend(to_string(options.backend));
     impl->comm = options.factory ? options.factory(backend, comm_opts)
                                  : comm::create_communicator(backend, comm_opts);
@@ -120,10 +135,9 @@ void WeightGroup::destroy(std::span<EngineApi* const> engines) {
   impl_->comm->abort();
   DestroyWeightsUpdateGroupRequest request;
   request.group_name = name_;
-  on_all_engines(engines, "POST /destroy_weights_update_group",
-                 [&request](EngineApi& engine, std::size_t) {
-                   engine.destroy_weights_update_group(request);
-                 });
+  on_all_engines(
+      engines, "POST /destroy_weights_update_group",
+      [&request](EngineApi& engine, std::size_t) { engine.destroy_weights_update_group(request); });
   impl_->server->stop();
 }
 

@@ -46,9 +46,9 @@ struct GroupOptions {
   Backend backend = Backend::kGloo;
   // Where the store and the source's data-plane endpoint listen; engines are told this address.
   std::string bind_address = "127.0.0.1";
-  std::string token;             // the store's token (engines present their configured one)
-  comm::Millis timeout{60000};   // rendezvous, and the default of every collective
-  CommunicatorFactory factory;   // empty: comm::create_communicator
+  std::string token;            // the store's token (engines present their configured one)
+  comm::Millis timeout{60000};  // rendezvous, and the default of every collective
+  CommunicatorFactory factory;  // empty: comm::create_communicator
 };
 
 class WeightGroup {

@@ -18,8 +18,7 @@ struct Rule {
 
 // Tensors of one decoder layer, relative to "model.layers.{i}." / "mtp.layers.{j}.".
 constexpr Rule kLayerRules[] = {
-    {"input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight",
-     TpSplit::kReplicated},
+    {"input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight", TpSplit::kReplicated},
     {"self_attn.q_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
     {"self_attn.k_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
     {"self_attn.v_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
@@ -29,8 +28,7 @@ constexpr Rule kLayerRules[] = {
     {"self_attn.q_norm.weight", "self_attention.q_layernorm.weight", TpSplit::kReplicated},
     {"self_attn.k_norm.weight", "self_attention.k_layernorm.weight", TpSplit::kReplicated},
     {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", TpSplit::kDim1},
-    {"post_attention_layernorm.weight", "mlp.linear_fc1.layer_norm_weight",
-     TpSplit::kReplicated},
+    {"post_attention_layernorm.weight", "mlp.linear_fc1.layer_norm_weight", TpSplit::kReplicated},
     {"mlp.gate_proj.weight", "mlp.linear_fc1.weight", TpSplit::kFusedDim0},
     {"mlp.up_proj.weight", "mlp.linear_fc1.weight", TpSplit::kFusedDim0},
     {"mlp.down_proj.weight", "mlp.linear_fc2.weight", TpSplit::kDim1},
@@ -98,7 +96,9 @@ Placement place(const TensorMeta& meta, const ModelSpec& spec, int stages) {
   return {stage, std::string(rule.megatron), rule.split};
 }
 
-std::int64_t rows_of(const TensorMeta& meta) { return meta.shape.empty() ? 1 : meta.shape[0]; }
+std::int64_t rows_of(const TensorMeta& meta) {
+  return meta.shape.empty() ? 1 : meta.shape[0];
+}
 
 // Bytes of one row (everything after dim 0).
 std::size_t row_bytes(const TensorMeta& meta) {
@@ -157,7 +157,8 @@ std::vector<MegatronParam> stage_params(const ModelSpec& spec, int stage, int st
     Placement where = place(meta, spec, stages);
     if (where.stage != stage) continue;
     if (where.split == TpSplit::kFusedDim0 && !out.empty() && out.back().name == where.megatron) {
-      WC_ENFORCE(out.back().dtype() == meta.dtype, "fused parts of ", where.megatron, " differ in dtype");
+      WC_ENFORCE(out.back().dtype() == meta.dtype, "fused parts of ", where.megatron,
+                 " differ in dtype");
       out.back().parts.push_back(meta);
       continue;
     }
@@ -275,7 +276,6 @@ std::vector<HostTensor> to_hf(const MegatronParam& param,
   }
   return out;
 }
-
 
 std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int tp, int tp_rank,
                                    std::uint64_t seed, std::uint64_t step) {

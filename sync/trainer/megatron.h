@@ -41,9 +41,9 @@ enum class TpSplit {
 std::string_view to_string(TpSplit split);
 
 struct MegatronParam {
-  std::string name;                // Megatron name, layer index local to the stage
+  std::string name;  // Megatron name, layer index local to the stage
   TpSplit split = TpSplit::kReplicated;
-  std::vector<TensorMeta> parts;   // the HF tensors it holds, in order (one unless fused)
+  std::vector<TensorMeta> parts;  // the HF tensors it holds, in order (one unless fused)
 
   DType dtype() const { return parts.front().dtype; }
   // Shape of the full (unsharded) Megatron tensor; fused parts stack along dim 0.

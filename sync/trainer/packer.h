@@ -27,8 +27,7 @@ namespace weightcast::sync::trainer {
 class BucketPacker {
  public:
   // Starts packing plans[0] at once. `buffers` >= 1.
-  BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source,
-               std::size_t buffers = 2);
+  BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source, std::size_t buffers = 2);
   ~BucketPacker();
   BucketPacker(const BucketPacker&) = delete;
   BucketPacker& operator=(const BucketPacker&) = delete;

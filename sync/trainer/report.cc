@@ -18,13 +18,10 @@ const EngineFailure* blame(const std::vector<EngineFailure>& failures) {
 }
 
 std::string to_string(const EngineFailure& failure) {
-  // Client errors already name the engine and route; others get them prepended.
-  std::string text = failure.message.find(failure.engine) != std::string::npos
-                         ? failure.message
-                         : "engine " + failure.engine + " " + failure.route + ": " + failure.message;
-  if (failure.unreachable) text += " (unreachable)";
-  if (failure.timed_out) text += " (timed out)";
-  return text;
+  // Client errors already name the engine and route (and say "no answer" when there was none);
+  // others get them prepended.
+  if (failure.message.find(failure.engine) != std::string::npos) return failure.message;
+  return "engine " + failure.engine + " " + failure.route + ": " + failure.message;
 }
 
 void UpdateReport::fail(std::string what) {

@@ -63,7 +63,7 @@ struct UpdateReport {
 // The failure to name (see the header comment); nullptr for an empty list.
 const EngineFailure* blame(const std::vector<EngineFailure>& failures);
 
-// "engine http://h:p POST /route: message", with " (unreachable)" / " (timed out)" appended.
+// "engine http://h:p POST /route: message".
 std::string to_string(const EngineFailure& failure);
 
 // One line: "version 3 selector target tensors 29 bytes 3.1 MiB buckets 7 seconds 0.210

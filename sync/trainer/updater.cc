@@ -42,8 +42,7 @@ bool contains(const List& list, const Value& value) {
 
 }  // namespace
 
-DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls,
-                                       UpdaterOptions options)
+DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls, UpdaterOptions options)
     : DistributedUpdater(make_clients(engine_urls, options), options) {}
 
 DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> engines,
@@ -68,21 +67,22 @@ DistributedUpdater::~DistributedUpdater() {
 const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   if (!infos_.empty()) return infos_;
   std::vector<ServerInfoResponse> infos(engines_.size());
-  throw_if_failed("reading /server_info",
-                  on_all_engines(engine_ptrs_, "GET /server_info",
-                                 [&infos](EngineApi& engine, std::size_t i) {
-                                   infos[i] = engine.server_info();
-                                 }));
+  throw_if_failed(
+      "reading /server_info",
+      on_all_engines(engine_ptrs_, "GET /server_info", [&infos](EngineApi& engine, std::size_t i) {
+        infos[i] = engine.server_info();
+      }));
   std::vector<int> counts;
   std::uint64_t version = 0;
   for (std::size_t i = 0; i < infos.size(); ++i) {
     const std::string& url = engines_[i]->url();
     if (!contains(infos[i].selectors, selector_)) {
       std::string supported;
-      for (Selector s : infos[i].selectors) supported += std::string(supported.empty() ? "" : ", ") + std::string(to_string(s));
+      for (Selector s : infos[i].selectors)
+        supported += std::string(supported.empty() ? "" : ", ") + std::string(to_string(s));
       throw comm::ConfigError("engine " + url + " does not support selector '" +
-                              std::string(to_string(selector_)) + "' (it supports: " +
-                              (supported.empty() ? "none" : supported) +
+                              std::string(to_string(selector_)) +
+                              "' (it supports: " + (supported.empty() ? "none" : supported) +
                               "); refusing to update it rather than hope the scope is honoured");
     }
     if (!contains(infos[i].backends, options_.backend)) {
@@ -114,7 +114,7 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.name = group_name(options_.group_prefix, stage);
   opts.backend = options_.backend;
   opts.bind_address = options_.bind_address;
-  opts.token = options_.token;
+  opts.token = options_.store_token;
   opts.timeout = options_.group_timeout;
   opts.factory = options_.communicator_factory;
   group = WeightGroup::create(engine_ptrs_, rank_counts_, opts);
@@ -142,18 +142,16 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   if (failures.empty()) {
     t = comm::Clock::now();
     BeginWeightUpdateRequest begin{selector_};
-    failures = on_all_engines(engine_ptrs_, "POST /begin_weight_update",
-                              [&begin](EngineApi& engine, std::size_t) {
-                                const auto answer = engine.begin_weight_update(begin);
-                                if (answer.selector != begin.selector) {
-                                  throw EngineError(engine.url(), "POST /begin_weight_update", 200,
-                                                    "session recorded selector '" +
-                                                        std::string(to_string(answer.selector)) +
-                                                        "', asked for '" +
-                                                        std::string(to_string(begin.selector)) +
-                                                        "'");
-                                }
-                              });
+    failures = on_all_engines(
+        engine_ptrs_, "POST /begin_weight_update", [&begin](EngineApi& engine, std::size_t) {
+          const auto answer = engine.begin_weight_update(begin);
+          if (answer.selector != begin.selector) {
+            throw EngineError(engine.url(), "POST /begin_weight_update", 200,
+                              "session recorded selector '" +
+                                  std::string(to_string(answer.selector)) + "', asked for '" +
+                                  std::string(to_string(begin.selector)) + "'");
+          }
+        });
     report.phases.begin = seconds_since(t);
   }
   if (!failures.empty()) {
@@ -166,8 +164,8 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
 
 BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
                                                 std::span<const NamedTensor> tensors) {
-  WC_ENFORCE(session.selector() == selector_, "a session with selector ", to_string(session.selector()),
-             " on an updater with selector ", to_string(selector_));
+  WC_ENFORCE(session.selector() == selector_, "a session with selector ",
+             to_string(session.selector()), " on an updater with selector ", to_string(selector_));
   const auto index = static_cast<std::size_t>(stage);
   WC_ENFORCE(index < groups_.size() && groups_[index], "ensure_group(", stage, ") first");
   WeightGroup& group = *groups_[index];
@@ -195,20 +193,19 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   WC_ENFORCE_EQ(session.version(), report.version, "report of another session");
   auto t = comm::Clock::now();
   UpdateWeightVersionRequest version{session.version(), false};
-  auto failures = on_all_engines(engine_ptrs_, "POST /update_weight_version",
-                                 [&version](EngineApi& engine, std::size_t) {
-                                   engine.update_weight_version(version);
-                                 });
+  auto failures = on_all_engines(
+      engine_ptrs_, "POST /update_weight_version",
+      [&version](EngineApi& engine, std::size_t) { engine.update_weight_version(version); });
   if (failures.empty()) {
-    failures = on_all_engines(
-        engine_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t) {
-          const auto answer = engine.end_weight_update();
-          if (answer.weight_version != session.version()) {
-            throw EngineError(engine.url(), "POST /end_weight_update", 200,
-                              "committed version '" + answer.weight_version + "', expected '" +
-                                  session.version() + "'");
-          }
-        });
+    failures = on_all_engines(engine_ptrs_, "POST /end_weight_update",
+                              [&session](EngineApi& engine, std::size_t) {
+                                const auto answer = engine.end_weight_update();
+                                if (answer.weight_version != session.version()) {
+                                  throw EngineError(engine.url(), "POST /end_weight_update", 200,
+                                                    "committed version '" + answer.weight_version +
+                                                        "', expected '" + session.version() + "'");
+                                }
+                              });
   }
   report.phases.commit = seconds_since(t);
   if (!failures.empty()) {
@@ -218,10 +215,10 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   }
   committed_version_ += 1;
   t = comm::Clock::now();
-  failures = on_all_engines(engine_ptrs_, "POST /continue_generation",
-                            [](EngineApi& engine, std::size_t) {
-                              engine.continue_generation(ContinueGenerationRequest{});
-                            });
+  failures =
+      on_all_engines(engine_ptrs_, "POST /continue_generation", [](EngineApi& engine, std::size_t) {
+        engine.continue_generation(ContinueGenerationRequest{});
+      });
   report.phases.resume = seconds_since(t);
   report.seconds = seconds_since(update_start_);
   if (!failures.empty()) {

@@ -17,8 +17,9 @@
 // source opens the session, hands session.token() to the other stage sources, each stage source
 // sends its tensors on its own group (send_stage), stages one after another, and the
 // coordinator finishes or aborts. update() is exactly open_session + send_stage(0) + finish.
-// Lifetime: owns the engine clients and the groups it created; destroying it tears the groups
-// down locally (engines notice when their next receive fails). Threading: one caller at a time.
+// Lifetime: owns the engine clients and the groups it created; destroying it asks every engine to
+// leave those groups (best effort, bounded by the client timeouts) and stops their stores.
+// Threading: one caller at a time.
 #pragma once
 
 #include <cstdint>
@@ -49,13 +50,14 @@ struct UpdaterOptions {
   std::string group_prefix = "weightcast";  // groups are "<prefix>-pp_<stage>"
   // The address this process's store and data-plane endpoint bind; engines must reach it.
   std::string bind_address = "127.0.0.1";
-  std::string token;  // bearer token for engine routes, and the store's token
+  std::string token;        // bearer token of the engine routes
+  std::string store_token;  // the group stores' token (engines: --store-token); empty: none
   PauseMode pause_mode = PauseMode::kAbort;
 
-  BucketSendOptions buckets;                // bucket size, in-flight bound, data-phase timeout
-  comm::Millis connect_timeout{5000};       // TCP connect to an engine
-  comm::Millis request_timeout{60000};      // control routes
-  comm::Millis group_timeout{120000};       // group setup, and each collective's default
+  BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout
+  comm::Millis connect_timeout{5000};        // TCP connect to an engine
+  comm::Millis request_timeout{60000};       // control routes
+  comm::Millis group_timeout{120000};        // group setup, and each collective's default
   CommunicatorFactory communicator_factory;  // empty: comm::create_communicator
 };
 

@@ -35,7 +35,8 @@ std::string to_text(const std::vector<SentDigest>& digests) {
 std::vector<SentDigest> parse_sent_digests(std::string_view text) {
   std::vector<SentDigest> out;
   try {
-    for (const auto& item : nlohmann::json::parse(text).get_ref<const nlohmann::json::array_t&>()) {
+    const nlohmann::json list = nlohmann::json::parse(text);
+    for (const auto& item : list.get_ref<const nlohmann::json::array_t&>()) {
       SentDigest d;
       d.name = item.at(0).get<std::string>();
       d.by_layout[0] = parse_digest(item.at(1).get<std::string>(), "sent digest");
@@ -100,10 +101,9 @@ std::vector<std::string> RunnerMirror::compare(const WeightsChecksumResponse& ch
   return problems;
 }
 
-
 UpdateVerifier::UpdateVerifier(std::span<EngineApi* const> engines,
-                               const std::vector<ServerInfoResponse>& infos,
-                               const ModelSpec& spec, std::uint64_t seed)
+                               const std::vector<ServerInfoResponse>& infos, const ModelSpec& spec,
+                               std::uint64_t seed)
     : engines_(engines) {
   WC_ENFORCE_EQ(engines.size(), infos.size());
   for (const auto& info : infos) {
@@ -120,8 +120,8 @@ void UpdateVerifier::apply(Selector selector, const std::vector<SentDigest>& sen
 
 std::vector<std::string> UpdateVerifier::check(const std::string& version) {
   std::vector<std::vector<std::string>> found(engines_.size());
-  const auto failures = on_all_engines(
-      engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
+  const auto failures =
+      on_all_engines(engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
         for (const auto& mirror : mirrors_[i]) {
           const auto answer = engine.weights_checksum(mirror.runner());
           const std::string where = "engine " + engine.url() + " ";

@@ -76,8 +76,7 @@ class FakeChannel final : public BucketChannel {
  public:
   FakeChannel(std::shared_ptr<FakeSource> source, int rank, int group_rank,
               std::uint64_t generation)
-      : source_(std::move(source)), rank_(rank), group_rank_(group_rank),
-        generation_(generation) {}
+      : source_(std::move(source)), rank_(rank), group_rank_(group_rank), generation_(generation) {}
 
   void receive(void* buffer, std::size_t bytes, comm::Millis timeout) override {
     FakeSource::Hook hook;
@@ -137,8 +136,8 @@ inline std::vector<std::unique_ptr<BucketChannel>> FakeSource::make_channels(int
   cv_.notify_all();
   std::vector<std::unique_ptr<BucketChannel>> out;
   for (int r = 0; r < ranks; ++r) {
-    out.push_back(std::make_unique<FakeChannel>(shared_from_this(), r, first_group_rank + r,
-                                                generation));
+    out.push_back(
+        std::make_unique<FakeChannel>(shared_from_this(), r, first_group_rank + r, generation));
   }
   return out;
 }

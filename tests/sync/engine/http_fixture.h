@@ -33,14 +33,14 @@ struct Snapshot {
 
 inline std::ostream& operator<<(std::ostream& os, const Snapshot& s) {
   os << "{in_session=" << s.in_session << " selector=" << s.session_selector.dump()
-     << " paused=" << s.paused << " version=" << s.weight_version
-     << " target=" << s.target_digest << " draft=" << s.draft_digest << " groups=[";
+     << " paused=" << s.paused << " version=" << s.weight_version << " target=" << s.target_digest
+     << " draft=" << s.draft_digest << " groups=[";
   for (const auto& g : s.groups) os << g << ' ';
   return os << "]}";
 }
 
 class EngineHttpFixture : public ::testing::Test {
- protected:
+ public:
   static std::vector<RawTensor> target_weights(std::uint64_t step) {
     return {tensor("model.a", {32, 64}, step), tensor("model.b", {16, 96}, step),
             tensor("model.norm", {64}, step)};
@@ -56,8 +56,8 @@ class EngineHttpFixture : public ::testing::Test {
                         "generated"};
     RunnerConfig draft{Runner::kDraft, NameFilter::parse("mtp.*"), Layout::kShuffle, {}, 0,
                        "generated"};
-    auto runners = std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0",
-                                               ranks);
+    auto runners =
+        std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0", ranks);
     runners->load_initial(Runner::kTarget, target_weights(0));
     runners->load_initial(Runner::kDraft, draft_weights());
     engine_ = std::make_unique<Engine>(opts, std::move(runners));

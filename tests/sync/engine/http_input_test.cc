@@ -71,16 +71,15 @@ TEST_F(BadInputTest, EachMalformedBodyIsRefusedNamingTheFieldWithNoEffect) {
       {"/update_weights_from_distributed",
        R"({"names":["model.a"],"dtypes":["bfloat16"],"shapes":[[32,64]],"group_name":"g","selector":"most","sequence":0})",
        400, "selector"},
-      {"/update_weights_from_distributed", bucket_json(R"(["model.a","model.a"])",
-                                                       R"(["bfloat16","bfloat16"])",
-                                                       "[[32,64],[32,64]]"),
+      {"/update_weights_from_distributed",
+       bucket_json(R"(["model.a","model.a"])", R"(["bfloat16","bfloat16"])", "[[32,64],[32,64]]"),
        400, "names[1]"},
       // Valid JSON whose meaning the engine refuses: a shape other than the resident tensor's,
       // and a bucket over --max-bucket-bytes, both before anything is allocated or received.
       {"/update_weights_from_distributed", bucket_json(a, bf16, "[[64,32]]"), 400, "names[0]"},
       {"/update_weights_from_distributed", bucket_json(a, R"(["float32"])", s), 400, "names[0]"},
-      {"/update_weights_from_distributed",
-       bucket_json(R"(["model.big"])", bf16, "[[1024,1024]]"), 400, ""},
+      {"/update_weights_from_distributed", bucket_json(R"(["model.big"])", bf16, "[[1024,1024]]"),
+       400, "max-bucket-bytes"},
   };
   for (const auto& row : table) {
     SCOPED_TRACE(row.path + " " + row.body);
@@ -142,7 +141,8 @@ TEST_F(BadInputTest, AuthAcrossTheRouteTable) {
       const std::string path =
           route.path == "/weights_checksum" ? route.path + "?runner=target" : route.path;
       auto call = [&](httplib::Client& c) {
-        return m == Method::kGet ? c.Get(path.c_str()) : c.Post(path.c_str(), "{}", "application/json");
+        return m == Method::kGet ? c.Get(path.c_str())
+                                 : c.Post(path.c_str(), "{}", "application/json");
       };
       auto none = call(*anonymous);
       auto bad = call(*wrong);

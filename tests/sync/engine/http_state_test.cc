@@ -10,7 +10,9 @@ namespace {
 enum class State { kIdle, kIdlePaused, kSession, kSessionPaused };
 const State kStates[] = {State::kIdle, State::kIdlePaused, State::kSession, State::kSessionPaused};
 
-bool in_session(State s) { return s == State::kSession || s == State::kSessionPaused; }
+bool in_session(State s) {
+  return s == State::kSession || s == State::kSessionPaused;
+}
 const char* name(State s) {
   switch (s) {
     case State::kIdle:
@@ -75,9 +77,8 @@ std::vector<Row> rows() {
       {"pause", false, "/pause_generation",
        [](EngineHttpFixture&) { return std::string(R"({"mode":"retract"})"); }, always(200),
        [](State, Snapshot& s) { s.paused = true; }},
-      {"continue", false, "/continue_generation",
-       [](EngineHttpFixture&) { return std::string(); }, always(200),
-       [](State, Snapshot& s) { s.paused = false; }},
+      {"continue", false, "/continue_generation", [](EngineHttpFixture&) { return std::string(); },
+       always(200), [](State, Snapshot& s) { s.paused = false; }},
       {"flush (GET)", true, "/flush_cache", nullptr, always(200), none},
       {"flush (POST)", false, "/flush_cache", [](EngineHttpFixture&) { return std::string(); },
        always(200), none},
@@ -141,7 +142,9 @@ TEST_F(StateTableTest, EveryStateAndRoute) {
         auto [st, body] = post(row.path, row.body(*this));
         status = st;
         EXPECT_EQ(body.value("success", !(st == 200)), st == 200) << body.dump();
-        if (st != 200) EXPECT_FALSE(body.value("message", "").empty());
+        if (st != 200) {
+          EXPECT_FALSE(body.value("message", "").empty());
+        }
       }
       EXPECT_EQ(status, row.status(state));
       if (status == 200) row.effect(state, expected);

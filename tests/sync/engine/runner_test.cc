@@ -65,8 +65,8 @@ class RunnerSetTest : public ::testing::Test {
                         "generated"};
     RunnerConfig draft{Runner::kDraft, NameFilter::parse("mtp.*"), Layout::kShuffle, {}, 0,
                        "generated"};
-    runners_ = std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0",
-                                           rank_count);
+    runners_ =
+        std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0", rank_count);
     target0_ = {tensor("model.a", {32, 64}, 0), tensor("model.norm", {64}, 0)};
     draft0_ = {tensor("draft.fc", {16, 64}, 0), tensor("draft.b", {48, 32}, 0)};
     runners_->load_initial(Runner::kTarget, target0_);
@@ -187,8 +187,7 @@ TEST_F(RunnerSetTest, MissingRankIsRefused) {
   const RawTensor good = tensor("model.a", {32, 64}, 1);
   Staging staging(2);
   staging.stage(Runner::kTarget, 0, good.meta, good.bytes);
-  EXPECT_THROW(runners_->commit(staging, Selector::kTarget, std::nullopt, false),
-               comm::PeerError);
+  EXPECT_THROW(runners_->commit(staging, Selector::kTarget, std::nullopt, false), comm::PeerError);
 }
 
 TEST_F(RunnerSetTest, AgreeingRanksReportTheirStagedDigests) {
@@ -217,10 +216,9 @@ TEST_F(RunnerSetTest, DiscardedStagingIgnoresLateWrites) {
 }
 
 TEST(Safetensors, RoundTripsAndRefusesBadFiles) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("wc_engine_" + std::to_string(getpid()) +
-                                                 ".safetensors"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("wc_engine_" + std::to_string(getpid()) + ".safetensors"))
+                               .string();
   const std::vector<RawTensor> tensors = {tensor("model.a", {4, 8}, 0),
                                           tensor("model.b", {3}, 0, DType::kFloat32)};
   save_safetensors(path, tensors);

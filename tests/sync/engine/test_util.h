@@ -28,12 +28,15 @@ inline std::vector<std::byte> laid_out(const RawTensor& t, Layout layout) {
   return out;
 }
 
-inline Digest digest_of(const std::vector<std::byte>& bytes) { return tensor_digest(bytes); }
+inline Digest digest_of(const std::vector<std::byte>& bytes) {
+  return tensor_digest(bytes);
+}
 
 // Combined digest of what a runner with `layout` must hold for `tensors`.
 inline Digest expected_combined(const std::vector<RawTensor>& tensors, Layout layout) {
   std::vector<NamedDigest> entries;
-  for (const auto& t : tensors) entries.push_back({t.meta.name, tensor_digest(laid_out(t, layout))});
+  for (const auto& t : tensors)
+    entries.push_back({t.meta.name, tensor_digest(laid_out(t, layout))});
   return combined_digest(std::move(entries));
 }
 

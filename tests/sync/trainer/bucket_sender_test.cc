@@ -22,7 +22,9 @@ using testing::FakeCommunicator;
 using testing::FakeEngine;
 using testing::FakeWire;
 
-UpdateSession target_session() { return join_session("target 1"); }
+UpdateSession target_session() {
+  return join_session("target 1");
+}
 
 // Begins a target session on each engine, as the updater would before the data phase.
 void begin(std::vector<FakeEngine*> engines) {

@@ -19,7 +19,10 @@ class Server {
   Server() {
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    server_.wait_until_ready();
+    // stop() is a no-op until the accept loop runs, so wait for it (bounded).
+    for (int i = 0; i < 500 && !server_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   ~Server() { stop(); }
   void stop() {
@@ -64,6 +67,7 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
 TEST(EngineClient, ReadsServerInfoAndChecksums) {
   Server s;
   ServerInfoResponse info;
+  info.version = "0.1.0";
   info.rank_count = 2;
   info.selectors = {Selector::kAll, Selector::kTarget};
   info.weight_version = "4";
@@ -87,12 +91,11 @@ TEST(EngineClient, ReadsServerInfoAndChecksums) {
 
 TEST(EngineClient, ErrorsNameEngineRouteAndEngineMessage) {
   Server s;
-  s.http().Post("/update_weights_from_distributed",
-                [](const httplib::Request&, httplib::Response& res) {
-                  res.status = 409;
-                  res.set_content(to_json_string(BasicResponse{false, "selector differs"}),
-                                  "application/json");
-                });
+  s.http().Post("/update_weights_from_distributed", [](const httplib::Request&,
+                                                       httplib::Response& res) {
+    res.status = 409;
+    res.set_content(to_json_string(BasicResponse{false, "selector differs"}), "application/json");
+  });
   EngineClient client(s.url(), fast());
   UpdateWeightsFromDistributedRequest req;
   req.tensors = {TensorMeta{"w", DType::kFloat32, {2}}};
@@ -123,7 +126,8 @@ TEST(EngineClient, SlowAnswerIsATimeout) {
   Server s;
   std::atomic<bool> release{false};
   s.http().Post("/end_weight_update", [&](const httplib::Request&, httplib::Response& res) {
-    for (int i = 0; i < 100 && !release; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 100 && !release; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     res.set_content(to_json_string(EndWeightUpdateResponse{}), "application/json");
   });
   EngineClientOptions o = fast();

@@ -10,7 +10,9 @@
 namespace weightcast::sync::trainer {
 namespace {
 
-ModelSpec tiny() { return model_preset("tiny"); }
+ModelSpec tiny() {
+  return model_preset("tiny");
+}
 
 std::vector<std::byte> generated(const TensorMeta& meta, std::uint64_t seed, std::uint64_t step) {
   std::vector<std::byte> bytes(meta.byte_count());
@@ -90,9 +92,12 @@ TEST(Megatron, FusedShardIsTheConcatenationOfPartSlices) {
   const int tp = 2;
   std::vector<std::byte> shard;
   std::map<std::string, std::vector<std::byte>> full;
-  append_shard(qkv, tp, 1, [&](const TensorMeta& m) -> std::span<const std::byte> {
-    return full[m.name] = generated(m, 5, 0);
-  }, shard);
+  append_shard(
+      qkv, tp, 1,
+      [&](const TensorMeta& m) -> std::span<const std::byte> {
+        return full[m.name] = generated(m, 5, 0);
+      },
+      shard);
   std::vector<std::byte> expected;
   for (const auto& part : qkv.parts) {
     const auto& bytes = full[part.name];
@@ -112,12 +117,13 @@ TEST(Megatron, RowParallelShardTakesColumns) {
   const TensorMeta& meta = proj.parts[0];
   const auto full = generated(meta, 5, 0);
   std::vector<std::byte> shard;
-  append_shard(proj, 2, 0, [&](const TensorMeta&) { return std::span<const std::byte>(full); },
-               shard);
+  append_shard(
+      proj, 2, 0, [&](const TensorMeta&) { return std::span<const std::byte>(full); }, shard);
   const std::size_t row = full.size() / static_cast<std::size_t>(meta.shape[0]);
   for (std::int64_t i = 0; i < meta.shape[0]; ++i) {
     const auto* want = full.data() + static_cast<std::size_t>(i) * row;
-    ASSERT_TRUE(std::equal(want, want + row / 2, shard.data() + static_cast<std::size_t>(i) * (row / 2)));
+    ASSERT_TRUE(
+        std::equal(want, want + row / 2, shard.data() + static_cast<std::size_t>(i) * (row / 2)));
   }
 }
 

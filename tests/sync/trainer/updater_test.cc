@@ -99,7 +99,8 @@ TEST(Updater, StepsRunInProtocolOrderOnEachEngine) {
     ASSERT_GT(buckets, 1);
     EXPECT_LT(at("POST /pause_generation"), at("POST /flush_cache"));
     EXPECT_LT(at("POST /flush_cache"), at("POST /begin_weight_update target"));
-    EXPECT_LT(at("POST /begin_weight_update target"), at("POST /update_weights_from_distributed 0"));
+    EXPECT_LT(at("POST /begin_weight_update target"),
+              at("POST /update_weights_from_distributed 0"));
     EXPECT_LT(f.wire.index_of("broadcast " + std::to_string(buckets - 1)),
               at("POST /update_weight_version 1"));
     EXPECT_LT(at("POST /update_weight_version 1"), at("POST /end_weight_update"));
@@ -217,6 +218,28 @@ TEST(Updater, ReportHasPhaseTimings) {
   EXPECT_GT(report.seconds, 0.0);
   EXPECT_GE(report.seconds, report.phases.data);
   EXPECT_NE(summary(report).find("version 1 selector target"), std::string::npos);
+}
+
+TEST(Updater, RefusedInitFailsGroupSetupPromptlyNamingTheEngine) {
+  // The real Gloo rendezvous: engine b refuses its init, so its ranks never join. Stopping the
+  // store must end the source's wait long before the group timeout.
+  FakeWire wire;
+  std::vector<std::unique_ptr<EngineApi>> engines;
+  engines.push_back(std::make_unique<FakeEngine>(kA, wire, 1));
+  auto b = std::make_unique<FakeEngine>(kB, wire, 1);
+  b->fail_route("POST /init_weights_update_group", 400);
+  engines.push_back(std::move(b));
+  UpdaterOptions options;
+  options.selector = Selector::kTarget;
+  options.group_timeout = comm::Millis(60000);
+  DistributedUpdater updater(std::move(engines), options);
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = updater.update({});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_FALSE(report.ok);
+  EXPECT_EQ(report.failed_engine, kB);
+  EXPECT_EQ(report.failed_route, "POST /init_weights_update_group");
+  EXPECT_EQ(wire.index_of(std::string(kA) + " POST /pause_generation"), -1);
 }
 
 TEST(Updater, SessionTokenRoundTrips) {

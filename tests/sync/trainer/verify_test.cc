@@ -12,10 +12,16 @@ namespace {
 
 const std::uint64_t kSeed = 11;
 
-ModelSpec spec() { return model_preset("tiny"); }
+ModelSpec spec() {
+  return model_preset("tiny");
+}
 
-RunnerInfo draft_info() { return RunnerInfo{Runner::kDraft, {"draft.*"}, "shuffle", 0}; }
-RunnerInfo target_info() { return RunnerInfo{Runner::kTarget, {"model.*", "lm_head.*"}, "shuffle", 0}; }
+RunnerInfo draft_info() {
+  return RunnerInfo{Runner::kDraft, {"draft.*"}, "shuffle", 0};
+}
+RunnerInfo target_info() {
+  return RunnerInfo{Runner::kTarget, {"model.*", "lm_head.*"}, "shuffle", 0};
+}
 
 // What a correct engine reports for `metas` at `step`, laid out `times` times.
 WeightsChecksumResponse engine_answer(Runner runner, const std::vector<TensorMeta>& metas,
@@ -65,12 +71,14 @@ TEST(RunnerMirror, FollowsOnlyCoveredRunnersAndAcceptedNames) {
     draft.apply(selector, sent);  // covered by kAll, but its filter accepts no sent name
   }
   EXPECT_TRUE(target.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 1, 1)).empty());
-  EXPECT_FALSE(target.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 0, 1)).empty());
+  EXPECT_FALSE(
+      target.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 0, 1)).empty());
   EXPECT_TRUE(draft.compare(engine_answer(Runner::kDraft, draft_tensors(spec()), 0, 1)).empty());
 
   RunnerMirror untouched(target_info(), spec(), kSeed);
   untouched.apply(Selector::kDraft, sent);
-  EXPECT_TRUE(untouched.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 0, 1)).empty());
+  EXPECT_TRUE(
+      untouched.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 0, 1)).empty());
 }
 
 TEST(RunnerMirror, MissingAndUnexpectedTensorsAreReported) {

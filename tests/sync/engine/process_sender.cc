@@ -1,0 +1,162 @@
+#include "tests/sync/engine/process_sender.h"
+
+#include <future>
+
+#include "comm/errors.h"
+#include "comm/store/prefix_store.h"
+#include "sync/bucket.h"
+#include "sync/protocol.h"
+#include "tests/sync/engine/test_util.h"
+
+namespace weightcast::sync::engine::testing {
+
+namespace {
+
+HttpResult to_result(const httplib::Result& res) {
+  if (!res) return {0, nlohmann::json{{"message", httplib::to_string(res.error())}}};
+  return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
+}
+
+}  // namespace
+
+Sender::Sender(std::vector<EngineEndpoint> engines, std::string group, comm::Millis timeout)
+    : engines_(std::move(engines)), group_(std::move(group)), timeout_(timeout) {}
+
+Sender::~Sender() {
+  if (comm_) comm_->abort();
+  comm_.reset();
+  store_.reset();
+}
+
+int Sender::rank_offset(std::size_t engine) const {
+  int offset = 1;
+  for (std::size_t j = 0; j < engine; ++j) offset += engines_[j].ranks;
+  return offset;
+}
+
+int Sender::world_size() const {
+  return rank_offset(engines_.size());
+}
+
+std::unique_ptr<httplib::Client> Sender::client(std::size_t engine) const {
+  auto c = std::make_unique<httplib::Client>(engines_[engine].host, engines_[engine].port);
+  c->set_connection_timeout(std::chrono::seconds(5));
+  c->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout_) +
+                      std::chrono::seconds(10));
+  c->set_write_timeout(std::chrono::seconds(10));
+  return c;
+}
+
+HttpResult Sender::get(std::size_t engine, const std::string& path) {
+  return to_result(client(engine)->Get(path.c_str()));
+}
+
+HttpResult Sender::post(std::size_t engine, const std::string& path, const std::string& body) {
+  return to_result(client(engine)->Post(path.c_str(), body, "application/json"));
+}
+
+std::vector<HttpResult> Sender::init() {
+  if (comm_) comm_->abort();
+  comm_.reset();
+  // A fresh store server per init, so no key of a failed group can be read again.
+  store_ = std::make_unique<comm::TcpStoreServer>(comm::TcpStoreServerOptions{});
+  std::vector<std::future<HttpResult>> calls;
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    InitWeightsUpdateGroupRequest r;
+    r.master_address = store_->host();
+    r.master_port = store_->port();
+    r.rank_offset = rank_offset(i);
+    r.world_size = world_size();
+    r.group_name = group_;
+    r.backend = Backend::kGloo;
+    calls.push_back(std::async(std::launch::async, [this, i, body = to_json_string(r)] {
+      return post(i, "/init_weights_update_group", body);
+    }));
+  }
+  comm::TcpStoreOptions sopts;
+  sopts.host = store_->host();
+  sopts.port = store_->port();
+  sopts.connect_timeout = timeout_;
+  comm::CommOptions copts;
+  copts.store =
+      std::make_shared<comm::PrefixStore>(group_, std::make_shared<comm::TcpStore>(sopts));
+  copts.rank = 0;
+  copts.size = world_size();
+  copts.timeout = timeout_;
+  copts.chunk_bytes = 64 << 10;
+  try {
+    comm_ = comm::create_communicator("gloo", copts);
+  } catch (const comm::Error&) {
+    comm_.reset();  // the engines' answers say why
+  }
+  std::vector<HttpResult> out;
+  for (auto& c : calls) out.push_back(c.get());
+  return out;
+}
+
+std::vector<HttpResult> Sender::update(Selector selector, const std::vector<RawTensor>& tensors,
+                                       std::size_t bucket_bytes, const std::string& version,
+                                       std::optional<std::size_t> stop_after) {
+  WC_ENFORCE(comm_ != nullptr, "init() first");
+  std::vector<HttpResult> out;
+  BeginWeightUpdateRequest begin{selector};
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    auto r = post(i, "/begin_weight_update", to_json_string(begin));
+    if (r.status != 200) return {r};
+  }
+  const auto plans = plan_buckets(metas_of(tensors), bucket_bytes);
+  for (const auto& plan : plans) {
+    std::vector<RawTensor> members;
+    for (const auto& e : plan.entries) {
+      for (const auto& t : tensors) {
+        if (t.meta.name == e.meta.name) members.push_back(t);
+      }
+    }
+    const PackedBucket packed = pack_bucket(plan.sequence, members);
+    WC_ENFORCE(packed.plan == plan, "the engine recomputes the same plan");
+    UpdateWeightsFromDistributedRequest req;
+    req.tensors = metas_of(members);
+    req.group_name = group_;
+    req.selector = selector;
+    req.sequence = plan.sequence;
+    const std::string body = to_json_string(req);
+    // The request answers once the bucket is received, so it goes first, asynchronously.
+    std::vector<std::future<HttpResult>> calls;
+    for (std::size_t i = 0; i < engines_.size(); ++i) {
+      calls.push_back(std::async(std::launch::async, [this, i, body] {
+        return post(i, "/update_weights_from_distributed", body);
+      }));
+    }
+    const bool stop = stop_after && plan.sequence == *stop_after;
+    if (!stop) {
+      std::vector<std::byte> buffer = packed.bytes;
+      comm::BroadcastOptions b;
+      b.buffer = buffer.data();
+      b.bytes = buffer.size();
+      b.root = 0;
+      comm_->broadcast(b);
+    }
+    std::vector<HttpResult> answers;
+    for (auto& c : calls) answers.push_back(c.get());
+    if (stop) return answers;
+    for (const auto& a : answers) {
+      if (a.status != 200) return answers;
+    }
+  }
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    auto r = post(i, "/update_weight_version", to_json_string(UpdateWeightVersionRequest{version}));
+    if (r.status != 200) return {r};
+  }
+  for (std::size_t i = 0; i < engines_.size(); ++i)
+    out.push_back(post(i, "/end_weight_update", ""));
+  return out;
+}
+
+std::map<std::string, std::string> expected_digests(const std::vector<RawTensor>& tensors,
+                                                    Layout layout) {
+  std::map<std::string, std::string> out;
+  for (const auto& t : tensors) out[t.meta.name] = to_string(tensor_digest(laid_out(t, layout)));
+  return out;
+}
+
+}  // namespace weightcast::sync::engine::testing

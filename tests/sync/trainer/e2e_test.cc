@@ -1,0 +1,170 @@
+// End to end, real processes on loopback with Gloo: two weightcast-engine processes (rank counts
+// 1 and 2, each a target plus a frozen draft, both with the non-idempotent shuffle layout) and
+// `mpirun -np 4 weightcast-train --tp 2 --pp 2`. Paths come from compile definitions.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sync/trainer/engine_client.h"
+#include "tests/support/subprocess.h"
+
+namespace weightcast::sync::trainer {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using weightcast::testing::Subprocess;
+
+std::vector<std::string> mpirun_flags() {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : std::string(WEIGHTCAST_MPIRUN_FLAGS)) {
+    if (c == '|' || c == ' ') {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct Engine {
+  std::unique_ptr<Subprocess> process;
+  std::string url;
+};
+
+Engine start_engine(int ranks, std::vector<std::string> extra = {}, int seed = 5) {
+  std::vector<std::string> argv = {WEIGHTCAST_ENGINE_BIN,
+                                   "--port",
+                                   "0",
+                                   "--ranks",
+                                   std::to_string(ranks),
+                                   "--model",
+                                   "tiny",
+                                   "--seed",
+                                   std::to_string(seed),
+                                   "--draft",
+                                   "--target-layout",
+                                   "shuffle",
+                                   "--draft-layout",
+                                   "shuffle"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Engine e{std::make_unique<Subprocess>(argv), ""};
+  const auto rest = e.process->wait_for_line("weightcast-engine listening on ", seconds(30));
+  if (!rest) throw std::runtime_error("engine did not start: " + e.process->output());
+  e.url = *rest;
+  return e;
+}
+
+// mpirun -np 4 weightcast-train --tp 2 --pp 2 --engines a,b <extra>, stderr folded into stdout
+// so the test sees the error lines too.
+std::unique_ptr<Subprocess> start_trainer(const std::vector<Engine>& engines,
+                                          std::vector<std::string> extra) {
+  std::string urls;
+  for (const auto& e : engines) urls += (urls.empty() ? "" : ",") + e.url;
+  std::string command = "exec " + std::string(WEIGHTCAST_MPIEXEC);
+  for (const auto& f : mpirun_flags()) command += " " + f;
+  command += " -np 4 " + std::string(WEIGHTCAST_TRAIN_BIN) +
+             " --tp 2 --pp 2 --model tiny --seed 5 --engines " + urls;
+  for (const auto& x : extra) command += " " + x;
+  return std::make_unique<Subprocess>(std::vector<std::string>{"/bin/sh", "-c", command + " 2>&1"});
+}
+
+int count_matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+EngineClient client(const Engine& e) {
+  EngineClientOptions o;
+  o.connect_timeout = milliseconds(2000);
+  o.request_timeout = milliseconds(10000);
+  return EngineClient(e.url, o);
+}
+
+TEST(TrainerE2E, AutoSelectsTargetAndVerifiesOnMixedEngines) {
+  std::vector<Engine> engines;
+  engines.push_back(start_engine(1));
+  engines.push_back(start_engine(2));
+  auto trainer = start_trainer(engines, {"--steps", "3", "--verify", "--bucket-bytes", "256K"});
+  const auto code = trainer->wait(seconds(90));
+  const std::string out = trainer->drain(seconds(5));
+  ASSERT_EQ(code, std::optional<int>(0)) << out;
+  EXPECT_EQ(count_matches(out, "selector target \\(auto"), 1) << out;
+  for (int step = 1; step <= 3; ++step) {
+    const std::string line = "step " + std::to_string(step) + "/3 version " + std::to_string(step) +
+                             " selector target bytes [0-9]+ .* buckets " +
+                             "[0-9]+ seconds [0-9.]+ GB/s [0-9.]+ verified yes";
+    EXPECT_EQ(count_matches(out, line), 1) << out;
+  }
+  for (const auto& e : engines) EXPECT_EQ(client(e).server_info().weight_version, "3");
+}
+
+TEST(TrainerE2E, SelectorAllOnLegacyEnginesFailsVerificationNamingTheDraft) {
+  std::vector<Engine> engines;
+  engines.push_back(start_engine(1, {"--legacy-finalize"}));
+  engines.push_back(start_engine(2, {"--legacy-finalize"}));
+  auto trainer = start_trainer(engines, {"--steps", "3", "--verify", "--selector", "all"});
+  const auto code = trainer->wait(seconds(90));
+  const std::string out = trainer->drain(seconds(5));
+  EXPECT_EQ(code, std::optional<int>(1)) << out;
+  EXPECT_EQ(count_matches(out, "step 1/3 VERIFY FAILED version 1: .*runner draft tensor draft\\."),
+            1)
+      << out;
+  EXPECT_EQ(count_matches(out, "step 2/3"), 0) << out;
+}
+
+TEST(TrainerE2E, KilledEngineFailsTheUpdateNamingItAndTheOtherKeepsItsVersion) {
+  std::vector<Engine> engines;
+  engines.push_back(start_engine(1));
+  engines.push_back(start_engine(2));
+  // Small buckets and a pause after each make an update last several seconds.
+  auto trainer =
+      start_trainer(engines, {"--steps", "3", "--bucket-bytes", "64K", "--bucket-delay-ms", "60",
+                              "--update-timeout-ms", "20000", "--request-timeout-ms", "10000"});
+  ASSERT_TRUE(trainer->wait_for_line("step 1/3 version 1", seconds(60))) << trainer->output();
+  const auto before = client(engines[0]).weights_checksum(Runner::kTarget);
+  ASSERT_EQ(before.weight_version, "1");
+
+  std::this_thread::sleep_for(milliseconds(500));  // well inside step 2
+  engines[1].process->signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const auto code = trainer->wait(seconds(60));
+  const auto took = std::chrono::steady_clock::now() - killed_at;
+  const std::string out = trainer->drain(seconds(5));
+  EXPECT_EQ(code, std::optional<int>(1)) << out;
+  // Bounded by the trainer's own deadlines (update 20 s), not by the test's.
+  EXPECT_LT(took, seconds(30)) << out;
+  EXPECT_EQ(count_matches(out, "step 2/3 FAILED version 2: .*" +
+                                   std::regex_replace(engines[1].url, std::regex("[.]"), "\\.")),
+            1)
+      << out;
+
+  const auto after = client(engines[0]).weights_checksum(Runner::kTarget);
+  EXPECT_EQ(after.weight_version, "1");
+  EXPECT_EQ(after.digest, before.digest);
+}
+
+TEST(TrainerE2E, ExampleUpdatesAnEngine) {
+  Engine engine = start_engine(1, {}, /*seed=*/0);
+  Subprocess example({WEIGHTCAST_EXAMPLE_BIN, engine.url});
+  const auto code = example.wait(seconds(60));
+  const std::string out = example.drain(seconds(5));
+  ASSERT_EQ(code, std::optional<int>(0)) << out;
+  EXPECT_EQ(count_matches(out, "selector target\n"), 1) << out;
+  EXPECT_EQ(count_matches(out, "update [12]: version [12] selector target tensors 21 "), 2) << out;
+  EXPECT_EQ(client(engine).server_info().weight_version, "2");
+}
+
+}  // namespace
+}  // namespace weightcast::sync::trainer
