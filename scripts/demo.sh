@@ -1,9 +1,126 @@
 #!/usr/bin/env bash
-# The main job. For now: a short broadcast benchmark between local processes over loopback,
-# our pipelined Gloo chain against stock gloo::broadcast and MPI_Bcast in the same run.
+# The main job: the frozen-draft case end to end, on one machine, no GPU.
+#
+# Two weightcast-engine processes (1 and 2 ranks), each with a target runner and a frozen
+# EAGLE-style draft runner, both with the non-idempotent `shuffle` layout; trainer ranks under
+# mpirun (tp 2 x pp 2) run STEPS training steps with a weight update after each, --verify on.
+#   fixed:  safe finalize, selector chosen by the decision function (-> target)
+#   legacy: engines with --legacy-finalize, selector forced to `all` (the old behaviour)
+# Prints one row per step and scenario, then the accept-length comparison. Exits 0 only when
+# the fixed scenario verified every step. Everything it starts is stopped on exit.
+#
+# Usage: scripts/demo.sh [--model small|tiny|qwen3-0.6b|config.json] [--steps N]
+#                        [--bucket-bytes 16M] [--backend gloo]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
+model=small steps=5 bucket=16M backend=gloo
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --bucket-bytes) bucket=$2; shift 2 ;;
+    --backend) backend=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+engine="$build_dir/launcher/engine/weightcast-engine"
+train="$build_dir/launcher/train/weightcast-train"
+for b in "$engine" "$train"; do
+  [ -x "$b" ] || { echo "demo: $b is missing; build first (scripts/build.sh)" >&2; exit 2; }
+done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec "$build_dir/launcher/weightcast-bench" broadcast --ranks 3 --min-bytes 1M --max-bytes 64M \
-  --factor 4 --warmup 1 --iters 3
+read -r -a mpi_flags <<<"$(bash scripts/mpirun-flags.sh)"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Starts an engine; prints its URL once it listens (bounded wait).
+start_engine() {  # name ranks extra-flags...
+  local name=$1 ranks=$2; shift 2
+  "$engine" --port 0 --ranks "$ranks" --draft --target-layout shuffle --draft-layout shuffle \
+    --model "$model" --seed 1 --session-timeout-ms 30000 "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 200); do
+    if url=$(grep -o 'http://[0-9.:]*' "$work/$name.log" 2>/dev/null); then
+      echo "$url"; return 0
+    fi
+    sleep 0.05
+  done
+  echo "demo: engine $name did not start:" >&2; cat "$work/$name.log" >&2; return 1
+}
+
+stop_engines() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+run_scenario() {  # name selector engine-flags...
+  local name=$1 selector=$2; shift 2
+  local a b
+  a=$(start_engine "$name-a" 1 "$@")
+  b=$(start_engine "$name-b" 2 "$@")
+  set +e
+  timeout 300 mpirun "${mpi_flags[@]}" -np 4 "$train" --tp 2 --pp 2 --engines "$a,$b" \
+    --model "$model" --seed 1 --steps "$steps" --bucket-bytes "$bucket" --backend "$backend" \
+    --selector "$selector" --speculative-algorithm EAGLE --verify --keep-going \
+    --probe-accept-length >"$work/$name.out" 2>"$work/$name.err"
+  local rc=$?
+  set -e
+  stop_engines
+  echo "$rc" >"$work/$name.rc"
+}
+
+run_scenario fixed auto
+run_scenario legacy all --legacy-finalize
+
+model_line=$(grep -m1 -o 'model .*' "$work/fixed.out" || true)
+echo "weightcast demo: frozen EAGLE draft under weight updates"
+echo "  ${model_line:-model $model}; engines: 2 (1 and 2 ranks), target + frozen draft, layout shuffle"
+echo "  trainer: mpirun -np 4, tp 2 x pp 2; backend $backend; bucket $bucket; $steps steps; --verify"
+echo
+printf '%-9s %4s %8s %12s %7s %8s %7s %8s %9s %14s\n' scenario step version bytes buckets \
+  seconds GB/s target_ok draft_same accept_length
+for name in fixed legacy; do
+  awk -v scen="$name" '
+    / initial weights/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") acc = $(i + 1);
+      printf "%-9s %4s %8s %12s %7s %8s %7s %8s %9s %14s\n", scen, 0, "-", "-", "-", "-", "-",
+             "-", "-", acc; next }
+    /^step [0-9]+\/[0-9]+ version/ {
+      split($2, s, "/"); acc = "-"
+      for (i = 1; i <= NF; i++) {
+        if ($i == "version") v = $(i + 1); if ($i == "bytes") by = $(i + 1)
+        if ($i == "buckets") bu = $(i + 1); if ($i == "seconds") se = $(i + 1)
+        if ($i == "GB/s") gb = $(i + 1); if ($i == "target_ok") t = $(i + 1)
+        if ($i == "draft_ok") d = $(i + 1); if ($i == "accept_length") acc = $(i + 1)
+      }
+      printf "%-9s %4s %8s %12s %7s %8s %7s %8s %9s %14s\n", scen, s[1], v, by, bu, se, gb, t, d, acc
+    }' "$work/$name.out"
+  if [ "$(cat "$work/$name.rc")" != 0 ]; then
+    grep -m3 -E 'VERIFY FAILED|FAILED|error' "$work/$name.err" "$work/$name.out" 2>/dev/null |
+      sed "s/^/  $name: /" | cut -c1-220 || true
+  fi
+done
+
+first() { awk '/ initial weights/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") print $(i + 1) }' "$1" | head -1; }
+last() { awk '/^step [0-9]+\/[0-9]+ version/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") a = $(i + 1) } END { print a }' "$1"; }
+fixed_rows=$(grep -c '^step [0-9]*/[0-9]* version.* verified yes' "$work/fixed.out" || true)
+echo
+echo "accept length (engines a,b): step 0 reference $(first "$work/fixed.out");" \
+  "old behaviour after step $steps: $(last "$work/legacy.out");" \
+  "fixed after step $steps: $(last "$work/fixed.out")"
+if [ "$(cat "$work/fixed.rc")" = 0 ] && [ "$fixed_rows" = "$steps" ]; then
+  echo "fixed scenario: verified $fixed_rows/$steps steps (selector $(grep -m1 -o 'selector [a-z]*' "$work/fixed.out" | cut -d' ' -f2)); old behaviour: $(grep -c 'verified no' "$work/legacy.out" || true)/$steps steps failed verification"
+  exit 0
+fi
+echo "fixed scenario FAILED (exit $(cat "$work/fixed.rc"), $fixed_rows/$steps steps verified):" >&2
+tail -5 "$work/fixed.err" "$work/fixed.out" >&2
+exit 1

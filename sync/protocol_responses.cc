@@ -141,6 +141,24 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   return out;
 }
 
+SpecAcceptLengthResponse parse_spec_accept_length_response(std::string_view body,
+                                                           const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  SpecAcceptLengthResponse out;
+  read_common(r, out);
+  out.draft_tokens = wire::as_int(r.required("draft_tokens"), "draft_tokens", 1, 1024);
+  const Json& v = r.required("accept_length");
+  if (!v.is_number() || v.get<double>() < 1.0 ||
+      v.get<double>() > static_cast<double>(out.draft_tokens + 1)) {
+    throw comm::BadRequestError("accept_length: must be a number in [1, draft_tokens + 1]");
+  }
+  out.accept_length = v.get<double>();
+  out.weight_version =
+      wire::as_text(r.required("weight_version"), "weight_version", limits.max_string_length);
+  return out;
+}
+
 EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
                                                          const ProtocolLimits& limits) {
   const Json j = wire::parse_body(body, limits);
@@ -212,6 +230,14 @@ std::string to_json_string(const BasicResponse& response) {
 std::string to_json_string(const BeginWeightUpdateResponse& response) {
   Json j = common_json(response.success, response.message);
   j["selector"] = to_string(response.selector);
+  return wire::dump(j);
+}
+
+std::string to_json_string(const SpecAcceptLengthResponse& response) {
+  Json j = common_json(response.success, response.message);
+  j["accept_length"] = response.accept_length;
+  j["draft_tokens"] = response.draft_tokens;
+  j["weight_version"] = response.weight_version;
   return wire::dump(j);
 }
 

@@ -106,7 +106,20 @@ struct WeightsChecksumResponse {
 // Longest digest accepted, in hex characters (a 512-bit hash).
 inline constexpr std::size_t kMaxDigestHexLength = 128;
 
+// GET /spec_accept_length: the speculative accept-length probe (sync/spec_probe.h) on the
+// committed weights: mean accepted draft tokens + 1 per round, in [1, draft_tokens + 1].
+struct SpecAcceptLengthResponse {
+  bool success = true;
+  std::string message;
+  double accept_length = 1.0;
+  std::int64_t draft_tokens = 0;
+  std::string weight_version;
+  bool operator==(const SpecAcceptLengthResponse&) const = default;
+};
+
 BasicResponse parse_basic_response(std::string_view body, const ProtocolLimits& limits = {});
+SpecAcceptLengthResponse parse_spec_accept_length_response(std::string_view body,
+                                                           const ProtocolLimits& limits = {});
 BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view body,
                                                              const ProtocolLimits& limits = {});
 EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
@@ -118,6 +131,7 @@ WeightsChecksumResponse parse_weights_checksum_response(std::string_view body,
 
 std::string to_json_string(const BasicResponse& response);
 std::string to_json_string(const BeginWeightUpdateResponse& response);
+std::string to_json_string(const SpecAcceptLengthResponse& response);
 std::string to_json_string(const EndWeightUpdateResponse& response);
 std::string to_json_string(const ServerInfoResponse& response);
 std::string to_json_string(const WeightsChecksumResponse& response);

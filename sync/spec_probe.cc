@@ -1,5 +1,6 @@
 #include "sync/spec_probe.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -60,11 +61,13 @@ std::vector<float> to_floats(std::span<const std::byte> bytes, DType dtype, std:
 
 class Decoder {
  public:
-  explicit Decoder(const SpecProbeInput& in)
-      : v_(static_cast<std::size_t>(in.vocab_size)), h_(static_cast<std::size_t>(in.hidden_size)) {
+  Decoder(const SpecProbeInput& in, std::int64_t vocab_limit)
+      : v_(static_cast<std::size_t>(std::min(in.vocab_size, vocab_limit))),
+        h_(static_cast<std::size_t>(in.hidden_size)) {
     const std::size_t es = element_size(in.dtype);
-    WC_ENFORCE_EQ(in.embed.size(), v_ * h_ * es, "embed bytes");
-    WC_ENFORCE_EQ(in.lm_head.size(), v_ * h_ * es, "lm_head bytes");
+    const auto full = static_cast<std::size_t>(in.vocab_size);
+    WC_ENFORCE_EQ(in.embed.size(), full * h_ * es, "embed bytes");
+    WC_ENFORCE_EQ(in.lm_head.size(), full * h_ * es, "lm_head bytes");
     WC_ENFORCE_EQ(in.draft_fc.size(), 2 * h_ * h_ * es, "draft fc bytes");
     embed_ = to_floats(in.embed, in.dtype, v_ * h_);
     lm_head_ = to_floats(in.lm_head, in.dtype, v_ * h_);
@@ -126,7 +129,8 @@ SpecProbeResult run_spec_probe(const SpecProbeInput& in, const SpecProbeOptions&
   WC_ENFORCE_GT(opts.draft_tokens, 0, "draft_tokens");
   WC_ENFORCE_GT(opts.prompts, 0, "prompts");
   WC_ENFORCE_GT(opts.rounds, 0, "rounds");
-  Decoder dec(in);
+  WC_ENFORCE_GT(opts.vocab_limit, 0, "vocab_limit");
+  Decoder dec(in, opts.vocab_limit);
   SpecProbeResult res;
   for (int p = 0; p < opts.prompts; ++p) {
     // Fixed synthetic prompts: start tokens spread over the vocabulary.

@@ -32,6 +32,10 @@ struct SpecProbeOptions {
   int draft_tokens = 4;  // k
   int prompts = 8;       // fixed synthetic start tokens
   int rounds = 16;       // verification rounds per prompt
+  // Only the first vocab_limit tokens are candidates (prompts and argmax), so the probe costs
+  // O(vocab_limit * hidden) per token whatever the real vocabulary: a few ms on the demo model,
+  // about a second on a 1024-wide one.
+  std::int64_t vocab_limit = 2048;
 };
 
 struct SpecProbeResult {

@@ -57,6 +57,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"raw", "bridge"}))
       ->capture_default_str();
   app.add_flag("--verify", o.verify, "check every engine's runner digests after each update");
+  app.add_flag("--keep-going", o.keep_going,
+               "with --verify: run every step even after a mismatch (exit 1 at the end)");
+  app.add_flag("--probe-accept-length", o.probe_accept_length,
+               "after each update, report every engine's speculative accept length");
   app.add_option("--group-prefix", o.group_prefix, "groups are <prefix>-pp_<stage>")
       ->capture_default_str();
   app.add_option("--bind-address", o.bind_address,

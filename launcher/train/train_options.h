@@ -40,6 +40,8 @@ struct TrainOptions {
   std::optional<std::string> speculative_algorithm;
   std::string conversion = "raw";  // raw | bridge
   bool verify = false;
+  bool keep_going = false;           // run every step even when verification fails
+  bool probe_accept_length = false;  // report each engine's speculative accept length per step
   std::string group_prefix = "weightcast";
   std::string bind_address = "127.0.0.1";
   std::string pause_mode = "abort";

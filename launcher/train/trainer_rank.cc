@@ -54,8 +54,14 @@ class Rank {
 
   int run() {
     int code = setup();
+    if (code == kExitOk && coordinator() && o_.probe_accept_length) {
+      // The reference: the engines' accept length on the weights they started with.
+      std::fprintf(out_, "step 0/%d initial weights%s\n", o_.steps, probe_accept_lengths().c_str());
+      std::fflush(out_);
+    }
     for (int step = 1; step <= o_.steps && code == kExitOk; ++step) code = run_step(step);
-    return code;
+    // --keep-going ran every step; a verification that failed on the way still fails the run.
+    return code == kExitOk && verify_failed_ ? kExitUpdateFailed : code;
   }
 
  private:
@@ -107,6 +113,13 @@ class Rank {
       if (s == topo_.pp_rank()) {
         mine = guarded([&] {
           updater_->ensure_group(s);
+          if (coordinator()) {
+            for (const auto& info : updater_->connect()) {
+              for (const auto& runner : info.runners) {
+                has_draft_ = has_draft_ || runner.name == sync::Runner::kDraft;
+              }
+            }
+          }
           if (coordinator() && o_.verify) {
             verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
                                                          spec_, o_.seed);
@@ -186,6 +199,24 @@ class Rank {
 
   int run_step(int step);
   std::string run_sources(int step, std::vector<HostTensor>& tensors);
+
+  // " accept_length A,B,..." (one value per engine, "n/a" where the probe failed) with
+  // --probe-accept-length, else empty.
+  std::string probe_accept_lengths() {
+    if (!o_.probe_accept_length) return "";
+    std::string out = " accept_length ";
+    auto engines = updater_->engines();
+    for (std::size_t i = 0; i < engines.size(); ++i) {
+      char value[32] = "n/a";
+      try {
+        std::snprintf(value, sizeof(value), "%.2f", engines[i]->spec_accept_length().accept_length);
+      } catch (const comm::Error& e) {
+        std::fprintf(stderr, "weightcast-train: accept-length probe: %s\n", e.what());
+      }
+      out += (i ? "," : "") + std::string(value);
+    }
+    return out;
+  }
   StageOutcome send_own_stage(const std::optional<UpdateSession>& session,
                               const std::vector<HostTensor>& tensors);
 
@@ -198,6 +229,8 @@ class Rank {
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
   std::unique_ptr<UpdateVerifier> verifier_;
+  bool has_draft_ = false;      // some engine holds a draft runner (coordinator only)
+  bool verify_failed_ = false;  // a step failed verification under --keep-going
 };
 
 int Rank::run_step(int step) {
@@ -288,28 +321,43 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   if (report.error.empty()) updater_->finish(*session, report);
   if (!report.ok) return status(kExitUpdateFailed, head + summary(report));
 
-  std::string verified = "no";
+  std::string verified = "no", target_ok = "-", draft_ok = "-";
   if (verifier_) {
     verifier_->apply(report.selector, digests);
     const auto problems = verifier_->check(report.version);
+    bool call_failed = false, target_bad = false, draft_bad = false;
+    for (const auto& p : problems) {
+      if (!p.runner) {
+        call_failed = true;
+      } else {
+        (*p.runner == sync::Runner::kDraft ? draft_bad : target_bad) = true;
+      }
+    }
+    target_ok = call_failed || target_bad ? "no" : "yes";
+    if (has_draft_) draft_ok = call_failed || draft_bad ? "no" : "yes";
     if (!problems.empty()) {
       std::string text = head + std::string("VERIFY FAILED version ") + report.version + ": " +
-                         std::to_string(problems.size()) + " problem(s); first: " + problems[0];
+                         std::to_string(problems.size()) +
+                         " problem(s); first: " + problems[0].text;
       for (std::size_t i = 1; i < problems.size() && i < 8; ++i) {
-        std::fprintf(stderr, "weightcast-train: verify: %s\n", problems[i].c_str());
+        std::fprintf(stderr, "weightcast-train: verify: %s\n", problems[i].text.c_str());
       }
-      return status(kExitUpdateFailed, text);
+      if (!o_.keep_going) return status(kExitUpdateFailed, text);
+      std::fprintf(stderr, "weightcast-train: %s\n", text.c_str());
+      verify_failed_ = true;
+    } else {
+      verified = "yes";
     }
-    verified = "yes";
   }
-  char line[512];
+  std::string accept = probe_accept_lengths();
+  char line[768];
   std::snprintf(line, sizeof(line),
                 "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
-                " seconds %.3f GB/s %.3f verified %s",
+                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s%s",
                 step, o_.steps, report.version.c_str(),
                 std::string(sync::to_string(report.selector)).c_str(), report.bytes,
                 format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
-                verified.c_str());
+                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), accept.c_str());
   return status(kExitOk, line);
 }
 

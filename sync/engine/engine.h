@@ -75,6 +75,10 @@ class Engine {
   Reply server_info() const;
   Reply weights_checksum(const std::string& runner) const;
   Reply metrics() const;
+  // The speculative accept-length probe (sync/spec_probe.h) on the committed weights, each read
+  // through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.
+  // Cached per (weight_version, digests); 409 when the engine holds no EAGLE-style draft.
+  Reply spec_accept_length() const;
 
   // Read access for later probes (and tests): the runners' committed tensors and version.
   const RunnerSet& runners() const { return *runners_; }
@@ -111,6 +115,10 @@ class Engine {
   std::uint64_t bytes_retired_ = 0;
   std::uint64_t flushes_ = 0;
   double last_update_seconds_ = 0;
+  // Last probe result, keyed by the digests it was computed from; guarded by probe_mu_.
+  mutable std::mutex probe_mu_;
+  mutable std::string probe_key_;
+  mutable double probe_accept_length_ = -1;
   std::condition_variable_any watchdog_cv_;
   std::jthread watchdog_;
 };

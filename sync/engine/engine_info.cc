@@ -171,6 +171,14 @@ Reply Engine::metrics() const {
   os << "weightcast_engine_paused " << (session_.paused() ? 1 : 0) << '\n';
   metric_header(os, "weightcast_engine_cache_flushes_total", "counter", "Cache flushes.");
   os << "weightcast_engine_cache_flushes_total " << flushes_ << '\n';
+  {
+    std::lock_guard probe_lock(probe_mu_);
+    if (probe_accept_length_ >= 0) {
+      metric_header(os, "weightcast_engine_spec_accept_length", "gauge",
+                    "Speculative accept length at the last probe (GET /spec_accept_length).");
+      os << "weightcast_engine_spec_accept_length " << probe_accept_length_ << '\n';
+    }
+  }
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
   os << "weightcast_engine_groups " << groups_.size() << '\n';
   return {200, os.str(), "text/plain; version=0.0.4"};

@@ -105,6 +105,8 @@ RouteTable engine_routes(Engine& engine) {
                }
                return e->weights_checksum(it->second);
              }});
+  table.add({"/spec_accept_length", get, Auth::kToken,
+             [e](const Request&) { return e->spec_accept_length(); }});
   table.add({"/metrics", get, Auth::kPublic, [e](const Request&) { return e->metrics(); }});
   return table;
 }

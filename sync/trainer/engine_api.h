@@ -63,6 +63,7 @@ class EngineApi {
   virtual WeightsChecksumResponse weights_checksum(Runner runner) = 0;
   // Prometheus text.
   virtual std::string metrics() = 0;
+  virtual SpecAcceptLengthResponse spec_accept_length() = 0;
 };
 
 }  // namespace weightcast::sync::trainer

@@ -209,4 +209,11 @@ std::string EngineClient::metrics() {
   return call("GET", "/metrics", "", options_.request_timeout);
 }
 
+SpecAcceptLengthResponse EngineClient::spec_accept_length() {
+  return checked(
+      parse_spec_accept_length_response(
+          call("GET", "/spec_accept_length", "", options_.request_timeout), options_.limits),
+      url_, "GET /spec_accept_length");
+}
+
 }  // namespace weightcast::sync::trainer

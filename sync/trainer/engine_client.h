@@ -51,6 +51,7 @@ class EngineClient final : public EngineApi {
   BasicResponse abort_weight_update() override;
   WeightsChecksumResponse weights_checksum(Runner runner) override;
   std::string metrics() override;
+  SpecAcceptLengthResponse spec_accept_length() override;
 
  private:
   // Sends one request ("GET" or "POST") and returns the 2xx body, or throws as EngineApi

@@ -118,23 +118,26 @@ void UpdateVerifier::apply(Selector selector, const std::vector<SentDigest>& sen
   }
 }
 
-std::vector<std::string> UpdateVerifier::check(const std::string& version) {
-  std::vector<std::vector<std::string>> found(engines_.size());
+std::vector<UpdateVerifier::Problem> UpdateVerifier::check(const std::string& version) {
+  std::vector<std::vector<Problem>> found(engines_.size());
   const auto failures =
       on_all_engines(engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
         for (const auto& mirror : mirrors_[i]) {
           const auto answer = engine.weights_checksum(mirror.runner());
           const std::string where = "engine " + engine.url() + " ";
           if (answer.weight_version != version) {
-            found[i].push_back(where + "runner " + std::string(to_string(mirror.runner())) +
-                               ": weight_version '" + answer.weight_version + "', expected '" +
-                               version + "'");
+            found[i].push_back({mirror.runner(), where + "runner " +
+                                                     std::string(to_string(mirror.runner())) +
+                                                     ": weight_version '" + answer.weight_version +
+                                                     "', expected '" + version + "'"});
           }
-          for (auto& problem : mirror.compare(answer)) found[i].push_back(where + problem);
+          for (auto& problem : mirror.compare(answer)) {
+            found[i].push_back({mirror.runner(), where + problem});
+          }
         }
       });
-  std::vector<std::string> problems;
-  for (const auto& f : failures) problems.push_back(to_string(f));
+  std::vector<Problem> problems;
+  for (const auto& f : failures) problems.push_back({std::nullopt, to_string(f)});
   for (auto& list : found) problems.insert(problems.end(), list.begin(), list.end());
   return problems;
 }

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -80,9 +81,13 @@ class UpdateVerifier {
   void apply(Selector selector, const std::vector<SentDigest>& sent);
 
   // Fetches /weights_checksum of every runner of every engine, concurrently, and compares.
-  // Returns one line per problem, each naming the engine, runner and tensor (or the failed
+  // Returns one entry per problem, each naming the engine, runner and tensor (or the failed
   // call, or a weight_version other than `version`); empty when everything matches.
-  std::vector<std::string> check(const std::string& version);
+  struct Problem {
+    std::optional<Runner> runner;  // unset: the call itself failed
+    std::string text;
+  };
+  std::vector<Problem> check(const std::string& version);
 
  private:
   std::span<EngineApi* const> engines_;

@@ -110,6 +110,7 @@ class FakeEngine final : public EngineApi {
   BasicResponse abort_weight_update() override;
   WeightsChecksumResponse weights_checksum(Runner runner) override;
   std::string metrics() override { return ""; }
+  SpecAcceptLengthResponse spec_accept_length() override { return {}; }
 
   std::vector<InitWeightsUpdateGroupRequest> inits;  // guarded by mu_
 
