@@ -189,8 +189,13 @@ int run_hosts_worker(const HostsWorkerOptions& o) {
   auto comm_ = comm::create_gloo_communicator(opts);
 
   std::vector<unsigned char> buf(o.bytes);
-  for (const char* name : {"gloo-chain", "gloo-stock"}) {
-    const bool stock = std::strcmp(name, "gloo-stock") == 0;
+  for (const std::string& backend : o.backends) {
+    const char* name = backend.c_str();
+    const bool stock = backend == "gloo-stock";
+    if (!stock && backend != "gloo-chain") {
+      throw std::invalid_argument("hosts-worker backends are gloo-chain and gloo-stock, not " +
+                                  backend);
+    }
     auto run = [&] {
       comm::BroadcastOptions b{buf.data(), buf.size(), 0, comm::MemoryKind::kHost, {}};
       stock ? comm_->broadcast_stock(b) : comm_->broadcast(b);

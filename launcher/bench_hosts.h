@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace weightcast::launcher {
 
@@ -37,6 +38,7 @@ struct HostsWorkerOptions {
   std::uint64_t chunk_bytes = 1u << 20;
   int chunks_in_flight = 4;
   int timeout_ms = 300000;
+  std::vector<std::string> backends = {"gloo-chain", "gloo-stock"};
 };
 
 int run_hosts_worker(const HostsWorkerOptions& opts);

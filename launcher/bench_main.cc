@@ -17,6 +17,7 @@
 #include "comm/errors.h"
 #include "launcher/bench_broadcast.h"
 #include "launcher/bench_hosts.h"
+#include "launcher/bench_update.h"
 #include "launcher/cli_util.h"
 #include "launcher/mpi_launch.h"
 
@@ -107,6 +108,33 @@ int main(int argc, char** argv) {
   hw->add_option("--chunk-bytes", worker_chunk);
   hw->add_option("--in-flight", wo.chunks_in_flight);
   hw->add_option("--timeout-ms", wo.timeout_ms);
+  std::string worker_backends = "gloo-chain,gloo-stock";
+  hw->add_option("--backends", worker_backends);
+
+  UpdateBenchOptions uo;
+  std::string update_bytes = "1G", update_bucket = "256M", update_chunk = "4M";
+  auto* up = app.add_subcommand(
+      "update",
+      "end-to-end update to engine processes vs the raw chain broadcast of the same bytes");
+  up->add_option("--engines", uo.engines, "engine processes")
+      ->check(CLI::Range(1, 32))
+      ->capture_default_str();
+  up->add_option("--ranks", uo.ranks_per_engine, "ranks per engine")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  up->add_option("--model-bytes", update_bytes, "model size (a Qwen-like model of about this size)")
+      ->capture_default_str();
+  up->add_option("--bucket-bytes", update_bucket, "bucket size")->capture_default_str();
+  up->add_option("--chunk-bytes", update_chunk, "gloo-chain chunk size")->capture_default_str();
+  up->add_option("--max-in-flight", uo.max_in_flight, "unanswered bucket requests per engine")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  up->add_option("--timeout-ms", uo.timeout_ms, "deadline of each update and broadcast")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  up->add_option("--iters", uo.iters, "updates (and raw broadcasts) to time")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
 
   app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
       ->check(CLI::Range(1, 86400))
@@ -130,18 +158,26 @@ int main(int argc, char** argv) {
 
   signal(SIGALRM, on_alarm);
   alarm(static_cast<unsigned>(max_seconds));
-  if (hs->parsed() || hw->parsed()) {
+  if (hs->parsed() || hw->parsed() || up->parsed()) {
     try {
+      char self_buf[4096];
+      ssize_t n = readlink("/proc/self/exe", self_buf, sizeof(self_buf) - 1);
+      const std::string self = n > 0 ? std::string(self_buf, static_cast<std::size_t>(n)) : argv[0];
       if (hw->parsed()) {
         wo.bytes = parse_bytes(worker_bytes);
         wo.chunk_bytes = parse_bytes(worker_chunk);
+        wo.backends = split_csv(worker_backends);
         return run_hosts_worker(wo);
+      }
+      if (up->parsed()) {
+        uo.model_bytes = parse_bytes(update_bytes);
+        uo.bucket_bytes = parse_bytes(update_bucket);
+        uo.chunk_bytes = parse_bytes(update_chunk);
+        return run_update_bench(uo, self);
       }
       ho.bytes = parse_bytes(hosts_bytes);
       ho.chunk_bytes = parse_bytes(hosts_chunk);
-      char self[4096];
-      ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-      return run_hosts_bench(ho, n > 0 ? std::string(self, static_cast<std::size_t>(n)) : argv[0]);
+      return run_hosts_bench(ho, self);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
       return 1;

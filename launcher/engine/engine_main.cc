@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "launcher/cli_util.h"
 #include "launcher/engine/engine_setup.h"
 #include "sync/engine/routes.h"
 
@@ -96,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--comm-address", a.comm_address,
                  "data-plane address to bind and advertise (default: --host)");
   app.add_option("--store-token", a.store_token, "token of the trainers' rendezvous store");
+  std::string allowed_masters;
+  app.add_option("--allowed-master-addresses", allowed_masters,
+                 "comma-separated master_address values init_weights_update_group may connect "
+                 "to, compared as text (default: any)");
   app.add_option("--chunk-bytes", a.chunk_bytes, "Gloo chain chunk size")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -115,8 +120,17 @@ int main(int argc, char** argv) {
   std::unique_ptr<weightcast::sync::engine::Engine> engine;
   std::unique_ptr<weightcast::sync::engine::HttpServer> server;
   try {
+    auto options = weightcast::launcher::make_engine_options(a);
+    for (auto item : weightcast::launcher::split_csv(allowed_masters)) {
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      if (!item.empty()) options.allowed_master_addresses.push_back(item);
+    }
+    if (!allowed_masters.empty() && options.allowed_master_addresses.empty()) {
+      throw weightcast::comm::ConfigError("--allowed-master-addresses: no address given");
+    }
     engine = std::make_unique<weightcast::sync::engine::Engine>(
-        weightcast::launcher::make_engine_options(a), weightcast::launcher::make_runners(a));
+        std::move(options), weightcast::launcher::make_runners(a));
     server = std::make_unique<weightcast::sync::engine::HttpServer>(
         weightcast::sync::engine::engine_routes(*engine),
         weightcast::launcher::make_server_options(a));
