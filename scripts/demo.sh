@@ -105,14 +105,16 @@ for name in fixed legacy; do
       printf "%-9s %4s %8s %12s %7s %8s %7s %8s %9s %14s\n", scen, s[1], v, by, bu, se, gb, t, d, acc
     }' "$work/$name.out"
   if [ "$(cat "$work/$name.rc")" != 0 ]; then
-    grep -m3 -E 'VERIFY FAILED|FAILED|error' "$work/$name.err" "$work/$name.out" 2>/dev/null |
-      sed "s/^/  $name: /" | cut -c1-220 || true
+    grep -h -m2 -E 'VERIFY FAILED|FAILED|error' "$work/$name.err" "$work/$name.out" 2>/dev/null |
+      sed -e "s/^weightcast-train: //" -e "s/^/  $name: /" | cut -c1-160 || true
   fi
 done
 
 first() { awk '/ initial weights/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") print $(i + 1) }' "$1" | head -1; }
 last() { awk '/^step [0-9]+\/[0-9]+ version/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") a = $(i + 1) } END { print a }' "$1"; }
 fixed_rows=$(grep -c '^step [0-9]*/[0-9]* version.* verified yes' "$work/fixed.out" || true)
+echo "  (the tiled shuffle has order 3: the old finalize's 4th application restores the draft's"
+echo "   layout by accident, so step 3 of the old behaviour reads right; every other step is corrupt)"
 echo
 echo "accept length (engines a,b): step 0 reference $(first "$work/fixed.out");" \
   "old behaviour after step $steps: $(last "$work/legacy.out");" \

@@ -30,8 +30,8 @@ struct SpecProbeInput {
 
 struct SpecProbeOptions {
   int draft_tokens = 4;  // k
-  int prompts = 8;       // fixed synthetic start tokens
-  int rounds = 16;       // verification rounds per prompt
+  int prompts = 64;      // fixed synthetic start tokens
+  int rounds = 8;        // verification rounds per prompt
   // Only the first vocab_limit tokens are candidates (prompts and argmax), so the probe costs
   // O(vocab_limit * hidden) per token whatever the real vocabulary: a few ms on the demo model,
   // about a second on a 1024-wide one.

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "comm/errors.h"
 #include "comm/gloo/gloo_chain.h"
@@ -236,6 +238,28 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& addres
   }
 }
 
+// Every link of the chain cuts a broadcast into chunk_bytes pieces and the receiver posts buffers
+// of its own chunk size; a larger incoming piece trips an enforce in Gloo's I/O thread, which
+// terminates the receiving process. So a group must agree on the size: rank 0 publishes its own
+// before the mesh forms, every other rank compares once the mesh formed (rank 0's key is then
+// surely there) and refuses a difference, before it declares itself connected.
+constexpr const char* kChunkBytesKey = "chain/chunk_bytes";
+
+void publish_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
+  const std::string text = std::to_string(opts.chunk_bytes);
+  store.set(kChunkBytesKey, std::vector<char>(text.begin(), text.end()));
+}
+
+void check_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
+  const std::vector<char> value = store.get(kChunkBytesKey);
+  const std::string root(value.begin(), value.end());
+  if (root != std::to_string(opts.chunk_bytes)) {
+    throw ConfigError(detail::concat("gloo: rank 0 of the group uses chunk_bytes ", root,
+                                     ", rank ", opts.rank, " uses ", opts.chunk_bytes,
+                                     "; every member must use the same chunk size"));
+  }
+}
+
 }  // namespace
 }  // namespace gloo_backend
 
@@ -249,7 +273,9 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   const std::string who = detail::concat("rank ", opts.rank, " of ", opts.size);
   GlooStoreAdapter store(opts.store, opts.timeout, who);
   try {
+    if (opts.rank == 0) publish_chunk_bytes(store, opts);
     context->connectFullMesh(store, device);
+    if (opts.rank != 0) check_chunk_bytes(store, opts);
     auto comm = std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), std::move(context));
     // connectFullMesh returns once this rank's side of every pair is up, possibly before a peer
     // has accepted; a rank that closed at once would break that peer's rendezvous. So nobody

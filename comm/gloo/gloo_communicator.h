@@ -32,7 +32,8 @@ class GlooCommunicator : public Communicator {
 // Rendezvouses and returns a GlooCommunicator. Returns only once every rank has connected, so a
 // rank may destroy its communicator right away without breaking a slower peer's rendezvous.
 // Throws TimeoutError when the group does not form within opts.timeout, ConfigError when
-// opts.bind_address cannot be bound, PeerError when a peer fails while connecting.
+// opts.bind_address cannot be bound or opts.chunk_bytes differs from rank 0's (the chain needs
+// one chunk size per group), PeerError when a peer fails while connecting.
 std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& opts);
 
 }  // namespace weightcast::comm

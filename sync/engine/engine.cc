@@ -74,7 +74,16 @@ void Engine::watchdog_loop(std::stop_token stop) {
   std::unique_lock lock(mu_);
   while (!stop.stop_requested()) {
     watchdog_cv_.wait_for(lock, stop, period, [] { return false; });
-    if (stop.stop_requested() || !session_.in_session()) continue;
+    if (stop.stop_requested()) continue;
+    if (!session_.in_session()) {
+      // A trainer pauses generation for an update and resumes it at the end, even after a
+      // failure; a pause that sees no session and no request for this long was left by a
+      // trainer that died, and would otherwise last forever.
+      if (session_.paused() && comm::Clock::now() - last_activity_ >= opts_.session_timeout) {
+        session_.set_paused(false);
+      }
+      continue;
+    }
     // A bucket in flight is bounded by the group's collective timeout, not by this one.
     bool busy = false;
     for (const auto& [name, group] : groups_) busy = busy || group->busy();

@@ -6,7 +6,8 @@
 // protocol is testable without sockets (give EngineOptions a fake GroupConnector). Refusals
 // (409 state, 400 input) change nothing. A failed, aborted or timed-out session discards its
 // staging: the previous weights and weight_version stay. A watchdog thread aborts a session that
-// sees no request for session_timeout while no bucket is in flight.
+// sees no request for session_timeout while no bucket is in flight, and resumes generation left
+// paused with no session and no request for as long (its trainer is gone).
 // Lifetime: create with its runners, serve, destroy (which aborts groups and joins threads).
 // Threading: every method is thread-safe; update_weights() blocks its caller until the bucket is
 // received and staged (or failed), and several may wait at once, in any sequence order.
@@ -23,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/deadline.h"
 #include "sync/engine/channel.h"
@@ -47,6 +49,10 @@ struct EngineOptions {
   GroupConnector connector = connect_group;
   std::optional<std::string> speculative_algorithm;
   ProtocolLimits limits;
+  // master_address values init_weights_update_group may dial, compared as text (ASCII case
+  // folded, names never resolved); anything else is refused with 403 before any connection.
+  // Empty: any address.
+  std::vector<std::string> allowed_master_addresses;
 };
 
 class Engine {

@@ -3,6 +3,7 @@
 
 #include "comm/errors.h"
 #include "sync/engine/engine.h"
+#include "sync/protocol_text.h"
 
 namespace weightcast::sync::engine {
 
@@ -21,11 +22,31 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return out + "]";
 }
 
+// Text comparison only: resolving a name here would itself reach out to the network, and a
+// name that resolves differently later would slip past the check.
+bool address_allowed(const std::vector<std::string>& allowed, const std::string& address) {
+  if (allowed.empty()) return true;
+  auto fold = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) {
+    return a.size() == address.size() &&
+           std::equal(a.begin(), a.end(), address.begin(),
+                      [&](char x, char y) { return fold(x) == fold(y); });
+  });
+}
+
 }  // namespace
 
 Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
   touch();
   const std::string& name = request.group_name;
+  // Before anything else, so a refused address is never dialled (the store client would connect).
+  if (!address_allowed(opts_.allowed_master_addresses, request.master_address)) {
+    std::string list;
+    for (const auto& a : opts_.allowed_master_addresses) list += (list.empty() ? "" : ",") + a;
+    return error_reply(403, "master_address: " + quoted(request.master_address) +
+                                " is not in this engine's --allowed-master-addresses (" + list +
+                                ")");
+  }
   if (request.rank_offset < 1) {
     return error_reply(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
                                 std::to_string(request.rank_offset) + ")");

@@ -7,6 +7,7 @@
 
 #include "comm/errors.h"
 #include "sync/engine/auth.h"
+#include "sync/engine/http_guard.h"
 
 namespace weightcast::sync::engine {
 
@@ -49,7 +50,8 @@ std::optional<Method> method_of(const std::string& text) {
 struct HttpServer::Impl {
   RouteTable routes;
   ServerOptions opts;
-  httplib::Server server;
+  // httplib's server behind the per-connection guard of sync/engine/http_guard.h.
+  std::unique_ptr<httplib::Server> server = make_guarded_http_server();
   int port = -1;
   std::thread thread;
   // stop() may race with the start of run(): run() marks `entered` before checking `stopped`,
@@ -127,7 +129,7 @@ HttpServer::HttpServer(RouteTable routes, ServerOptions opts) : impl_(std::make_
   impl_->routes = std::move(routes);
   impl_->opts = std::move(opts);
   Impl* impl = impl_.get();
-  auto& s = impl->server;
+  auto& s = *impl->server;
   const auto threads = static_cast<std::size_t>(impl->opts.threads);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(impl->opts.max_body_bytes);
@@ -189,7 +191,7 @@ void HttpServer::start() {
 
 void HttpServer::run() {
   impl_->entered = true;
-  if (!impl_->stopped) impl_->server.listen_after_bind();
+  if (!impl_->stopped) impl_->server->listen_after_bind();
   impl_->done = true;
 }
 
@@ -200,7 +202,7 @@ void HttpServer::stop() {
   // Bounded: handlers finish within their own deadlines.
   const auto deadline = comm::deadline_after(comm::Millis(30000));
   while (!impl_->done && !comm::expired(deadline)) {
-    if (impl_->server.is_running()) impl_->server.stop();
+    if (impl_->server->is_running()) impl_->server->stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

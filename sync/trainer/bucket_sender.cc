@@ -166,7 +166,9 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
           while (in_flight_.size() >= options_.max_in_flight && in_flight_.front().bucket < k) {
             collect_oldest(deadline);
           }
-          if (in_flight_.size() >= options_.max_in_flight) break;
+          // A failure seen while collecting ends the phase here: one more request would reach a
+          // silent engine too, and its answer is awaited for a whole read timeout.
+          if (failed_ || in_flight_.size() >= options_.max_in_flight) break;
           issue(next++);
         }
         if (failed_) break;

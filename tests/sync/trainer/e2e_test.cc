@@ -166,5 +166,52 @@ TEST(TrainerE2E, ExampleUpdatesAnEngine) {
   EXPECT_EQ(client(engine).server_info().weight_version, "2");
 }
 
+// "accept_length a,b" values of the line that starts with `prefix`.
+std::vector<double> accept_lengths(const std::string& out, const std::string& prefix) {
+  std::vector<double> values;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    auto at = line.find("accept_length ");
+    if (at == std::string::npos) continue;
+    std::istringstream list(line.substr(at + 14));
+    for (std::string v; std::getline(list, v, ',');) values.push_back(std::stod(v));
+  }
+  return values;
+}
+
+// The accept-length probe, end to end: well above 1 and steady with the fixed behaviour; about 1
+// as soon as the old finalize shuffles the frozen draft a second time.
+TEST(TrainerE2E, AcceptLengthStaysUpWhenFixedAndFallsToOneWithTheOldFinalize) {
+  std::vector<Engine> fixed;
+  fixed.push_back(start_engine(1));
+  fixed.push_back(start_engine(2));
+  auto good = start_trainer(fixed, {"--steps", "2", "--verify", "--probe-accept-length"});
+  const auto good_code = good->wait(seconds(120));
+  const std::string good_out = good->drain(seconds(5));
+  ASSERT_EQ(good_code, std::optional<int>(0)) << good_out;
+  const auto step0 = accept_lengths(good_out, "step 0/2 initial weights");
+  const auto step2 = accept_lengths(good_out, "step 2/2 version");
+  ASSERT_EQ(step0.size(), 2u) << good_out;
+  ASSERT_EQ(step2.size(), 2u) << good_out;
+  for (std::size_t e = 0; e < 2; ++e) {
+    EXPECT_GT(step0[e], 2.0) << good_out;
+    EXPECT_NEAR(step2[e], step0[e], 0.25 * step0[e]) << good_out;
+  }
+
+  std::vector<Engine> legacy;
+  legacy.push_back(start_engine(1, {"--legacy-finalize"}));
+  legacy.push_back(start_engine(2, {"--legacy-finalize"}));
+  auto bad = start_trainer(legacy, {"--steps", "1", "--verify", "--keep-going", "--selector", "all",
+                                    "--probe-accept-length"});
+  const auto bad_code = bad->wait(seconds(120));
+  const std::string bad_out = bad->drain(seconds(5));
+  EXPECT_EQ(bad_code, std::optional<int>(1)) << bad_out;
+  const auto after = accept_lengths(bad_out, "step 1/1 version");
+  ASSERT_EQ(after.size(), 2u) << bad_out;
+  for (double a : after) EXPECT_LT(a, 1.2) << bad_out;
+  EXPECT_EQ(count_matches(bad_out, "draft_ok no"), 1) << bad_out;
+}
+
 }  // namespace
 }  // namespace weightcast::sync::trainer

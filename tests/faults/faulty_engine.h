@@ -1,0 +1,72 @@
+// FaultyEngine: an EngineApi decorator for fault injection on the trainer's side of the wire.
+// It forwards every call to a real EngineClient, but can rewrite the init request first (a wrong
+// world size, an unreachable store address) or fail a route before anything is sent, and it
+// records every call (route, start, end, error) so a test can tell when each engine's answer
+// came and what type of error it carried.
+// Lifetime: owns the inner client. Threading: as EngineApi (calls arrive from many threads);
+// set the hooks before handing the engine to an updater.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sync/trainer/engine_api.h"
+
+namespace weightcast::faults {
+
+struct CallRecord {
+  std::string route;  // "POST /init_weights_update_group"
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point end;
+  bool ok = true;
+  std::string error_type;  // "TimeoutError", "EngineError 504", ... when !ok
+  std::string error;
+};
+
+class FaultyEngine final : public sync::trainer::EngineApi {
+ public:
+  explicit FaultyEngine(std::unique_ptr<sync::trainer::EngineApi> inner);
+
+  // Applied to every init request before it is sent.
+  std::function<void(sync::InitWeightsUpdateGroupRequest&)> rewrite_init;
+  // Called with the route before each call is sent; throwing fails the call unsent.
+  std::function<void(const std::string& route)> before;
+
+  std::vector<CallRecord> calls() const;
+
+  const std::string& url() const override { return inner_->url(); }
+  sync::BasicResponse health() override;
+  sync::ServerInfoResponse server_info() override;
+  sync::BasicResponse init_weights_update_group(
+      const sync::InitWeightsUpdateGroupRequest& req) override;
+  sync::BasicResponse destroy_weights_update_group(
+      const sync::DestroyWeightsUpdateGroupRequest& req) override;
+  sync::BasicResponse pause_generation(const sync::PauseGenerationRequest& req) override;
+  sync::BasicResponse flush_cache() override;
+  sync::BeginWeightUpdateResponse begin_weight_update(
+      const sync::BeginWeightUpdateRequest& req) override;
+  sync::BasicResponse update_weights_from_distributed(
+      const sync::UpdateWeightsFromDistributedRequest& req) override;
+  sync::BasicResponse update_weight_version(const sync::UpdateWeightVersionRequest& req) override;
+  sync::EndWeightUpdateResponse end_weight_update() override;
+  sync::BasicResponse continue_generation(const sync::ContinueGenerationRequest& req) override;
+  sync::BasicResponse abort_weight_update() override;
+  sync::WeightsChecksumResponse weights_checksum(sync::Runner runner) override;
+  std::string metrics() override;
+  sync::SpecAcceptLengthResponse spec_accept_length() override;
+
+ private:
+  // Runs `fn` as call `route`: the hook first, then the call, recorded either way.
+  template <typename Fn>
+  auto run(const std::string& route, Fn&& fn) -> decltype(fn());
+
+  std::unique_ptr<sync::trainer::EngineApi> inner_;
+  mutable std::mutex mu_;
+  std::vector<CallRecord> calls_;
+};
+
+}  // namespace weightcast::faults
