@@ -254,8 +254,8 @@ void check_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
   const std::vector<char> value = store.get(kChunkBytesKey);
   const std::string root(value.begin(), value.end());
   if (root != std::to_string(opts.chunk_bytes)) {
-    throw ConfigError(detail::concat("gloo: rank 0 of the group uses chunk_bytes ", root,
-                                     ", rank ", opts.rank, " uses ", opts.chunk_bytes,
+    throw ConfigError(detail::concat("gloo: rank 0 of the group uses chunk_bytes ", root, ", rank ",
+                                     opts.rank, " uses ", opts.chunk_bytes,
                                      "; every member must use the same chunk size"));
   }
 }

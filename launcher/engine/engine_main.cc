@@ -74,10 +74,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
   app.add_option("--session-timeout-ms", a.session_timeout_ms,
-                 "an update session without a request for this long is aborted")
+                 "an update session without a request for this long is aborted; generation "
+                 "paused with no session and no request for this long is resumed")
       ->check(CLI::Range(1, 86400000))
       ->capture_default_str();
-  app.add_option("--http-timeout-ms", a.http_timeout_ms, "HTTP socket read/write timeout")
+  app.add_option("--http-timeout-ms", a.http_timeout_ms,
+                 "HTTP socket read/write timeout, and the most one request (head and body) may "
+                 "take to arrive")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
   app.add_option("--max-bucket-bytes", a.max_bucket_bytes,

@@ -85,11 +85,12 @@ class GuardedStream final : public httplib::Stream {
     body_left_ = 0;
     read_deadline_ = Clock::now() + limits_.read_timeout;
     write_deadline_.reset();
+    refused_ = false;
   }
 
   // Waits up to `timeout` for the next request's first byte, giving up early once `running`
   // turns false (the server is stopping).
-  bool wait_request(std::chrono::milliseconds timeout, const std::atomic<httplib::socket_t>& svr) {
+  bool wait_request(std::chrono::milliseconds timeout, const std::atomic<socket_t>& svr) {
     if (pos_ < end_) return true;
     const auto deadline = Clock::now() + timeout;
     while (svr != INVALID_SOCKET) {
@@ -109,8 +110,10 @@ class GuardedStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (size == 0) return 0;
-    if (head_done_ && body_left_ == 0) return -1;  // over the body budget
-    if (!head_done_ && head_bytes_ >= limits_.max_head_bytes) return -1;
+    if ((head_done_ && body_left_ == 0) || (!head_done_ && head_bytes_ >= limits_.max_head_bytes)) {
+      refused_ = true;  // over the body or head budget
+      return -1;
+    }
     if (pos_ == end_ && !fill()) return pos_ == end_ && eof_ ? 0 : -1;
     std::size_t n = std::min(size, end_ - pos_);
     if (head_done_) {
@@ -139,12 +142,19 @@ class GuardedStream final : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override {
     address_of(fd_, /*peer=*/false, ip, port);
   }
-  httplib::socket_t socket() const override { return fd_; }
+  socket_t socket() const override { return fd_; }
+
+  // Whether the last request was cut short by a budget or deadline: its client may still be
+  // sending.
+  bool refused() const { return refused_; }
 
  private:
   bool fill() {
     const auto deadline = std::min(read_deadline_, Clock::now() + limits_.read_timeout);
-    if (!wait_for(fd_, POLLIN, deadline)) return false;
+    if (!wait_for(fd_, POLLIN, deadline)) {
+      refused_ = true;  // too slow
+      return false;
+    }
     const ssize_t r = ::recv(fd_, buf_, sizeof(buf_), 0);
     if (r <= 0) {
       eof_ = r == 0;
@@ -224,12 +234,13 @@ class GuardedStream final : public httplib::Stream {
   std::size_t body_left_ = 0;
   Clock::time_point read_deadline_{};
   std::optional<Clock::time_point> write_deadline_;
+  bool refused_ = false;
 };
 
 class GuardedServer final : public httplib::Server {
  private:
   // Replaces httplib's own connection loop (the same keep-alive rules) to read through the guard.
-  bool process_and_close_socket(httplib::socket_t sock) override {
+  bool process_and_close_socket(socket_t sock) override {
     GuardLimits limits;
     limits.max_body_bytes = payload_max_length_;
     limits.read_timeout = to_millis(read_timeout_sec_, read_timeout_usec_);
@@ -237,16 +248,31 @@ class GuardedServer final : public httplib::Server {
     GuardedStream stream(sock, limits);
     const auto keep_alive = std::chrono::seconds(keep_alive_timeout_sec_);
     bool ok = false;
+    bool dropped = false;  // the last request failed or was cut: its client may still be sending
     for (std::size_t left = keep_alive_max_count_; left > 0; --left) {
       if (svr_sock_ == INVALID_SOCKET || !stream.wait_request(keep_alive, svr_sock_)) break;
       stream.begin_request();
       bool closed = false;
       ok = process_request(stream, /*close_connection=*/left == 1, closed, nullptr);
+      dropped = !ok || stream.refused();
       if (!ok || closed) break;
     }
+    if (dropped) linger(sock, std::min(limits.read_timeout, std::chrono::milliseconds(2000)));
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return ok;
+  }
+
+  // Closing a socket with unread input resets the connection, and a client still sending its
+  // body (one answered 413, say) would lose the answer. So: send FIN, then discard what arrives
+  // until the client closes or `budget` passes; nothing is kept, whatever it sends.
+  static void linger(socket_t sock, std::chrono::milliseconds budget) {
+    ::shutdown(sock, SHUT_WR);
+    const auto deadline = Clock::now() + budget;
+    char sink[4096];
+    while (wait_for(sock, POLLIN, deadline)) {
+      if (::recv(sock, sink, sizeof(sink), 0) <= 0) return;
+    }
   }
 };
 

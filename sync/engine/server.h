@@ -4,8 +4,9 @@
 // the given port, 0 meaning an ephemeral one that it keeps for its lifetime, so port() is the
 // port it serves. Dispatch happens before any body is read: unknown path -> 404, method not in
 // the route -> 405, then, for kToken routes with a token configured, 401/403 (constant-time
-// compare). Bodies are capped at max_body_bytes (413); socket reads and writes time out; a fixed
-// pool of worker threads runs handlers. Every error reply is JSON {"success": false, ...}.
+// compare). Bodies are capped at max_body_bytes (413); each request's head is capped and must
+// arrive, with its body, within read_timeout (sync/engine/http_guard.h); a fixed pool of worker
+// threads runs handlers. Every error reply is JSON {"success": false, ...}.
 // Lifetime: binds in the constructor (comm::ConfigError when it cannot), serves after start()
 // or run(), stops on stop() or destruction. Threading: stop() may be called from any thread.
 #pragma once

@@ -167,7 +167,8 @@ TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead)
     const bool inject = attempts % 4 == 0;
     arm = inject ? (attempts % 8 == 0 ? 2 : 1) : 0;
     bucket_calls = 0;
-    const auto report = updater.update(views_at(inject ? kWrongStep + committed + 1 : committed + 1));
+    const auto report =
+        updater.update(views_at(inject ? kWrongStep + committed + 1 : committed + 1));
     if (inject) {
       EXPECT_FALSE(report.ok) << "attempt " << attempts << " should have failed";
       ++failed;
@@ -189,11 +190,11 @@ TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead)
   EXPECT_GE(versions_seen.size(), kCommits / 2) << "readers saw too few versions";
   EXPECT_GT(cross_checks.load(), 10);
   std::ostringstream fig;
-  fig << "case=6 commits=" << committed << " failed_attempts=" << failed
-      << " seconds=" << seconds << " checksum_polls=" << checksum_polls.load()
-      << " server_info_polls=" << info_polls.load() << " polls_in_session="
-      << in_session_seen.load() << " cross_engine_checks=" << cross_checks.load()
-      << " versions_seen=" << versions_seen.size() << " violations=" << violations.count.load();
+  fig << "case=6 commits=" << committed << " failed_attempts=" << failed << " seconds=" << seconds
+      << " checksum_polls=" << checksum_polls.load() << " server_info_polls=" << info_polls.load()
+      << " polls_in_session=" << in_session_seen.load()
+      << " cross_engine_checks=" << cross_checks.load() << " versions_seen=" << versions_seen.size()
+      << " violations=" << violations.count.load();
   figure(fig.str());
 }
 

@@ -21,7 +21,6 @@
 #include <sstream>
 
 #include "tests/faults/fault_support.h"
-#include "tests/faults/faulty_engine.h"
 
 namespace weightcast::faults {
 namespace {
@@ -37,9 +36,13 @@ struct Param {
   std::size_t victim;  // 0: A, inside the chain; 1: B, its end
 };
 
-std::string name_of(const ::testing::TestParamInfo<Param>& info) {
-  return std::string(info.param.fault == Fault::kKill ? "Kill" : "Stop") +
-         (info.param.victim == 0 ? "ChainMiddle" : "ChainEnd");
+std::string name_of(const Param& p) {
+  return std::string(p.fault == Fault::kKill ? "Kill" : "Stop") +
+         (p.victim == 0 ? "ChainMiddle" : "ChainEnd");
+}
+
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << name_of(p);
 }
 
 // How an engine's failure was typed, from the reason its group was aborted with.
@@ -175,9 +178,10 @@ TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdate
     const double clean_ms = ms_between(t_cont, Clock::now());
     EXPECT_TRUE(clean) << "after SIGCONT the engine stayed in its session or paused for "
                        << bound.count() << " ms: " << http_get(victim_url, "/health").body.dump();
-    figure("case=2 fault=SIGCONT victim=" + std::string(p.victim == 0 ? "chain_middle" : "chain_end") +
-           " clean_state_ms=" + std::to_string(static_cast<long>(clean_ms)) +
-           " bound_ms=" + std::to_string(bound.count()));
+    figure(
+        "case=2 fault=SIGCONT victim=" + std::string(p.victim == 0 ? "chain_middle" : "chain_end") +
+        " clean_state_ms=" + std::to_string(static_cast<long>(clean_ms)) +
+        " bound_ms=" + std::to_string(bound.count()));
     expect_engine_at(victim_url, 1, "resumed victim");
     // The same updater recovers: it sees its group broken and forms a new one.
     const auto again = updater->update(views_at(2));
@@ -198,7 +202,9 @@ TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdate
 INSTANTIATE_TEST_SUITE_P(Faults, EngineFault,
                          ::testing::Values(Param{Fault::kKill, 0}, Param{Fault::kKill, 1},
                                            Param{Fault::kStop, 0}, Param{Fault::kStop, 1}),
-                         name_of);
+                         [](const ::testing::TestParamInfo<Param>& param) {
+                           return name_of(param.param);
+                         });
 
 }  // namespace
 }  // namespace weightcast::faults

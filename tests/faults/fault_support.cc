@@ -93,8 +93,8 @@ EngineState engine_state(const std::string& url) {
   const auto draft = http_get(url, "/weights_checksum?runner=draft");
   const auto health = http_get(url, "/health");
   if (target.status != 200 || draft.status != 200 || health.status != 200) {
-    ADD_FAILURE() << "engine " << url << " did not answer: " << target.status << " "
-                  << draft.status << " " << health.status;
+    ADD_FAILURE() << "engine " << url << " did not answer: " << target.status << " " << draft.status
+                  << " " << health.status;
     return s;
   }
   s.version = target.body.value("weight_version", "");
@@ -222,6 +222,17 @@ ProcStats proc_stats(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) s.rss_kib = std::stol(line.substr(6));
   }
   return s;
+}
+
+ProcStats steady_stats(pid_t pid) {
+  ProcStats last = proc_stats(pid);
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(50ms);
+    const ProcStats now = proc_stats(pid);
+    if (now.fds == last.fds && now.threads == last.threads) return now;
+    last = now;
+  }
+  return last;
 }
 
 namespace {

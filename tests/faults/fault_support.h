@@ -127,6 +127,9 @@ struct ProcStats {
   long rss_kib = -1;
 };
 ProcStats proc_stats(pid_t pid);
+// proc_stats() once fds and threads hold still (two samples 50 ms apart agree; at most 2 s):
+// a server that just printed its port may still be starting its worker pool.
+ProcStats steady_stats(pid_t pid);
 // TCP ports `pid` listens on (its LISTEN sockets, IPv4 and IPv6).
 std::set<int> listening_ports(pid_t pid);
 

@@ -35,10 +35,19 @@ std::unique_ptr<Subprocess> start_trainer(const std::vector<std::string>& urls, 
       std::to_string(steps), "--bucket-delay-ms", std::to_string(bucket_delay.count())});
 }
 
-class TrainerFault : public ::testing::TestWithParam<int> {};
+// The signal the trainer gets (a struct, so gtest prints its name).
+struct TrainerSignal {
+  int sig;
+};
+
+void PrintTo(const TrainerSignal& s, std::ostream* os) {
+  *os << (s.sig == SIGKILL ? "SIGKILL" : "SIGSTOP");
+}
+
+class TrainerFault : public ::testing::TestWithParam<TrainerSignal> {};
 
 TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunRecovers) {
-  const int sig = GetParam();
+  const int sig = GetParam().sig;
   std::vector<EngineConfig> configs(2);
   configs[1].ranks = 2;
   std::vector<std::unique_ptr<EnginePeer>> engines;
@@ -95,8 +104,8 @@ TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunR
         << " session_dropped_ms=" << static_cast<long>(drop_ms)
         << " deadline_ms=" << deadline.count() << " ratio=" << drop_ms / d
         << " unpaused_ms=" << static_cast<long>(resume_ms)
-        << " session_timeout_ms=" << configs[e].session_timeout.count() << " error="
-        << (reason.find("timed out") != std::string::npos ? "timeout" : "peer");
+        << " session_timeout_ms=" << configs[e].session_timeout.count()
+        << " error=" << (reason.find("timed out") != std::string::npos ? "timeout" : "peer");
     figure(fig.str());
     expect_engine_at(urls[e], 1, "engine " + std::to_string(e) + " after the trainer died");
   }
@@ -110,9 +119,10 @@ TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunR
   for (const auto& url : urls) expect_engine_at(url, 2, "after the next trainer run");
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, TrainerFault, ::testing::Values(SIGKILL, SIGSTOP),
-                         [](const ::testing::TestParamInfo<int>& param) {
-                           return std::string(param.param == SIGKILL ? "Kill" : "Stop");
+INSTANTIATE_TEST_SUITE_P(Faults, TrainerFault,
+                         ::testing::Values(TrainerSignal{SIGKILL}, TrainerSignal{SIGSTOP}),
+                         [](const ::testing::TestParamInfo<TrainerSignal>& param) {
+                           return std::string(param.param.sig == SIGKILL ? "Kill" : "Stop");
                          });
 
 }  // namespace

@@ -11,7 +11,9 @@
 // deadline, naming A); nothing is committed anywhere (both engines keep version 1 and its
 // digest, read over HTTP from inside their namespaces); once the link is back, the same trainer
 // creates a new group and a full update commits on both engines, with the digests the generator
-// predicts. The measured figures are printed as one "FIGURE case=5 ..." line.
+// predicts. B is resumed (continue_generation) by the trainer's abort path, so it serves again
+// only once the trainer gave up: the trainer waits out its calls to the silent A. The measured
+// figures are printed as one "FIGURE case=5 ..." line.
 #include <httplib.h>
 #include <signal.h>
 
@@ -143,16 +145,26 @@ std::string expected_target_digest(std::uint64_t step) {
   return sync::to_string(sync::combined_digest(std::move(entries)));
 }
 
-// Polls an engine's /server_info from inside its namespace and records when its group was first
-// seen aborted, and why.
-class AbortWatch {
+// Polls an engine's /server_info from inside its namespace (every 20 ms) and records when its
+// group was first seen aborted, and why, then when it was first seen serving again (not paused:
+// the trainer's abort path reached it).
+class EngineWatch {
  public:
-  explicit AbortWatch(const Engine& e)
+  struct Abort {
+    Clock::time_point at;
+    std::string reason;
+  };
+
+  explicit EngineWatch(const Engine& e)
       : thread_([this, ns = e.ns, url = e.url](std::stop_token stop) { run(stop, ns, url); }) {}
 
-  std::optional<std::pair<Clock::time_point, std::string>> seen() const {
+  std::optional<Abort> aborted() const {
     std::lock_guard lock(mu_);
-    return seen_;
+    return aborted_;
+  }
+  std::optional<Clock::time_point> resumed() const {
+    std::lock_guard lock(mu_);
+    return resumed_;
   }
 
  private:
@@ -160,29 +172,32 @@ class AbortWatch {
     try {
       enter_namespace(ns);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "AbortWatch: %s\n", e.what());
-      return;  // never seen: the test fails on that
+      std::fprintf(stderr, "EngineWatch: %s\n", e.what());
+      return;  // nothing seen: the test fails on that
     }
     httplib::Client http(url);
     http.set_connection_timeout(500ms);
     http.set_read_timeout(1000ms);
-    while (!stop.stop_requested()) {
+    for (; !stop.stop_requested(); std::this_thread::sleep_for(20ms)) {
       auto res = http.Get("/server_info");
-      if (res && res->status == 200) {
-        const auto info = nlohmann::json::parse(res->body);
-        for (const auto& g : info.at("groups")) {
-          if (!g.at("aborted").get<bool>()) continue;
-          std::lock_guard lock(mu_);
-          seen_.emplace(Clock::now(), g.at("abort_reason").get<std::string>());
-          return;
+      if (!res || res->status != 200) continue;
+      const auto info = nlohmann::json::parse(res->body);
+      std::lock_guard lock(mu_);
+      if (aborted_ && !info.at("paused").get<bool>()) {
+        resumed_ = Clock::now();
+        return;
+      }
+      for (const auto& g : info.at("groups")) {
+        if (!aborted_ && g.at("aborted").get<bool>()) {
+          aborted_ = Abort{Clock::now(), g.at("abort_reason").get<std::string>()};
         }
       }
-      std::this_thread::sleep_for(20ms);
     }
   }
 
   mutable std::mutex mu_;
-  std::optional<std::pair<Clock::time_point, std::string>> seen_;
+  std::optional<Abort> aborted_;
+  std::optional<Clock::time_point> resumed_;
   std::jthread thread_;
 };
 
@@ -234,7 +249,7 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
   }
 
   // Update 2, held before bucket kCutBucket: cut A's link, then let it go on.
-  AbortWatch watch_a(a), watch_b(b);
+  EngineWatch watch_a(a), watch_b(b);
   driver.signal(SIGUSR1);
   ASSERT_TRUE(driver.wait_for_line("cut-point bucket", 30s)) << driver.output();
   net.set_link(1, false);
@@ -275,19 +290,19 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
 
   // Both engines fail on their own collective deadline; wait for the slower one (bounded).
   const auto watch_deadline = cut + 2 * kEngineDeadline + 2s;
-  while ((!watch_a.seen() || !watch_b.seen()) && Clock::now() < watch_deadline) {
+  while ((!watch_a.aborted() || !watch_b.aborted()) && Clock::now() < watch_deadline) {
     std::this_thread::sleep_for(20ms);
   }
-  const auto seen_a = watch_a.seen(), seen_b = watch_b.seen();
+  const auto seen_a = watch_a.aborted(), seen_b = watch_b.aborted();
   ASSERT_TRUE(seen_a) << "engine A never failed its group; " << server_info_text(a) << "\n"
                       << driver.output();
   ASSERT_TRUE(seen_b) << "engine B never failed its group; " << server_info_text(b) << "\n"
                       << driver.output();
-  const double a_fail = seconds(seen_a->first - cut), b_fail = seconds(seen_b->first - cut);
+  const double a_fail = seconds(seen_a->at - cut), b_fail = seconds(seen_b->at - cut);
   const double engine_deadline = seconds(kEngineDeadline),
                sender_deadline = seconds(kSenderDeadline);
   for (const auto& [who, took, reason] :
-       {std::tuple{"A", a_fail, seen_a->second}, std::tuple{"B", b_fail, seen_b->second}}) {
+       {std::tuple{"A", a_fail, seen_a->reason}, std::tuple{"B", b_fail, seen_b->reason}}) {
     EXPECT_GE(took, 0.5 * engine_deadline) << who << ": " << reason;
     EXPECT_LE(took, 2.0 * engine_deadline) << who << ": " << reason;
     EXPECT_NE(reason.find("timed out"), std::string::npos) << who << ": " << reason;
@@ -307,8 +322,13 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
     EXPECT_FALSE(c.in_session) << e->url;
     EXPECT_EQ(c.failed_updates, "1") << e->url;
   }
-  // The trainer's abort path resumed B on its previous weights; A, cut off, stays paused.
-  EXPECT_FALSE(read_committed(b).paused);
+  // The trainer's abort path resumed B on its previous weights, within the trainer's bound; A,
+  // cut off, stays paused.
+  const auto b_resumed = watch_b.resumed();
+  ASSERT_TRUE(b_resumed) << driver.output();
+  const double b_resume = seconds(*b_resumed - cut);
+  EXPECT_LE(b_resume, 2.0 * sender_deadline);
+  EXPECT_TRUE(read_committed(a).paused);
 
   // Link back: the same trainer builds a new group and a full update commits everywhere.
   net.set_link(1, true);
@@ -331,10 +351,11 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
 
   std::printf(
       "FIGURE case=5 engine_deadline_s=%.3f sender_deadline_s=%.3f cut_engine_fail_s=%.3f "
-      "other_engine_fail_s=%.3f sender_data_phase_s=%.3f sender_return_after_cut_s=%.3f "
+      "other_engine_fail_s=%.3f other_engine_resumed_s=%.3f sender_data_phase_s=%.3f "
+      "sender_return_after_cut_s=%.3f "
       "recovery_update_s=%.3f committed_during_cut=%s recovered=%s\n",
-      engine_deadline, sender_deadline, a_fail, b_fail, data_seconds, returned_after, recovery,
-      nothing_committed ? "no" : "yes", recovered ? "yes" : "no");
+      engine_deadline, sender_deadline, a_fail, b_fail, b_resume, data_seconds, returned_after,
+      recovery, nothing_committed ? "no" : "yes", recovered ? "yes" : "no");
   std::fflush(stdout);
 }
 

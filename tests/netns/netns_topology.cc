@@ -139,10 +139,14 @@ std::optional<std::string> netns_unavailable_reason() {
   if (::geteuid() != 0) return "network namespaces need root (CAP_NET_ADMIN); running as non-root";
   const std::string probe = std::string(kPrefix) + std::to_string(::getpid()) + "-probe";
   if (run_command({ip_program(), "netns", "add", probe}) != 0) {
-    return "cannot create a network namespace here ('ip netns add' failed: no CAP_NET_ADMIN, or "
-           "a container without it)";
+    return "cannot create a network namespace here ('ip netns add' failed: no CAP_SYS_ADMIN, or "
+           "a container that forbids it)";
   }
+  // Creating a namespace needs other rights than building links in it: try both.
+  const bool links = run_command({ip_program(), "-n", probe, "link", "add", "probe0", "type",
+                                  "veth", "peer", "name", "probe1"}) == 0;
   run_command({ip_program(), "netns", "del", probe});
+  if (!links) return "cannot create veth links in a network namespace here (no CAP_NET_ADMIN)";
   return std::nullopt;
 }
 

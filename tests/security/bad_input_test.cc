@@ -316,13 +316,22 @@ TEST(SecurityBadInput, HugeClaimsDoNotGrowTheEnginesMemory) {
   EXPECT_EQ(split.status, 400) << split.body.substr(0, 300);
   EXPECT_NE(split.message().find("exceeds the limit"), std::string::npos) << split.message();
 
+  // A group of 2^31 - 1 ranks with this engine as the last one, through a real store: the join
+  // times out waiting for rank 0 without sizing anything by the world size.
+  StoreProcess store({});
+  auto ranks = engine.post(
+      "/init_weights_update_group",
+      R"({"master_address":"127.0.0.1","master_port":)" + std::to_string(store.port) +
+          R"(,"rank_offset":2147483646,"world_size":2147483647,"group_name":"huge","backend":"gloo"})");
+  EXPECT_EQ(ranks.status, 504) << ranks.body;
+
   // A 1 TiB Content-Length with no body behind it: 413 at once, before any body is read.
   RawConnection claim(engine.host(), engine.port());
   ASSERT_TRUE(claim.connected());
   ASSERT_TRUE(
       claim.send("POST /begin_weight_update HTTP/1.1\r\nHost: x\r\n"
                  "Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n"));
-  const std::string answer = claim.read(4096, 5s);
+  const std::string answer = claim.read_http_response(5s);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
 
   // A chunked body whose first chunk claims 1 TiB.
@@ -331,7 +340,7 @@ TEST(SecurityBadInput, HugeClaimsDoNotGrowTheEnginesMemory) {
   ASSERT_TRUE(
       chunked.send("POST /pause_generation HTTP/1.1\r\nHost: x\r\n"
                    "Transfer-Encoding: chunked\r\n\r\n10000000000\r\n{\"mode\":"));
-  const std::string chunk_answer = chunked.read(4096, 10s);
+  const std::string chunk_answer = chunked.read_http_response(10s);
   EXPECT_EQ(chunk_answer.rfind("HTTP/1.1 4", 0), 0u) << chunk_answer;
   EXPECT_TRUE(chunked.closed_within(5s));
 

@@ -83,8 +83,7 @@ std::string init_body(const std::string& address, int port) {
 }
 
 TEST(SecurityBinding, EngineRefusesMasterAddressesOutsideTheAllowedListBeforeConnecting) {
-  EngineProcess engine(
-      {"--allowed-master-addresses", "127.0.0.2, trainer-0.example", "--init-timeout-ms", "1500"});
+  EngineProcess engine({"--allowed-master-addresses", "127.0.0.2, trainer-0.example"});
   Listener refused("127.0.0.1");
   const EngineState before = engine.state();
   for (const std::string address : {"127.0.0.1", "localhost", "127.0.0.02", "trainer-0"}) {

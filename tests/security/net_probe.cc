@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,31 @@ std::string RawConnection::read(std::size_t n, std::chrono::milliseconds timeout
     out.append(buf, static_cast<std::size_t>(r));
   }
   return out;
+}
+
+std::string RawConnection::read_http_response(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+  };
+  std::string out;
+  std::size_t head_end = std::string::npos;
+  while (head_end == std::string::npos && left().count() > 0) {
+    bool closed = false;
+    const std::string got = read(1, left(), &closed);
+    out += got;
+    head_end = out.find("\r\n\r\n");
+    if (closed || got.empty()) return out;
+  }
+  if (head_end == std::string::npos) return out;
+  std::size_t length = 0;
+  std::string lower = out.substr(0, head_end);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (const auto at = lower.find("\r\ncontent-length:"); at != std::string::npos) {
+    length = std::stoul(lower.substr(at + 17));
+  }
+  return out + read(length, left());
 }
 
 bool RawConnection::closed_within(std::chrono::milliseconds timeout) {

@@ -27,6 +27,9 @@ class RawConnection {
   bool send(const std::string& bytes);
   // Up to `n` bytes within `timeout`; *closed is set when the peer closed or reset.
   std::string read(std::size_t n, std::chrono::milliseconds timeout, bool* closed = nullptr);
+  // One HTTP response (head, then Content-Length bytes of body), or what arrived of it within
+  // `timeout`.
+  std::string read_http_response(std::chrono::milliseconds timeout);
   // True when the peer closes (EOF or reset) within `timeout`; bytes before that are dropped.
   bool closed_within(std::chrono::milliseconds timeout);
   // Closes with an RST, like a crashed peer.
