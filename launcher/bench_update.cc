@@ -223,6 +223,13 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
   uo.buckets.timeout = comm::Millis(o.timeout_ms);
   uo.request_timeout = comm::Millis(o.timeout_ms);
   uo.group_timeout = comm::Millis(o.timeout_ms);
+  // The source's chain chunks must match the engines' --chunk-bytes (checked at group setup).
+  uo.communicator_factory = [chunk = o.chunk_bytes](std::string_view backend,
+                                                    const comm::CommOptions& options) {
+    comm::CommOptions with_chunk = options;
+    with_chunk.chunk_bytes = chunk;
+    return comm::create_communicator(backend, with_chunk);
+  };
   sync::trainer::DistributedUpdater updater(urls, uo);
 
   std::printf(
@@ -230,8 +237,8 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
       " %d updates, gloo over loopback\n",
       o.engines, o.ranks_per_engine, format_bytes(model_bytes).c_str(), metas.size(),
       format_bytes(o.bucket_bytes).c_str(), o.iters);
-  std::printf("%4s %10s %9s %8s %9s %10s %11s %12s\n", "step", "seconds", "GB/s", "buckets",
-              "data(s)", "outside%", "http_wait%", "src_peakRSS");
+  std::printf("%4s %10s %9s %8s %9s %9s %10s %11s %12s\n", "step", "seconds", "GB/s", "buckets",
+              "data(s)", "commit(s)", "outside%", "http_wait%", "src_peakRSS");
   std::fflush(stdout);
   double total_s = 0, total_data = 0;
   std::uint64_t buckets = 0;
@@ -252,9 +259,9 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
     const double outside = 1.0 - plane / r.seconds;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("%4d %10.3f %9.3f %8llu %9.3f %9.1f%% %10.1f%% %12s\n", step, r.seconds, r.gbps(),
-                static_cast<unsigned long long>(r.buckets), r.phases.data, 100 * outside,
-                100 * r.http_wait_seconds / r.seconds,
+    std::printf("%4d %10.3f %9.3f %8llu %9.3f %9.3f %9.1f%% %10.1f%% %12s\n", step, r.seconds,
+                r.gbps(), static_cast<unsigned long long>(r.buckets), r.phases.data,
+                r.phases.commit, 100 * outside, 100 * r.http_wait_seconds / r.seconds,
                 format_bytes(static_cast<std::uint64_t>(ru.ru_maxrss) << 10).c_str());
     std::fflush(stdout);
     total_s += r.seconds;
