@@ -12,13 +12,8 @@ namespace {
 
 using wire::Json;
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw comm::BadRequestError(path + ": " + problem);
-}
-
-std::string indexed(std::string_view list, std::size_t i) {
-  return std::string(list) + "[" + std::to_string(i) + "]";
-}
+using wire::fail;
+using wire::indexed;
 
 // group_name is optional everywhere, defaulting to SGLang's name, and not Optional[str] there:
 // null is a wrong type, not "absent".

@@ -10,10 +10,6 @@
 namespace weightcast::sync::wire {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw comm::BadRequestError(path + ": " + problem);
-}
-
 bool is_json_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }

@@ -34,6 +34,16 @@ Json parse_body(std::string_view body, const ProtocolLimits& limits, bool allow_
 // Compact text of `value`; never throws on strings that are not UTF-8 (they are replaced).
 std::string dump(const Json& value);
 
+// Throws comm::BadRequestError "<path>: <problem>", the shape of every protocol error.
+[[noreturn]] inline void fail(const std::string& path, const std::string& problem) {
+  throw comm::BadRequestError(path + ": " + problem);
+}
+
+// "names[3]": the path of element i of a list field.
+inline std::string indexed(std::string_view list, std::size_t i) {
+  return std::string(list) + "[" + std::to_string(i) + "]";
+}
+
 // "string", "number", "array", ...: for messages.
 std::string_view type_name(const Json& value);
 

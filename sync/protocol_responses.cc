@@ -13,13 +13,8 @@ namespace {
 
 using wire::Json;
 
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw comm::BadRequestError(path + ": " + problem);
-}
-
-std::string indexed(std::string_view list, std::size_t i) {
-  return std::string(list) + "[" + std::to_string(i) + "]";
-}
+using wire::fail;
+using wire::indexed;
 
 // {success, message}, shared by every response. message is optional on the wire: SGLang's
 // outputs default it to "".

@@ -6,20 +6,10 @@
 
 #include "comm/errors.h"
 #include "sync/protocol.h"
+#include "tests/sync/protocol/bad_request.h"
 
 namespace weightcast::sync {
 namespace {
-
-template <typename F>
-std::string bad_request(F&& f) {
-  try {
-    f();
-  } catch (const comm::BadRequestError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no BadRequestError";
-  return {};
-}
 
 std::string nested(std::size_t depth) {
   return std::string(depth, '[') + std::string(depth, ']');

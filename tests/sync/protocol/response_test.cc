@@ -7,22 +7,12 @@
 
 #include "comm/errors.h"
 #include "sync/protocol.h"
+#include "tests/sync/protocol/bad_request.h"
 
 namespace weightcast::sync {
 namespace {
 
 using Json = nlohmann::json;
-
-template <typename F>
-std::string bad_request(F&& f) {
-  try {
-    f();
-  } catch (const comm::BadRequestError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no BadRequestError";
-  return {};
-}
 
 ServerInfoResponse sample_server_info() {
   ServerInfoResponse s;

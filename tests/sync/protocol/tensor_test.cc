@@ -7,23 +7,12 @@
 #include <string>
 
 #include "comm/errors.h"
+#include "tests/sync/protocol/bad_request.h"
 
 namespace weightcast::sync {
 namespace {
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-
-// Runs `f`, requires a BadRequestError, and returns its message.
-template <typename F>
-std::string bad_request(F&& f) {
-  try {
-    f();
-  } catch (const comm::BadRequestError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no BadRequestError";
-  return {};
-}
 
 TEST(TensorMeta, NumelAndByteCount) {
   const struct {
