@@ -255,7 +255,9 @@ class GuardedServer final : public httplib::Server {
       bool closed = false;
       ok = process_request(stream, /*close_connection=*/left == 1, closed, nullptr);
       dropped = !ok || stream.refused();
-      if (!ok || closed) break;
+      // A refused request's body was not consumed, so the stream's framing is lost: never read a
+      // next request from it.
+      if (!ok || closed || dropped) break;
     }
     if (dropped) linger(sock, std::min(limits.read_timeout, std::chrono::milliseconds(2000)));
     ::shutdown(sock, SHUT_RDWR);
