@@ -28,19 +28,7 @@ Selector read_selector(const wire::FieldReader& r) {
   return wire::as_enum(v, "selector", parse_selector);
 }
 
-std::vector<std::int64_t> read_shape(const Json& value, const std::string& path) {
-  const Json& dims = wire::as_array(value, path, kMaxShapeRank);
-  std::vector<std::int64_t> shape;
-  shape.reserve(dims.size());
-  for (std::size_t k = 0; k < dims.size(); ++k) {
-    // Any int64 is read here; checked_numel() then reports a negative one as
-    // "<path>[k]: must be >= 0".
-    shape.push_back(wire::as_int(dims[k], indexed(path, k),
-                                 std::numeric_limits<std::int64_t>::min(),
-                                 std::numeric_limits<std::int64_t>::max()));
-  }
-  return shape;
-}
+using wire::read_shape;
 
 // names / dtypes / shapes -> TensorMeta, checking lengths, uniqueness and sizes against the
 // limits before the caller can allocate anything for the bucket.

@@ -6,6 +6,7 @@
 
 #include "comm/errors.h"
 #include "sync/protocol_text.h"
+#include "sync/tensor.h"
 
 namespace weightcast::sync::wire {
 namespace {
@@ -223,6 +224,17 @@ FieldReader as_object(const Json& value, const std::string& path) {
     fail(path, "must be an object (got " + std::string(type_name(value)) + ")");
   }
   return FieldReader(value, path.empty() ? std::string() : path + ".");
+}
+
+std::vector<std::int64_t> read_shape(const Json& value, const std::string& path) {
+  const Json& dims = as_array(value, path, kMaxShapeRank);
+  std::vector<std::int64_t> shape;
+  shape.reserve(dims.size());
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    shape.push_back(as_int(dims[k], indexed(path, k), std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max()));
+  }
+  return shape;
 }
 
 }  // namespace weightcast::sync::wire

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,10 @@ std::string dump(const Json& value);
 inline std::string indexed(std::string_view list, std::size_t i) {
   return std::string(list) + "[" + std::to_string(i) + "]";
 }
+
+// A shape: an array of at most kMaxShapeRank integers. Any int64 is read; checked_numel() then
+// reports a negative one as "<path>[k]: must be >= 0".
+std::vector<std::int64_t> read_shape(const Json& value, const std::string& path);
 
 // "string", "number", "array", ...: for messages.
 std::string_view type_name(const Json& value);

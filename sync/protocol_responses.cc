@@ -46,15 +46,8 @@ std::string read_digest(const Json& value, const std::string& path) {
   return s;
 }
 
-std::vector<std::int64_t> read_shape(const Json& value, const std::string& path) {
-  const Json& dims = wire::as_array(value, path, kMaxShapeRank);
-  std::vector<std::int64_t> shape;
-  shape.reserve(dims.size());
-  for (std::size_t k = 0; k < dims.size(); ++k) {
-    shape.push_back(wire::as_int(dims[k], indexed(path, k),
-                                 std::numeric_limits<std::int64_t>::min(),
-                                 std::numeric_limits<std::int64_t>::max()));
-  }
+std::vector<std::int64_t> read_checked_shape(const Json& value, const std::string& path) {
+  std::vector<std::int64_t> shape = wire::read_shape(value, path);
   (void)checked_numel(shape, path);
   return shape;
 }
@@ -96,7 +89,7 @@ TensorChecksum read_tensor_checksum(const Json& value, const std::string& path,
   const std::string dtype_path = r.path("dtype");
   const Json& dtype = r.required("dtype");
   out.dtype = wire::as_enum(dtype, dtype_path, parse_dtype);
-  out.shape = read_shape(r.required("shape"), r.path("shape"));
+  out.shape = read_checked_shape(r.required("shape"), r.path("shape"));
   return out;
 }
 
