@@ -1,5 +1,7 @@
 #include "tests/faults/fault_support.h"
 
+#include "tests/support/engine_launch.h"
+
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -57,34 +59,15 @@ HttpAnswer http_post(const std::string& url, const std::string& path, const std:
 }
 
 EnginePeer::EnginePeer(EngineConfig config) : config_(std::move(config)) {
-  std::vector<std::string> argv = {WEIGHTCAST_ENGINE_BIN,
-                                   "--port",
-                                   "0",
-                                   "--ranks",
-                                   std::to_string(config_.ranks),
-                                   "--model",
-                                   "tiny",
-                                   "--seed",
-                                   std::to_string(kSeed),
-                                   "--target-layout",
-                                   "shuffle",
-                                   "--draft",
-                                   "--draft-layout",
-                                   "shuffle",
-                                   "--draft-filter",
-                                   "mtp.*",
-                                   "--comm-timeout-ms",
-                                   std::to_string(config_.comm_timeout.count()),
-                                   "--session-timeout-ms",
-                                   std::to_string(config_.session_timeout.count()),
-                                   "--init-timeout-ms",
-                                   std::to_string(config_.init_timeout.count())};
-  argv.insert(argv.end(), config_.extra.begin(), config_.extra.end());
-  process_ = std::make_unique<testing::Subprocess>(argv);
-  const auto rest = process_->wait_for_line("weightcast-engine listening on ", 30s);
-  if (!rest) throw std::runtime_error("engine did not start: " + process_->drain(1s));
-  url_ = *rest;
-  port_ = std::stoi(url_.substr(url_.rfind(':') + 1));
+  std::vector<std::string> flags = {
+      "--comm-timeout-ms",    std::to_string(config_.comm_timeout.count()),
+      "--session-timeout-ms", std::to_string(config_.session_timeout.count()),
+      "--init-timeout-ms",    std::to_string(config_.init_timeout.count())};
+  flags.insert(flags.end(), config_.extra.begin(), config_.extra.end());
+  process_ = std::make_unique<testing::Subprocess>(
+      testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, config_.ranks, kSeed, flags));
+  url_ = testing::wait_for_engine_url(*process_, 30s);
+  port_ = testing::url_port(url_);
 }
 
 EngineState engine_state(const std::string& url) {

@@ -9,6 +9,7 @@
 
 #include "sync/engine/weights.h"
 #include "sync/model.h"
+#include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/engine/process_sender.h"
 #include "tests/sync/engine/test_util.h"
@@ -35,35 +36,15 @@ struct EngineProcess {
 // Starts weightcast-engine with a target (shuffle) and a frozen draft (shuffle, a filter that
 // matches none of the sent names) and reads its port from the "listening on" line.
 EngineProcess start_engine(int ranks, std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {WEIGHTCAST_ENGINE_BIN,
-                                   "--port",
-                                   "0",
-                                   "--ranks",
-                                   std::to_string(ranks),
-                                   "--model",
-                                   "tiny",
-                                   "--seed",
-                                   std::to_string(kSeed),
-                                   "--target-layout",
-                                   "shuffle",
-                                   "--draft",
-                                   "--draft-layout",
-                                   "shuffle",
-                                   "--draft-filter",
-                                   "mtp.*",
-                                   "--init-timeout-ms",
-                                   "15000",
-                                   "--comm-timeout-ms",
-                                   "2000",
-                                   "--chunk-bytes",
-                                   "64K"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  EngineProcess e{Subprocess(argv), {}};
-  const std::string prefix = "weightcast-engine listening on http://";
-  auto rest = e.process.wait_for_line(prefix, 20s);
-  if (!rest) throw std::runtime_error("engine did not start: " + e.process.drain(1s));
-  const auto colon = rest->rfind(':');
-  e.endpoint = {rest->substr(0, colon), std::stoi(rest->substr(colon + 1)), ranks};
+  std::vector<std::string> flags = {"--init-timeout-ms", "15000", "--comm-timeout-ms", "2000",
+                                    "--chunk-bytes",     "64K"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  EngineProcess e{
+      Subprocess(weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, kSeed, flags)),
+      {}};
+  const std::string url = weightcast::testing::wait_for_engine_url(e.process, 20s);
+  const std::string host = url.substr(std::string("http://").size());
+  e.endpoint = {host.substr(0, host.rfind(':')), weightcast::testing::url_port(url), ranks};
   return e;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sync/trainer/engine_client.h"
+#include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 
 namespace weightcast::sync::trainer {
@@ -43,25 +44,10 @@ struct Engine {
 };
 
 Engine start_engine(int ranks, std::vector<std::string> extra = {}, int seed = 5) {
-  std::vector<std::string> argv = {WEIGHTCAST_ENGINE_BIN,
-                                   "--port",
-                                   "0",
-                                   "--ranks",
-                                   std::to_string(ranks),
-                                   "--model",
-                                   "tiny",
-                                   "--seed",
-                                   std::to_string(seed),
-                                   "--draft",
-                                   "--target-layout",
-                                   "shuffle",
-                                   "--draft-layout",
-                                   "shuffle"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  Engine e{std::make_unique<Subprocess>(argv), ""};
-  const auto rest = e.process->wait_for_line("weightcast-engine listening on ", seconds(30));
-  if (!rest) throw std::runtime_error("engine did not start: " + e.process->output());
-  e.url = *rest;
+  Engine e{std::make_unique<Subprocess>(testing::test_engine_argv(
+               WEIGHTCAST_ENGINE_BIN, ranks, static_cast<std::uint64_t>(seed), extra)),
+           ""};
+  e.url = testing::wait_for_engine_url(*e.process, seconds(30));
   return e;
 }
 
