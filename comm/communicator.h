@@ -47,6 +47,13 @@ struct CommOptions {
 
   // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
   int cuda_device = -1;
+
+  // The group has torch.distributed members (comm/torch_group.h): rendezvous under the keys
+  // ProcessGroupGloo / ProcessGroupNCCL use (opts.store must already carry torch's prefix chain)
+  // and run the collectives they run, one broadcast() per dist.broadcast() of a torch member.
+  // Gloo then uses gloo::broadcast (a binomial tree) instead of the pipelined chain, and
+  // chunk_bytes / chunks_in_flight are unused.
+  bool torch_compatible = false;
 };
 
 class Communicator {

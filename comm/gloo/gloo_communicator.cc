@@ -18,6 +18,8 @@
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
 #include "comm/gloo/gloo_watchdog.h"
+#include "comm/store/prefix_store.h"
+#include "comm/torch_group.h"
 
 namespace weightcast::comm {
 namespace gloo_backend {
@@ -81,6 +83,10 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   Millis default_timeout() const override { return opts_.timeout; }
 
   void broadcast(const BroadcastOptions& opts) override {
+    if (opts_.torch_compatible) {
+      torch_broadcast(opts);
+      return;
+    }
     check_args(opts);
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     ChainArgs args;
@@ -113,11 +119,31 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   void barrier(Millis timeout) override {
     WC_ENFORCE_GT(timeout.count(), 0, "barrier timeout (ms)");
     throw_if_failed();
+    const std::uint32_t tag = next_torch_tag_++;  // ProcessGroupGloo counts barriers too
     if (opts_.size == 1) return;
     run_collective("gloo barrier", timeout, [&] {
       ::gloo::BarrierOptions o(context_);
+      if (opts_.torch_compatible) o.setTag(tag);
       o.setTimeout(timeout);
       ::gloo::barrier(o);
+    });
+  }
+
+  // ProcessGroupGloo's broadcast of one CPU tensor: gloo::broadcast with the next collective tag
+  // (ProcessGroupGloo::nextTag(), from 0, one per collective). Bytes are bytes on the wire, so a
+  // torch member may broadcast any dtype of the same byte count (the tree splits nothing).
+  void torch_broadcast(const BroadcastOptions& opts) {
+    check_args(opts);
+    const Millis timeout = opts.timeout.value_or(opts_.timeout);
+    const std::uint32_t tag = next_torch_tag_++;
+    if (opts_.size == 1) return;
+    run_collective("gloo broadcast (torch-compatible)", timeout, [&] {
+      ::gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
+      o.setRoot(opts.root);
+      o.setTag(tag);
+      o.setTimeout(timeout);
+      ::gloo::broadcast(o);
     });
   }
 
@@ -225,6 +251,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   std::optional<Failure> failure_;
   std::atomic<bool> failed_{false};
   std::once_flag teardown_once_;
+  std::uint32_t next_torch_tag_ = 0;  // collectives run on one thread at a time
 };
 
 std::shared_ptr<::gloo::transport::Device> make_device(const std::string& address) {
@@ -260,6 +287,29 @@ void check_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
   }
 }
 
+[[noreturn]] void rethrow_rendezvous(const std::string& who, const std::exception& e) {
+  const std::string msg = "gloo rendezvous of " + who + " failed: " + e.what();
+  if (is_gloo_timeout(e.what())) throw TimeoutError(msg);
+  throw PeerError("a peer connecting during rendezvous", msg);
+}
+
+// A group with torch members: the keys ProcessGroupGloo uses (its per-device prefix inside the
+// group's chain) and nothing of ours (no chunk size, no "connected" keys torch would never set).
+std::unique_ptr<GlooCommunicator> connect_torch_compatible(
+    const CommOptions& opts, std::shared_ptr<::gloo::transport::Device> device,
+    const std::shared_ptr<::gloo::rendezvous::Context>& context, const std::string& who) {
+  auto scoped = std::make_shared<PrefixStore>(torch_gloo_device_prefix(0), opts.store);
+  GlooStoreAdapter store(scoped, opts.timeout, who);
+  try {
+    context->connectFullMesh(store, device);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrow_rendezvous(who, e);
+  }
+  return std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), context);
+}
+
 }  // namespace
 }  // namespace gloo_backend
 
@@ -271,6 +321,7 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   auto context = std::make_shared<::gloo::rendezvous::Context>(opts.rank, opts.size);
   context->setTimeout(opts.timeout);
   const std::string who = detail::concat("rank ", opts.rank, " of ", opts.size);
+  if (opts.torch_compatible) return connect_torch_compatible(opts, std::move(device), context, who);
   GlooStoreAdapter store(opts.store, opts.timeout, who);
   try {
     if (opts.rank == 0) publish_chunk_bytes(store, opts);
@@ -288,9 +339,7 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   } catch (const Error&) {
     throw;  // our store's typed errors, already phrased
   } catch (const std::exception& e) {
-    const std::string msg = "gloo rendezvous of " + who + " failed: " + e.what();
-    if (is_gloo_timeout(e.what())) throw TimeoutError(msg);
-    throw PeerError("a peer connecting during rendezvous", msg);
+    rethrow_rendezvous(who, e);
   }
 }
 

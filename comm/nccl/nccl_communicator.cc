@@ -11,6 +11,7 @@
 #include "comm/nccl/cuda_device.h"
 #include "comm/nccl/nccl_compat.h"
 #include "comm/nccl/nccl_unique_id.h"
+#include "comm/torch_group.h"
 
 namespace weightcast::comm {
 namespace {
@@ -315,13 +316,17 @@ std::unique_ptr<Communicator> create_nccl_communicator(const CommOptions& opts) 
   const int device = nccl_detail::resolve_cuda_device(opts.cuda_device);
   ScopedDevice scoped(device);
   auto comm = std::make_unique<NcclCommunicator>(opts, device);
+  // A group with torch members exchanges the id where ProcessGroupNCCL does: the key of the
+  // group's first communicator, "0", under the group's torch prefix chain.
+  const std::string key =
+      opts.torch_compatible ? torch_nccl_unique_id_key(0) : std::string(kNcclUniqueIdKey);
   NcclUniqueIdBytes id;
   if (opts.rank == 0) {
     id = create_nccl_unique_id();
-    publish_unique_id(*opts.store, id, remaining(deadline));
+    publish_unique_id(*opts.store, id, remaining(deadline), key);
   } else {
     try {
-      id = fetch_unique_id(*opts.store, remaining(deadline));
+      id = fetch_unique_id(*opts.store, remaining(deadline), key);
     } catch (const TimeoutError& e) {
       throw TimeoutError(detail::concat("nccl rank ", opts.rank, " of ", opts.size,
                                         " got no unique id from rank 0 within ",

@@ -23,14 +23,15 @@ NcclUniqueIdBytes create_nccl_unique_id() {
   return out;
 }
 
-void publish_unique_id(Store& store, const NcclUniqueIdBytes& id, Millis timeout) {
-  store.set(kNcclUniqueIdKey, std::string_view(id.data(), id.size()), timeout);
+void publish_unique_id(Store& store, const NcclUniqueIdBytes& id, Millis timeout,
+                       const std::string& key) {
+  store.set(key, std::string_view(id.data(), id.size()), timeout);
 }
 
-NcclUniqueIdBytes fetch_unique_id(Store& store, Millis timeout) {
-  const std::string value = store.get(kNcclUniqueIdKey, timeout);
+NcclUniqueIdBytes fetch_unique_id(Store& store, Millis timeout, const std::string& key) {
+  const std::string value = store.get(key, timeout);
   if (value.size() != kNcclUniqueIdBytes) {
-    throw BadRequestError(detail::concat("store key '", kNcclUniqueIdKey, "' holds ", value.size(),
+    throw BadRequestError(detail::concat("store key '", key, "' holds ", value.size(),
                                          " bytes, an NCCL unique id has ", kNcclUniqueIdBytes));
   }
   NcclUniqueIdBytes out;

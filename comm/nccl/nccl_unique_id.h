@@ -25,11 +25,14 @@ using NcclUniqueIdBytes = std::array<char, kNcclUniqueIdBytes>;
 // when no usable network interface exists for its bootstrap.
 NcclUniqueIdBytes create_nccl_unique_id();
 
-// Stores `id` under kNcclUniqueIdKey.
-void publish_unique_id(Store& store, const NcclUniqueIdBytes& id, Millis timeout);
+// Stores `id` under `key` (kNcclUniqueIdKey in weightcast groups; torch_nccl_unique_id_key(0) in
+// groups with torch members, where the raw 128 bytes are what ProcessGroupNCCL reads).
+void publish_unique_id(Store& store, const NcclUniqueIdBytes& id, Millis timeout,
+                       const std::string& key = kNcclUniqueIdKey);
 
-// Waits up to `timeout` for the id (TimeoutError when it does not appear) and throws
+// Waits up to `timeout` for the id under `key` (TimeoutError when it does not appear) and throws
 // BadRequestError when the stored value is not exactly kNcclUniqueIdBytes long.
-NcclUniqueIdBytes fetch_unique_id(Store& store, Millis timeout);
+NcclUniqueIdBytes fetch_unique_id(Store& store, Millis timeout,
+                                  const std::string& key = kNcclUniqueIdKey);
 
 }  // namespace weightcast::comm

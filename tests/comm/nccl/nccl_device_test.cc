@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/store/memory_store.h"
+#include "comm/torch_group.h"
 #include "tests/comm/nccl/nccl_test_util.h"
 
 namespace weightcast::comm {
@@ -222,6 +223,26 @@ TEST(NcclDevice, AbortIsIdempotentAndFailsLaterCalls) {
   DeviceBuffer empty(0, 0);
   EXPECT_THROW(comm->broadcast(device_broadcast(empty, 0)), Error);
   EXPECT_THROW(comm->barrier(milliseconds(1000)), Error);
+}
+
+// A torch-compatible group (as with SGLang engine ranks) forms under ProcessGroupNCCL's key and
+// broadcasts device memory like any other.
+TEST(NcclDevice, TorchCompatibleGroupFormsUnderTorchKeyAndBroadcasts) {
+  REQUIRE_CUDA_DEVICES(1);
+  const int ranks = ranks_for_multi_gpu();
+  auto base = std::make_shared<MemoryStore>();
+  auto store = torch_group_store(base, "miles-pp_0", "nccl", TorchKeys::kTorch2);
+  rethrow_first(run_ranks(ranks, [&](int r) {
+    auto opts = options(store, r, ranks, milliseconds(30000));
+    opts.torch_compatible = true;
+    auto comm = create_communicator("nccl", opts);
+    DeviceBuffer buffer(r, 1 << 20);
+    const auto data = pattern(1 << 20, 3);
+    if (r == 0) buffer.upload(data);
+    comm->broadcast(device_broadcast(buffer, 0));
+    EXPECT_EQ(buffer.download(), data) << "rank " << r;
+  }));
+  EXPECT_TRUE(base->check("miles-pp_0/miles-pp_0//cuda//0", milliseconds(100)));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "comm/store/memory_store.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "comm/torch_group.h"
 
 namespace weightcast::comm {
 namespace {
@@ -151,6 +152,19 @@ TEST(NcclUniqueId, CreatedIdRoundTripsThroughAStore) {
   publish_unique_id(store, id, milliseconds(5000));
   EXPECT_EQ(store.get(kNcclUniqueIdKey, milliseconds(1000)).size(), kNcclUniqueIdBytes);
   EXPECT_EQ(fetch_unique_id(store, milliseconds(5000)), id);
+}
+
+// In a group with torch members the id sits where torch 2.x ProcessGroupNCCL reads it: key "0"
+// under the group's chain, the raw 128 bytes (written out here, not composed by the code).
+TEST(NcclUniqueId, TorchCompatibleGroupsUseProcessGroupNcclKey) {
+  auto base = std::make_shared<MemoryStore>();
+  auto group = torch_group_store(base, "miles-pp_0", "nccl", TorchKeys::kTorch2);
+  const NcclUniqueIdBytes id = synthetic_id(5);
+  publish_unique_id(*group, id, milliseconds(1000), torch_nccl_unique_id_key(0));
+  EXPECT_EQ(base->get("miles-pp_0/miles-pp_0//cuda//0", milliseconds(1000)),
+            std::string(id.data(), id.size()));
+  EXPECT_EQ(fetch_unique_id(*group, milliseconds(1000), "0"), id);
+  EXPECT_FALSE(base->check(kNcclUniqueIdKey, milliseconds(100)));
 }
 
 }  // namespace
