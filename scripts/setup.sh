@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages weightcast needs, if any are missing. As root it runs apt-get;
+# Installs the Debian packages weightcast needs, if any are missing (Debian's python3-torch is
+# the real torch.distributed peer of the interop tests; pybind11 builds the Python module). As root it runs apt-get;
 # otherwise it prints the exact command to run and stops with status 1.
 set -euo pipefail
 
@@ -13,6 +14,8 @@ packages=(
   libcli11-dev
   libxxhash-dev
   iproute2 procps
+  python3-torch python3-xxhash python3-numpy
+  python3-dev pybind11-dev
 )
 
 missing=()
