@@ -1,0 +1,402 @@
+// C10dStoreServer: an acceptor thread plus one thread per connection, as TcpStoreServer. A
+// connection thread owns its socket: it reads a byte stream, decodes torch requests as they
+// complete (c10d_protocol.h) and answers them. A WAIT whose keys are missing does not block the
+// thread: it is kept as pending, the thread registers an eventfd with the state and goes on
+// reading, and answers STOP_WAITING when a change makes the keys present — so CANCEL_WAIT (2.x)
+// and further requests on the same connection are still read, and other connections never wait on
+// this one. Connection fds are closed only after their thread is joined (reaper or stop()).
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+
+#include "comm/errors.h"
+#include "comm/store/c10d_protocol.h"
+#include "comm/store/c10d_store.h"
+#include "comm/store/c10d_store_state.h"
+#include "comm/store/socket_io.h"
+
+namespace weightcast::comm {
+
+namespace proto = c10d_protocol;
+
+namespace {
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+// torch clients have one WAIT outstanding; a 1.x client that timed out may leave one behind and
+// send another. More than this on one connection is abuse.
+constexpr std::size_t kMaxPendingWaits = 64;
+const std::string kInitKey = "init/";
+
+enum class Woke { kSocket, kWake, kBoth, kTimeout, kStopped, kError };
+
+// Polls the socket and the connection's eventfd until one is readable, the deadline passes or
+// stop is set (checked every kStopPollSlice).
+Woke poll_two(int fd, int wake_fd, Deadline deadline, const std::atomic<bool>& stop) {
+  while (true) {
+    if (stop.load()) return Woke::kStopped;
+    if (expired(deadline)) return Woke::kTimeout;
+    const Millis slice = std::min(remaining(deadline), net::kStopPollSlice);
+    pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int r = ::poll(p, 2, static_cast<int>(slice.count()) + 1);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Woke::kError;
+    }
+    if (r == 0) continue;
+    const bool sock = p[0].revents != 0;
+    const bool wake = p[1].revents != 0;
+    return sock && wake ? Woke::kBoth : sock ? Woke::kSocket : Woke::kWake;
+  }
+}
+
+}  // namespace
+
+struct C10dStoreServer::Impl {
+  struct Conn {
+    net::Fd fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  // What one connection thread knows about its peer.
+  struct Session {
+    int fd = -1;
+    int wake_fd = -1;
+    std::optional<proto::Generation> gen;
+    bool seen_first = false;
+    std::list<std::vector<std::string>> pending;  // outstanding WAITs, oldest first
+    std::string in;                               // bytes read, not yet decoded
+    std::string out;                              // replies not yet sent
+    bool consumed = false;                        // the last process() completed a request
+  };
+
+  C10dStoreServerOptions opts;
+  proto::Limits limits;
+  net::Fd listener;
+  std::uint16_t port = 0;
+  std::atomic<bool> stopping{false};
+  std::thread acceptor;
+  std::mutex stop_mu;
+  bool stopped = false;
+  C10dStoreState state;
+
+  std::mutex conns_mu;
+  std::list<std::unique_ptr<Conn>> conns;
+
+  std::atomic<std::uint64_t> accepted{0}, refused{0}, active{0}, rejected_frames{0},
+      dropped_stalled{0}, torch1{0}, torch2{0};
+
+  void accept_loop();
+  void start_conn(net::Fd fd);
+  void reap_finished();
+  void serve(int fd);
+  void serve_loop(Session& s);
+  // Decodes and answers every complete request in s.in; false drops the connection.
+  bool process(Session& s);
+  bool handle(Session& s, const proto::Request& req);
+  bool handle_wait(Session& s, std::vector<std::string> keys);
+  void answer_ready_waits(Session& s);
+  bool flush(Session& s) {
+    if (s.out.empty()) return true;
+    const bool ok = net::send_all(s.fd, s.out, deadline_after(opts.io_timeout), &stopping).ok();
+    s.out.clear();
+    return ok;
+  }
+};
+
+C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts) : impl_(std::make_unique<Impl>()) {
+  if (opts.max_connections == 0) throw ConfigError("c10d store max_connections must be positive");
+  if (opts.io_timeout <= Millis(0)) throw ConfigError("c10d store io_timeout must be positive");
+  if (opts.max_key_bytes == 0 || opts.max_keys_per_request == 0) {
+    throw ConfigError("c10d store key limits must be positive");
+  }
+  if (opts.max_request_bytes < opts.max_value_bytes + opts.max_key_bytes + 32) {
+    throw ConfigError(detail::concat("c10d store max_request_bytes ", opts.max_request_bytes,
+                                     " cannot hold one SET of the largest key and value"));
+  }
+  auto& s = *impl_;
+  s.opts = std::move(opts);
+  s.limits = {s.opts.max_key_bytes, s.opts.max_value_bytes, s.opts.max_keys_per_request,
+              s.opts.max_request_bytes};
+  std::string error;
+  s.listener = net::listen_on(s.opts.bind_address, s.opts.port, &s.port, &error);
+  if (!s.listener) {
+    throw ConfigError(detail::concat("c10d store server cannot listen on ",
+                                     net::endpoint(s.opts.bind_address, s.opts.port), ": ", error));
+  }
+  s.acceptor = std::thread([&s] { s.accept_loop(); });
+}
+
+C10dStoreServer::~C10dStoreServer() {
+  stop();
+}
+
+std::uint16_t C10dStoreServer::port() const {
+  return impl_->port;
+}
+const std::string& C10dStoreServer::host() const {
+  return impl_->opts.bind_address;
+}
+
+C10dStoreServerStats C10dStoreServer::stats() const {
+  const auto& s = *impl_;
+  return {s.accepted.load(),        s.refused.load(), s.active.load(), s.rejected_frames.load(),
+          s.dropped_stalled.load(), s.torch1.load(),  s.torch2.load()};
+}
+
+std::vector<std::string> C10dStoreServer::keys() const {
+  return impl_->state.keys();
+}
+
+void C10dStoreServer::wait_for_workers(std::int64_t workers, Millis timeout) {
+  WC_ENFORCE_GT(workers, std::int64_t{0}, "wait_for_workers needs a positive count");
+  const std::int64_t seen = impl_->state.wait_counter(kInitKey, workers, deadline_after(timeout));
+  if (seen >= workers) return;
+  throw TimeoutError(detail::concat(
+      "timed out after ", timeout.count(), " ms waiting for workers at the c10d store ",
+      net::endpoint(host(), port()), ": ", seen, "/", workers, " joined"));
+}
+
+void C10dStoreServer::stop() {
+  auto& s = *impl_;
+  std::lock_guard stop_lock(s.stop_mu);
+  if (s.stopped) return;
+  s.stopped = true;
+  s.stopping = true;
+  s.state.stop();
+  if (s.acceptor.joinable()) s.acceptor.join();
+  s.listener.reset();
+  std::list<std::unique_ptr<Impl::Conn>> conns;
+  {
+    std::lock_guard lock(s.conns_mu);
+    conns.swap(s.conns);
+  }
+  // Tells clients at once (EOF) and wakes threads blocked in poll(), before the joins.
+  for (auto& c : conns) ::shutdown(c->fd.get(), SHUT_RDWR);
+  for (auto& c : conns) {
+    if (c->thread.joinable()) c->thread.join();
+  }
+}
+
+void C10dStoreServer::Impl::reap_finished() {
+  std::lock_guard lock(conns_mu);
+  for (auto it = conns.begin(); it != conns.end();) {
+    if ((*it)->done.load()) {
+      (*it)->thread.join();
+      it = conns.erase(it);  // closes the fd
+    } else {
+      ++it;
+    }
+  }
+}
+
+void C10dStoreServer::Impl::accept_loop() {
+  while (!stopping.load()) {
+    reap_finished();
+    auto ready = net::wait_readable(listener.get(), deadline_after(Millis(500)), &stopping);
+    if (!ready.ok()) continue;
+    int err = 0;
+    net::Fd fd = net::accept_one(listener.get(), &err);
+    if (!fd) {
+      // EMFILE and friends: back off instead of spinning on a listener that stays readable.
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED) {
+        std::this_thread::sleep_for(Millis(20));
+      }
+      continue;
+    }
+    if (active.load() >= opts.max_connections) {
+      ++refused;  // torch's protocol has no error reply: closing is the refusal
+      continue;
+    }
+    start_conn(std::move(fd));
+  }
+}
+
+void C10dStoreServer::Impl::start_conn(net::Fd fd) {
+  ++accepted;
+  ++active;
+  auto conn = std::make_unique<Conn>();
+  conn->fd = std::move(fd);
+  Conn* raw = conn.get();
+  std::lock_guard lock(conns_mu);
+  conns.push_back(std::move(conn));
+  try {
+    raw->thread = std::thread([this, raw] {
+      try {
+        serve(raw->fd.get());
+      } catch (const std::exception&) {
+        // Out of memory for a request or similar: lose this connection, not the process.
+      }
+      --active;
+      raw->done = true;
+    });
+  } catch (const std::system_error&) {
+    conns.pop_back();  // no thread to serve it: close it
+    --active;
+    ++refused;
+  }
+}
+
+void C10dStoreServer::Impl::serve(int fd) {
+  net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake) return;
+  Session s;
+  s.fd = fd;
+  s.wake_fd = wake.get();
+  serve_loop(s);
+  state.unwatch(s.wake_fd);  // before the eventfd closes, so no change writes to a reused fd
+}
+
+void C10dStoreServer::Impl::serve_loop(Session& s) {
+  // Idle connections (torch 1.x keeps an idle callback socket) may stay forever; a request that
+  // has started must complete within io_timeout.
+  Deadline request_deadline = Deadline::max();
+  while (true) {
+    const Woke w = poll_two(s.fd, s.wake_fd, request_deadline, stopping);
+    if (w == Woke::kTimeout) {
+      ++dropped_stalled;
+      return;
+    }
+    if (w == Woke::kStopped || w == Woke::kError) return;
+    if (w == Woke::kWake || w == Woke::kBoth) {
+      eventfd_t ignored = 0;
+      (void)::eventfd_read(s.wake_fd, &ignored);
+      answer_ready_waits(s);
+      if (!flush(s)) return;
+    }
+    if (w == Woke::kWake) continue;
+    const std::size_t before = s.in.size();
+    s.in.resize(before + kReadChunk);
+    const ssize_t n = ::recv(s.fd, s.in.data() + before, kReadChunk, 0);
+    s.in.resize(before + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (n == 0) return;  // EOF
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return;
+    }
+    if (!process(s)) {
+      ++rejected_frames;
+      return;
+    }
+    if (!flush(s)) return;
+    // A partial request left over starts (or keeps) its clock; a clean boundary stops it.
+    if (s.in.empty()) {
+      request_deadline = Deadline::max();
+    } else if (before == 0 || s.consumed) {
+      request_deadline = deadline_after(opts.io_timeout);
+    }
+  }
+}
+
+bool C10dStoreServer::Impl::process(Session& s) {
+  s.consumed = false;
+  while (!s.in.empty()) {
+    if (!s.gen) {
+      s.gen = proto::detect_generation(s.in);
+      if (!s.gen) return true;  // a 0 byte so far: VALIDATE or a 1.x SET, not yet known
+      ++(*s.gen == proto::Generation::kTorch2 ? torch2 : torch1);
+    }
+    auto d = proto::decode_request(*s.gen, s.in, limits);
+    if (d.status == proto::Decode::kNeedMore) return true;
+    if (d.status == proto::Decode::kBad) return false;
+    s.in.erase(0, d.consumed);
+    s.consumed = true;
+    if (!handle(s, d.request)) return false;
+  }
+  return true;
+}
+
+// Answers one request into s.out; false when it is out of protocol (the connection is dropped).
+bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
+  using proto::Query;
+  // 2.x: VALIDATE opens the connection (detect_generation saw it) and comes only once.
+  const bool first = !s.seen_first;
+  s.seen_first = true;
+  if (req.query == Query::kValidate) return first && req.word == proto::kValidateMagic;
+  switch (req.query) {
+    case Query::kSet:
+      state.set(req.keys[0], req.values[0]);
+      return true;
+    case Query::kCompareSet:
+      proto::append_bytes(&s.out, state.compare_set(req.keys[0], req.values[0], req.values[1]));
+      return true;
+    case Query::kGet:
+      // A missing key reads as empty, as torch's libuv server answers (the legacy one dropped the
+      // connection); torch clients WAIT before they GET, so they never see the difference.
+      proto::append_bytes(&s.out, state.get(req.keys[0]).value_or(std::string()));
+      return true;
+    case Query::kAdd:
+      try {
+        proto::append_i64(&s.out, state.add(req.keys[0], req.delta));
+      } catch (const BadRequestError&) {
+        return false;  // not a counter, or overflow: torch has no error reply either
+      }
+      return true;
+    case Query::kCheck:
+      proto::append_u8(&s.out,
+                       state.has_all(req.keys) ? proto::kCheckReady : proto::kCheckNotReady);
+      return true;
+    case Query::kWait:
+      return handle_wait(s, req.keys);
+    case Query::kGetNumKeys:
+      proto::append_i64(&s.out, state.size());
+      return true;
+    case Query::kDeleteKey:
+      proto::append_i64(&s.out, state.erase(req.keys[0]) ? 1 : 0);
+      return true;
+    case Query::kAppend:
+      state.append(req.keys[0], req.values[0]);
+      return true;
+    case Query::kMultiGet:
+      for (const auto& k : req.keys) {
+        proto::append_bytes(&s.out, state.get(k).value_or(std::string()));
+      }
+      return true;
+    case Query::kMultiSet:
+      for (std::size_t i = 0; i < req.keys.size(); ++i) state.set(req.keys[i], req.values[i]);
+      return true;
+    case Query::kCancelWait:
+      s.pending.clear();
+      state.unwatch(s.wake_fd);
+      proto::append_u8(&s.out, proto::kWaitCanceled);
+      return true;
+    case Query::kPing:
+      proto::append_u32(&s.out, req.word);
+      return true;
+    case Query::kWatchKey:  // torch 1.x watchKey callbacks are not served
+    case Query::kValidate:
+      return false;
+  }
+  return false;
+}
+
+bool C10dStoreServer::Impl::handle_wait(Session& s, std::vector<std::string> keys) {
+  if (state.watch_unless_ready(keys, s.wake_fd)) {
+    proto::append_u8(&s.out, proto::kStopWaiting);
+    return true;
+  }
+  if (s.pending.size() >= kMaxPendingWaits) return false;
+  s.pending.push_back(std::move(keys));
+  return true;
+}
+
+void C10dStoreServer::Impl::answer_ready_waits(Session& s) {
+  for (auto it = s.pending.begin(); it != s.pending.end();) {
+    if (state.has_all(*it)) {
+      proto::append_u8(&s.out, proto::kStopWaiting);
+      it = s.pending.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (s.pending.empty()) state.unwatch(s.wake_fd);
+}
+
+}  // namespace weightcast::comm
