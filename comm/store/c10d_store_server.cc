@@ -252,6 +252,8 @@ void C10dStoreServer::Impl::serve(int fd) {
   s.wake_fd = wake.get();
   serve_loop(s);
   state.unwatch(s.wake_fd);  // before the eventfd closes, so no change writes to a reused fd
+  // The peer learns at once that it was dropped; the fd itself closes when the reaper joins us.
+  ::shutdown(fd, SHUT_RDWR);
 }
 
 void C10dStoreServer::Impl::serve_loop(Session& s) {
