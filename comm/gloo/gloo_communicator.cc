@@ -32,6 +32,22 @@ struct Failure {
   std::string message;
 };
 
+// gloo::broadcast's binomial tree as seen from `rank`: the parent it receives from (the virtual
+// rank with its highest bit cleared), then the children it sends to. When several peers are gone
+// at once (one died, the others aborted because of it), these are the ones worth naming.
+std::vector<int> binomial_tree_peers(int rank, int size, int root) {
+  const int vrank = (rank + size - root) % size;
+  int top = 0;  // bits below the first child's bit
+  while ((1 << top) <= vrank) ++top;
+  std::vector<int> peers;
+  if (vrank != 0) peers.push_back(((vrank ^ (1 << (top - 1))) + root) % size);
+  for (int bit = top; (1 << bit) < size; ++bit) {
+    const int child = vrank | (1 << bit);
+    if (child < size) peers.push_back((child + root) % size);
+  }
+  return peers;
+}
+
 std::string rank_name(int rank) {
   return rank >= 0 ? "rank " + std::to_string(rank) : std::string("an unidentified peer");
 }
@@ -107,6 +123,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     check_args(opts);
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
+    suspects_ = binomial_tree_peers(opts_.rank, opts_.size, opts.root);
     run_collective("gloo stock broadcast", timeout, [&] {
       ::gloo::BroadcastOptions o(context_);
       o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
@@ -121,6 +138,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     throw_if_failed();
     const std::uint32_t tag = next_torch_tag_++;  // ProcessGroupGloo counts barriers too
     if (opts_.size == 1) return;
+    suspects_.clear();
     run_collective("gloo barrier", timeout, [&] {
       ::gloo::BarrierOptions o(context_);
       if (opts_.torch_compatible) o.setTag(tag);
@@ -137,6 +155,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     const std::uint32_t tag = next_torch_tag_++;
     if (opts_.size == 1) return;
+    suspects_ = binomial_tree_peers(opts_.rank, opts_.size, opts.root);
     run_collective("gloo broadcast (torch-compatible)", timeout, [&] {
       ::gloo::BroadcastOptions o(context_);
       o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
@@ -185,7 +204,8 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
       fail(classify(op, f, timeout));
     } catch (const std::exception& e) {
       // Gloo's own collectives do not say which pair failed; the watchdog may know.
-      fail(classify(op, LinkFailure{failed_peers_.any(), "", e.what()}, timeout));
+      watch_->probe_now();
+      fail(classify(op, LinkFailure{failed_peers_.first_of(suspects_), "", e.what()}, timeout));
     }
     // The transport is down now, so Gloo no longer touches the chunk buffers.
     window_.clear();
@@ -252,6 +272,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   std::atomic<bool> failed_{false};
   std::once_flag teardown_once_;
   std::uint32_t next_torch_tag_ = 0;  // collectives run on one thread at a time
+  std::vector<int> suspects_;         // the peers of the collective in flight, to name first
 };
 
 std::shared_ptr<::gloo::transport::Device> make_device(const std::string& address) {

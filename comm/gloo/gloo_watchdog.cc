@@ -21,6 +21,16 @@ int FailedPeers::any() const {
   return failed_.empty() ? -1 : failed_.begin()->first;
 }
 
+int FailedPeers::first_of(const std::vector<int>& suspects) const {
+  {
+    std::lock_guard lock(mu_);
+    for (int r : suspects) {
+      if (failed_.count(r) != 0) return r;
+    }
+  }
+  return any();
+}
+
 PeerWatch::PeerWatch(::gloo::Context& context, FailedPeers& failed, std::function<void()> nudge,
                      Millis interval)
     : failed_(failed), nudge_(std::move(nudge)), interval_(interval) {
@@ -81,6 +91,7 @@ void PeerWatch::run() {
 }
 
 void PeerWatch::probe_all() {
+  std::unique_lock probe_lock(probe_mu_);
   bool news = false;
   for (auto& s : sentinels_) {
     if (s.failed) continue;
@@ -98,6 +109,7 @@ void PeerWatch::probe_all() {
       }
     }
   }
+  probe_lock.unlock();
   if (news) nudge_();
 }
 

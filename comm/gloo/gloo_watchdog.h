@@ -41,6 +41,8 @@ class FailedPeers {
   void record(int rank, const std::string& why);
   std::optional<std::string> lookup(int rank) const;
   int any() const;  // a failed rank, or -1
+  // The first of `suspects` that failed, else any().
+  int first_of(const std::vector<int>& suspects) const;
 
  private:
   mutable std::mutex mu_;
@@ -57,6 +59,9 @@ class PeerWatch {
 
   void begin();  // a collective starts: probe until end()
   void end();
+  // Probes once now, on the caller's thread: a collective that failed asks which peers are gone
+  // before it names one (the watchdog thread may not have looked since the pair failed).
+  void probe_now() { probe_all(); }
 
  private:
   void run();
@@ -71,6 +76,7 @@ class PeerWatch {
     std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
   };
   std::vector<char> bytes_;
+  std::mutex probe_mu_;  // the watchdog thread and probe_now() share the sentinels
   std::vector<Sentinel> sentinels_;
 
   std::mutex mu_;
