@@ -8,7 +8,9 @@
 #   3. build                          everything, warnings as errors
 #   4. nvidia-smi -L                  the GPUs the tests will see
 #   5. ctest -R Nccl                  NCCL unit, device and conformance tests, one at a time
-#                                     (device tests take every GPU)
+#                                     (device tests take every GPU; with
+#                                     WEIGHTCAST_REQUIRE_CUDA_DEVICES=<GPUs> a device test that
+#                                     would skip fails instead)
 #   6. weightcast-bench broadcast     nccl (CUDA memory) vs gloo-chain (host) over all GPUs, if built
 # Everything is printed; a device test that skips prints its reason in the ctest output.
 set -euo pipefail
@@ -36,6 +38,9 @@ step 1800 build cmake --build "${build_dir}" -j "${jobs}"
 step 60 "list GPUs" nvidia-smi -L
 gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
 ranks=$((gpus > 0 ? gpus : 1))
+# Every GPU nvidia-smi lists must be usable: a device test that needs at most that many devices
+# fails instead of skipping (a broken CUDA runtime is not "no GPU").
+export WEIGHTCAST_REQUIRE_CUDA_DEVICES="${gpus}"
 step 900 "NCCL tests" ctest --test-dir "${build_dir}" -R Nccl --output-on-failure -j 1
 
 bench="${build_dir}/launcher/weightcast-bench"

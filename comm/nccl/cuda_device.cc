@@ -21,7 +21,14 @@ int resolve_cuda_device(int requested) {
   WC_ENFORCE_GE(requested, -1, "cuda_device must be an ordinal or -1 (current device)");
   int count = 0;
   if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
-    throw ConfigError("nccl backend: no usable CUDA device (" + take_cuda_error(error) + ")");
+    // No device at all is a plain configuration fact; any other error means a GPU may be there
+    // but the driver or runtime is broken, which must not read as "no GPU".
+    if (error == cudaErrorNoDevice) {
+      take_cuda_error(error);
+      throw ConfigError("nccl backend: no CUDA device is visible");
+    }
+    throw ConfigError("nccl backend: CUDA runtime error while counting devices (" +
+                      take_cuda_error(error) + ")");
   }
   if (count <= 0) throw ConfigError("nccl backend: no CUDA device is visible");
   int device = requested;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <stdexcept>
@@ -18,7 +19,10 @@ namespace weightcast::comm::nccl_testing {
 
 struct CudaDevices {
   int count = 0;
-  std::string error;  // why count is 0 ("" when the runtime simply reports none)
+  // Why count is 0: "" when the runtime reports no device (cudaErrorNoDevice or a count of 0),
+  // else the CUDA runtime error that stopped it from counting (a broken driver or runtime is
+  // not the same as "no GPU", and is reported as what it is).
+  std::string error;
 };
 
 inline CudaDevices cuda_devices() {
@@ -27,23 +31,40 @@ inline CudaDevices cuda_devices() {
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
     out.count = 0;
-    out.error = std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
+    if (error != cudaErrorNoDevice) {
+      out.error = "CUDA runtime error " + std::string(cudaGetErrorName(error)) + ": " +
+                  cudaGetErrorString(error);
+    }
   }
   return out;
 }
 
+// WEIGHTCAST_REQUIRE_CUDA_DEVICES=N (scripts/gpu-check.sh sets it to the GPUs nvidia-smi lists):
+// a device test that needs at most N devices must run, so a missing device or a runtime error is
+// a failure, not a skip. Unset or 0: tests skip with the reason.
+inline int required_cuda_devices() {
+  const char* v = std::getenv("WEIGHTCAST_REQUIRE_CUDA_DEVICES");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
 // "" when `needed` devices exist, else the reason a device test must skip. NCCL cannot put two
-// ranks of one communicator on the same GPU, so a test of N ranks needs N devices.
+// ranks of one communicator on the same GPU, so a test of N ranks needs N devices. Throws (a test
+// failure) instead when WEIGHTCAST_REQUIRE_CUDA_DEVICES promises at least `needed` devices.
 inline std::string cuda_skip_reason(int needed) {
   const CudaDevices devices = cuda_devices();
   if (devices.count >= needed) return "";
   std::string out = "needs " + std::to_string(needed) + " CUDA device(s), found " +
                     std::to_string(devices.count) + ": ";
   if (devices.count == 0) {
-    return out + "no CUDA device (" +
-           (devices.error.empty() ? std::string("none visible") : devices.error) + ")";
+    out += devices.error.empty() ? std::string("no CUDA device is visible") : devices.error;
+  } else {
+    out += "NCCL cannot put two ranks of one communicator on the same GPU";
   }
-  return out + "NCCL cannot put two ranks of one communicator on the same GPU";
+  if (const int required = required_cuda_devices(); required >= needed) {
+    throw std::runtime_error("WEIGHTCAST_REQUIRE_CUDA_DEVICES=" + std::to_string(required) +
+                             " but this test " + out);
+  }
+  return out;
 }
 
 // A device allocation on `device`, freed on destruction. Throws std::runtime_error on CUDA errors.
