@@ -103,6 +103,9 @@ InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view b
   if (const Json* v = r.find("backend")) {
     out.backend = wire::as_enum(*v, "backend", parse_backend);
   }
+  if (const Json* v = r.optional("rendezvous")) {
+    out.rendezvous = wire::as_enum(*v, "rendezvous", parse_rendezvous);
+  }
   return out;
 }
 
@@ -149,12 +152,10 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
   // Cheap scalar fields first, so a wrong selector or format is reported without walking the
   // tensor lists.
   out.selector = read_selector(r);
-  out.sequence = wire::as_uint(r.required("sequence"), "sequence");
+  if (const Json* v = r.optional("sequence")) out.sequence = wire::as_uint(*v, "sequence");
+  out.load_format = LoadFormat::kPerTensor;
   if (const Json* v = r.optional("load_format")) {
-    const std::string format = wire::as_string(*v, "load_format");
-    if (format != kFlattenedBucket) {
-      fail("load_format", "must be \"flattened_bucket\" or absent (got " + quoted(format) + ")");
-    }
+    out.load_format = wire::as_enum(*v, "load_format", parse_load_format);
   }
   out.group_name = read_group_name(r, limits);
   out.flush_cache = r.boolean_or("flush_cache", true);
@@ -185,12 +186,11 @@ EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
 }
 
 std::string to_json_string(const InitWeightsUpdateGroupRequest& request) {
-  return wire::dump({{"master_address", request.master_address},
-                     {"master_port", request.master_port},
-                     {"rank_offset", request.rank_offset},
-                     {"world_size", request.world_size},
-                     {"group_name", request.group_name},
-                     {"backend", to_string(request.backend)}});
+  Json j = {{"master_address", request.master_address}, {"master_port", request.master_port},
+            {"rank_offset", request.rank_offset},       {"world_size", request.world_size},
+            {"group_name", request.group_name},         {"backend", to_string(request.backend)}};
+  if (request.rendezvous) j["rendezvous"] = to_string(*request.rendezvous);
+  return wire::dump(j);
 }
 
 std::string to_json_string(const DestroyWeightsUpdateGroupRequest& request) {
@@ -227,12 +227,14 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
             {"shapes", std::move(shapes)},
             {"group_name", request.group_name},
             {"selector", to_string(request.selector)},
-            {"sequence", request.sequence},
-            {"load_format", kFlattenedBucket},
             {"flush_cache", request.flush_cache},
             {"abort_all_requests", request.abort_all_requests},
             {"torch_empty_cache", request.torch_empty_cache}};
-  // Omitted rather than null when unset, as slime/Miles send it.
+  // Omitted rather than null when unset, as slime/Miles send them.
+  if (request.sequence) j["sequence"] = *request.sequence;
+  if (request.load_format != LoadFormat::kPerTensor) {
+    j["load_format"] = to_string(request.load_format);
+  }
   if (request.weight_version) j["weight_version"] = *request.weight_version;
   return wire::dump(j);
 }

@@ -4,7 +4,9 @@
 //
 // Field names are SGLang's (python/sglang/srt/managers/io_struct.py), so a trainer written for
 // SGLang can drive a weightcast engine and the reverse. Our extensions: begin/end_weight_update,
-// and the bucket request's selector, sequence and mandatory "flattened_bucket" load format.
+// the bucket request's selector, optional sequence and "weightcast_bucket" load format, and
+// init's optional rendezvous. What SGLang and Miles send parses unchanged (docs/protocol.md,
+// "Compatibility").
 //
 // Pairing: for each body X there is exactly one reader, parse_<route>(std::string_view body,
 // limits), and one writer, to_json_string(const X&). The engine server parses what the trainer
@@ -34,8 +36,6 @@ namespace weightcast::sync {
 
 // SGLang's default group_name for init/destroy_weights_update_group and the bucket request.
 inline constexpr std::string_view kDefaultGroupName = "weight_update_group";
-// The only load_format the bucket request accepts (and SGLang's name for the same layout).
-inline constexpr std::string_view kFlattenedBucket = "flattened_bucket";
 // Longest master_address accepted (a DNS name is at most 253 bytes).
 inline constexpr std::size_t kMaxAddressLength = 255;
 
@@ -47,6 +47,8 @@ struct InitWeightsUpdateGroupRequest {
   int world_size = 0;   // >= 1; with the rank_offset rule, >= 2 in practice
   std::string group_name = std::string(kDefaultGroupName);
   Backend backend = Backend::kNccl;
+  std::optional<Rendezvous> rendezvous =
+      std::nullopt;  // ours; absent (SGLang/Miles): the engine detects it
   bool operator==(const InitWeightsUpdateGroupRequest&) const = default;
 };
 
@@ -81,15 +83,17 @@ struct BeginWeightUpdateRequest {
 
 // POST /update_weights_from_distributed: one bucket (SGLang UpdateWeightsFromDistributedReqInput
 // plus our fields). On the wire the tensors are SGLang's parallel lists names / dtypes / shapes;
-// here they are one list of TensorMeta. Differences from SGLang: selector and sequence are ours
-// and required; load_format, Optional[str] there, must be "flattened_bucket" or absent (absent
-// means "flattened_bucket"); names must be non-empty, unique within the bucket and valid tensor
-// names. The total size is derived from the shapes, never sent.
+// here they are one list of TensorMeta. Differences from SGLang: selector is ours and required;
+// sequence is ours and optional (absent: the next bucket in arrival order); load_format is one
+// of LoadFormat (absent: one broadcast per tensor, as SGLang's default path); names must be
+// non-empty, unique within the bucket and valid tensor names. The total size is derived from
+// the shapes, never sent.
 struct UpdateWeightsFromDistributedRequest {
   std::vector<TensorMeta> tensors;  // wire: names, dtypes, shapes
   std::string group_name = std::string(kDefaultGroupName);
   Selector selector = Selector::kAll;
-  std::uint64_t sequence = 0;  // bucket number within the session, from 0
+  std::optional<std::uint64_t> sequence = std::nullopt;  // bucket number within the session, from 0
+  LoadFormat load_format = LoadFormat::kWeightcastBucket;
   bool flush_cache = true;
   bool abort_all_requests = false;
   std::optional<std::string> weight_version;  // SGLang: Optional[str], null = absent

@@ -46,4 +46,43 @@ std::string_view to_string(PauseMode mode) {
   return {};
 }
 
+Rendezvous parse_rendezvous(std::string_view text) {
+  for (Rendezvous r : kAllRendezvous) {
+    if (text == to_string(r)) return r;
+  }
+  throw comm::BadRequestError("unknown rendezvous " + quoted(text) + " (valid: weightcast, torch)");
+}
+
+std::string_view to_string(Rendezvous rendezvous) {
+  switch (rendezvous) {
+    case Rendezvous::kWeightcast:
+      return "weightcast";
+    case Rendezvous::kTorch:
+      return "torch";
+  }
+  WC_ENFORCE(false, "invalid Rendezvous value ", static_cast<int>(rendezvous));
+  return {};
+}
+
+LoadFormat parse_load_format(std::string_view text) {
+  if (text == to_string(LoadFormat::kFlattenedBucket)) return LoadFormat::kFlattenedBucket;
+  if (text == to_string(LoadFormat::kWeightcastBucket)) return LoadFormat::kWeightcastBucket;
+  throw comm::BadRequestError("unknown load format " + quoted(text) +
+                              " (valid: flattened_bucket, weightcast_bucket, or absent for one "
+                              "broadcast per tensor)");
+}
+
+std::string_view to_string(LoadFormat format) {
+  switch (format) {
+    case LoadFormat::kPerTensor:
+      return "per_tensor";
+    case LoadFormat::kFlattenedBucket:
+      return "flattened_bucket";
+    case LoadFormat::kWeightcastBucket:
+      return "weightcast_bucket";
+  }
+  WC_ENFORCE(false, "invalid LoadFormat value ", static_cast<int>(format));
+  return {};
+}
+
 }  // namespace weightcast::sync

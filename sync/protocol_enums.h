@@ -26,4 +26,26 @@ inline constexpr std::array<PauseMode, 3> kAllPauseModes = {PauseMode::kAbort, P
 PauseMode parse_pause_mode(std::string_view text);
 std::string_view to_string(PauseMode mode);
 
+// How an engine meets its group (init_weights_update_group's optional "rendezvous"):
+// "weightcast" (our token-checked store, chain broadcast) or "torch" (a torch c10d TCPStore,
+// a group torch.distributed members can join). Absent on the wire: the engine detects it.
+enum class Rendezvous { kWeightcast, kTorch };
+inline constexpr std::array<Rendezvous, 2> kAllRendezvous = {Rendezvous::kWeightcast,
+                                                             Rendezvous::kTorch};
+Rendezvous parse_rendezvous(std::string_view text);
+std::string_view to_string(Rendezvous rendezvous);
+
+// How a bucket request's tensors travel (update_weights_from_distributed's "load_format"):
+//   kPerTensor        absent on the wire: one broadcast per tensor, in `names` order (Miles);
+//   kFlattenedBucket  "flattened_bucket": one broadcast of SGLang's unpadded bucket, the
+//                     tensors' bytes back to back in `names` order;
+//   kWeightcastBucket "weightcast_bucket": one broadcast of our bucket, each tensor 256-byte
+//                     aligned (sync/bucket.h).
+enum class LoadFormat { kPerTensor, kFlattenedBucket, kWeightcastBucket };
+inline constexpr std::array<LoadFormat, 3> kAllLoadFormats = {
+    LoadFormat::kPerTensor, LoadFormat::kFlattenedBucket, LoadFormat::kWeightcastBucket};
+// "flattened_bucket" or "weightcast_bucket" (kPerTensor has no spelling: the field is absent).
+LoadFormat parse_load_format(std::string_view text);
+std::string_view to_string(LoadFormat format);  // kPerTensor: "per_tensor" (for messages)
+
 }  // namespace weightcast::sync

@@ -66,6 +66,17 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bind-address", o.bind_address,
                  "address of the stage sources' stores and data plane, as engines reach it")
       ->capture_default_str();
+  app.add_option("--engine-flavor", o.engine_flavor,
+                 "engine dialect: auto (detected per engine), weightcast or sglang")
+      ->check(CLI::IsMember({"auto", "weightcast", "sglang"}));
+  app.add_option("--common-format", o.common_format,
+                 "how tensors travel when an SGLang engine is in the group: per_tensor or "
+                 "flattened_bucket")
+      ->check(CLI::IsMember({"per_tensor", "flattened_bucket"}));
+  app.add_option("--torch-store", o.torch_store,
+                 "generation of the torch store hosted for groups with SGLang engines: torch2 "
+                 "(current SGLang) or torch1 (torch 1.x peers)")
+      ->check(CLI::IsMember({"torch1", "torch2"}));
   app.add_option("--pause-mode", o.pause_mode, "pause_generation mode")
       ->check(CLI::IsMember({"abort", "retract", "in_place"}))
       ->capture_default_str();
@@ -145,6 +156,12 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.connect_timeout = Millis(o.connect_timeout_ms);
   u.request_timeout = Millis(o.request_timeout_ms);
   u.group_timeout = Millis(o.group_timeout_ms);
+  if (o.engine_flavor != "auto")
+    u.engine_flavor = sync::trainer::parse_engine_flavor(o.engine_flavor);
+  u.common_load_format = o.common_format == "per_tensor" ? sync::LoadFormat::kPerTensor
+                                                         : sync::LoadFormat::kFlattenedBucket;
+  u.torch_protocol =
+      o.torch_store == "torch1" ? comm::C10dProtocol::kTorch1 : comm::C10dProtocol::kTorch2;
   return u;
 }
 

@@ -45,6 +45,9 @@ struct TrainOptions {
   std::string group_prefix = "weightcast";
   std::string bind_address = "127.0.0.1";
   std::string pause_mode = "abort";
+  std::string engine_flavor = "auto";        // auto | weightcast | sglang
+  std::string common_format = "per_tensor";  // per_tensor | flattened_bucket (common mode)
+  std::string torch_store = "torch2";        // torch1 | torch2: the torch store's generation
 
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 60000;

@@ -123,6 +123,12 @@ class Rank {
           if (coordinator() && o_.verify) {
             verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
                                                          spec_, o_.seed);
+            for (const auto& url : verifier_->unverifiable()) {
+              std::fprintf(stderr,
+                           "weightcast-train: verify: cannot verify engine %s: it serves no "
+                           "/weights_checksum (sglang); verifying the other engines\n",
+                           url.c_str());
+            }
           }
           return status(kExitOk, "");
         });

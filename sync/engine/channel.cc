@@ -4,8 +4,7 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
+#include "sync/engine/rendezvous.h"
 
 namespace weightcast::sync::engine {
 
@@ -34,27 +33,6 @@ class CommChannel final : public BucketChannel {
   std::unique_ptr<comm::Communicator> comm_;
 };
 
-std::unique_ptr<comm::Communicator> join_one(const GroupSpec& spec, const ConnectOptions& opts,
-                                             int engine_rank, comm::Deadline deadline) {
-  comm::TcpStoreOptions store_opts;
-  store_opts.host = spec.master_address;
-  store_opts.port = static_cast<std::uint16_t>(spec.master_port);
-  store_opts.token = opts.store_token;
-  store_opts.connect_timeout = std::max(comm::Millis(1), comm::remaining(deadline));
-  auto store = std::make_shared<comm::TcpStore>(store_opts);
-
-  comm::CommOptions comm_opts;
-  comm_opts.store = std::make_shared<comm::PrefixStore>(spec.group_name, std::move(store));
-  comm_opts.rank = spec.rank_offset + engine_rank;
-  comm_opts.size = spec.world_size;
-  comm_opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
-  comm_opts.bind_address = opts.bind_address;
-  comm_opts.chunk_bytes = opts.chunk_bytes;
-  comm_opts.chunks_in_flight = opts.chunks_in_flight;
-  comm_opts.cuda_device = engine_rank;  // engine rank i drives GPU i, as a TP worker would
-  return comm::create_communicator(to_string(spec.backend), comm_opts);
-}
-
 }  // namespace
 
 std::unique_ptr<BucketChannel> make_comm_channel(std::unique_ptr<comm::Communicator> comm) {
@@ -69,6 +47,7 @@ std::vector<std::unique_ptr<BucketChannel>> connect_group(const GroupSpec& spec,
   WC_ENFORCE_LE(spec.rank_offset + opts.rank_count, spec.world_size,
                 "rank_offset + engine ranks must fit in world_size");
   const comm::Deadline deadline = comm::deadline_after(opts.init_timeout);
+  const RendezvousPlan plan = detect_rendezvous(spec, opts, deadline);
   const auto n = static_cast<std::size_t>(opts.rank_count);
   std::vector<std::unique_ptr<comm::Communicator>> comms(n);
   std::vector<std::exception_ptr> errors(n);
@@ -78,7 +57,7 @@ std::vector<std::unique_ptr<BucketChannel>> connect_group(const GroupSpec& spec,
     for (std::size_t i = 0; i < n; ++i) {
       threads.emplace_back([&, i] {
         try {
-          comms[i] = join_one(spec, opts, static_cast<int>(i), deadline);
+          comms[i] = join_rank(spec, opts, plan, static_cast<int>(i), deadline);
         } catch (...) {
           errors[i] = std::current_exception();
         }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct GroupSpec {
   int rank_offset = 1;
   int world_size = 2;
   Backend backend = Backend::kGloo;
+  std::optional<Rendezvous> rendezvous =
+      std::nullopt;  // absent: detected (sync/engine/rendezvous.h)
 };
 
 struct ConnectOptions {
@@ -57,11 +60,12 @@ struct ConnectOptions {
 using GroupConnector = std::function<std::vector<std::unique_ptr<BucketChannel>>(
     const GroupSpec&, const ConnectOptions&)>;
 
-// The real connector: each engine rank, on its own thread, connects to the TcpStoreServer at
-// master_address:master_port, scopes it with PrefixStore(group_name) and rendezvouses with
-// comm::create_communicator(). Returns when every rank joined; throws comm::TimeoutError when
-// the group does not form within init_timeout, comm::ConfigError for a backend this build lacks,
-// comm::PeerError when the store or a peer fails. No rank is left joined after a throw.
+// The real connector: resolves the rendezvous kind (sync/engine/rendezvous.h), then each engine
+// rank, on its own thread, connects to the store at master_address:master_port and forms its
+// communicator with comm::create_communicator(). Returns when every rank joined; throws
+// comm::TimeoutError when the group does not form within init_timeout, comm::ConfigError for a
+// backend this build lacks, comm::PeerError when the store or a peer fails. No rank is left joined
+// after a throw.
 std::vector<std::unique_ptr<BucketChannel>> connect_group(const GroupSpec& spec,
                                                           const ConnectOptions& opts);
 

@@ -78,7 +78,12 @@ class Engine {
   void shutdown();
 
   Reply health() const;
+  // Also served as /get_server_info, with the keys SGLang clients read (tp_size, dp_size,
+  // pp_size, speculative_*, weight_version, internal_states, version).
   Reply server_info() const;
+  // /get_weight_version: {"weight_version"}; /model_info: SGLang's model info with it.
+  Reply weight_version_info() const;
+  Reply model_info() const;
   Reply weights_checksum(const std::string& runner) const;
   Reply metrics() const;
   // The speculative accept-length probe (sync/spec_probe.h) on the committed weights, each read
@@ -101,6 +106,10 @@ class Engine {
                            int status);
   Reply fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
                     const std::string& reason);
+  // The bucket's sequence: its own, or (absent, SGLang/Miles) the next in arrival order on its
+  // group within session `session_id`.
+  std::uint64_t next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
+                                     std::uint64_t session_id);
   std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
                                              std::vector<std::vector<Runner>>& destinations) const;
   void watchdog_loop(std::stop_token stop);
@@ -114,6 +123,8 @@ class Engine {
   std::chrono::steady_clock::time_point session_start_;
   std::map<std::string, std::shared_ptr<Group>> groups_;
   std::set<std::string> joining_;  // group names with an init in progress
+  // Per group: (session id, next sequence) for requests that carry none; guarded by mu_.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> arrivals_;
   comm::Deadline last_activity_;
   // Counters for /metrics, guarded by mu_. bytes_retired_: received by groups since removed.
   std::uint64_t updates_ok_ = 0;

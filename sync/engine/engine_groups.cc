@@ -92,6 +92,7 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
   spec.rank_offset = request.rank_offset;
   spec.world_size = request.world_size;
   spec.backend = request.backend;
+  spec.rendezvous = request.rendezvous;
   ConnectOptions connect = opts_.connect;
   connect.rank_count = opts_.rank_count;
   connect.init_timeout = opts_.init_timeout;
@@ -179,6 +180,7 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
   std::shared_ptr<BucketJob> job;
   std::shared_ptr<Group> group;
   std::uint64_t session_id = 0;
+  std::uint64_t sequence = 0;
   {
     std::lock_guard lock(mu_);
     last_activity_ = comm::Clock::now();
@@ -195,9 +197,15 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
     if (auto refusal = check_bucket_locked(request, destinations)) {
       return error_reply(refusal->status, refusal->message);
     }
+    session_id = session_.session_id();
+    sequence = next_sequence_locked(request, session_id);
     BucketPlan plan;
     try {
-      plan = make_bucket(request.sequence, request.tensors);
+      // SGLang's layouts (per tensor, flattened bucket) put tensors back to back; ours aligns.
+      const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
+                                        ? kDefaultBucketAlignment
+                                        : std::size_t{1};
+      plan = make_bucket(sequence, request.tensors, alignment);
     } catch (const comm::BadRequestError& e) {
       return error_reply(400, e.what());
     }
@@ -207,10 +215,11 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
                                   " bytes (with alignment), over --max-bucket-bytes = " +
                                   std::to_string(opts_.max_bucket_bytes));
     }
-    session_id = session_.session_id();
-    job =
-        std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations), staging_);
+    job = std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations),
+                                      staging_, request.load_format == LoadFormat::kPerTensor);
     if (auto refusal = group->submit(job)) return error_reply(refusal->status, refusal->message);
+    std::uint64_t& next = arrivals_[request.group_name].second;
+    next = std::max(next, sequence + 1);
     for (const auto& meta : request.tensors) session_names_.insert(meta.name);
     if (request.weight_version) session_.set_version(*request.weight_version);
     if (request.flush_cache) session_.request_flush();
@@ -221,16 +230,31 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
   auto result = job->wait(comm::deadline_after(budget));
   if (!result) {
     return fail_bucket(session_id, group, 504,
-                       "bucket " + std::to_string(request.sequence) + " not received within " +
+                       "bucket " + std::to_string(sequence) + " not received within " +
                            std::to_string(budget.count()) + " ms");
   }
   // 409: the session was aborted by a request while this bucket was received; the group is fine.
   if (result->status == 409) return error_reply(409, result->message);
   if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
   touch();
-  return ok_basic("bucket " + std::to_string(request.sequence) +
-                  " received: " + std::to_string(request.tensors.size()) + " tensors, " +
-                  std::to_string(job->plan().total_bytes) + " bytes");
+  std::string message = "bucket " + std::to_string(sequence) +
+                        " received: " + std::to_string(request.tensors.size()) + " tensors, " +
+                        std::to_string(job->plan().total_bytes) + " bytes";
+  // SGLang's success message names the version the bucket carried.
+  if (request.weight_version) {
+    message += ". Weight version updated to " + *request.weight_version + ".";
+  }
+  return ok_basic(std::move(message));
+}
+
+std::uint64_t Engine::next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
+                                           std::uint64_t session_id) {
+  auto& [arrival_session, next] = arrivals_[request.group_name];
+  if (arrival_session != session_id) {
+    arrival_session = session_id;
+    next = 0;
+  }
+  return request.sequence.value_or(next);
 }
 
 Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,

@@ -30,6 +30,21 @@ std::string label_value(std::string_view text) {
   return out;
 }
 
+// The ServerArgs keys of SGLang's /get_server_info that trainers read, with this engine's values:
+// one data-parallel replica, no pipeline or expert parallelism, speculative knobs unset.
+void add_sglang_keys(Json& j, int tp_size, const std::optional<std::string>& algorithm) {
+  j["dp_size"] = 1;
+  j["pp_size"] = 1;
+  j["ep_size"] = 1;
+  j["tp_size"] = tp_size;
+  for (const char* key :
+       {"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"}) {
+    j[key] = nullptr;
+  }
+  j["speculative_algorithm"] = algorithm ? Json(*algorithm) : Json(nullptr);
+  j["internal_states"] = Json::array({Json::object({{"last_gen_throughput", 0.0}})});
+}
+
 void metric_header(std::ostringstream& os, const char* name, const char* type, const char* help) {
   os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
 }
@@ -93,6 +108,27 @@ Reply Engine::server_info() const {
                       {"bytes_received", group->bytes_received()}});
   }
   j["groups"] = groups;
+  add_sglang_keys(j, opts_.rank_count, opts_.speculative_algorithm);
+  return {200, j.dump()};
+}
+
+Reply Engine::weight_version_info() const {
+  std::lock_guard lock(mu_);
+  Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
+  j["weight_version"] = runners_->weight_version();
+  return {200, j.dump()};
+}
+
+Reply Engine::model_info() const {
+  std::lock_guard lock(mu_);
+  Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
+  const Runner main =
+      runners_->has(Runner::kTarget) ? Runner::kTarget : runners_->runners().front();
+  j["model_path"] = runners_->config(main).model;
+  j["tokenizer_path"] = runners_->config(main).model;
+  j["is_generation"] = true;
+  j["preferred_sampling_params"] = nullptr;
+  j["weight_version"] = runners_->weight_version();
   return {200, j.dump()};
 }
 

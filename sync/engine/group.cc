@@ -19,11 +19,12 @@ int failure_status(const std::exception& error) {
 
 BucketJob::BucketJob(std::uint64_t session_id, BucketPlan plan,
                      std::vector<std::vector<Runner>> destinations,
-                     std::shared_ptr<Staging> staging)
+                     std::shared_ptr<Staging> staging, bool per_tensor)
     : session_id_(session_id),
       plan_(std::move(plan)),
       destinations_(std::move(destinations)),
-      staging_(std::move(staging)) {
+      staging_(std::move(staging)),
+      per_tensor_(per_tensor) {
   WC_ENFORCE_EQ(destinations_.size(), plan_.entries.size());
   WC_ENFORCE(staging_ != nullptr);
 }
@@ -240,7 +241,15 @@ void Group::receive_loop(int r) {
     const std::size_t total = job->plan().total_bytes;
     try {
       void* data = rank.buffers[slot].prepare(total);
-      rank.channel->receive(data, total, opts_.comm_timeout);
+      if (job->per_tensor()) {
+        // One broadcast per tensor, each into its place: the unpack below is the same.
+        for (const BucketEntry& entry : job->plan().entries) {
+          rank.channel->receive(static_cast<std::byte*>(data) + entry.offset, entry.bytes,
+                                opts_.comm_timeout);
+        }
+      } else {
+        rank.channel->receive(data, total, opts_.comm_timeout);
+      }
     } catch (const std::exception& e) {
       fail(failure_status(e), "engine rank " + std::to_string(r) + " (group rank " +
                                   std::to_string(rank.channel->group_rank()) + "), bucket " +

@@ -42,14 +42,18 @@ struct JobResult {
 class BucketJob {
  public:
   // destinations[i]: the runners entry i of `plan` is staged for (may be empty).
+  // `per_tensor`: the source sends one broadcast per entry (into its place in the plan) instead
+  // of one broadcast of the whole bucket.
   BucketJob(std::uint64_t session_id, BucketPlan plan,
-            std::vector<std::vector<Runner>> destinations, std::shared_ptr<Staging> staging);
+            std::vector<std::vector<Runner>> destinations, std::shared_ptr<Staging> staging,
+            bool per_tensor = false);
 
   std::uint64_t session_id() const { return session_id_; }
   std::uint64_t sequence() const { return plan_.sequence; }
   const BucketPlan& plan() const { return plan_; }
   const std::vector<std::vector<Runner>>& destinations() const { return destinations_; }
   Staging& staging() const { return *staging_; }
+  bool per_tensor() const { return per_tensor_; }
 
   // The first result wins; later calls are ignored.
   void finish(JobResult result);
@@ -62,6 +66,7 @@ class BucketJob {
   const BucketPlan plan_;
   const std::vector<std::vector<Runner>> destinations_;
   const std::shared_ptr<Staging> staging_;
+  const bool per_tensor_;
   int ranks_done_ = 0;  // guarded by the owning Group's mutex
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

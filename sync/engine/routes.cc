@@ -94,6 +94,14 @@ RouteTable engine_routes(Engine& engine) {
              parsed(limits, parse_end_weight_update,
                     [e](const auto&) { return e->abort_weight_update(); })});
   table.add({"/health", get, Auth::kPublic, [e](const Request&) { return e->health(); }});
+  // SGLang's names for what Miles and SGLang clients poll; token-checked like every read but
+  // /health (with no token configured every route is open, as in SGLang without an API key).
+  table.add({"/health_generate", get, Auth::kToken, [e](const Request&) { return e->health(); }});
+  table.add({"/get_weight_version", get, Auth::kToken,
+             [e](const Request&) { return e->weight_version_info(); }});
+  table.add({"/model_info", get, Auth::kToken, [e](const Request&) { return e->model_info(); }});
+  table.add(
+      {"/get_model_info", get, Auth::kToken, [e](const Request&) { return e->model_info(); }});
   table.add({"/server_info", get, Auth::kToken, [e](const Request&) { return e->server_info(); }});
   // SGLang serves the same document under both names.
   table.add(

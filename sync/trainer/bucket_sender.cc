@@ -48,7 +48,8 @@ class Sender {
   void issue(std::uint64_t k);
   // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
   void collect_oldest(comm::Deadline deadline);
-  void broadcast(std::span<std::byte> bucket, comm::Deadline deadline);
+  void broadcast(const BucketPlan& plan, std::span<std::byte> bucket, comm::Deadline deadline);
+  void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
   // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
   void fail();
   void record(EngineFailure failure);
@@ -79,7 +80,7 @@ void Sender::record(EngineFailure failure) {
 
 void Sender::issue(std::uint64_t k) {
   auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(
-      session_.bucket_request(plans_[k], group_));
+      session_.bucket_request(plans_[k], group_, options_.load_format));
   InFlight flight{k, {}};
   for (EngineApi* engine : engines_) {
     flight.answers.push_back(std::async(std::launch::async, [this, engine, request] {
@@ -118,20 +119,33 @@ void Sender::collect_oldest(comm::Deadline deadline) {
   result_.http_wait_seconds += seconds_since(start);
 }
 
-void Sender::broadcast(std::span<std::byte> bucket, comm::Deadline deadline) {
-  comm::BroadcastOptions opts;
-  opts.buffer = bucket.data();
-  opts.bytes = bucket.size();
-  opts.root = 0;
-  opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
+void Sender::broadcast(const BucketPlan& plan, std::span<std::byte> bucket,
+                       comm::Deadline deadline) {
+  std::byte* data = bucket.data();
   if (options_.memory == comm::MemoryKind::kCuda) {
     comm::cuda_copy_to_device(device_->ptr, bucket.data(), bucket.size());
-    opts.buffer = device_->ptr;
-    opts.memory = comm::MemoryKind::kCuda;
+    data = static_cast<std::byte*>(device_->ptr);
   }
   const auto start = comm::Clock::now();
-  comm_.broadcast(opts);
+  if (options_.load_format == LoadFormat::kPerTensor) {
+    // One collective per tensor, as a torch trainer's dist.broadcast per tensor.
+    for (const BucketEntry& entry : plan.entries) {
+      broadcast_bytes(data + entry.offset, entry.bytes, deadline);
+    }
+  } else {
+    broadcast_bytes(data, bucket.size(), deadline);
+  }
   result_.broadcast_seconds += seconds_since(start);
+}
+
+void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {
+  comm::BroadcastOptions opts;
+  opts.buffer = data;
+  opts.bytes = bytes;
+  opts.root = 0;
+  opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
+  opts.memory = options_.memory;
+  comm_.broadcast(opts);
 }
 
 BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
@@ -148,7 +162,10 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
     result_.bytes += t.bytes.size();
   }
   result_.tensors = metas.size();
-  plans_ = plan_buckets(metas, options_.bucket_bytes);
+  const std::size_t alignment = options_.load_format == LoadFormat::kWeightcastBucket
+                                    ? kDefaultBucketAlignment
+                                    : std::size_t{1};
+  plans_ = plan_buckets(metas, options_.bucket_bytes, alignment);
   if (options_.memory == comm::MemoryKind::kCuda) {
     device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
   }
@@ -176,7 +193,7 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
         std::span<std::byte> bucket = packer.acquire(k, deadline);
         result_.pack_wait_seconds += seconds_since(pack_start);
         if (failed_) break;
-        broadcast(bucket, deadline);
+        broadcast(plans_[k], bucket, deadline);
         packer.release(k);
         ++result_.buckets;
         if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);

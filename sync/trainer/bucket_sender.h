@@ -39,6 +39,10 @@ struct BucketSendOptions {
   comm::Millis timeout{300000};                       // the whole phase
   comm::Millis failure_grace{5000};  // after a failure, wait this long for other answers
   comm::Millis bucket_delay{0};      // sleep after each broadcast: simulates a slow link (tests)
+  // kWeightcastBucket: our aligned bucket, one broadcast each. SGLang's formats (common mode):
+  // tensors back to back, one broadcast per bucket (kFlattenedBucket) or per tensor
+  // (kPerTensor); use max_in_flight = 1 with them, as SGLang serializes bucket requests.
+  LoadFormat load_format = LoadFormat::kWeightcastBucket;
 };
 
 struct BucketSendResult {

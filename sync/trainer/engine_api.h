@@ -15,12 +15,22 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "comm/errors.h"
 #include "sync/protocol.h"
 #include "sync/selector.h"
 
 namespace weightcast::sync::trainer {
+
+// Which HTTP dialect an engine speaks. kWeightcast: weightcast-engine (strict JSON with
+// "success", /server_info, /weights_checksum, /abort_weight_update, sequenced padded buckets,
+// native groups). kSglang: an SGLang server (with the begin/end_weight_update routes Miles
+// uses): SGLang's response shapes, /get_server_info, no abort, no checksum, torch groups.
+enum class EngineFlavor { kWeightcast, kSglang };
+std::string_view to_string(EngineFlavor flavor);
+// "weightcast" or "sglang"; comm::ConfigError otherwise.
+EngineFlavor parse_engine_flavor(std::string_view text);
 
 // A failed engine call. status() is the HTTP status, or 0 when no answer arrived at all (refused,
 // reset, closed: the engine process is likely gone).
@@ -43,6 +53,9 @@ class EngineApi {
 
   // The engine's base URL ("http://host:port"); names it in every error and report.
   virtual const std::string& url() const = 0;
+  // The engine's dialect; known once server_info() answered (before that: kWeightcast unless
+  // forced).
+  virtual EngineFlavor flavor() const { return EngineFlavor::kWeightcast; }
 
   virtual BasicResponse health() = 0;
   virtual ServerInfoResponse server_info() = 0;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "sync/protocol_text.h"
+#include "sync/trainer/sglang_answers.h"
 
 namespace weightcast::sync::trainer {
 
@@ -54,6 +55,16 @@ std::string normalize_url(std::string url) {
 
 }  // namespace
 
+std::string_view to_string(EngineFlavor flavor) {
+  return flavor == EngineFlavor::kSglang ? "sglang" : "weightcast";
+}
+
+EngineFlavor parse_engine_flavor(std::string_view text) {
+  if (text == "weightcast") return EngineFlavor::kWeightcast;
+  if (text == "sglang") return EngineFlavor::kSglang;
+  throw comm::ConfigError("engine flavor " + quoted(text) + ": expected weightcast or sglang");
+}
+
 EngineError::EngineError(std::string engine, std::string route, int status,
                          const std::string& message)
     : comm::PeerError(engine, "engine " + engine + " " + route + ": " + describe(status, message)),
@@ -61,7 +72,9 @@ EngineError::EngineError(std::string engine, std::string route, int status,
       status_(status) {}
 
 EngineClient::EngineClient(std::string url, EngineClientOptions options)
-    : url_(normalize_url(std::move(url))), options_(std::move(options)) {}
+    : url_(normalize_url(std::move(url))),
+      options_(std::move(options)),
+      sglang_(options_.flavor == EngineFlavor::kSglang) {}
 
 std::string EngineClient::call(std::string_view method, const std::string& route,
                                const std::string& body, comm::Millis read_timeout) const {
@@ -135,14 +148,52 @@ BasicResponse EngineClient::basic(std::string_view method, const std::string& ro
                  url_, std::string(method) + " " + route);
 }
 
+BasicResponse EngineClient::lenient(std::string_view method, const std::string& route,
+                                    const std::string& body, comm::Millis read_timeout) const {
+  return checked(read_sglang_answer(call(method, route, body, read_timeout)), url_,
+                 std::string(method) + " " + route);
+}
+
+std::string EngineClient::sglang_weight_version() const {
+  std::optional<std::string> version;
+  try {
+    version = read_sglang_weight_version(
+        call("GET", "/get_weight_version", "", options_.request_timeout));
+  } catch (const EngineError& e) {
+    if (e.status() != 404) throw;
+  }
+  if (!version) {
+    version = read_sglang_weight_version(call("GET", "/model_info", "", options_.request_timeout));
+  }
+  if (!version) {
+    throw EngineError(url_, "GET /get_weight_version", 200,
+                      "no weight_version in /get_weight_version nor /model_info");
+  }
+  return *version;
+}
+
 BasicResponse EngineClient::health() {
+  if (sglang_) return lenient("GET", "/health", "", options_.request_timeout);
   return basic("GET", "/health", "", options_.request_timeout);
 }
 
 ServerInfoResponse EngineClient::server_info() {
-  return checked(parse_server_info_response(
-                     call("GET", "/server_info", "", options_.request_timeout), options_.limits),
-                 url_, "GET /server_info");
+  if (!sglang_) {
+    try {
+      return checked(
+          parse_server_info_response(call("GET", "/server_info", "", options_.request_timeout),
+                                     options_.limits),
+          url_, "GET /server_info");
+    } catch (const EngineError& e) {
+      // Only an engine that does not know the route is taken for SGLang; a forced weightcast
+      // flavor never is.
+      if (e.status() != 404 || options_.flavor) throw;
+    }
+  }
+  auto info = read_sglang_server_info(call("GET", "/get_server_info", "", options_.request_timeout),
+                                      options_.limits);
+  sglang_ = true;
+  return info;
 }
 
 BasicResponse EngineClient::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
@@ -156,15 +207,26 @@ BasicResponse EngineClient::destroy_weights_update_group(
 }
 
 BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
+  if (sglang_) {
+    return lenient("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
+  }
   return basic("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::flush_cache() {
+  // SGLang answers plain text, to GET as Miles sends it.
+  if (sglang_) return lenient("GET", "/flush_cache", "", options_.request_timeout);
   return basic("POST", "/flush_cache", to_json_string(FlushCacheRequest{}),
                options_.request_timeout);
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
+  if (sglang_) {
+    // SGLang does not echo the selector; the session has the one it was asked for.
+    auto answer =
+        lenient("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout);
+    return {true, answer.message, req.selector};
+  }
   return checked(
       parse_begin_weight_update_response(
           call("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout),
@@ -174,15 +236,28 @@ BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpd
 
 BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
+  if (sglang_) {
+    return lenient("POST", "/update_weights_from_distributed", to_json_string(req),
+                   options_.data_timeout);
+  }
   return basic("POST", "/update_weights_from_distributed", to_json_string(req),
                options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
+  if (sglang_) {
+    return lenient("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
+  }
   return basic("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update() {
+  if (sglang_) {
+    // No version or runner stats in SGLang's answer: the version is read back.
+    auto answer = lenient("POST", "/end_weight_update", to_json_string(EndWeightUpdateRequest{}),
+                          options_.request_timeout);
+    return {true, answer.message, sglang_weight_version(), {}};
+  }
   return checked(parse_end_weight_update_response(
                      call("POST", "/end_weight_update", to_json_string(EndWeightUpdateRequest{}),
                           options_.request_timeout),
@@ -191,15 +266,25 @@ EndWeightUpdateResponse EngineClient::end_weight_update() {
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
+  if (sglang_) {
+    return lenient("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
+  }
   return basic("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::abort_weight_update() {
+  if (sglang_) {
+    throw EngineError(url_, "POST /abort_weight_update", 0,
+                      "SGLang has no abort route: the engine needs a fresh group and a reload");
+  }
   return basic("POST", "/abort_weight_update", "{}", options_.request_timeout);
 }
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner) {
   const std::string route = "/weights_checksum?runner=" + std::string(to_string(runner));
+  if (sglang_) {
+    throw EngineError(url_, "GET " + route, 0, "an SGLang engine serves no weight checksums");
+  }
   return checked(parse_weights_checksum_response(call("GET", route, "", options_.request_timeout),
                                                  options_.limits),
                  url_, "GET " + route);

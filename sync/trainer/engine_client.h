@@ -10,6 +10,8 @@
 // Threading: all methods are safe to call concurrently.
 #pragma once
 
+#include <atomic>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,9 @@ struct EngineClientOptions {
   comm::Millis request_timeout{60000};  // read/write of control routes
   comm::Millis data_timeout{300000};    // read of init and bucket routes
   ProtocolLimits limits;                // applied to every response body
+  // Unset: detected by server_info() (/server_info answers: weightcast; only /get_server_info
+  // does: sglang).
+  std::optional<EngineFlavor> flavor;
 };
 
 class EngineClient final : public EngineApi {
@@ -34,6 +39,9 @@ class EngineClient final : public EngineApi {
   EngineClient(std::string url, EngineClientOptions options);
 
   const std::string& url() const override { return url_; }
+  EngineFlavor flavor() const override {
+    return sglang_ ? EngineFlavor::kSglang : EngineFlavor::kWeightcast;
+  }
   const EngineClientOptions& options() const { return options_; }
 
   BasicResponse health() override;
@@ -62,8 +70,15 @@ class EngineClient final : public EngineApi {
   BasicResponse basic(std::string_view method, const std::string& route, const std::string& body,
                       comm::Millis read_timeout) const;
 
+  // SGLang's answers: any 2xx is success unless a JSON body says "success": false.
+  BasicResponse lenient(std::string_view method, const std::string& route, const std::string& body,
+                        comm::Millis read_timeout) const;
+  // SGLang's committed version: /get_weight_version, else /model_info.
+  std::string sglang_weight_version() const;
+
   std::string url_;
   EngineClientOptions options_;
+  std::atomic<bool> sglang_{false};
 };
 
 }  // namespace weightcast::sync::trainer

@@ -5,6 +5,7 @@
 #include "comm/errors.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "comm/torch_group.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace weightcast::sync::trainer {
@@ -28,8 +29,15 @@ std::string group_name(std::string_view prefix, int stage) {
 }
 
 struct WeightGroup::Impl {
-  std::unique_ptr<comm::TcpStoreServer> server;
+  std::unique_ptr<comm::TcpStoreServer> server;  // native mode
+  std::unique_ptr<comm::C10dStoreServer> torch;  // common mode
   std::unique_ptr<comm::Communicator> comm;
+
+  std::uint16_t port() const { return server ? server->port() : torch->port(); }
+  void stop() const {
+    if (server) server->stop();
+    if (torch) torch->stop();
+  }
 };
 
 WeightGroup::WeightGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -38,11 +46,11 @@ WeightGroup::WeightGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 
 WeightGroup::~WeightGroup() {
   if (impl_->comm) impl_->comm->abort();
-  if (impl_->server) impl_->server->stop();
+  impl_->stop();
 }
 
 std::uint16_t WeightGroup::store_port() const {
-  return impl_->server->port();
+  return impl_->port();
 }
 
 namespace {
@@ -51,26 +59,63 @@ namespace {
 // join, and a stopped store makes the source's rendezvous fail now rather than at its timeout.
 std::vector<std::future<void>> send_inits(std::span<EngineApi* const> engines,
                                           const GroupRanks& ranks, const GroupOptions& options,
-                                          comm::TcpStoreServer& server) {
+                                          const WeightGroup::Impl& store) {
   std::vector<std::future<void>> inits;
   for (std::size_t i = 0; i < engines.size(); ++i) {
     InitWeightsUpdateGroupRequest request;
     request.master_address = options.bind_address;
-    request.master_port = server.port();
+    request.master_port = store.port();
     request.rank_offset = ranks.offsets[i];
     request.world_size = ranks.world_size;
     request.group_name = options.name;
     request.backend = options.backend;
-    inits.push_back(std::async(std::launch::async, [engine = engines[i], request, &server] {
+    if (i >= options.name_rendezvous.size() || options.name_rendezvous[i]) {
+      request.rendezvous = options.torch ? Rendezvous::kTorch : Rendezvous::kWeightcast;
+    }
+    inits.push_back(std::async(std::launch::async, [engine = engines[i], request, &store] {
       try {
         engine->init_weights_update_group(request);
       } catch (...) {
-        server.stop();
+        store.stop();
         throw;
       }
     }));
   }
   return inits;
+}
+
+// Starts the group's store on `impl` and returns the source's own view of it. Our own client
+// connects first: once connected, a stopped server fails its waits at once (a client still
+// connecting would retry until its timeout).
+std::shared_ptr<comm::Store> host_store(WeightGroup::Impl& impl, const GroupOptions& options) {
+  if (options.torch) {
+    comm::C10dStoreServerOptions server_opts;
+    server_opts.bind_address = options.bind_address;
+    impl.torch = std::make_unique<comm::C10dStoreServer>(server_opts);
+    comm::C10dStoreOptions client;
+    client.host = options.bind_address;
+    client.port = impl.torch->port();
+    client.protocol = options.torch_protocol;
+    client.connect_timeout = options.timeout;
+    auto store = std::make_shared<comm::C10dStore>(client);
+    store->join_as_worker(options.timeout);  // torch's master counts itself too
+    const auto keys = options.torch_protocol == comm::C10dProtocol::kTorch1
+                          ? comm::TorchKeys::kTorch1
+                          : comm::TorchKeys::kTorch2;
+    return comm::torch_group_store(std::move(store), options.name, to_string(options.backend),
+                                   keys);
+  }
+  comm::TcpStoreServerOptions server_opts;
+  server_opts.bind_address = options.bind_address;
+  server_opts.token = options.token;
+  impl.server = std::make_unique<comm::TcpStoreServer>(server_opts);
+  comm::TcpStoreOptions store_opts;
+  store_opts.host = options.bind_address;
+  store_opts.port = impl.server->port();
+  store_opts.token = options.token;
+  store_opts.connect_timeout = options.timeout;
+  return std::make_shared<comm::PrefixStore>(options.name,
+                                             std::make_shared<comm::TcpStore>(store_opts));
 }
 
 }  // namespace
@@ -83,27 +128,15 @@ std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> eng
   const GroupRanks ranks = group_ranks(rank_counts);
 
   auto impl = std::make_unique<Impl>();
-  comm::TcpStoreServerOptions server_opts;
-  server_opts.bind_address = options.bind_address;
-  server_opts.token = options.token;
-  impl->server = std::make_unique<comm::TcpStoreServer>(server_opts);
-
-  // Our own client connects first: once connected, a stopped server fails its waits at once
-  // (a client still connecting would retry until its timeout).
-  comm::TcpStoreOptions store_opts;
-  store_opts.host = options.bind_address;
-  store_opts.port = impl->server->port();
-  store_opts.token = options.token;
-  store_opts.connect_timeout = options.timeout;
   comm::CommOptions comm_opts;
-  comm_opts.store = std::make_shared<comm::PrefixStore>(
-      options.name, std::make_shared<comm::TcpStore>(store_opts));
+  comm_opts.store = host_store(*impl, options);
+  comm_opts.torch_compatible = options.torch;
   comm_opts.rank = 0;
   comm_opts.size = ranks.world_size;
   comm_opts.timeout = options.timeout;
   comm_opts.bind_address = options.bind_address;
 
-  auto inits = send_inits(engines, ranks, options, *impl->server);
+  auto inits = send_inits(engines, ranks, options, *impl);
   std::exception_ptr join_error;
   try {
     const std::string backend(to_string(options.backend));
@@ -138,7 +171,7 @@ void WeightGroup::destroy(std::span<EngineApi* const> engines) {
   on_all_engines(
       engines, "POST /destroy_weights_update_group",
       [&request](EngineApi& engine, std::size_t) { engine.destroy_weights_update_group(request); });
-  impl_->server->stop();
+  impl_->stop();
 }
 
 }  // namespace weightcast::sync::trainer

@@ -22,6 +22,7 @@
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
+#include "comm/store/c10d_store.h"
 #include "sync/protocol.h"
 #include "sync/trainer/engine_api.h"
 
@@ -49,6 +50,15 @@ struct GroupOptions {
   std::string token;            // the store's token (engines present their configured one)
   comm::Millis timeout{60000};  // rendezvous, and the default of every collective
   CommunicatorFactory factory;  // empty: comm::create_communicator
+  // Common mode (a group with SGLang/torch members): the source hosts a torch c10d store
+  // (comm/store/c10d_store.h) instead of ours, joins it as torch rank 0 would, and forms a
+  // torch-compatible group under the key chain of `torch_keys`. The token is not used (torch's
+  // store has none).
+  bool torch = false;
+  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
+  // Per engine (same order as `engines`): whether its init names the rendezvous ("torch" or
+  // "weightcast"). SGLang engines get none, as Miles sends none.
+  std::vector<bool> name_rendezvous;
 };
 
 class WeightGroup {
@@ -73,8 +83,9 @@ class WeightGroup {
   // and tears the communicator and the store down.
   void destroy(std::span<EngineApi* const> engines);
 
+  struct Impl;  // the store server and the communicator (group.cc)
+
  private:
-  struct Impl;
   explicit WeightGroup(std::unique_ptr<Impl> impl);
   std::string name_;
   std::unique_ptr<Impl> impl_;

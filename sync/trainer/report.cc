@@ -37,7 +37,15 @@ void UpdateReport::fail(std::string what) {
 }
 
 std::string summary(const UpdateReport& report) {
-  if (!report.ok) return "FAILED version " + report.version + ": " + report.error;
+  if (!report.ok) {
+    std::string text = "FAILED version " + report.version + ": " + report.error;
+    for (const auto& url : report.needs_reload) {
+      text += "; engine " + url +
+              " (sglang) cannot discard a partial update: it needs a fresh "
+              "group and a full reload";
+    }
+    return text;
+  }
   char line[256];
   std::snprintf(line, sizeof(line),
                 "version %s selector %s tensors %llu bytes %llu buckets %llu seconds %.3f "

@@ -53,6 +53,9 @@ struct UpdateReport {
   std::string failed_engine;  // URL of the engine blamed; empty when no engine was at fault
   std::string failed_route;
   std::vector<EngineFailure> failures;
+  // Engines left holding part of a failed update (SGLang ones, which cannot discard it): each
+  // needs a fresh group and a full update before it serves the trainer's weights.
+  std::vector<std::string> needs_reload;
 
   // bytes / seconds / 1e9; 0 when nothing was timed.
   double gbps() const;

@@ -5,14 +5,16 @@
 
 namespace weightcast::sync::trainer {
 
-UpdateWeightsFromDistributedRequest UpdateSession::bucket_request(
-    const BucketPlan& plan, const std::string& group_name) const {
+UpdateWeightsFromDistributedRequest UpdateSession::bucket_request(const BucketPlan& plan,
+                                                                  const std::string& group_name,
+                                                                  LoadFormat format) const {
   UpdateWeightsFromDistributedRequest request;
   request.tensors.reserve(plan.entries.size());
   for (const auto& entry : plan.entries) request.tensors.push_back(entry.meta);
   request.group_name = group_name;
   request.selector = selector_;
-  request.sequence = plan.sequence;
+  request.load_format = format;
+  if (format == LoadFormat::kWeightcastBucket) request.sequence = plan.sequence;
   // The session flushed caches before it began; a per-bucket flush would only repeat it.
   request.flush_cache = false;
   request.weight_version = version_;

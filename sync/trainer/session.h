@@ -23,9 +23,11 @@ class UpdateSession {
   Selector selector() const { return selector_; }
   const std::string& version() const { return version_; }
 
-  // The request announcing bucket `plan` (its tensors and sequence) on group `group_name`.
-  UpdateWeightsFromDistributedRequest bucket_request(const BucketPlan& plan,
-                                                     const std::string& group_name) const;
+  // The request announcing bucket `plan` on group `group_name`, its tensors travelling as
+  // `format` says. Our bucket carries its sequence; SGLang's formats carry none (arrival order).
+  UpdateWeightsFromDistributedRequest bucket_request(
+      const BucketPlan& plan, const std::string& group_name,
+      LoadFormat format = LoadFormat::kWeightcastBucket) const;
 
   // Text a coordinator passes to the other stage sources ("<selector> <version>").
   std::string token() const;

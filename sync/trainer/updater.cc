@@ -23,6 +23,7 @@ std::vector<std::unique_ptr<EngineApi>> make_clients(const std::vector<std::stri
   client.request_timeout = options.request_timeout;
   // A bucket answers once received; init once the group formed. Both wait on the data plane.
   client.data_timeout = std::max(options.buckets.timeout, options.group_timeout);
+  client.flavor = options.engine_flavor;
   std::vector<std::unique_ptr<EngineApi>> out;
   for (const auto& url : urls) out.push_back(std::make_unique<EngineClient>(url, client));
   return out;
@@ -93,10 +94,29 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
     version = std::max(version, numeric_version(infos[i].weight_version));
   }
   group_ranks(counts);  // validates
+  common_ = std::any_of(engines_.begin(), engines_.end(),
+                        [](const auto& e) { return e->flavor() == EngineFlavor::kSglang; });
+  check_capabilities();
   rank_counts_ = std::move(counts);
   committed_version_ = version;
   infos_ = std::move(infos);
   return infos_;
+}
+
+LoadFormat DistributedUpdater::load_format() const {
+  return common_ ? options_.common_load_format : LoadFormat::kWeightcastBucket;
+}
+
+// Before any data moves: an SGLang engine receives per tensor or SGLang's flattened bucket only.
+void DistributedUpdater::check_capabilities() const {
+  if (!common_ || options_.common_load_format != LoadFormat::kWeightcastBucket) return;
+  for (const auto& e : engines_) {
+    if (e->flavor() == EngineFlavor::kSglang) {
+      throw comm::ConfigError("engine " + e->url() +
+                              " (sglang) lacks the weightcast_bucket layout; use per_tensor or "
+                              "flattened_bucket for a group with SGLang engines");
+    }
+  }
 }
 
 void DistributedUpdater::ensure_group(int stage) {
@@ -117,6 +137,11 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.token = options_.store_token;
   opts.timeout = options_.group_timeout;
   opts.factory = options_.communicator_factory;
+  opts.torch = common_;
+  opts.torch_protocol = options_.torch_protocol;
+  for (const auto& e : engines_) {
+    opts.name_rendezvous.push_back(e->flavor() == EngineFlavor::kWeightcast);
+  }
   group = WeightGroup::create(engine_ptrs_, rank_counts_, opts);
 }
 
@@ -172,6 +197,9 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
   BucketSendOptions opts = options_.buckets;
   opts.memory =
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  opts.load_format = load_format();
+  // SGLang serializes bucket requests (Miles holds a lock around each).
+  if (common_) opts.max_in_flight = 1;
   return send_buckets(session, group.name(), group.comm(), engine_ptrs_, tensors, opts);
 }
 
@@ -235,9 +263,18 @@ void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
   // Best effort on every engine, the failed ones included (one that answered 4xx is alive):
   // drop the session and staging, then serve the previous weights again.
   on_all_engines(engine_ptrs_, "POST /abort_weight_update", [](EngineApi& engine, std::size_t) {
-    engine.abort_weight_update();
+    if (engine.flavor() == EngineFlavor::kSglang) {
+      // No abort on SGLang: it loaded what arrived in place. End its session so it serves again;
+      // it is reported as needing a fresh group and a full reload.
+      engine.end_weight_update();
+    } else {
+      engine.abort_weight_update();
+    }
     engine.continue_generation(ContinueGenerationRequest{});
   });
+  for (const auto& e : engines_) {
+    if (e->flavor() == EngineFlavor::kSglang) report.needs_reload.push_back(e->url());
+  }
   if (update_start_ != comm::Clock::time_point{}) report.seconds = seconds_since(update_start_);
 }
 

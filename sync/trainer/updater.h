@@ -10,16 +10,16 @@
 // buckets on the group; then update_weight_version -> end -> continue. Any failure takes the
 // abort path: the failing engine is named, every engine is told to drop the session
 // (/abort_weight_update) and to continue serving its previous weights, nobody commits, and the
-// report carries the error. Before the first update, /server_info of every engine is read:
-// an engine that does not support the selector or backend is refused with a ConfigError rather
-// than trusted to honour it; its rank count sizes the group.
-// Pipeline-parallel trainers use the same steps one by one (launcher/train does): the stage-0
-// source opens the session, hands session.token() to the other stage sources, each stage source
-// sends its tensors on its own group (send_stage), stages one after another, and the
-// coordinator finishes or aborts. update() is exactly open_session + send_stage(0) + finish.
-// Lifetime: owns the engine clients and the groups it created; destroying it asks every engine to
-// leave those groups (best effort, bounded by the client timeouts) and stops their stores.
-// Threading: one caller at a time.
+// report carries the error; an SGLang engine, which has no abort, is told to end its session
+// instead and is listed in report.needs_reload. Before the first update, /server_info of every
+// engine is read: an engine that does not support the selector or backend is refused with a
+// ConfigError rather than trusted to honour it; its rank count sizes the group. Pipeline-parallel
+// trainers use the same steps one by one (launcher/train does): the stage-0 source opens the
+// session, hands session.token() to the other stage sources, each stage source sends its tensors on
+// its own group (send_stage), stages one after another, and the coordinator finishes or aborts.
+// update() is exactly open_session + send_stage(0) + finish. Lifetime: owns the engine clients and
+// the groups it created; destroying it asks every engine to leave those groups (best effort,
+// bounded by the client timeouts) and stops their stores. Threading: one caller at a time.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +59,14 @@ struct UpdaterOptions {
   comm::Millis request_timeout{60000};       // control routes
   comm::Millis group_timeout{120000};        // group setup, and each collective's default
   CommunicatorFactory communicator_factory;  // empty: comm::create_communicator
+
+  // Engine dialects (sync/trainer/engine_api.h). Unset: each engine's is detected by connect().
+  std::optional<EngineFlavor> engine_flavor;
+  // Common mode, chosen when any engine is an SGLang one: a torch-compatible group on a torch
+  // store of this generation, one bucket request in flight, buckets in this format
+  // (kPerTensor or kFlattenedBucket, both of which SGLang receives).
+  LoadFormat common_load_format = LoadFormat::kPerTensor;
+  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
 };
 
 class DistributedUpdater {
@@ -80,6 +88,10 @@ class DistributedUpdater {
   // comm::ConfigError naming an engine that lacks the selector or the backend, EngineCallError
   // naming one that could not be asked.
   const std::vector<ServerInfoResponse>& connect();
+  // After connect(): whether the group runs the common mode (some engine is an SGLang one).
+  bool common_mode() const { return common_; }
+  // The format buckets travel in (native: kWeightcastBucket).
+  LoadFormat load_format() const;
 
   // One whole update on group "<prefix>-pp_0". Engine, network and timeout failures come back
   // in the report (ok = false); configuration errors throw as connect() does.
@@ -108,6 +120,7 @@ class DistributedUpdater {
 
  private:
   void start_report(UpdateReport& report) const;
+  void check_capabilities() const;
 
   UpdaterOptions options_;
   Selector selector_;
@@ -116,6 +129,7 @@ class DistributedUpdater {
   std::vector<ServerInfoResponse> infos_;
   std::vector<int> rank_counts_;
   std::uint64_t committed_version_ = 0;
+  bool common_ = false;
   std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
   comm::Clock::time_point update_start_{};
 };

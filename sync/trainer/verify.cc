@@ -106,9 +106,13 @@ UpdateVerifier::UpdateVerifier(std::span<EngineApi* const> engines,
                                std::uint64_t seed)
     : engines_(engines) {
   WC_ENFORCE_EQ(engines.size(), infos.size());
-  for (const auto& info : infos) {
+  for (std::size_t i = 0; i < infos.size(); ++i) {
     auto& runners = mirrors_.emplace_back();
-    for (const auto& runner : info.runners) runners.emplace_back(runner, spec, seed);
+    if (engines[i]->flavor() == EngineFlavor::kSglang) {
+      unverifiable_.push_back(engines[i]->url());
+      continue;
+    }
+    for (const auto& runner : infos[i].runners) runners.emplace_back(runner, spec, seed);
   }
 }
 

@@ -88,10 +88,14 @@ class UpdateVerifier {
     std::string text;
   };
   std::vector<Problem> check(const std::string& version);
+  // Engines that serve no /weights_checksum (SGLang ones): not checked, listed here so the
+  // caller can say so plainly.
+  const std::vector<std::string>& unverifiable() const { return unverifiable_; }
 
  private:
   std::span<EngineApi* const> engines_;
   std::vector<std::vector<RunnerMirror>> mirrors_;  // [engine][runner]
+  std::vector<std::string> unverifiable_;
 };
 
 }  // namespace weightcast::sync::trainer

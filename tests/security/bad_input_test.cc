@@ -187,7 +187,6 @@ std::vector<Row> bucket_rows(const Json& resident) {
       {"POST", p, with(b, "sequence", "-1"), 400, "sequence"},
       {"POST", p, with(b, "sequence", R"("0")"), 400, "sequence"},
       {"POST", p, with(b, "sequence", "1.0"), 400, "sequence"},
-      {"POST", p, without(b, "sequence"), 400, "sequence"},
       {"POST", p, with(b, "load_format", R"("pickle")"), 400, "load_format"},
       {"POST", p, with(b, "weight_version", "5"), 400, "weight_version"},
       {"POST", p, with(b, "flush_cache", R"("no")"), 400, "flush_cache"},

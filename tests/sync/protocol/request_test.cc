@@ -41,6 +41,8 @@ UpdateWeightsFromDistributedRequest sample_bucket() {
 TEST(ProtocolRequest, RoundTripEveryBody) {
   InitWeightsUpdateGroupRequest init{"trainer-0.cluster", 29500, 3, 9, "wc-pp_0", Backend::kGloo};
   EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
+  init.rendezvous = Rendezvous::kTorch;
+  EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
   EXPECT_EQ(
       parse_init_weights_update_group(to_json_string(InitWeightsUpdateGroupRequest{
           "::1", 65535, 1, 2, std::string(kDefaultGroupName), Backend::kNccl})),
@@ -88,7 +90,7 @@ TEST(ProtocolRequest, FieldNamesAreSGLangs) {
             (std::set<std::string>{"new_version", "abort_all_requests"}));
   EXPECT_EQ(keys_of(to_json_string(PauseGenerationRequest{})), (std::set<std::string>{"mode"}));
   const Json j = Json::parse(to_json_string(sample_bucket()));
-  EXPECT_EQ(j["load_format"], "flattened_bucket");
+  EXPECT_EQ(j["load_format"], "weightcast_bucket");
   EXPECT_EQ(j["dtypes"], Json({"bfloat16", "float32", "float8_e4m3fn", "int64"}));
   EXPECT_EQ(j["shapes"], Json::parse("[[4,8],[8],[],[0,3]]"));
   EXPECT_FALSE(Json::parse(to_json_string(UpdateWeightsFromDistributedRequest{}))

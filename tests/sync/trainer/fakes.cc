@@ -139,10 +139,11 @@ BeginWeightUpdateResponse FakeEngine::begin_weight_update(const BeginWeightUpdat
 
 BasicResponse FakeEngine::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
-  enter("POST /update_weights_from_distributed", std::to_string(req.sequence));
+  const std::uint64_t sequence = req.sequence.value_or(0);
+  enter("POST /update_weights_from_distributed", std::to_string(sequence));
   {
     std::lock_guard lock(wire_.mu);
-    ++wire_.requests_seen[req.sequence];
+    ++wire_.requests_seen[sequence];
     wire_.cv.notify_all();
   }
   {
@@ -163,7 +164,7 @@ BasicResponse FakeEngine::update_weights_from_distributed(
     if (!session_ || *session_ != req.selector) {
       throw EngineError(url_, "POST /update_weights_from_distributed", 409, "selector mismatch");
     }
-    index = base_ + req.sequence;
+    index = base_ + sequence;
   }
   std::vector<std::byte> bytes;
   {
@@ -176,7 +177,7 @@ BasicResponse FakeEngine::update_weights_from_distributed(
     }
     bytes = wire_.broadcasts[index];
   }
-  const BucketPlan plan = make_bucket(req.sequence, req.tensors);
+  const BucketPlan plan = make_bucket(sequence, req.tensors);
   std::lock_guard lock(mu_);
   for (const auto& t : unpack(bytes, plan)) {
     staged_[t.entry->meta.name].assign(t.bytes.begin(), t.bytes.end());

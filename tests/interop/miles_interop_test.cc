@@ -1,0 +1,105 @@
+// A Miles-style torch trainer (tests/interop/miles_style_trainer.py: torch rank 0 hosting the
+// c10d store, gloo, Miles' HTTP sequence, one dist.broadcast per tensor) drives two
+// weightcast-engine processes (1 and 2 ranks, a target without layout and a frozen draft with the
+// shuffle layout) that are told nothing about torch: they detect the rendezvous. After 3 updates
+// with selector target, every target tensor on both engines has the XXH3-128 of what torch sent,
+// the version is "3" and the draft is bit-identical to its start.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sync/trainer/engine_client.h"
+#include "tests/interop/torch_python.h"
+#include "tests/support/engine_launch.h"
+#include "tests/support/subprocess.h"
+
+namespace weightcast::interop {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::seconds;
+using weightcast::testing::Subprocess;
+
+struct TestEngine {
+  std::unique_ptr<Subprocess> process;
+  std::string url;
+};
+
+// The test engine, with a target that keeps the bytes as sent (so its digests are those of the
+// sent bytes) beside the shuffled frozen draft.
+TestEngine start_engine(int ranks) {
+  auto argv =
+      testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5, {"--init-timeout-ms", "30000"});
+  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--target-layout") argv[i + 1] = "none";
+  }
+  TestEngine e{std::make_unique<Subprocess>(argv), ""};
+  e.url = testing::wait_for_engine_url(*e.process, seconds(30));
+  return e;
+}
+
+sync::trainer::EngineClient client(const std::string& url) {
+  sync::trainer::EngineClientOptions o;
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.request_timeout = std::chrono::milliseconds(10000);
+  return sync::trainer::EngineClient(url, o);
+}
+
+// The JSON lines the trainer printed, one per step.
+std::vector<Json> steps_of(const std::string& output) {
+  std::vector<Json> steps;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"step\"", 0) == 0) steps.push_back(Json::parse(line));
+  }
+  return steps;
+}
+
+TEST(MilesInterop, TorchTrainerUpdatesTwoWeightcastEnginesThroughDetection) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  std::vector<TestEngine> engines;
+  engines.push_back(start_engine(1));
+  engines.push_back(start_engine(2));
+  std::vector<std::string> drafts;
+  for (const auto& e : engines)
+    drafts.push_back(client(e.url).weights_checksum(sync::Runner::kDraft).digest);
+
+  Subprocess trainer({testing::torch_python(), testing::interop_script("miles_style_trainer.py"),
+                      "--engines", engines[0].url + "," + engines[1].url, "--ranks", "1,2",
+                      "--steps", "3", "--selector", "target", "--timeout", "60"},
+                     testing::torch_env());
+  const std::string output = trainer.drain(seconds(150));
+  ASSERT_EQ(trainer.wait(seconds(10)), 0) << output;
+  const auto steps = steps_of(output);
+  ASSERT_EQ(steps.size(), 3u) << output;
+
+  double bytes = 0, secs = 0;
+  for (const auto& s : steps) {
+    bytes += s["bytes"].get<double>();
+    secs += s["seconds"].get<double>();
+  }
+  RecordProperty("miles_update_gbps", std::to_string(bytes / secs / 1e9));
+  std::printf("miles-style torch trainer -> 2 weightcast engines: %.0f bytes/update, %.4f GB/s\n",
+              bytes / 3, bytes / secs / 1e9);
+
+  const Json& sent = steps.back()["digests"];
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    auto c = client(engines[i].url);
+    const auto target = c.weights_checksum(sync::Runner::kTarget);
+    EXPECT_EQ(target.weight_version, "3") << engines[i].url;
+    ASSERT_EQ(target.tensors.size(), sent.size()) << engines[i].url;
+    for (const auto& t : target.tensors) {
+      ASSERT_TRUE(sent.contains(t.name)) << t.name;
+      EXPECT_EQ(t.digest, sent[t.name].get<std::string>()) << engines[i].url << " " << t.name;
+    }
+    EXPECT_EQ(c.weights_checksum(sync::Runner::kDraft).digest, drafts[i])
+        << engines[i].url << ": the frozen draft changed";
+  }
+}
+
+}  // namespace
+}  // namespace weightcast::interop
