@@ -59,10 +59,13 @@ template <bool kForward>
 constexpr std::array<std::uint8_t, kTileRows * kGroups> make_index() {
   std::array<std::uint8_t, kTileRows * kGroups> index{};
   for (std::size_t p = 0; p < kTileRows * kGroups; ++p) {
-    // Forward: position p holds group p / 16 of row p % 16. Inverse: group p % 4 of row p / 4
-    // comes back from position (p % 4) * 16 + p / 4.
-    index[p] = static_cast<std::uint8_t>(kForward ? (p % kTileRows) * kGroups + p / kTileRows
-                                                  : (p % kGroups) * kTileRows + p / kGroups);
+    // Forward: position p = g * 16 + (r + g) % 16 holds group g of row r, so p holds group
+    // g = p / 16 of row r = (p % 16 - g) mod 16. Inverse: group g = p % 4 of row r = p / 4 comes
+    // back from position g * 16 + (r + g) % 16.
+    const std::size_t g = kForward ? p / kTileRows : p % kGroups;
+    const std::size_t r = kForward ? (p % kTileRows + kTileRows - g) % kTileRows : p / kGroups;
+    index[p] =
+        static_cast<std::uint8_t>(kForward ? r * kGroups + g : g * kTileRows + (r + g) % kTileRows);
   }
   return index;
 }

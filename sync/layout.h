@@ -12,9 +12,18 @@
 // layout for bf16 (16 rows x 32 elements), kept at the same byte width for every element size
 // (64 / e elements) so every dtype gets the same permutation. A tile row is four 16-byte lane
 // groups (16 / e elements each, kept in order). Within its own footprint a tile is rewritten
-// column-block-major: counting footprint groups row by row (four per row), position
-// p = g * 16 + r holds group g of row r, i.e. the 16 x 4 grid of groups is transposed. That is
-// neither idempotent nor an involution: shuffle twice is neither shuffle once nor the original.
+// column-block-major with a skew: counting footprint groups row by row (four per row), position
+// p = g * 16 + (r + g) % 16 holds group g of row r, i.e. the 16 x 4 grid of groups is transposed
+// and column g is rotated by g rows (a skewed transpose, as bank-conflict-free layouts do).
+// That is neither idempotent nor an involution: shuffle twice is neither shuffle once nor the
+// original.
+//
+// Order. As a permutation of a tile's 64 groups the shuffle has order 1806 (cycles of lengths
+// 1, 2, 3, 7, 43 and their multiples): applied n times it equals applying it once only when
+// n = 1 (mod 1806). So a tensor shuffled k extra times reads wrong for every k from 1 to 1805,
+// which is what a demo of the double-shuffle bug needs (the plain transpose used before had
+// order 3: a fourth application brought the tensor back). tests/sync/data/layout_test.cc checks
+// the order against the reference.
 // Only full tiles move. The last R % 16 rows and the last (C * e) % 64 bytes of every row stay
 // in place. Hence the tensors left unchanged are exactly those with no full tile: R < 16 or
 // C * e < 64, which includes every rank-0 and rank-1 tensor (norms, biases; AITER does not

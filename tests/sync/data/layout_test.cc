@@ -46,7 +46,7 @@ Bytes reference_shuffle(const Bytes& in, std::size_t e, const Shape& shape) {
       std::size_t ni = i, nj = j;
       if (i < full_rows && j < full_cols) {
         const std::size_t r = i % 16, c = j % tile_cols, g = c / per_group, w = c % per_group;
-        const std::size_t p = g * 16 + r;  // column-block-major position in the tile
+        const std::size_t p = g * 16 + (r + g) % 16;  // skewed column-block-major position
         ni = i - r + p / groups;
         nj = j - c + (p % groups) * per_group + w;
       }
@@ -133,16 +133,18 @@ TEST(Shuffle, UnchangedCasesAreExactlyThoseWithoutAFullTile) {
   EXPECT_THROW(shuffle_moves(Shape{16, 64}, 3), comm::EnforceError);
 }
 
-TEST(Shuffle, OneTileIsTransposedAtLaneGroupGranularity) {
+TEST(Shuffle, OneTileIsSkewTransposedAtLaneGroupGranularity) {
   // One tile of bytes: 16 rows x 4 groups of 16 bytes. Group g of row r is labelled 4r + g;
-  // after the shuffle the footprint reads group 0 of rows 0..15, then group 1, and so on.
+  // after the shuffle the footprint reads group 0 of rows 0..15, then group 1 of rows 15, 0, 1,
+  // ..., 14 (rotated by one), group 2 rotated by two, and so on.
   Bytes w(16 * 64);
   for (std::size_t r = 0; r < 16; ++r) {
     for (std::size_t c = 0; c < 64; ++c) w[r * 64 + c] = static_cast<std::byte>(4 * r + c / 16);
   }
   shuffle_in_place(w, 1, Shape{16, 64});
   for (std::size_t p = 0; p < 64; ++p) {
-    const auto expected = static_cast<std::byte>(4 * (p % 16) + p / 16);
+    const std::size_t g = p / 16, r = (p % 16 + 16 - g) % 16;
+    const auto expected = static_cast<std::byte>(4 * r + g);
     for (std::size_t k = 0; k < 16; ++k) {
       ASSERT_EQ(w[p * 16 + k], expected) << "group " << p;
     }
@@ -208,6 +210,29 @@ TEST(Shuffle, LogsThroughput) {
   EXPECT_EQ(w, original);
   std::printf("shuffle_in_place: %.2f GB/s on a [4096, 8192] bf16 tensor\n",
               static_cast<double>(w.size()) * kPasses / seconds / 1e9);
+}
+
+// The order documented in sync/layout.h: shuffling k more times than once leaves a full tile wrong
+// for every k below 1806 and restores it at k = 1806 (computed from the reference, one tile).
+TEST(ShuffleOrder, IsDocumentedOrderSoExtraShufflesStayWrong) {
+  const Shape shape = {16, 64};
+  const Bytes w = random_bytes(16 * 64, 3);
+  const Bytes once = reference_shuffle(w, 1, shape);
+  Bytes cur = once;
+  std::size_t order = 0;
+  for (std::size_t k = 1; k <= 4000; ++k) {
+    cur = reference_shuffle(cur, 1, shape);
+    if (cur == once) {
+      order = k;
+      break;
+    }
+  }
+  EXPECT_EQ(order, 1806u);
+  // The implementation agrees with the reference on a repeated application too.
+  Bytes twice = once;
+  shuffle_in_place(twice, 1, shape);
+  EXPECT_EQ(twice, reference_shuffle(once, 1, shape));
+  EXPECT_NE(twice, once);
 }
 
 }  // namespace
