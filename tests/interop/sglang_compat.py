@@ -26,3 +26,9 @@ def custom_group(store, world_size, rank, group_name, backend="gloo", timeout=No
 def connect_store(host, port, world_size, timeout):
     """A torch worker's store: what the tcp:// rendezvous gives ranks other than 0."""
     return dist.TCPStore(host, port, world_size, False, timeout)
+
+
+def release_group(pg):
+    """Forgets a group made by custom_group, as dist.destroy_process_group(pg) does on 2.x."""
+    for table in (c10d._pg_map, c10d._pg_names, c10d._pg_group_ranks):
+        table.pop(pg, None)
