@@ -321,6 +321,8 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   char head[64];
   std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
   if (status_code(opened) != kExitOk) {
+    // The report's summary also names engines left needing a reload (SGLang ones).
+    if (!report.error.empty()) return status(kExitUpdateFailed, head + summary(report));
     return status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version + ": " +
                                          status_text(opened));
   }
