@@ -1,0 +1,154 @@
+// The _weightcast extension module: weight_update_selector, DistributedUpdater, UpdateReport and
+// the exception classes. The weightcast package (weightcast/__init__.py) re-exports them.
+// Nothing here imports torch or numpy: tensors are read through their own attributes or the
+// buffer protocol (tensor_capture.h).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/errors.h"
+#include "errors.h"
+#include "py_updater.h"
+#include "report_binding.h"
+#include "sync/decision.h"
+#include "sync/protocol.h"
+
+namespace py = pybind11;
+namespace wt = weightcast::sync::trainer;
+
+namespace weightcast::python {
+namespace {
+
+comm::Millis millis(double seconds, const char* name) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    throw comm::ConfigError(std::string(name) + " must be a positive number of seconds");
+  }
+  return comm::Millis(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+std::string selector_of(std::optional<std::string> speculative_algorithm,
+                        std::optional<int> mtp_num_layers,
+                        std::optional<std::string> megatron_to_hf_mode) {
+  sync::SelectorConfig config{std::move(speculative_algorithm), mtp_num_layers,
+                              std::move(megatron_to_hf_mode)};
+  return std::string(sync::to_string(sync::weight_update_selector(config)));
+}
+
+struct Settings {
+  std::optional<std::string> selector;
+  std::string backend = "gloo";
+  std::size_t bucket_bytes = wt::kDefaultBucketBytes;
+  std::size_t max_in_flight = 2;
+  std::optional<std::string> token, store_token;
+  std::string bind_address = "127.0.0.1", group_prefix = "weightcast", pause_mode = "abort";
+  double connect_timeout = 5, request_timeout = 60, group_timeout = 120, update_timeout = 300;
+  double bucket_delay = 0;
+};
+
+wt::UpdaterOptions updater_options(const Settings& s) {
+  wt::UpdaterOptions o;
+  try {
+    if (s.selector) o.selector = sync::parse_selector(*s.selector);
+    o.backend = sync::parse_backend(s.backend);
+    o.pause_mode = sync::parse_pause_mode(s.pause_mode);
+  } catch (const comm::BadRequestError& e) {
+    throw comm::ConfigError(e.what());
+  }
+  if (s.bucket_bytes == 0) throw comm::ConfigError("bucket_bytes must be > 0");
+  if (s.max_in_flight == 0) throw comm::ConfigError("max_in_flight must be >= 1");
+  o.buckets.bucket_bytes = s.bucket_bytes;
+  o.buckets.max_in_flight = s.max_in_flight;
+  o.buckets.timeout = millis(s.update_timeout, "update_timeout");
+  o.token = s.token.value_or("");
+  o.store_token = s.store_token.value_or("");
+  o.bind_address = s.bind_address;
+  o.group_prefix = s.group_prefix;
+  o.connect_timeout = millis(s.connect_timeout, "connect_timeout");
+  o.request_timeout = millis(s.request_timeout, "request_timeout");
+  o.group_timeout = millis(s.group_timeout, "group_timeout");
+  if (s.bucket_delay < 0) throw comm::ConfigError("bucket_delay must be >= 0");
+  o.buckets.bucket_delay = comm::Millis(static_cast<std::int64_t>(s.bucket_delay * 1000.0));
+  return o;
+}
+
+std::unique_ptr<PyUpdater> make_updater(std::vector<std::string> engines, const Settings& s,
+                                        bool verify) {
+  if (engines.empty()) throw comm::ConfigError("DistributedUpdater: engines is empty");
+  return std::make_unique<PyUpdater>(std::move(engines), updater_options(s), verify);
+}
+
+void bind_updater(py::module_& m) {
+  py::class_<PyUpdater>(m, "DistributedUpdater",
+                        "Pushes a trainer's weights to rollout engines, one update per call.")
+      .def(py::init([](std::vector<std::string> engines, std::string backend,
+                       std::optional<std::string> selector, std::size_t bucket_bytes,
+                       std::size_t max_in_flight, std::optional<std::string> token,
+                       std::optional<std::string> store_token, std::string bind_address,
+                       std::string group_prefix, std::string pause_mode, double connect_timeout,
+                       double request_timeout, double group_timeout, double update_timeout,
+                       bool verify, double bucket_delay) {
+             Settings s{std::move(selector),
+                        std::move(backend),
+                        bucket_bytes,
+                        max_in_flight,
+                        std::move(token),
+                        std::move(store_token),
+                        std::move(bind_address),
+                        std::move(group_prefix),
+                        std::move(pause_mode),
+                        connect_timeout,
+                        request_timeout,
+                        group_timeout,
+                        update_timeout,
+                        bucket_delay};
+             return make_updater(std::move(engines), s, verify);
+           }),
+           py::kw_only(), py::arg("engines"), py::arg("backend") = "gloo",
+           py::arg("selector") = py::none(), py::arg("bucket_bytes") = wt::kDefaultBucketBytes,
+           py::arg("max_in_flight") = 2, py::arg("token") = py::none(),
+           py::arg("store_token") = py::none(), py::arg("bind_address") = "127.0.0.1",
+           py::arg("group_prefix") = "weightcast", py::arg("pause_mode") = "abort",
+           py::arg("connect_timeout") = 5.0, py::arg("request_timeout") = 60.0,
+           py::arg("group_timeout") = 120.0, py::arg("update_timeout") = 300.0,
+           py::arg("verify") = false, py::arg("bucket_delay") = 0.0)
+      .def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
+           "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
+      .def("verify", &PyUpdater::verify,
+           "Checks the engines against the last update (needs verify=True).")
+      .def("close", &PyUpdater::close, "Asks the engines to leave this updater's groups.")
+      .def_property_readonly("closed", &PyUpdater::closed)
+      .def_property_readonly("selector", &PyUpdater::selector)
+      .def_property_readonly("engines", &PyUpdater::engines)
+      .def_property_readonly(
+          "backend",
+          [](const PyUpdater& u) { return std::string(sync::to_string(u.options().backend)); })
+      .def_property_readonly("bucket_bytes",
+                             [](const PyUpdater& u) { return u.options().buckets.bucket_bytes; })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyUpdater& u, py::args) {
+        u.close();
+        return false;
+      });
+}
+
+}  // namespace
+}  // namespace weightcast::python
+
+PYBIND11_MODULE(_weightcast, m) {
+  namespace wp = weightcast::python;
+  m.doc() = "weightcast: push a Python trainer's weights to rollout engines";
+  m.attr("__version__") = WEIGHTCAST_VERSION;
+  wp::register_errors(m);
+  wp::bind_report(m);
+  m.def("weight_update_selector", &wp::selector_of, py::kw_only(),
+        py::arg("speculative_algorithm") = py::none(), py::arg("mtp_num_layers") = py::none(),
+        py::arg("megatron_to_hf_mode") = py::none(),
+        "The selector of every update session: 'target' when a speculative algorithm is on, no "
+        "MTP layers are trained and the conversion is not 'bridge'; 'all' otherwise.");
+  wp::bind_updater(m);
+}

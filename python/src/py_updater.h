@@ -1,0 +1,80 @@
+// PyUpdater: weightcast.DistributedUpdater, the C++ DistributedUpdater driven from Python.
+//
+// update() captures the (name, tensor) pairs (tensor_capture.h: zero-copy views, references
+// held), then runs the whole update on a worker thread with the GIL released, while the calling
+// thread waits in short slices and checks for signals. On Ctrl-C (KeyboardInterrupt) it takes the
+// updater's abort path: the data plane's communicator is aborted so a broadcast in progress
+// returns at once, engines drop the session and continue on their previous weights, and the
+// KeyboardInterrupt is raised once the worker has finished; the tensors are never released while
+// the worker can still read them. A tensor read in place that was resized, re-pointed or
+// modified during the data phase is detected before commit and the update aborted (InputError).
+// Failures raise the exceptions of errors.h; a success returns the report.
+// Lifetime: owns the C++ updater; close() (or leaving a `with` block) asks the engines to leave
+// its groups. Threading: one caller at a time, as the C++ updater; methods need the GIL.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "report_binding.h"
+#include "sync/trainer/updater.h"
+#include "tensor_capture.h"
+#include "verify_sent.h"
+
+namespace weightcast::python {
+
+class PyUpdater {
+ public:
+  PyUpdater(std::vector<std::string> engines, sync::trainer::UpdaterOptions options, bool verify);
+  ~PyUpdater();
+  PyUpdater(const PyUpdater&) = delete;
+  PyUpdater& operator=(const PyUpdater&) = delete;
+
+  pybind11::object update(pybind11::handle named_tensors, pybind11::handle version);
+  // Checks every engine against the last committed update; raises VerifyError on a difference.
+  void verify();
+  void close();
+  bool closed() const { return updater_ == nullptr; }
+  std::string selector() const;
+  const sync::trainer::UpdaterOptions& options() const;
+  std::vector<std::string> engines() const { return urls_; }
+
+ private:
+  enum class Phase { kIdle, kData };
+  struct Job {
+    const CapturedTensors* tensors = nullptr;
+    std::optional<std::string> version;
+    bool verify = false;
+  };
+  struct Outcome {
+    Report report;
+    std::exception_ptr error;
+    std::optional<std::string> changed;  // a tensor changed during the data phase
+    std::vector<std::string> problems;   // verification
+  };
+
+  sync::trainer::DistributedUpdater& live();
+  // On the worker thread, without the GIL.
+  Outcome run(const Job& job);
+  void run_update(const Job& job, Outcome& out);
+  bool prepare(sync::trainer::UpdateReport& report);
+  // Runs `fn` on a worker thread (SIGINT blocked there) and waits, handling signals.
+  void run_on_worker(const std::function<void()>& fn);
+  void interrupt();
+
+  std::vector<std::string> urls_;
+  std::unique_ptr<sync::trainer::DistributedUpdater> updater_;
+  bool verify_each_ = false;
+  SentRecord sent_;
+  std::atomic<comm::Communicator*> comm_{nullptr};
+  std::atomic<Phase> phase_{Phase::kIdle};
+  std::atomic<bool> interrupted_{false};
+};
+
+}  // namespace weightcast::python

@@ -1,0 +1,81 @@
+#include "report_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <string>
+
+namespace py = pybind11;
+
+namespace weightcast::python {
+
+namespace {
+
+using sync::trainer::EngineFailure;
+using sync::trainer::PhaseSeconds;
+
+py::dict phases_dict(const PhaseSeconds& p) {
+  py::dict d;
+  d["prepare"] = p.prepare;
+  d["pause"] = p.pause;
+  d["begin"] = p.begin;
+  d["data"] = p.data;
+  d["commit"] = p.commit;
+  d["resume"] = p.resume;
+  return d;
+}
+
+py::list failures_list(const std::vector<EngineFailure>& failures) {
+  py::list out;
+  for (const auto& f : failures) {
+    py::dict d;
+    d["engine"] = f.engine;
+    d["route"] = f.route;
+    d["message"] = f.message;
+    d["unreachable"] = f.unreachable;
+    d["timed_out"] = f.timed_out;
+    out.append(d);
+  }
+  return out;
+}
+
+template <typename T>
+auto field(T sync::trainer::UpdateReport::*member) {
+  return [member](const Report& r) { return r.base.*member; };
+}
+
+}  // namespace
+
+void bind_report(py::module_& m) {
+  py::class_<Report>(m, "UpdateReport", "What one update() did, or why it failed.")
+      .def_property_readonly("ok", field(&sync::trainer::UpdateReport::ok))
+      .def_property_readonly("version", field(&sync::trainer::UpdateReport::version))
+      .def_property_readonly(
+          "selector", [](const Report& r) { return std::string(sync::to_string(r.base.selector)); })
+      .def_property_readonly("tensors", field(&sync::trainer::UpdateReport::tensors))
+      .def_property_readonly("bytes", field(&sync::trainer::UpdateReport::bytes))
+      .def_property_readonly("buckets", field(&sync::trainer::UpdateReport::buckets))
+      .def_property_readonly("seconds", field(&sync::trainer::UpdateReport::seconds))
+      .def_property_readonly("gbps", [](const Report& r) { return r.base.gbps(); })
+      .def_property_readonly("phases", [](const Report& r) { return phases_dict(r.base.phases); })
+      .def_property_readonly("http_wait_seconds",
+                             field(&sync::trainer::UpdateReport::http_wait_seconds))
+      .def_property_readonly("pack_wait_seconds",
+                             field(&sync::trainer::UpdateReport::pack_wait_seconds))
+      .def_property_readonly("error", field(&sync::trainer::UpdateReport::error))
+      .def_property_readonly("failed_engine", field(&sync::trainer::UpdateReport::failed_engine))
+      .def_property_readonly("failed_route", field(&sync::trainer::UpdateReport::failed_route))
+      .def_property_readonly("failures",
+                             [](const Report& r) { return failures_list(r.base.failures); })
+      .def_property_readonly("needs_reload", field(&sync::trainer::UpdateReport::needs_reload))
+      .def_property_readonly("verified", [](const Report& r) { return r.verified; })
+      .def("__str__", [](const Report& r) { return sync::trainer::summary(r.base); })
+      .def("__repr__", [](const Report& r) {
+        return "<weightcast.UpdateReport " + sync::trainer::summary(r.base) + ">";
+      });
+}
+
+py::object to_python(Report report) {
+  return py::cast(std::move(report));
+}
+
+}  // namespace weightcast::python

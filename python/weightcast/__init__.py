@@ -1,0 +1,43 @@
+"""weightcast: push a Python trainer's weights to rollout engines, without copying them.
+
+    import weightcast
+    selector = weightcast.weight_update_selector(speculative_algorithm="EAGLE", mtp_num_layers=0)
+    with weightcast.DistributedUpdater(engines=["http://10.0.0.5:30000"], selector=selector,
+                                       bind_address="10.0.0.3") as updater:
+        for step in range(steps):
+            train_step(model)
+            report = updater.update(model.state_dict().items())
+
+See docs/python.md for the options, the errors and use under mpirun / torchrun.
+"""
+
+from ._weightcast import (  # noqa: F401  (re-exported)
+    __version__,
+    ConfigError,
+    DistributedUpdater,
+    EngineError,
+    EngineTimeoutError,
+    Error,
+    InputError,
+    PeerError,
+    TimeoutError,
+    UpdateError,
+    UpdateReport,
+    VerifyError,
+    weight_update_selector,
+)
+
+__all__ = [
+    "ConfigError",
+    "DistributedUpdater",
+    "EngineError",
+    "EngineTimeoutError",
+    "Error",
+    "InputError",
+    "PeerError",
+    "TimeoutError",
+    "UpdateError",
+    "UpdateReport",
+    "VerifyError",
+    "weight_update_selector",
+]
