@@ -1,0 +1,129 @@
+// The trainer's SGLang dialect: EngineClient against an in-process server that answers like
+// SGLang (no /server_info, {message, status} for pause, plain-text flush, begin/end without our
+// fields, the version from /get_weight_version), the flavor detected or forced, and the readers
+// of SGLang's answer shapes.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "comm/errors.h"
+#include "sync/trainer/engine_client.h"
+#include "sync/trainer/sglang_answers.h"
+
+namespace weightcast::sync::trainer {
+namespace {
+
+// An SGLang-shaped HTTP server on an ephemeral port.
+class SglangLike {
+ public:
+  SglangLike() {
+    auto json = [](const char* body) {
+      return [body](const httplib::Request&, httplib::Response& res) {
+        res.set_content(body, "application/json");
+      };
+    };
+    s_.Get("/get_server_info", json(R"({"tp_size":4,"dp_size":1,"weight_version":"7",
+                                        "speculative_algorithm":"EAGLE","version":"0.5"})"));
+    s_.Post("/pause_generation",
+            json(R"({"message":"Generation paused successfully.","status":"ok"})"));
+    s_.Get("/flush_cache", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("Cache flushed.\n", "text/plain");
+    });
+    s_.Post("/begin_weight_update", json(R"({"success":true,"message":"begin"})"));
+    s_.Post("/update_weights_from_distributed",
+            [this](const httplib::Request& req, httplib::Response& res) {
+              last_bucket = req.body;
+              res.set_content(R"({"success":false,"message":"load failed"})", "application/json");
+            });
+    s_.Post("/end_weight_update", json(R"({"success":true,"message":"end"})"));
+    s_.Get("/get_weight_version", json(R"({"weight_version":"8"})"));
+    s_.Get("/health", [](const httplib::Request&, httplib::Response&) {});
+    port_ = s_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { s_.listen_after_bind(); });
+    for (int i = 0; i < 500 && !s_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~SglangLike() {
+    s_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string last_bucket;
+
+ private:
+  httplib::Server s_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+EngineClientOptions fast() {
+  EngineClientOptions o;
+  o.connect_timeout = comm::Millis(1000);
+  o.request_timeout = comm::Millis(2000);
+  o.data_timeout = comm::Millis(2000);
+  return o;
+}
+
+TEST(SglangClient, DetectsTheFlavorAndReadsSGLangsAnswers) {
+  SglangLike s;
+  EngineClient client(s.url(), fast());
+  EXPECT_EQ(client.flavor(), EngineFlavor::kWeightcast);  // not known before server_info
+  const ServerInfoResponse info = client.server_info();
+  EXPECT_EQ(client.flavor(), EngineFlavor::kSglang);
+  EXPECT_EQ(info.rank_count, 4);
+  EXPECT_EQ(info.weight_version, "7");
+  EXPECT_EQ(info.speculative_algorithm, "EAGLE");
+  EXPECT_TRUE(info.runners.empty());
+  EXPECT_NO_THROW(client.health());
+  EXPECT_NO_THROW(client.pause_generation({PauseMode::kRetract}));
+  EXPECT_EQ(client.flush_cache().message, "Cache flushed.");
+  EXPECT_EQ(client.begin_weight_update({Selector::kTarget}).selector, Selector::kTarget);
+  EXPECT_EQ(client.end_weight_update({}).weight_version, "8");
+  EXPECT_THROW(client.weights_checksum(Runner::kTarget), EngineError);
+}
+
+TEST(SglangClient, SuccessFalseInA2xxIsAFailureNamingTheEngine) {
+  SglangLike s;
+  EngineClientOptions o = fast();
+  o.flavor = EngineFlavor::kSglang;
+  EngineClient client(s.url(), o);
+  UpdateWeightsFromDistributedRequest req;
+  req.tensors = {{"model.a", DType::kBFloat16, {4}}};
+  req.load_format = LoadFormat::kPerTensor;
+  try {
+    client.update_weights_from_distributed(req);
+    FAIL() << "success:false was taken for success";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.engine(), s.url());
+    EXPECT_NE(std::string(e.what()).find("load failed"), std::string::npos) << e.what();
+  }
+  // Miles' body: no sequence, no load_format.
+  EXPECT_EQ(s.last_bucket.find("sequence"), std::string::npos) << s.last_bucket;
+  EXPECT_EQ(s.last_bucket.find("load_format"), std::string::npos) << s.last_bucket;
+}
+
+TEST(SglangClient, AForcedWeightcastFlavorIsNeverTakenForSGLang) {
+  SglangLike s;
+  EngineClientOptions o = fast();
+  o.flavor = EngineFlavor::kWeightcast;
+  EngineClient client(s.url(), o);
+  EXPECT_THROW(client.server_info(), EngineError);  // 404 on /server_info
+  EXPECT_EQ(client.flavor(), EngineFlavor::kWeightcast);
+}
+
+TEST(SglangAnswers, Readers) {
+  EXPECT_TRUE(read_sglang_answer("").success);
+  EXPECT_EQ(read_sglang_answer("Cache flushed.\n").message, "Cache flushed.");
+  EXPECT_FALSE(read_sglang_answer(R"({"success":false,"message":"x"})").success);
+  EXPECT_EQ(read_sglang_answer(R"({"message":"m","status":"ok"})").message, "m");
+  EXPECT_EQ(read_sglang_weight_version(R"({"weight_version":3})"), "3");
+  EXPECT_EQ(read_sglang_weight_version("nope"), std::nullopt);
+  EXPECT_THROW(read_sglang_server_info("[]", {}), comm::BadRequestError);
+  EXPECT_THROW(read_sglang_server_info(R"({"tp_size":0})", {}), comm::BadRequestError);
+  EXPECT_EQ(read_sglang_server_info("{}", {}).rank_count, 1);
+}
+
+}  // namespace
+}  // namespace weightcast::sync::trainer
