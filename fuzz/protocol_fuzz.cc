@@ -61,7 +61,7 @@ void check_bucket(const UpdateWeightsFromDistributedRequest& r, const ProtocolLi
   FUZZ_CHECK(total <= limits.max_bucket_bytes, "bucket bytes over the limit were accepted");
   BucketPlan plan;
   try {
-    plan = make_bucket(r.sequence, r.tensors);
+    plan = make_bucket(r.sequence.value_or(0), r.tensors);
   } catch (const weightcast::comm::BadRequestError&) {
     return;  // alignment padding overflowed: the engine answers 400 too
   }

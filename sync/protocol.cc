@@ -28,6 +28,14 @@ Selector read_selector(const wire::FieldReader& r) {
   return wire::as_enum(v, "selector", parse_selector);
 }
 
+// session_id and holder: optional text (null reads as absent), bounded like other strings.
+std::optional<std::string> read_session_text(const wire::FieldReader& r, std::string_view key,
+                                             const ProtocolLimits& limits) {
+  const Json* v = r.optional(key);
+  if (v == nullptr) return std::nullopt;
+  return wire::as_text(*v, r.path(key), limits.max_string_length);
+}
+
 using wire::read_shape;
 
 // names / dtypes / shapes -> TensorMeta, checking lengths, uniqueness and sizes against the
@@ -141,7 +149,10 @@ FlushCacheRequest parse_flush_cache(std::string_view body, const ProtocolLimits&
 BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
                                                    const ProtocolLimits& limits) {
   const Json j = wire::parse_body(body, limits);
-  return {read_selector(wire::FieldReader(j, ""))};
+  const wire::FieldReader r(j, "");
+  BeginWeightUpdateRequest out{read_selector(r)};
+  out.holder = read_session_text(r, "holder", limits);
+  return out;
 }
 
 UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
@@ -164,6 +175,7 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
   if (const Json* v = r.optional("weight_version")) {
     out.weight_version = wire::as_text(*v, "weight_version", limits.max_string_length);
   }
+  out.session_id = read_session_text(r, "session_id", limits);
   out.tensors = read_bucket_tensors(r, limits);
   return out;
 }
@@ -176,13 +188,24 @@ UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
   out.new_version =
       wire::as_text(r.required("new_version"), "new_version", limits.max_string_length);
   out.abort_all_requests = r.boolean_or("abort_all_requests", true);
+  out.session_id = read_session_text(r, "session_id", limits);
   return out;
 }
 
 EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
                                                const ProtocolLimits& limits) {
-  (void)wire::parse_body(body, limits, /*allow_empty=*/true);
-  return {};
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  return {read_session_text(wire::FieldReader(j, ""), "session_id", limits)};
+}
+
+AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
+                                                   const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  const wire::FieldReader r(j, "");
+  AbortWeightUpdateRequest out;
+  out.session_id = read_session_text(r, "session_id", limits);
+  out.force = r.boolean_or("force", false);
+  return out;
 }
 
 std::string to_json_string(const InitWeightsUpdateGroupRequest& request) {
@@ -210,7 +233,9 @@ std::string to_json_string(const FlushCacheRequest& /*request*/) {
 }
 
 std::string to_json_string(const BeginWeightUpdateRequest& request) {
-  return wire::dump({{"selector", to_string(request.selector)}});
+  Json j = {{"selector", to_string(request.selector)}};
+  if (request.holder) j["holder"] = *request.holder;
+  return wire::dump(j);
 }
 
 std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
@@ -236,16 +261,28 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
     j["load_format"] = to_string(request.load_format);
   }
   if (request.weight_version) j["weight_version"] = *request.weight_version;
+  if (request.session_id) j["session_id"] = *request.session_id;
   return wire::dump(j);
 }
 
 std::string to_json_string(const UpdateWeightVersionRequest& request) {
-  return wire::dump(
-      {{"new_version", request.new_version}, {"abort_all_requests", request.abort_all_requests}});
+  Json j = {{"new_version", request.new_version},
+            {"abort_all_requests", request.abort_all_requests}};
+  if (request.session_id) j["session_id"] = *request.session_id;
+  return wire::dump(j);
 }
 
-std::string to_json_string(const EndWeightUpdateRequest& /*request*/) {
-  return wire::dump(Json::object());
+std::string to_json_string(const EndWeightUpdateRequest& request) {
+  Json j = Json::object();
+  if (request.session_id) j["session_id"] = *request.session_id;
+  return wire::dump(j);
+}
+
+std::string to_json_string(const AbortWeightUpdateRequest& request) {
+  Json j = Json::object();
+  if (request.session_id) j["session_id"] = *request.session_id;
+  if (request.force) j["force"] = true;
+  return wire::dump(j);
 }
 
 }  // namespace weightcast::sync

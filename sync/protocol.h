@@ -76,8 +76,12 @@ struct FlushCacheRequest {
 };
 
 // POST /begin_weight_update (ours): opens a session over the runners `selector` covers.
+// `holder` (optional) describes the client ("host:pid group name"); a client that names itself
+// owns the session: every later session call must carry the session_id the answer returns, and
+// calls without it are refused while the session is open (docs/protocol.md, "Session owners").
 struct BeginWeightUpdateRequest {
   Selector selector = Selector::kAll;  // required on the wire
+  std::optional<std::string> holder = std::nullopt;
   bool operator==(const BeginWeightUpdateRequest&) const = default;
 };
 
@@ -96,8 +100,9 @@ struct UpdateWeightsFromDistributedRequest {
   LoadFormat load_format = LoadFormat::kWeightcastBucket;
   bool flush_cache = true;
   bool abort_all_requests = false;
-  std::optional<std::string> weight_version;  // SGLang: Optional[str], null = absent
-  bool torch_empty_cache = false;             // SGLang field; accepted and carried
+  std::optional<std::string> weight_version;             // SGLang: Optional[str], null = absent
+  bool torch_empty_cache = false;                        // SGLang field; accepted and carried
+  std::optional<std::string> session_id = std::nullopt;  // ours: the owner's session
   bool operator==(const UpdateWeightsFromDistributedRequest&) const = default;
 
   // Sum of the tensors' byte counts, unpadded (bucket layout and alignment belong to the data
@@ -110,12 +115,22 @@ struct UpdateWeightsFromDistributedRequest {
 struct UpdateWeightVersionRequest {
   std::string new_version;
   bool abort_all_requests = true;
+  std::optional<std::string> session_id = std::nullopt;  // ours: the owner's session
   bool operator==(const UpdateWeightVersionRequest&) const = default;
 };
 
-// POST /end_weight_update (ours): no fields; the body may be empty.
+// POST /end_weight_update (ours): the body may be empty (an id-less client).
 struct EndWeightUpdateRequest {
+  std::optional<std::string> session_id = std::nullopt;
   bool operator==(const EndWeightUpdateRequest&) const = default;
+};
+
+// POST /abort_weight_update (ours): drops the open session. `force` aborts a session whatever
+// its owner (an operator's tool: it needs the engine's token where one is configured).
+struct AbortWeightUpdateRequest {
+  std::optional<std::string> session_id = std::nullopt;
+  bool force = false;
+  bool operator==(const AbortWeightUpdateRequest&) const = default;
 };
 
 InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view body,
@@ -137,6 +152,8 @@ UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
                                                        const ProtocolLimits& limits = {});
 EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
                                                const ProtocolLimits& limits = {});
+AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
+                                                   const ProtocolLimits& limits = {});
 
 std::string to_json_string(const InitWeightsUpdateGroupRequest& request);
 std::string to_json_string(const DestroyWeightsUpdateGroupRequest& request);
@@ -147,5 +164,6 @@ std::string to_json_string(const BeginWeightUpdateRequest& request);
 std::string to_json_string(const UpdateWeightsFromDistributedRequest& request);
 std::string to_json_string(const UpdateWeightVersionRequest& request);
 std::string to_json_string(const EndWeightUpdateRequest& request);
+std::string to_json_string(const AbortWeightUpdateRequest& request);
 
 }  // namespace weightcast::sync

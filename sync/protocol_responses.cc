@@ -126,6 +126,11 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   read_common(r, out);
   const Json& v = r.required("selector");
   out.selector = wire::as_enum(v, "selector", parse_selector);
+  for (auto [key, field] :
+       {std::pair{"session_id", &out.session_id}, std::pair{"holder", &out.holder},
+        std::pair{"weight_version", &out.weight_version}}) {
+    if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
+  }
   return out;
 }
 
@@ -218,6 +223,9 @@ std::string to_json_string(const BasicResponse& response) {
 std::string to_json_string(const BeginWeightUpdateResponse& response) {
   Json j = common_json(response.success, response.message);
   j["selector"] = to_string(response.selector);
+  if (!response.session_id.empty()) j["session_id"] = response.session_id;
+  if (!response.holder.empty()) j["holder"] = response.holder;
+  if (!response.weight_version.empty()) j["weight_version"] = response.weight_version;
   return wire::dump(j);
 }
 

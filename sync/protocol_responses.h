@@ -31,10 +31,16 @@ struct BasicResponse {
 };
 
 // POST /begin_weight_update: the selector the session recorded.
+// session_id: the id every later call of this session carries (empty from engines that issue
+// none); holder: who the session belongs to, as the request named it (empty: nobody named);
+// weight_version: the version committed before this session (what a delta would start from).
 struct BeginWeightUpdateResponse {
   bool success = true;
   std::string message;
   Selector selector = Selector::kAll;
+  std::string session_id;
+  std::string holder;
+  std::string weight_version;
   bool operator==(const BeginWeightUpdateResponse&) const = default;
 };
 

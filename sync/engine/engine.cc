@@ -140,21 +140,33 @@ Reply Engine::flush_cache() {
   return ok_basic("cache flushed");
 }
 
+// Refused calls (busy, wrong owner) do not count as activity: a session whose holder vanished
+// still times out while another client keeps knocking.
 Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
   std::lock_guard lock(mu_);
+  if (auto refusal = session_.begin(request.selector, request.holder)) return refused(*refusal);
   last_activity_ = comm::Clock::now();
-  if (auto refusal = session_.begin(request.selector)) return refused(*refusal);
   staging_ = std::make_shared<Staging>(opts_.rank_count);
   session_names_.clear();
   session_start_ = std::chrono::steady_clock::now();
   BeginWeightUpdateResponse response;
   response.message = "session opened";
   response.selector = request.selector;
+  response.session_id = session_.token();
+  response.holder = request.holder.value_or("");
+  response.weight_version = runners_->weight_version();
   return {200, to_json_string(response)};
 }
 
 Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
   std::lock_guard lock(mu_);
+  if (auto refusal = session_.check_owner(request.session_id, "update_weight_version")) {
+    return refused(*refusal);
+  }
+  if (request.session_id && !session_.in_session()) {
+    return error_reply(409, "update_weight_version: session_id '" + *request.session_id +
+                                "' is not open (ended, aborted or timed out)");
+  }
   last_activity_ = comm::Clock::now();
   if (session_.set_version(request.new_version)) {
     runners_->set_weight_version(request.new_version);
@@ -163,10 +175,13 @@ Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
   return ok_basic("weight_version '" + request.new_version + "' staged for end_weight_update");
 }
 
-Reply Engine::end_weight_update() {
+Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
   std::lock_guard lock(mu_);
-  last_activity_ = comm::Clock::now();
   if (auto refusal = session_.check_end()) return refused(*refusal);
+  if (auto refusal = session_.check_owner(request.session_id, "end_weight_update")) {
+    return refused(*refusal);
+  }
+  last_activity_ = comm::Clock::now();
   for (const auto& [name, group] : groups_) {
     if (group->busy()) {
       return error_reply(409, "end_weight_update: buckets of group '" + name +
@@ -203,12 +218,19 @@ Reply Engine::end_weight_update() {
   return {200, to_json_string(response)};
 }
 
-Reply Engine::abort_weight_update() {
+Reply Engine::abort_weight_update(const AbortWeightUpdateRequest& request) {
   std::lock_guard lock(mu_);
-  last_activity_ = comm::Clock::now();
   if (!session_.in_session()) return ok_basic("no session was open");
-  fail_session_locked(session_.session_id(), "aborted by abort_weight_update",
-                      /*abort_groups=*/false, 409);
+  if (!request.force) {
+    if (auto refusal = session_.check_owner(request.session_id, "abort_weight_update")) {
+      return refused(*refusal);
+    }
+  }
+  last_activity_ = comm::Clock::now();
+  const std::string why = request.force ? "aborted by a forced abort_weight_update (held by " +
+                                              session_.holder_text() + ")"
+                                        : std::string("aborted by abort_weight_update");
+  fail_session_locked(session_.session_id(), why, /*abort_groups=*/false, 409);
   return ok_basic("session aborted; staged tensors discarded, previous weights kept");
 }
 

@@ -70,8 +70,8 @@ class Engine {
   Reply begin_weight_update(const BeginWeightUpdateRequest& request);
   Reply update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request);
   Reply update_weight_version(const UpdateWeightVersionRequest& request);
-  Reply end_weight_update();
-  Reply abort_weight_update();
+  Reply end_weight_update(const EndWeightUpdateRequest& request = {});
+  Reply abort_weight_update(const AbortWeightUpdateRequest& request = {});
 
   // Before the server stops: aborts the open session and every group, so handlers waiting for
   // buckets return at once.

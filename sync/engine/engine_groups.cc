@@ -183,10 +183,14 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
   std::uint64_t sequence = 0;
   {
     std::lock_guard lock(mu_);
-    last_activity_ = comm::Clock::now();
     if (auto refusal = session_.check_payload(request.selector)) {
       return error_reply(refusal->status, refusal->message);
     }
+    if (auto refusal =
+            session_.check_owner(request.session_id, "update_weights_from_distributed")) {
+      return error_reply(refusal->status, refusal->message);
+    }
+    last_activity_ = comm::Clock::now();
     auto it = groups_.find(request.group_name);
     if (it == groups_.end()) {
       return error_reply(409, "group_name: no group '" + request.group_name +

@@ -88,11 +88,11 @@ RouteTable engine_routes(Engine& engine) {
                     [e](const auto& r) { return e->update_weight_version(r); })});
   table.add({"/end_weight_update", post, Auth::kToken,
              parsed(limits, parse_end_weight_update,
-                    [e](const auto&) { return e->end_weight_update(); })});
+                    [e](const auto& r) { return e->end_weight_update(r); })});
   // Ours: the trainer's abort path. Like end, it takes no fields.
   table.add({"/abort_weight_update", post, Auth::kToken,
-             parsed(limits, parse_end_weight_update,
-                    [e](const auto&) { return e->abort_weight_update(); })});
+             parsed(limits, parse_abort_weight_update,
+                    [e](const auto& r) { return e->abort_weight_update(r); })});
   table.add({"/health", get, Auth::kPublic, [e](const Request&) { return e->health(); }});
   // SGLang's names for what Miles and SGLang clients poll; token-checked like every read but
   // /health (with no token configured every route is open, as in SGLang without an API key).

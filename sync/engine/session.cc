@@ -1,17 +1,33 @@
 #include "sync/engine/session.h"
 
+#include <cstdio>
+#include <random>
 #include <string>
 
 namespace weightcast::sync::engine {
+namespace {
 
-std::optional<Refusal> SessionMachine::begin(Selector selector) {
+// 128 random bits as 32 hex digits: not guessable by another client of the engine.
+std::string random_token() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char out[33];
+  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return out;
+}
+
+}  // namespace
+
+std::optional<Refusal> SessionMachine::begin(Selector selector, std::optional<std::string> holder) {
   if (selector_) {
-    return Refusal{409, "begin_weight_update: a session with selector '" +
-                            std::string(to_string(*selector_)) +
-                            "' is already open; end or abort it first"};
+    return Refusal{409, "begin_weight_update: engine busy: a session with selector '" +
+                            std::string(to_string(*selector_)) + "' is already open, held by " +
+                            holder_text() + "; end or abort it first"};
   }
   selector_ = selector;
   ++session_id_;
+  token_ = random_token();
+  holder_ = std::move(holder);
   pending_version_.reset();
   flush_requested_ = false;
   return std::nullopt;
@@ -38,9 +54,28 @@ std::optional<Refusal> SessionMachine::check_end() const {
   return std::nullopt;
 }
 
+std::optional<Refusal> SessionMachine::check_owner(const std::optional<std::string>& token,
+                                                   std::string_view route) const {
+  if (!selector_) return std::nullopt;
+  if (token) {
+    if (*token == token_) return std::nullopt;
+    return Refusal{409, std::string(route) + ": session_id '" + *token +
+                            "' is not the open session, which is held by " + holder_text()};
+  }
+  if (!holder_) return std::nullopt;
+  return Refusal{409, std::string(route) + ": the open session is held by " + holder_text() +
+                          "; only calls carrying its session_id may act on it"};
+}
+
+std::string SessionMachine::holder_text() const {
+  return holder_ ? "'" + *holder_ + "'" : std::string("an unnamed client");
+}
+
 bool SessionMachine::close() {
   const bool was_open = selector_.has_value();
   selector_.reset();
+  holder_.reset();
+  token_.clear();
   pending_version_.reset();
   flush_requested_ = false;
   return was_open;

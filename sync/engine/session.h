@@ -10,12 +10,19 @@
 //   version    in session -> staged until commit;     idle -> applied at once
 // A refused call returns the refusal and changes nothing. The session id grows by one per begin,
 // so work queued for an old session can tell it is stale.
+//
+// Owners. Every begin also draws a random token (the wire "session_id", 128 bits of hex). A
+// session whose begin named a holder is owned: check_owner() then lets a call through only when
+// it carries that token, and refuses (409, naming the holder) calls with another token or none.
+// A session begun without a holder (SGLang/Miles clients) is open to id-less calls, as before;
+// a call carrying a token must still carry the right one. force (abort only) skips the check.
 // Lifetime: owned by the Engine. Threading: not synchronized; the Engine holds its lock.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "sync/selector.h"
 
@@ -36,7 +43,15 @@ class SessionMachine {
   const std::optional<std::string>& pending_version() const { return pending_version_; }
   bool flush_requested() const { return flush_requested_; }
 
-  std::optional<Refusal> begin(Selector selector);
+  std::optional<Refusal> begin(Selector selector, std::optional<std::string> holder = {});
+  // Whether a session call from `route` with `token` may act on the open session. Changes
+  // nothing; with no session open it lets the call through (the route's own rule answers).
+  std::optional<Refusal> check_owner(const std::optional<std::string>& token,
+                                     std::string_view route) const;
+  const std::string& token() const { return token_; }
+  // "host:pid group ..." as begin named it, or "an unnamed client" for an unowned session.
+  std::string holder_text() const;
+  bool owned() const { return holder_.has_value(); }
   // Whether a bucket with `selector` may be staged now. Changes nothing.
   std::optional<Refusal> check_payload(Selector selector) const;
   // Whether end may commit now. Changes nothing; close() finishes the transition.
@@ -56,6 +71,8 @@ class SessionMachine {
  private:
   std::optional<Selector> selector_;
   std::uint64_t session_id_ = 0;
+  std::string token_;
+  std::optional<std::string> holder_;
   bool paused_ = false;
   std::optional<std::string> pending_version_;
   bool flush_requested_ = false;

@@ -79,10 +79,12 @@ void Sender::record(EngineFailure failure) {
 }
 
 void Sender::issue(std::uint64_t k) {
-  auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(
-      session_.bucket_request(plans_[k], group_, options_.load_format));
+  const auto base = session_.bucket_request(plans_[k], group_, options_.load_format);
   InFlight flight{k, {}};
-  for (EngineApi* engine : engines_) {
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    EngineApi* engine = engines_[e];
+    auto request =
+        std::make_shared<const UpdateWeightsFromDistributedRequest>(session_.for_engine(base, e));
     flight.answers.push_back(std::async(std::launch::async, [this, engine, request] {
       try {
         engine->update_weights_from_distributed(*request);

@@ -69,10 +69,10 @@ class EngineApi {
   virtual BasicResponse update_weights_from_distributed(
       const UpdateWeightsFromDistributedRequest& req) = 0;
   virtual BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) = 0;
-  virtual EndWeightUpdateResponse end_weight_update() = 0;
+  virtual EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) = 0;
   virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;
   // Drops the open session and its staging (idempotent on the engine).
-  virtual BasicResponse abort_weight_update() = 0;
+  virtual BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) = 0;
   virtual WeightsChecksumResponse weights_checksum(Runner runner) = 0;
   // Prometheus text.
   virtual std::string metrics() = 0;

@@ -225,7 +225,10 @@ BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpd
     // SGLang does not echo the selector; the session has the one it was asked for.
     auto answer =
         lenient("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout);
-    return {true, answer.message, req.selector};
+    BeginWeightUpdateResponse out;
+    out.message = answer.message;
+    out.selector = req.selector;
+    return out;
   }
   return checked(
       parse_begin_weight_update_response(
@@ -251,18 +254,21 @@ BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionReque
   return basic("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
 }
 
-EndWeightUpdateResponse EngineClient::end_weight_update() {
+EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateRequest& req) {
   if (sglang_) {
     // No version or runner stats in SGLang's answer: the version is read back.
-    auto answer = lenient("POST", "/end_weight_update", to_json_string(EndWeightUpdateRequest{}),
-                          options_.request_timeout);
-    return {true, answer.message, sglang_weight_version(), {}};
+    auto answer =
+        lenient("POST", "/end_weight_update", to_json_string(req), options_.request_timeout);
+    EndWeightUpdateResponse out;
+    out.message = answer.message;
+    out.weight_version = sglang_weight_version();
+    return out;
   }
-  return checked(parse_end_weight_update_response(
-                     call("POST", "/end_weight_update", to_json_string(EndWeightUpdateRequest{}),
-                          options_.request_timeout),
-                     options_.limits),
-                 url_, "POST /end_weight_update");
+  return checked(
+      parse_end_weight_update_response(
+          call("POST", "/end_weight_update", to_json_string(req), options_.request_timeout),
+          options_.limits),
+      url_, "POST /end_weight_update");
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
@@ -272,12 +278,12 @@ BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest&
   return basic("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
 }
 
-BasicResponse EngineClient::abort_weight_update() {
+BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& req) {
   if (sglang_) {
     throw EngineError(url_, "POST /abort_weight_update", 0,
                       "SGLang has no abort route: the engine needs a fresh group and a reload");
   }
-  return basic("POST", "/abort_weight_update", "{}", options_.request_timeout);
+  return basic("POST", "/abort_weight_update", to_json_string(req), options_.request_timeout);
 }
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner) {

@@ -54,9 +54,9 @@ class EngineClient final : public EngineApi {
   BasicResponse update_weights_from_distributed(
       const UpdateWeightsFromDistributedRequest& req) override;
   BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
-  EndWeightUpdateResponse end_weight_update() override;
+  EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
   BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
-  BasicResponse abort_weight_update() override;
+  BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
   WeightsChecksumResponse weights_checksum(Runner runner) override;
   std::string metrics() override;
   SpecAcceptLengthResponse spec_accept_length() override;

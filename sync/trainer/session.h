@@ -1,5 +1,6 @@
-// UpdateSession: one open weight update on the engines — the version it will commit and the
-// selector it was opened with.
+// UpdateSession: one open weight update on the engines — the version it will commit, the
+// selector it was opened with, and the session id each engine answered (the session is ours on
+// that engine only while we carry its id: docs/protocol.md, "Session owners").
 //
 // The session is the only source of bucket payloads: bucket_request() stamps every request with
 // the session's selector and version, so trainer code cannot build a payload whose scope differs
@@ -9,8 +10,11 @@
 // Lifetime/threading: an immutable value; safe to share between threads.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sync/bucket.h"
 #include "sync/protocol.h"
@@ -22,6 +26,12 @@ class UpdateSession {
  public:
   Selector selector() const { return selector_; }
   const std::string& version() const { return version_; }
+  // The id engine `engine` (the updater's order) answered at begin; nullopt when it issued none
+  // (SGLang) or was not asked.
+  std::optional<std::string> session_id(std::size_t engine) const;
+  // `request` as engine `engine` must receive it: stamped with that engine's session id.
+  UpdateWeightsFromDistributedRequest for_engine(UpdateWeightsFromDistributedRequest request,
+                                                 std::size_t engine) const;
 
   // The request announcing bucket `plan` on group `group_name`, its tensors travelling as
   // `format` says. Our bucket carries its sequence; SGLang's formats carry none (arrival order).
@@ -29,17 +39,20 @@ class UpdateSession {
       const BucketPlan& plan, const std::string& group_name,
       LoadFormat format = LoadFormat::kWeightcastBucket) const;
 
-  // Text a coordinator passes to the other stage sources ("<selector> <version>").
+  // Text a coordinator passes to the other stage sources: "<selector> <version> <ids>", the ids
+  // comma-separated in engine order, "-" for an engine without one ("<selector> <version>" when
+  // no engine issued one).
   std::string token() const;
 
  private:
   friend class DistributedUpdater;
   friend UpdateSession join_session(std::string_view token);
-  UpdateSession(Selector selector, std::string version)
-      : selector_(selector), version_(std::move(version)) {}
+  UpdateSession(Selector selector, std::string version, std::vector<std::string> ids = {})
+      : selector_(selector), version_(std::move(version)), session_ids_(std::move(ids)) {}
 
   Selector selector_;
   std::string version_;
+  std::vector<std::string> session_ids_;  // per engine; "" = none
 };
 
 // The session a coordinator opened, from its token(). Throws comm::BadRequestError on a token

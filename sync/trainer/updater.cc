@@ -1,7 +1,10 @@
 #include "sync/trainer/updater.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
@@ -36,6 +39,12 @@ std::uint64_t numeric_version(const std::string& text) {
   return ec == std::errc() && end == text.data() + text.size() ? value : 0;
 }
 
+std::string default_holder(const std::string& prefix) {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown-host");
+  return std::string(host) + ":" + std::to_string(getpid()) + " " + prefix;
+}
+
 template <typename List, typename Value>
 bool contains(const List& list, const Value& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
@@ -53,6 +62,7 @@ DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> e
                                   : weight_update_selector(options_.selector_config)),
       engines_(std::move(engines)) {
   if (engines_.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
+  holder_ = options_.holder.empty() ? default_holder(options_.group_prefix) : options_.holder;
   for (const auto& e : engines_) {
     WC_ENFORCE(e != nullptr, "null engine");
     engine_ptrs_.push_back(e.get());
@@ -154,7 +164,8 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   connect();
   start_report(report);
   update_start_ = comm::Clock::now();
-  UpdateSession session(selector_, report.version);
+  session_ids_.assign(engines_.size(), std::string());
+  busy_.assign(engines_.size(), 0);
 
   auto t = comm::Clock::now();
   PauseGenerationRequest pause{options_.pause_mode};
@@ -166,10 +177,18 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   report.phases.pause = seconds_since(t);
   if (failures.empty()) {
     t = comm::Clock::now();
-    BeginWeightUpdateRequest begin{selector_};
+    BeginWeightUpdateRequest begin{selector_, holder_};
     failures = on_all_engines(
-        engine_ptrs_, "POST /begin_weight_update", [&begin](EngineApi& engine, std::size_t) {
-          const auto answer = engine.begin_weight_update(begin);
+        engine_ptrs_, "POST /begin_weight_update", [&](EngineApi& engine, std::size_t e) {
+          BeginWeightUpdateResponse answer;
+          try {
+            answer = engine.begin_weight_update(begin);
+          } catch (const EngineError& error) {
+            // 409: another client's session is open there. It is not ours to touch.
+            if (error.status() == 409) busy_[e] = 1;
+            throw;
+          }
+          session_ids_[e] = answer.session_id;
           if (answer.selector != begin.selector) {
             throw EngineError(engine.url(), "POST /begin_weight_update", 200,
                               "session recorded selector '" +
@@ -181,10 +200,12 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   }
   if (!failures.empty()) {
     report.failures.insert(report.failures.end(), failures.begin(), failures.end());
-    abort(report, "opening the update session failed");
+    const bool any_busy = std::any_of(busy_.begin(), busy_.end(), [](char b) { return b != 0; });
+    abort(report, any_busy ? "opening the update session failed: engine busy"
+                           : "opening the update session failed");
     return std::nullopt;
   }
-  return session;
+  return UpdateSession(selector_, report.version, session_ids_);
 }
 
 BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
@@ -220,20 +241,20 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
 void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& report) {
   WC_ENFORCE_EQ(session.version(), report.version, "report of another session");
   auto t = comm::Clock::now();
-  UpdateWeightVersionRequest version{session.version(), false};
   auto failures = on_all_engines(
-      engine_ptrs_, "POST /update_weight_version",
-      [&version](EngineApi& engine, std::size_t) { engine.update_weight_version(version); });
+      engine_ptrs_, "POST /update_weight_version", [&session](EngineApi& engine, std::size_t e) {
+        engine.update_weight_version({session.version(), false, session.session_id(e)});
+      });
   if (failures.empty()) {
-    failures = on_all_engines(engine_ptrs_, "POST /end_weight_update",
-                              [&session](EngineApi& engine, std::size_t) {
-                                const auto answer = engine.end_weight_update();
-                                if (answer.weight_version != session.version()) {
-                                  throw EngineError(engine.url(), "POST /end_weight_update", 200,
-                                                    "committed version '" + answer.weight_version +
-                                                        "', expected '" + session.version() + "'");
-                                }
-                              });
+    failures = on_all_engines(
+        engine_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t e) {
+          const auto answer = engine.end_weight_update({session.session_id(e)});
+          if (answer.weight_version != session.version()) {
+            throw EngineError(engine.url(), "POST /end_weight_update", 200,
+                              "committed version '" + answer.weight_version + "', expected '" +
+                                  session.version() + "'");
+          }
+        });
   }
   report.phases.commit = seconds_since(t);
   if (!failures.empty()) {
@@ -242,6 +263,7 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
     return;
   }
   committed_version_ += 1;
+  session_ids_.clear();  // committed: the sessions are closed
   t = comm::Clock::now();
   failures =
       on_all_engines(engine_ptrs_, "POST /continue_generation", [](EngineApi& engine, std::size_t) {
@@ -262,19 +284,27 @@ void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
   report.fail(why);
   // Best effort on every engine, the failed ones included (one that answered 4xx is alive):
   // drop the session and staging, then serve the previous weights again.
-  on_all_engines(engine_ptrs_, "POST /abort_weight_update", [](EngineApi& engine, std::size_t) {
-    if (engine.flavor() == EngineFlavor::kSglang) {
-      // No abort on SGLang: it loaded what arrived in place. End its session so it serves again;
-      // it is reported as needing a fresh group and a full reload.
-      engine.end_weight_update();
-    } else {
-      engine.abort_weight_update();
+  on_all_engines(engine_ptrs_, "POST /abort_weight_update",
+                 [this](EngineApi& engine, std::size_t e) {
+                   if (e < busy_.size() && busy_[e]) return;  // someone else's session: hands off
+                   const std::string id = e < session_ids_.size() ? session_ids_[e] : std::string();
+                   if (engine.flavor() == EngineFlavor::kSglang) {
+                     // No abort on SGLang: it loaded what arrived in place. End its session so it
+                     // serves again; it is reported as needing a fresh group and a full reload.
+                     engine.end_weight_update({});
+                   } else if (!id.empty()) {
+                     engine.abort_weight_update({id, false});
+                   }
+                   engine.continue_generation(ContinueGenerationRequest{});
+                 });
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    const bool ours = e >= busy_.size() || !busy_[e];
+    if (ours && engines_[e]->flavor() == EngineFlavor::kSglang) {
+      report.needs_reload.push_back(engines_[e]->url());
     }
-    engine.continue_generation(ContinueGenerationRequest{});
-  });
-  for (const auto& e : engines_) {
-    if (e->flavor() == EngineFlavor::kSglang) report.needs_reload.push_back(e->url());
   }
+  session_ids_.clear();  // the sessions are over (or were never ours)
+  busy_.clear();
   if (update_start_ != comm::Clock::time_point{}) report.seconds = seconds_since(update_start_);
 }
 

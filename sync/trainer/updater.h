@@ -67,6 +67,10 @@ struct UpdaterOptions {
   // (kPerTensor or kFlattenedBucket, both of which SGLang receives).
   LoadFormat common_load_format = LoadFormat::kPerTensor;
   comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
+
+  // Who this updater is, in begin_weight_update's holder field: engines name it to anyone whose
+  // begin they refuse ("engine busy, held by ..."). Empty: "<host>:<pid> <group_prefix>".
+  std::string holder;
 };
 
 class DistributedUpdater {
@@ -114,9 +118,13 @@ class DistributedUpdater {
   // Commits: update_weight_version -> end -> continue on every engine. On failure runs the
   // abort path. Sets report.ok and report.seconds.
   void finish(const UpdateSession& session, UpdateReport& report);
-  // The abort path: every engine drops its session and continues on its previous weights;
-  // `report` gets `why` (and the blamed engine) as its error.
+  // The abort path: every engine where this updater opened the session drops it (by its id) and
+  // continues on its previous weights; an engine that refused our begin because another client
+  // holds it is left alone (its session is not ours). `report` gets `why` (and the blamed engine)
+  // as its error.
   void abort(UpdateReport& report, const std::string& why);
+  // This updater's holder text (UpdaterOptions::holder or the default).
+  const std::string& holder() const { return holder_; }
 
  private:
   void start_report(UpdateReport& report) const;
@@ -132,6 +140,11 @@ class DistributedUpdater {
   bool common_ = false;
   std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
   comm::Clock::time_point update_start_{};
+  std::string holder_;
+  // The update in progress, per engine: the session id it answered ("" = none yet), and whether
+  // it refused our begin because someone else holds a session there.
+  std::vector<std::string> session_ids_;
+  std::vector<char> busy_;
 };
 
 }  // namespace weightcast::sync::trainer

@@ -83,14 +83,15 @@ sync::BasicResponse FaultyEngine::update_weight_version(
     const sync::UpdateWeightVersionRequest& req) {
   return run("POST /update_weight_version", [&] { return inner_->update_weight_version(req); });
 }
-sync::EndWeightUpdateResponse FaultyEngine::end_weight_update() {
-  return run("POST /end_weight_update", [&] { return inner_->end_weight_update(); });
+sync::EndWeightUpdateResponse FaultyEngine::end_weight_update(
+    const sync::EndWeightUpdateRequest& req) {
+  return run("POST /end_weight_update", [&] { return inner_->end_weight_update(req); });
 }
 sync::BasicResponse FaultyEngine::continue_generation(const sync::ContinueGenerationRequest& req) {
   return run("POST /continue_generation", [&] { return inner_->continue_generation(req); });
 }
-sync::BasicResponse FaultyEngine::abort_weight_update() {
-  return run("POST /abort_weight_update", [&] { return inner_->abort_weight_update(); });
+sync::BasicResponse FaultyEngine::abort_weight_update(const sync::AbortWeightUpdateRequest& req) {
+  return run("POST /abort_weight_update", [&] { return inner_->abort_weight_update(req); });
 }
 sync::WeightsChecksumResponse FaultyEngine::weights_checksum(sync::Runner runner) {
   return run("GET /weights_checksum", [&] { return inner_->weights_checksum(runner); });

@@ -52,9 +52,9 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   sync::BasicResponse update_weights_from_distributed(
       const sync::UpdateWeightsFromDistributedRequest& req) override;
   sync::BasicResponse update_weight_version(const sync::UpdateWeightVersionRequest& req) override;
-  sync::EndWeightUpdateResponse end_weight_update() override;
+  sync::EndWeightUpdateResponse end_weight_update(const sync::EndWeightUpdateRequest& req) override;
   sync::BasicResponse continue_generation(const sync::ContinueGenerationRequest& req) override;
-  sync::BasicResponse abort_weight_update() override;
+  sync::BasicResponse abort_weight_update(const sync::AbortWeightUpdateRequest& req) override;
   sync::WeightsChecksumResponse weights_checksum(sync::Runner runner) override;
   std::string metrics() override;
   sync::SpecAcceptLengthResponse spec_accept_length() override;

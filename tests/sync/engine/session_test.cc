@@ -137,5 +137,41 @@ TEST(SessionMachine, NewSessionClearsTheFlushRequest) {
   EXPECT_FALSE(m.flush_requested());
 }
 
+TEST(SessionMachine, OwnedSessionsAdmitOnlyTheirToken) {
+  SessionMachine m;
+  ASSERT_FALSE(m.begin(Selector::kTarget, "host:1 g"));
+  EXPECT_TRUE(m.owned());
+  const std::string token = m.token();
+  EXPECT_EQ(token.size(), 32u);
+  EXPECT_FALSE(m.check_owner(token, "end_weight_update"));
+  for (const std::optional<std::string>& other :
+       {std::optional<std::string>(), std::optional<std::string>("x"),
+        std::optional<std::string>(token + "0")}) {
+    auto refusal = m.check_owner(other, "end_weight_update");
+    ASSERT_TRUE(refusal);
+    EXPECT_EQ(refusal->status, 409);
+    EXPECT_NE(refusal->message.find("'host:1 g'"), std::string::npos) << refusal->message;
+  }
+  auto busy = m.begin(Selector::kAll, "host:2 g");
+  ASSERT_TRUE(busy);
+  EXPECT_NE(busy->message.find("busy"), std::string::npos) << busy->message;
+  EXPECT_NE(busy->message.find("'host:1 g'"), std::string::npos) << busy->message;
+  EXPECT_EQ(m.token(), token);  // the refusal changed nothing
+}
+
+TEST(SessionMachine, UnownedSessionsAdmitIdLessCallsAndEveryBeginDrawsANewToken) {
+  SessionMachine m;
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  EXPECT_FALSE(m.owned());
+  EXPECT_FALSE(m.check_owner(std::nullopt, "update_weight_version"));
+  EXPECT_TRUE(m.check_owner(std::string("wrong"), "update_weight_version"));
+  const std::string first = m.token();
+  m.close();
+  EXPECT_TRUE(m.token().empty());
+  EXPECT_FALSE(m.check_owner(first, "abort_weight_update"));  // no session: the route decides
+  ASSERT_FALSE(m.begin(Selector::kAll));
+  EXPECT_NE(m.token(), first);
+}
+
 }  // namespace
 }  // namespace weightcast::sync::engine

@@ -53,8 +53,9 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
   s.http().Post("/begin_weight_update", [&](const httplib::Request& req, httplib::Response& res) {
     auth = req.get_header_value("Authorization");
     body = req.body;
-    res.set_content(to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget}),
-                    "application/json");
+    res.set_content(
+        to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "", ""}),
+        "application/json");
   });
   EngineClient client(s.url() + "/", fast("s3cret"));
   EXPECT_EQ(client.url(), s.url());
@@ -135,7 +136,7 @@ TEST(EngineClient, SlowAnswerIsATimeout) {
   EngineClient client(s.url(), o);
   const auto start = std::chrono::steady_clock::now();
   try {
-    client.end_weight_update();
+    client.end_weight_update({});
     FAIL() << "expected TimeoutError";
   } catch (const comm::TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("/end_weight_update"), std::string::npos) << e.what();

@@ -128,13 +128,25 @@ BeginWeightUpdateResponse FakeEngine::begin_weight_update(const BeginWeightUpdat
   std::lock_guard lock(mu_);
   if (session_) throw EngineError(url_, "POST /begin_weight_update", 409, "already in a session");
   session_ = req.selector;
+  session_token_ = "fake-session-" + std::to_string(++sessions_opened_);
   {
     std::lock_guard wire_lock(wire_.mu);
     base_ = wire_.broadcasts.size();
   }
   staged_.clear();
   staged_version_.reset();
-  return {true, "", begin_answer_.value_or(req.selector)};
+  BeginWeightUpdateResponse out;
+  out.selector = begin_answer_.value_or(req.selector);
+  out.session_id = session_token_;
+  out.holder = req.holder.value_or("");
+  out.weight_version = info_.weight_version;
+  return out;
+}
+
+void FakeEngine::check_owner(const std::optional<std::string>& id, const char* route) const {
+  if (session_ && id && *id != session_token_) {
+    throw EngineError(url_, route, 409, "session_id '" + *id + "' is not the open session");
+  }
 }
 
 BasicResponse FakeEngine::update_weights_from_distributed(
@@ -164,6 +176,7 @@ BasicResponse FakeEngine::update_weights_from_distributed(
     if (!session_ || *session_ != req.selector) {
       throw EngineError(url_, "POST /update_weights_from_distributed", 409, "selector mismatch");
     }
+    check_owner(req.session_id, "POST /update_weights_from_distributed");
     index = base_ + sequence;
   }
   std::vector<std::byte> bytes;
@@ -188,14 +201,16 @@ BasicResponse FakeEngine::update_weights_from_distributed(
 BasicResponse FakeEngine::update_weight_version(const UpdateWeightVersionRequest& req) {
   enter("POST /update_weight_version", req.new_version);
   std::lock_guard lock(mu_);
+  check_owner(req.session_id, "POST /update_weight_version");
   staged_version_ = req.new_version;
   return {};
 }
 
-EndWeightUpdateResponse FakeEngine::end_weight_update() {
+EndWeightUpdateResponse FakeEngine::end_weight_update(const EndWeightUpdateRequest& req) {
   enter("POST /end_weight_update");
   std::lock_guard lock(mu_);
   if (!session_) throw EngineError(url_, "POST /end_weight_update", 409, "no session");
+  check_owner(req.session_id, "POST /end_weight_update");
   for (auto& [name, bytes] : staged_) committed_[name] = std::move(bytes);
   staged_.clear();
   if (staged_version_) info_.weight_version = *staged_version_;
@@ -208,9 +223,10 @@ BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) 
   return {};
 }
 
-BasicResponse FakeEngine::abort_weight_update() {
+BasicResponse FakeEngine::abort_weight_update(const AbortWeightUpdateRequest& req) {
   enter("POST /abort_weight_update");
   std::lock_guard lock(mu_);
+  if (!req.force) check_owner(req.session_id, "POST /abort_weight_update");
   session_.reset();
   staged_.clear();
   staged_version_.reset();

@@ -105,9 +105,9 @@ class FakeEngine final : public EngineApi {
   BasicResponse update_weights_from_distributed(
       const UpdateWeightsFromDistributedRequest& req) override;
   BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
-  EndWeightUpdateResponse end_weight_update() override;
+  EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
   BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
-  BasicResponse abort_weight_update() override;
+  BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
   WeightsChecksumResponse weights_checksum(Runner runner) override;
   std::string metrics() override { return ""; }
   SpecAcceptLengthResponse spec_accept_length() override { return {}; }
@@ -124,7 +124,10 @@ class FakeEngine final : public EngineApi {
   std::optional<Selector> begin_answer_;
   std::map<std::string, std::pair<int, int>> failures_;  // route -> (status, after)
   std::map<std::string, int> calls_;
+  void check_owner(const std::optional<std::string>& id, const char* route) const;
   std::optional<Selector> session_;
+  std::string session_token_;  // what begin answered; later session calls must carry it
+  int sessions_opened_ = 0;
   std::size_t base_ = 0;  // wire index of this session's bucket 0
   std::map<std::string, std::vector<std::byte>> staged_, committed_;
   std::optional<std::string> staged_version_;

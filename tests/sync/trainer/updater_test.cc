@@ -109,16 +109,37 @@ TEST(Updater, StepsRunInProtocolOrderOnEachEngine) {
   }
 }
 
-TEST(Updater, BeginFailureAbortsEveryEngineAndNamesTheFailingOne) {
+// A begin refused with 409 means another client holds a session there: the updater aborts its
+// own session elsewhere (by id) and leaves the busy engine entirely alone (no abort, no resume).
+TEST(Updater, BusyEngineIsLeftAloneAndOurOtherSessionsAreAbortedById) {
   Fixture f;
   f.b->fail_route("POST /begin_weight_update", 409);
   const auto report = f.updater->update(views(testing::random_tensors(3, 5, 100)));
   EXPECT_FALSE(report.ok);
   EXPECT_EQ(report.failed_engine, kB);
   EXPECT_EQ(report.failed_route, "POST /begin_weight_update");
+  EXPECT_NE(report.error.find("engine busy"), std::string::npos) << report.error;
   EXPECT_NE(report.error.find(kB), std::string::npos) << report.error;
   EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /abort_weight_update"), -1);
-  EXPECT_NE(f.wire.index_of(std::string(kB) + " POST /abort_weight_update"), -1);
+  EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /continue_generation"), -1);
+  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /abort_weight_update"), -1);
+  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /continue_generation"), -1);
+  EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /end_weight_update"), -1);
+  EXPECT_EQ(f.a->version(), "0");
+}
+
+TEST(Updater, BeginFailureAbortsOurSessionsAndResumesEveryEngine) {
+  Fixture f;
+  f.b->fail_route("POST /begin_weight_update", 500);
+  const auto report = f.updater->update(views(testing::random_tensors(3, 5, 100)));
+  EXPECT_FALSE(report.ok);
+  EXPECT_EQ(report.failed_engine, kB);
+  EXPECT_EQ(report.failed_route, "POST /begin_weight_update");
+  EXPECT_NE(report.error.find(kB), std::string::npos) << report.error;
+  EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /abort_weight_update"), -1);
+  // B opened nothing of ours: nothing to abort there, but it is resumed.
+  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /abort_weight_update"), -1);
+  EXPECT_NE(f.wire.index_of(std::string(kB) + " POST /continue_generation"), -1);
   EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /end_weight_update"), -1);
   EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /update_weights_from_distributed 0"), -1);
   EXPECT_EQ(f.a->version(), "0");
@@ -247,8 +268,15 @@ TEST(Updater, SessionTokenRoundTrips) {
   EXPECT_EQ(joined.selector(), Selector::kDraft);
   EXPECT_EQ(joined.version(), "12");
   EXPECT_EQ(joined.token(), "draft 12");
+  EXPECT_FALSE(joined.session_id(0));
+  const UpdateSession owned = join_session("target 3 abc123,-,def456");
+  EXPECT_EQ(owned.session_id(0), std::optional<std::string>("abc123"));
+  EXPECT_FALSE(owned.session_id(1));
+  EXPECT_EQ(owned.session_id(2), std::optional<std::string>("def456"));
+  EXPECT_EQ(owned.token(), "target 3 abc123,-,def456");
   EXPECT_THROW(join_session("everything 12"), comm::BadRequestError);
   EXPECT_THROW(join_session("target"), comm::BadRequestError);
+  EXPECT_THROW(join_session("target 3 "), comm::BadRequestError);
 }
 
 }  // namespace
