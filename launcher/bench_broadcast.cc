@@ -16,6 +16,7 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "launcher/bench_table.h"
 #include "launcher/cli_util.h"
 
 namespace weightcast::launcher {
@@ -43,38 +44,30 @@ class BenchBuffer {
 
   void* data() { return ptr_; }
   void fill(std::size_t bytes, std::uint64_t seed, bool poison) {
-    std::vector<unsigned char> tmp;
-    unsigned char* dst = device_ ? (tmp.resize(bytes), tmp.data()) : host_.data();
-    std::mt19937_64 rng(seed);
-    for (std::size_t i = 0; i < bytes; i += 8) {
-      std::uint64_t v = poison ? 0xA5A5A5A5A5A5A5A5ull : rng();
-      std::memcpy(dst + i, &v, std::min<std::size_t>(8, bytes - i));
+    std::vector<std::uint8_t> tmp;
+    std::uint8_t* dst = device_ ? (tmp.resize(bytes), tmp.data()) : host_.data();
+    if (poison) {
+      std::memset(dst, 0xA5, bytes);
+    } else {
+      fill_pattern({dst, bytes}, seed);
     }
     if (device_) comm::cuda_copy_to_device(ptr_, tmp.data(), bytes);
   }
   std::uint64_t count_wrong(std::size_t bytes, std::uint64_t seed) {
-    std::vector<unsigned char> expect(bytes);
-    std::mt19937_64 rng(seed);
-    for (std::size_t i = 0; i < bytes; i += 8) {
-      std::uint64_t v = rng();
-      std::memcpy(expect.data() + i, &v, std::min<std::size_t>(8, bytes - i));
-    }
-    std::vector<unsigned char> tmp;
-    const unsigned char* got = host_.data();
+    std::vector<std::uint8_t> tmp;
+    const std::uint8_t* got = host_.data();
     if (device_) {
       tmp.resize(bytes);
       comm::cuda_copy_to_host(tmp.data(), ptr_, bytes);
       got = tmp.data();
     }
-    std::uint64_t wrong = 0;
-    for (std::size_t i = 0; i < bytes; ++i) wrong += got[i] != expect[i];
-    return wrong;
+    return launcher::count_wrong({got, bytes}, seed);
   }
 
  private:
   std::size_t bytes_;
   bool device_;
-  std::vector<unsigned char> host_;
+  std::vector<std::uint8_t> host_;
   void* ptr_ = nullptr;
 };
 
@@ -110,6 +103,45 @@ Row measure(const Backend& b, BenchBuffer& buf, std::size_t bytes, const Broadca
   unsigned long long total_wrong = 0;
   MPI_Reduce(&wrong, &total_wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   return Row{max_us, total_wrong};
+}
+
+std::string detail_header(const BroadcastBenchOptions& o, int size) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
+                "in flight, loopback TCP",
+                size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(),
+                o.chunks_in_flight);
+  return buf;
+}
+
+// nccl-tests' closing line (average bus bandwidth per backend, #wrong), then our chain's ratio
+// against each peer at the largest size, all measured in this run.
+void summarize(BenchTable& table, const std::vector<Backend>& backends, std::uint64_t wrong) {
+  std::map<std::string, std::map<std::uint64_t, double>> bw;
+  for (const auto& row : table.rows()) {
+    bw[std::get<std::string>(row[1])][std::get<std::uint64_t>(row[0])] = std::get<double>(row[3]);
+  }
+  std::string avg = "Avg bus bandwidth:";
+  for (const auto& b : backends) {
+    double sum = 0;
+    for (const auto& [bytes, gbps] : bw[b.name]) sum += gbps;
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), " %s %.3f GB/s;", b.name.c_str(),
+                  bw[b.name].empty() ? 0.0 : sum / static_cast<double>(bw[b.name].size()));
+    avg += buf;
+  }
+  table.note(avg + " #wrong total: " + std::to_string(wrong));
+  if (!bw.count("gloo-chain") || bw["gloo-chain"].empty()) return;
+  const auto largest = bw["gloo-chain"].rbegin();
+  for (const auto& [name, rows] : bw) {
+    if (name == "gloo-chain" || !rows.count(largest->first)) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "ratio at %s: gloo-chain / %s = %.2fx",
+                  format_bytes(largest->first).c_str(), name.c_str(),
+                  largest->second / rows.at(largest->first));
+    table.note(buf);
+  }
 }
 
 std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int rank,
@@ -191,18 +223,17 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
     }
   }
 
+  BenchTable table("broadcast", {{"size(B)", 12, 0},
+                                 {"backend", 11, 0},
+                                 {"time(us)", 12, 1},
+                                 {"algbw(GB/s)", 12, 3},
+                                 {"busbw(GB/s)", 12, 3},
+                                 {"#wrong", 8, 0}});
   if (rank == 0) {
-    std::printf(
-        "# weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
-        "in flight, loopback TCP\n",
-        size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(), o.chunks_in_flight);
-    std::printf("# busbw = algbw for broadcast (docs/performance.md)\n");
-    std::printf("%12s  %-11s %12s %12s %12s %8s\n", "size(B)", "backend", "time(us)", "algbw(GB/s)",
-                "busbw(GB/s)", "#wrong");
+    table.note(detail_header(o, size));
+    table.note("busbw = algbw for broadcast (docs/performance.md)");
+    table.print_header();
   }
-
-  std::map<std::string, std::pair<double, int>> sums;
-  std::map<std::string, std::map<std::uint64_t, double>> bw;
   std::uint64_t total_wrong = 0;
   std::unique_ptr<BenchBuffer> host_buf, dev_buf;
   std::uint64_t seed = 1;
@@ -212,36 +243,16 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
       if (!buf) buf = std::make_unique<BenchBuffer>(o.max_bytes, b.device);
       Row row = measure(b, *buf, bytes, o, rank, seed++);
       if (rank == 0) {
-        double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
-        std::printf("%12llu  %-11s %12.1f %12.3f %12.3f %8llu\n",
-                    static_cast<unsigned long long>(bytes), b.name.c_str(), row.time_us, algbw,
-                    algbw, static_cast<unsigned long long>(row.wrong));
-        std::fflush(stdout);
-        sums[b.name].first += algbw;
-        sums[b.name].second += 1;
-        bw[b.name][bytes] = algbw;
+        const double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
+        table.add({bytes, b.name, row.time_us, algbw, algbw, row.wrong});
         total_wrong += row.wrong;
       }
     }
     if (bytes > o.max_bytes / o.factor) break;
   }
   if (rank == 0) {
-    std::printf("# Avg bus bandwidth:");
-    for (const auto& b : backends) {
-      auto& s = sums[b.name];
-      std::printf(" %s %.3f GB/s;", b.name.c_str(), s.second ? s.first / s.second : 0.0);
-    }
-    std::printf(" #wrong total: %llu\n", static_cast<unsigned long long>(total_wrong));
-    // Ratios of our chain against each peer at the largest size, measured in this run.
-    if (bw.count("gloo-chain")) {
-      auto largest = bw["gloo-chain"].rbegin();
-      for (const auto& [name, rows] : bw) {
-        if (name == "gloo-chain" || !rows.count(largest->first)) continue;
-        std::printf("# ratio at %s: gloo-chain / %s = %.2fx\n",
-                    format_bytes(largest->first).c_str(), name.c_str(),
-                    largest->second / rows.at(largest->first));
-      }
-    }
+    summarize(table, backends, total_wrong);
+    table.write(o.output);
   }
   unsigned long long all_wrong = total_wrong;
   MPI_Bcast(&all_wrong, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);

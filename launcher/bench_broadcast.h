@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/bench_table.h"
+
 namespace weightcast::launcher {
 
 struct BroadcastBenchOptions {
@@ -21,6 +23,7 @@ struct BroadcastBenchOptions {
   int chunks_in_flight = 4;
   std::string bind_address = "127.0.0.1";
   int timeout_ms = 120000;
+  BenchOutput output;  // --csv / --json
 };
 
 // Returns the process exit code (0 when every row had 0 wrong bytes).

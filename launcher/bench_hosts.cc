@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -15,7 +18,10 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "launcher/bench_update.h"
+#include "launcher/child_process.h"
 #include "launcher/cli_util.h"
+#include "sync/model.h"
 
 namespace weightcast::launcher {
 namespace {
@@ -89,6 +95,130 @@ double rate_bytes_per_s(const std::string& rate) {
 
 }  // namespace
 
+namespace {
+
+std::vector<std::string> in_ns(const std::string& ns, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"ip", "netns", "exec", ns});
+  return argv;
+}
+
+// Root + receivers in their namespaces, one hosts-worker each; returns (backend, us, wrong) rows.
+void measure_broadcast(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
+                       double link, std::map<std::string, double>& gbps) {
+  const int hosts = o.receivers + 1;
+  auto worker = [&](int rank, int port) {
+    return in_ns(host_ns(rank), {self,
+                                 "hosts-worker",
+                                 "--rank",
+                                 std::to_string(rank),
+                                 "--size",
+                                 std::to_string(hosts),
+                                 "--bind",
+                                 host_addr(rank),
+                                 "--store-host",
+                                 host_addr(0),
+                                 "--store-port",
+                                 std::to_string(port),
+                                 "--bytes",
+                                 std::to_string(o.bytes),
+                                 "--iters",
+                                 std::to_string(o.iters),
+                                 "--chunk-bytes",
+                                 std::to_string(o.chunk_bytes),
+                                 "--in-flight",
+                                 std::to_string(o.chunks_in_flight),
+                                 "--timeout-ms",
+                                 std::to_string(o.timeout_ms)});
+  };
+  const std::chrono::milliseconds timeout(o.timeout_ms);
+  ChildProcess root(worker(0, 0));
+  int port = 0;
+  std::sscanf(root.line_starting("store-port ", timeout, "hosts root").c_str(), "store-port %d",
+              &port);
+  std::vector<std::unique_ptr<ChildProcess>> others;
+  for (int r = 1; r < hosts; ++r) others.push_back(std::make_unique<ChildProcess>(worker(r, port)));
+  for (std::size_t b = 0; b < 2; ++b) {
+    char name[64];
+    double us = 0;
+    unsigned long long wrong = 0;
+    const std::string l = root.line_starting("result ", timeout, "hosts broadcast");
+    if (std::sscanf(l.c_str(), "result %63s %lf %llu", name, &us, &wrong) != 3) {
+      throw std::runtime_error("hosts root said: " + l);
+    }
+    const double algbw = static_cast<double>(o.bytes) / (us * 1e-6);
+    table.add({std::string(name), o.bytes, us, algbw / 1e9, algbw / link,
+               static_cast<std::uint64_t>(wrong)});
+    gbps[name] = algbw / 1e9;
+  }
+  if (root.wait_exit(timeout) != 0) throw std::runtime_error("hosts root worker failed");
+  for (auto& w : others) {
+    if (w->wait_exit(timeout) != 0) throw std::runtime_error("a hosts receiver failed");
+  }
+}
+
+// The end-to-end update between the namespaces: an engine in each receiver host, the update
+// bench as the source in host 0, the same links.
+void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
+                    double link, double chain_gbps) {
+  UpdateBenchOptions uo;
+  uo.model_bytes = o.update_model_bytes;
+  uo.bucket_bytes = o.update_bucket_bytes;
+  uo.chunk_bytes = o.chunk_bytes;
+  uo.iters = o.iters;
+  uo.timeout_ms = o.timeout_ms;
+  const std::string spec = write_model_spec(uo.model_bytes);
+  struct Unlink {
+    std::string p;
+    ~Unlink() { unlink(p.c_str()); }
+  } unlink_spec{spec};
+  const std::uint64_t model =
+      sync::total_bytes(sync::hf_tensors(sync::model_spec_for_bytes(uo.model_bytes)));
+  std::vector<std::unique_ptr<ChildProcess>> engines;
+  std::string urls;
+  for (int r = 1; r <= o.receivers; ++r) {
+    engines.push_back(std::make_unique<ChildProcess>(
+        in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r)))));
+    urls += (urls.empty() ? "" : ",") +
+            engine_url(*engines.back(), std::chrono::milliseconds(o.timeout_ms));
+  }
+  char json[] = "/tmp/weightcast-bench-hosts-update-XXXXXX";
+  const int fd = mkstemp(json);
+  if (fd >= 0) close(fd);
+  struct UnlinkJson {
+    const char* p;
+    ~UnlinkJson() { unlink(p); }
+  } unlink_json{json};
+  ChildProcess source(
+      in_ns(host_ns(0),
+            {self, "update", "--engine-urls", urls, "--bind", host_addr(0), "--model-bytes",
+             std::to_string(uo.model_bytes), "--bucket-bytes", std::to_string(uo.bucket_bytes),
+             "--chunk-bytes", std::to_string(uo.chunk_bytes), "--iters", std::to_string(o.iters),
+             "--timeout-ms", std::to_string(o.timeout_ms), "--no-raw", "--json", json}));
+  const int rc = source.wait_exit(std::chrono::milliseconds(o.timeout_ms) * (o.iters + 2));
+  std::ifstream in(json);
+  const auto result = nlohmann::json::parse(in, nullptr, false);
+  if (rc != 0 || result.is_discarded()) {
+    throw std::runtime_error("the update source in " + host_ns(0) + " failed (exit " +
+                             std::to_string(rc) + ")");
+  }
+  for (const auto& row : result["rows"]) {
+    const double gbps = row["GB/s"].get<double>();
+    table.add({"update step " + row["step"].get<std::string>(), model,
+               row["seconds"].get<double>() * 1e6, gbps, gbps * 1e9 / link,
+               row["#wrong"].get<std::uint64_t>()});
+    if (row["step"] != "1") {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf),
+                    "update step %s: %.2fx the link rate, %.2fx the raw chain on the same links",
+                    row["step"].get<std::string>().c_str(), gbps * 1e9 / link, gbps / chain_gbps);
+      table.note(buf);
+    }
+  }
+  for (const auto& n : result["notes"]) table.note("source: " + n.get<std::string>());
+}
+
+}  // namespace
+
 int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   const int hosts = o.receivers + 1;
   const double link = rate_bytes_per_s(o.rate);
@@ -106,60 +236,28 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   signal(SIGTERM, on_signal);
   topo.build(o.rate);
 
-  auto worker_cmd = [&](int rank, int port) {
-    char buf[1024];
-    std::snprintf(buf, sizeof(buf),
-                  "ip netns exec %s %s hosts-worker --rank %d --size %d --bind %s --store-host %s "
-                  "--store-port %d --bytes %llu --iters %d --chunk-bytes %llu --in-flight %d "
-                  "--timeout-ms %d",
-                  host_ns(rank).c_str(), self_exe.c_str(), rank, hosts, host_addr(rank).c_str(),
-                  host_addr(0).c_str(), port, static_cast<unsigned long long>(o.bytes), o.iters,
-                  static_cast<unsigned long long>(o.chunk_bytes), o.chunks_in_flight, o.timeout_ms);
-    return std::string(buf);
-  };
-
-  FILE* root = popen(worker_cmd(0, 0).c_str(), "r");
-  if (!root) throw std::runtime_error("cannot start the root worker");
-  char line[512];
-  int port = 0;
-  while (port == 0 && std::fgets(line, sizeof(line), root)) {
-    std::sscanf(line, "store-port %d", &port);
+  BenchTable table("hosts", {{"what", 16, 0},
+                             {"bytes", 11, 0},
+                             {"time(us)", 12, 0},
+                             {"algbw(GB/s)", 12, 4},
+                             {"x link rate", 12, 2},
+                             {"#wrong", 7, 0}});
+  char head[256];
+  std::snprintf(head, sizeof(head),
+                "weightcast-bench hosts: root + %d receivers, each link %s (%.3f GB/s), %s per "
+                "broadcast, %d iters, chunk %s x %d",
+                o.receivers, o.rate.c_str(), link / 1e9, format_bytes(o.bytes).c_str(), o.iters,
+                format_bytes(o.chunk_bytes).c_str(), o.chunks_in_flight);
+  table.note(head);
+  table.print_header();
+  std::map<std::string, double> gbps;
+  measure_broadcast(o, self_exe, table, link, gbps);
+  if (o.update_model_bytes > 0) measure_update(o, self_exe, table, link, gbps["gloo-chain"]);
+  table.write(o.output);
+  for (const auto& row : table.rows()) {
+    if (std::get<std::uint64_t>(row[5]) != 0) return 1;
   }
-  if (port == 0) {
-    pclose(root);
-    throw std::runtime_error("root worker did not report its store port");
-  }
-  std::vector<FILE*> others;
-  for (int r = 1; r < hosts; ++r) others.push_back(popen(worker_cmd(r, port).c_str(), "r"));
-
-  std::printf(
-      "# weightcast-bench hosts: root + %d receivers, each link %s (%.3f GB/s), %s per "
-      "broadcast, %d iters, chunk %s x %d\n",
-      o.receivers, o.rate.c_str(), link / 1e9, format_bytes(o.bytes).c_str(), o.iters,
-      format_bytes(o.chunk_bytes).c_str(), o.chunks_in_flight);
-  std::printf("%-11s %12s %12s %14s %8s\n", "backend", "time(us)", "algbw(GB/s)", "x link rate",
-              "#wrong");
-  int rc = 0;
-  while (std::fgets(line, sizeof(line), root)) {
-    char name[64];
-    double us = 0;
-    unsigned long long wrong = 0;
-    if (std::sscanf(line, "result %63s %lf %llu", name, &us, &wrong) == 3) {
-      double algbw = static_cast<double>(o.bytes) / (us * 1e-6);
-      std::printf("%-11s %12.0f %12.4f %13.2fx %8llu\n", name, us, algbw / 1e9, algbw / link,
-                  wrong);
-      if (wrong) rc = 1;
-    } else {
-      std::fputs(line, stdout);
-    }
-    std::fflush(stdout);
-  }
-  if (pclose(root) != 0) rc = 1;
-  for (FILE* f : others) {
-    while (std::fgets(line, sizeof(line), f)) std::fputs(line, stderr);
-    if (pclose(f) != 0) rc = 1;
-  }
-  return rc;
+  return 0;
 }
 
 int run_hosts_worker(const HostsWorkerOptions& o) {

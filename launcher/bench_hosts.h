@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <string>
+
 #include <vector>
+#include "launcher/bench_table.h"
 
 namespace weightcast::launcher {
 
@@ -22,6 +24,11 @@ struct HostsBenchOptions {
   std::uint64_t chunk_bytes = 1u << 20;
   int chunks_in_flight = 4;
   int timeout_ms = 300000;
+  // > 0: also the end-to-end update of a model of about this size from host 0 (the source) to an
+  // engine in every receiving host, over the same links.
+  std::uint64_t update_model_bytes = 0;
+  std::uint64_t update_bucket_bytes = 64u << 20;
+  BenchOutput output;  // --csv / --json
 };
 
 int run_hosts_bench(const HostsBenchOptions& opts, const std::string& self_exe);

@@ -33,6 +33,12 @@ std::string default_backends() {
   return b;
 }
 
+void add_output_options(CLI::App& mode, BenchOutput& out) {
+  mode.add_option("--csv", out.csv_path, "also write the result rows to this CSV file");
+  mode.add_option("--json", out.json_path,
+                  "also write the result rows and notes to this JSON file");
+}
+
 void on_alarm(int) {
   const char msg[] = "weightcast-bench: --max-seconds passed; aborting the run\n";
   (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
@@ -76,6 +82,7 @@ int main(int argc, char** argv) {
   bc->add_option("--timeout-ms", bo.timeout_ms, "deadline of every collective")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
+  add_output_options(*bc, bo.output);
   HostsBenchOptions ho;
   std::string hosts_bytes = "64M", hosts_chunk = "1M";
   auto* hs = app.add_subcommand(
@@ -92,6 +99,13 @@ int main(int argc, char** argv) {
   hs->add_option("--chunk-bytes", hosts_chunk, "gloo-chain chunk size")->capture_default_str();
   hs->add_option("--in-flight", ho.chunks_in_flight, "gloo-chain chunks in flight per link")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  add_output_options(*hs, ho.output);
+  std::string hosts_update = "0", hosts_update_bucket = "64M";
+  hs->add_option("--update-model-bytes", hosts_update,
+                 "also time the end-to-end update of a model of this size (0: off)")
+      ->capture_default_str();
+  hs->add_option("--update-bucket-bytes", hosts_update_bucket, "bucket size of that update")
       ->capture_default_str();
 
   HostsWorkerOptions wo;
@@ -135,6 +149,13 @@ int main(int argc, char** argv) {
   up->add_option("--iters", uo.iters, "updates (and raw broadcasts) to time")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  add_output_options(*up, uo.output);
+  std::string engine_urls;
+  up->add_option("--engine-urls", engine_urls,
+                 "update these running engines (comma list) instead of starting --engines");
+  up->add_option("--bind", uo.bind_address, "address the source's store and data plane bind")
+      ->capture_default_str();
+  up->add_flag("!--no-raw", uo.raw, "skip the raw chain broadcast comparison");
 
   app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
       ->check(CLI::Range(1, 86400))
@@ -173,9 +194,12 @@ int main(int argc, char** argv) {
         uo.model_bytes = parse_bytes(update_bytes);
         uo.bucket_bytes = parse_bytes(update_bucket);
         uo.chunk_bytes = parse_bytes(update_chunk);
+        uo.engine_urls = split_csv(engine_urls);
         return run_update_bench(uo, self);
       }
       ho.bytes = parse_bytes(hosts_bytes);
+      ho.update_model_bytes = parse_bytes(hosts_update);
+      ho.update_bucket_bytes = parse_bytes(hosts_update_bucket);
       ho.chunk_bytes = parse_bytes(hosts_chunk);
       return run_hosts_bench(ho, self);
     } catch (const std::exception& e) {

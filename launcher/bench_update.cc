@@ -1,98 +1,30 @@
 #include "launcher/bench_update.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
+#include "launcher/child_process.h"
 #include "launcher/cli_util.h"
+#include "sync/checksum.h"
 #include "sync/model.h"
+#include "sync/trainer/engine_client.h"
 #include "sync/trainer/updater.h"
 
 namespace weightcast::launcher {
 namespace {
 
-// A child process whose stdout we read line by line; killed and reaped on destruction.
-class Child {
- public:
-  explicit Child(std::vector<std::string> argv) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    fd_ = fds[0];
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status;
-      waitpid(pid_, &status, 0);
-    }
-    if (fd_ >= 0) close(fd_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  pid_t pid() const { return pid_; }
-
-  // Next line within `timeout_ms`, or throws naming `what`.
-  std::string line(int timeout_ms, const std::string& what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (true) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      deadline - std::chrono::steady_clock::now())
-                      .count();
-      pollfd p{fd_, POLLIN, 0};
-      if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) {
-        throw std::runtime_error(what + ": no output in time");
-      }
-      char tmp[4096];
-      ssize_t n = read(fd_, tmp, sizeof(tmp));
-      if (n <= 0) throw std::runtime_error(what + ": exited early");
-      buf_.append(tmp, static_cast<std::size_t>(n));
-    }
-  }
-
-  int wait_exit() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string buf_;
-};
+using std::chrono::milliseconds;
 
 // Peak resident set of a process in bytes (VmHWM), 0 when unreadable.
 std::uint64_t peak_rss(pid_t pid) {
@@ -125,9 +57,10 @@ double cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-std::string sibling(const std::string& self, const std::string& rel) {
-  auto slash = self.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/" + rel;
+std::uint64_t self_peak_rss() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<std::uint64_t>(ru.ru_maxrss) << 10;
 }
 
 // The raw data plane: one gloo-chain broadcast of `bytes` from a source to `receivers` processes
@@ -158,71 +91,75 @@ double raw_chain_seconds(const UpdateBenchOptions& o, const std::string& self, s
                                     "--timeout-ms",
                                     std::to_string(o.timeout_ms)};
   };
-  Child root(args(0, 0));
+  const milliseconds timeout(o.timeout_ms);
+  ChildProcess root(args(0, 0));
   int port = 0;
-  std::sscanf(root.line(o.timeout_ms, "raw broadcast root").c_str(), "store-port %d", &port);
-  std::vector<std::unique_ptr<Child>> others;
-  for (int r = 1; r <= receivers; ++r) others.push_back(std::make_unique<Child>(args(r, port)));
+  std::sscanf(root.line(timeout, "raw broadcast root").c_str(), "store-port %d", &port);
+  std::vector<std::unique_ptr<ChildProcess>> others;
+  for (int r = 1; r <= receivers; ++r)
+    others.push_back(std::make_unique<ChildProcess>(args(r, port)));
   char name[64];
   double us = 0;
   unsigned long long wrong = 0;
-  if (std::sscanf(root.line(o.timeout_ms, "raw broadcast").c_str(), "result %63s %lf %llu", name,
-                  &us, &wrong) != 3 ||
+  if (std::sscanf(root.line_starting("result ", timeout, "raw broadcast").c_str(),
+                  "result %63s %lf %llu", name, &us, &wrong) != 3 ||
       wrong != 0) {
     throw std::runtime_error("raw broadcast failed or delivered wrong bytes");
   }
   return us * 1e-6;
 }
 
-}  // namespace
-
-int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
-  const sync::ModelSpec spec = sync::model_spec_for_bytes(o.model_bytes);
-  const auto metas = sync::hf_tensors(spec);
-  const std::uint64_t model_bytes = sync::total_bytes(metas);
-
-  char spec_path[] = "/tmp/weightcast-bench-model-XXXXXX";
-  const int spec_fd = mkstemp(spec_path);
-  if (spec_fd < 0) throw std::runtime_error("cannot create a temporary model file");
-  const std::string spec_text = sync::to_json(spec).dump();
-  if (write(spec_fd, spec_text.data(), spec_text.size()) !=
-      static_cast<ssize_t>(spec_text.size())) {
-    throw std::runtime_error("cannot write the temporary model file");
-  }
-  close(spec_fd);
-  struct Unlink {
-    const char* p;
-    ~Unlink() { unlink(p); }
-  } unlink_spec{spec_path};
-
-  const std::string engine_bin = sibling(self, "engine/weightcast-engine");
-  std::vector<std::unique_ptr<Child>> engines;
+// Engines on loopback, each reporting its URL.
+struct LocalEngines {
+  std::vector<std::unique_ptr<ChildProcess>> processes;
   std::vector<std::string> urls;
+};
+
+LocalEngines start_engines(const UpdateBenchOptions& o, const std::string& self,
+                           const std::string& spec_path, std::uint64_t model_bytes) {
+  LocalEngines out;
   for (int e = 0; e < o.engines; ++e) {
-    engines.push_back(std::make_unique<Child>(std::vector<std::string>{
-        engine_bin, "--port", "0", "--ranks", std::to_string(o.ranks_per_engine), "--model",
-        spec_path, "--seed", "1", "--max-bucket-bytes",
-        std::to_string(std::max(o.bucket_bytes, model_bytes)), "--chunk-bytes",
-        std::to_string(o.chunk_bytes), "--comm-timeout-ms", std::to_string(o.timeout_ms),
-        "--session-timeout-ms", std::to_string(o.timeout_ms)}));
-    std::string l = engines.back()->line(o.timeout_ms, "weightcast-engine");
-    auto at = l.find("http://");
-    if (at == std::string::npos) throw std::runtime_error("engine said: " + l);
-    urls.push_back(l.substr(at));
+    out.processes.push_back(std::make_unique<ChildProcess>(
+        update_engine_argv(o, self, spec_path, model_bytes, "127.0.0.1")));
+    out.urls.push_back(engine_url(*out.processes.back(), milliseconds(o.timeout_ms)));
   }
+  return out;
+}
 
-  // The source's weights: the whole model at step k, generated in memory.
-  std::vector<std::vector<std::byte>> storage(metas.size());
-  std::vector<sync::trainer::NamedTensor> tensors(metas.size());
-  for (std::size_t i = 0; i < metas.size(); ++i) storage[i].resize(metas[i].byte_count());
+// Tensors of the target runner whose digest on the engine differs from the digest of what was
+// sent (or that the engine lacks), summed over engines. Not timed.
+std::uint64_t wrong_tensors(const std::vector<std::string>& urls,
+                            const std::vector<sync::TensorMeta>& metas,
+                            const std::vector<std::vector<std::byte>>& storage,
+                            milliseconds timeout) {
+  std::map<std::string, std::string> sent;
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    sent[metas[i].name] = sync::to_string(sync::tensor_digest(storage[i]));
+  }
+  sync::trainer::EngineClientOptions co;
+  co.request_timeout = timeout;
+  std::uint64_t wrong = 0;
+  for (const auto& url : urls) {
+    sync::trainer::EngineClient client(url, co);
+    std::map<std::string, std::string> held;
+    for (const auto& t : client.weights_checksum(sync::Runner::kTarget).tensors) {
+      held[t.name] = t.digest;
+    }
+    for (const auto& [name, digest] : sent)
+      wrong += held.count(name) && held[name] == digest ? 0 : 1;
+  }
+  return wrong;
+}
 
+sync::trainer::UpdaterOptions updater_options(const UpdateBenchOptions& o) {
   sync::trainer::UpdaterOptions uo;
   uo.selector = sync::Selector::kTarget;
+  uo.bind_address = o.bind_address;
   uo.buckets.bucket_bytes = o.bucket_bytes;
   uo.buckets.max_in_flight = static_cast<std::size_t>(o.max_in_flight);
-  uo.buckets.timeout = comm::Millis(o.timeout_ms);
-  uo.request_timeout = comm::Millis(o.timeout_ms);
-  uo.group_timeout = comm::Millis(o.timeout_ms);
+  uo.buckets.timeout = milliseconds(o.timeout_ms);
+  uo.request_timeout = milliseconds(o.timeout_ms);
+  uo.group_timeout = milliseconds(o.timeout_ms);
   // The source's chain chunks must match the engines' --chunk-bytes (checked at group setup).
   uo.communicator_factory = [chunk = o.chunk_bytes](std::string_view backend,
                                                     const comm::CommOptions& options) {
@@ -230,19 +167,118 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
     with_chunk.chunk_bytes = chunk;
     return comm::create_communicator(backend, with_chunk);
   };
-  sync::trainer::DistributedUpdater updater(urls, uo);
+  return uo;
+}
 
-  std::printf(
-      "# weightcast-bench update: %d engines x %d ranks, model %s (%zu tensors), bucket %s,"
-      " %d updates, gloo over loopback\n",
-      o.engines, o.ranks_per_engine, format_bytes(model_bytes).c_str(), metas.size(),
-      format_bytes(o.bucket_bytes).c_str(), o.iters);
-  std::printf("%4s %10s %9s %8s %9s %9s %10s %11s %12s\n", "step", "seconds", "GB/s", "buckets",
-              "data(s)", "commit(s)", "outside%", "http_wait%", "src_peakRSS");
-  std::fflush(stdout);
-  double total_s = 0, total_data = 0;
-  std::uint64_t buckets = 0;
+void note_memory(BenchTable& table, const std::vector<pid_t>& engines, std::uint64_t model,
+                 std::uint64_t bucket) {
+  char buf[256];
+  for (std::size_t e = 0; e < engines.size(); ++e) {
+    std::snprintf(buf, sizeof(buf),
+                  "engine %zu peak RSS %s (weights %s, budget weights x 2 + 2 x bucket + 64 MiB "
+                  "= %s), CPU %.2f s",
+                  e, format_bytes(peak_rss(engines[e])).c_str(), format_bytes(model).c_str(),
+                  format_bytes(2 * model + 2 * bucket + (64u << 20)).c_str(),
+                  cpu_seconds(engines[e]));
+    table.note(buf);
+  }
+  std::snprintf(buf, sizeof(buf),
+                "source peak RSS %s (model %s; budget model + 2 x bucket + 64 MiB = %s), CPU %.2f "
+                "s on %ld cores",
+                format_bytes(self_peak_rss()).c_str(), format_bytes(model).c_str(),
+                format_bytes(model + 2 * bucket + (64u << 20)).c_str(), cpu_seconds(getpid()),
+                sysconf(_SC_NPROCESSORS_ONLN));
+  table.note(buf);
+}
+
+}  // namespace
+
+std::string write_model_spec(std::uint64_t model_bytes) {
+  char path[] = "/tmp/weightcast-bench-model-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) throw std::runtime_error("cannot create a temporary model file");
+  const std::string text = sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump();
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) throw std::runtime_error("cannot write the temporary model file");
+  return path;
+}
+
+std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
+                                            const std::string& spec_path, std::uint64_t model_bytes,
+                                            const std::string& host) {
+  auto slash = self.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
+  return {dir + "/engine/weightcast-engine",
+          "--host",
+          host,
+          "--port",
+          "0",
+          "--ranks",
+          std::to_string(o.ranks_per_engine),
+          "--model",
+          spec_path,
+          "--seed",
+          "1",
+          "--max-bucket-bytes",
+          std::to_string(std::max(o.bucket_bytes, model_bytes)),
+          "--chunk-bytes",
+          std::to_string(o.chunk_bytes),
+          "--comm-timeout-ms",
+          std::to_string(o.timeout_ms),
+          "--session-timeout-ms",
+          std::to_string(o.timeout_ms)};
+}
+
+std::string engine_url(ChildProcess& engine, milliseconds timeout) {
+  const std::string l = engine.line(timeout, "weightcast-engine");
+  const auto at = l.find("http://");
+  if (at == std::string::npos) throw std::runtime_error("engine said: " + l);
+  return l.substr(at);
+}
+
+int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
+  const sync::ModelSpec spec = sync::model_spec_for_bytes(o.model_bytes);
+  const auto metas = sync::hf_tensors(spec);
+  const std::uint64_t model_bytes = sync::total_bytes(metas);
+  const std::string spec_path = write_model_spec(o.model_bytes);
+  struct Unlink {
+    std::string p;
+    ~Unlink() { unlink(p.c_str()); }
+  } unlink_spec{spec_path};
+
+  LocalEngines local;
+  std::vector<std::string> urls = o.engine_urls;
+  if (urls.empty()) {
+    local = start_engines(o, self, spec_path, model_bytes);
+    urls = local.urls;
+  }
+  std::vector<std::vector<std::byte>> storage(metas.size());
+  std::vector<sync::trainer::NamedTensor> tensors(metas.size());
+  for (std::size_t i = 0; i < metas.size(); ++i) storage[i].resize(metas[i].byte_count());
+  sync::trainer::DistributedUpdater updater(urls, updater_options(o));
+
+  BenchTable table("update", {{"step", 6, 0},
+                              {"seconds", 10, 3},
+                              {"GB/s", 9, 3},
+                              {"buckets", 8, 0},
+                              {"data(s)", 9, 3},
+                              {"commit(s)", 9, 3},
+                              {"outside%", 9, 1},
+                              {"http_wait%", 10, 1},
+                              {"src_peakRSS", 12, 0},
+                              {"#wrong", 7, 0}});
+  char head[256];
+  std::snprintf(head, sizeof(head),
+                "weightcast-bench update: %zu engines x %d ranks, model %s (%zu tensors), bucket "
+                "%s, %d updates, gloo",
+                urls.size(), o.ranks_per_engine, format_bytes(model_bytes).c_str(), metas.size(),
+                format_bytes(o.bucket_bytes).c_str(), o.iters);
+  table.note(head);
+  table.print_header();
+  double total_s = 0;
   int failed = 0;
+  std::uint64_t total_wrong = 0;
   for (int step = 1; step <= o.iters; ++step) {
     for (std::size_t i = 0; i < metas.size(); ++i) {
       sync::fill_tensor(metas[i], 1, static_cast<std::uint64_t>(step), storage[i]);
@@ -250,58 +286,43 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
     }
     const auto r = updater.update(tensors);
     if (!r.ok) {
-      std::printf("# update %d FAILED: %s\n", step, r.error.c_str());
+      table.note("update " + std::to_string(step) + " FAILED: " + r.error);
       ++failed;
       continue;
     }
+    const std::uint64_t wrong = wrong_tensors(urls, metas, storage, milliseconds(o.timeout_ms));
+    total_wrong += wrong;
     // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
     const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
-    const double outside = 1.0 - plane / r.seconds;
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    std::printf("%4d %10.3f %9.3f %8llu %9.3f %9.3f %9.1f%% %10.1f%% %12s\n", step, r.seconds,
-                r.gbps(), static_cast<unsigned long long>(r.buckets), r.phases.data,
-                r.phases.commit, 100 * outside, 100 * r.http_wait_seconds / r.seconds,
-                format_bytes(static_cast<std::uint64_t>(ru.ru_maxrss) << 10).c_str());
-    std::fflush(stdout);
+    table.add({std::to_string(step), r.seconds, r.gbps(), r.buckets, r.phases.data, r.phases.commit,
+               100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
+               format_bytes(self_peak_rss()), wrong});
     total_s += r.seconds;
-    total_data += r.phases.data;
-    buckets = r.buckets;
   }
+  std::vector<pid_t> pids;
+  for (const auto& p : local.processes) pids.push_back(p->pid());
+  note_memory(table, pids, model_bytes, o.bucket_bytes);
+  local.processes.clear();
   const int ok = o.iters - failed;
   const double update_s = ok ? total_s / ok : 0;
-
-  std::printf("# CPU seconds over the run (cores here: %ld): source %.2f",
-              sysconf(_SC_NPROCESSORS_ONLN), cpu_seconds(getpid()));
-  for (const auto& e : engines) std::printf(", engine %.2f", cpu_seconds(e->pid()));
-  std::printf("\n");
-  for (std::size_t e = 0; e < engines.size(); ++e) {
-    std::printf(
-        "# engine %zu peak RSS %s (weights %s, budget weights x 2 + 2 x bucket + 64 MiB = "
-        "%s)\n",
-        e, format_bytes(peak_rss(engines[e]->pid())).c_str(), format_bytes(model_bytes).c_str(),
-        format_bytes(2 * model_bytes + 2 * o.bucket_bytes + (64u << 20)).c_str());
+  if (o.raw) {
+    const int receivers = static_cast<int>(urls.size()) * o.ranks_per_engine;
+    const double raw_s = raw_chain_seconds(o, self, model_bytes, receivers);
+    table.add({std::string("raw"), raw_s, static_cast<double>(model_bytes) / raw_s / 1e9,
+               std::uint64_t{1}, raw_s, 0.0, 0.0, 0.0, std::string("-"), std::uint64_t{0}});
+    if (ok) {
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "update avg %.3f s (%.3f GB/s); raw gloo-chain of the same %s to %d ranks "
+                    "%.3f s; update / raw = %.2fx of raw throughput; #wrong total %llu",
+                    update_s, static_cast<double>(model_bytes) / update_s / 1e9,
+                    format_bytes(model_bytes).c_str(), receivers, raw_s, raw_s / update_s,
+                    static_cast<unsigned long long>(total_wrong));
+      table.note(buf);
+    }
   }
-  engines.clear();
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  std::printf("# source peak RSS %s (model %s; budget model + 2 x bucket + 64 MiB = %s)\n",
-              format_bytes(static_cast<std::uint64_t>(ru.ru_maxrss) << 10).c_str(),
-              format_bytes(model_bytes).c_str(),
-              format_bytes(model_bytes + 2 * o.bucket_bytes + (64u << 20)).c_str());
-
-  const double raw_s = raw_chain_seconds(o, self, model_bytes, o.engines * o.ranks_per_engine);
-  std::printf("# raw gloo-chain broadcast of the same %s to %d ranks: %.3f s (%.3f GB/s)\n",
-              format_bytes(model_bytes).c_str(), o.engines * o.ranks_per_engine, raw_s,
-              static_cast<double>(model_bytes) / raw_s / 1e9);
-  if (ok) {
-    std::printf(
-        "# update avg %.3f s (%.3f GB/s), %llu buckets; update / raw broadcast = %.2fx of "
-        "raw throughput\n",
-        update_s, static_cast<double>(model_bytes) / update_s / 1e9,
-        static_cast<unsigned long long>(buckets), raw_s / update_s);
-  }
-  return failed ? 1 : 0;
+  table.write(o.output);
+  return failed || total_wrong ? 1 : 0;
 }
 
 }  // namespace weightcast::launcher

@@ -1,11 +1,19 @@
 // weightcast-bench update: the end-to-end weight update (pause -> ... -> continue) of a model of a
-// given size to E engine processes over loopback, and, in the same run, the raw gloo-chain
-// broadcast of the same bytes as one buffer between the same number of processes, for the ratio.
-// Also reports the peak RSS of the source and of every engine against the memory budget.
+// given size to E engine processes, and, in the same run, the raw gloo-chain broadcast of the
+// same bytes as one buffer between the same number of processes, for the ratio. Every step's
+// #wrong counts the target tensors whose digest on an engine differs from what was sent (a
+// non-zero total makes the run fail). Also reports the peak RSS of the source and of every
+// engine against the memory budget. The hosts mode reuses it with engines in network namespaces
+// (engine_urls given, raw broadcast measured by the hosts mode itself).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "launcher/bench_table.h"
+#include "launcher/child_process.h"
 
 namespace weightcast::launcher {
 
@@ -18,10 +26,23 @@ struct UpdateBenchOptions {
   int max_in_flight = 3;  // unanswered bucket requests per engine
   std::uint64_t chunk_bytes = 4u << 20;
   int timeout_ms = 600000;
+  // Empty: start `engines` engines on loopback. Else update these (already running) engines.
+  std::vector<std::string> engine_urls;
+  std::string bind_address = "127.0.0.1";  // the source's store and data-plane address
+  bool raw = true;                         // also time the raw chain broadcast on loopback
+  BenchOutput output;                      // --csv / --json
 };
 
-// `self_exe` locates the engine binary (../launcher/engine/weightcast-engine next to the bench)
-// and re-runs the bench as raw-broadcast workers.
+// `self_exe` locates the engine binary (engine/weightcast-engine next to the bench) and re-runs
+// the bench as raw-broadcast workers.
 int run_update_bench(const UpdateBenchOptions& opts, const std::string& self_exe);
+
+// Pieces the hosts mode shares: the model spec file engines load (a temporary file the caller
+// removes), an engine's argv, and the URL an engine prints when it listens.
+std::string write_model_spec(std::uint64_t model_bytes);
+std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
+                                            const std::string& spec_path, std::uint64_t model_bytes,
+                                            const std::string& host);
+std::string engine_url(ChildProcess& engine, std::chrono::milliseconds timeout);
 
 }  // namespace weightcast::launcher

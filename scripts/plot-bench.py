@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Draws weightcast-bench results (--json FILE) as PNG plots.
+
+    scripts/plot-bench.py RESULT.json [MORE.json ...] --out DIR
+
+- broadcast results: bandwidth (GB/s) against size, one line per backend (gloo-chain,
+  gloo-stock, mpi-bcast, nccl), log-scaled size axis;
+- update results: seconds per update step against the raw chain broadcast of the same bytes
+  (a horizontal line), with #wrong printed in the title;
+- hosts results: GB/s of each row as a bar, with the link rate as a line.
+Writes DIR/<input name>.png for each input. Needs python3-matplotlib (Debian package).
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_broadcast(result, ax):
+    by_backend = {}
+    for row in result["rows"]:
+        by_backend.setdefault(row["backend"], []).append((row["size(B)"], row["algbw(GB/s)"]))
+    for backend, points in sorted(by_backend.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=backend)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per broadcast")
+    ax.set_ylabel("algbw = busbw (GB/s)")
+    wrong = sum(row["#wrong"] for row in result["rows"])
+    ax.set_title(f"broadcast bandwidth (#wrong {wrong})")
+    ax.legend()
+
+
+def plot_update(result, ax):
+    steps = [r for r in result["rows"] if r["step"] != "raw"]
+    raw = [r for r in result["rows"] if r["step"] == "raw"]
+    ax.bar([r["step"] for r in steps], [r["seconds"] for r in steps], label="update (pause..continue)")
+    if raw:
+        ax.axhline(raw[0]["seconds"], color="black", linestyle="--", label="raw chain, same bytes")
+    ax.set_xlabel("update step")
+    ax.set_ylabel("seconds")
+    wrong = sum(r["#wrong"] for r in steps)
+    ax.set_title(f"end-to-end update against the raw broadcast (#wrong {wrong})")
+    ax.legend()
+
+
+def plot_hosts(result, ax):
+    rows = result["rows"]
+    ax.bar([r["what"] for r in rows], [r["algbw(GB/s)"] for r in rows])
+    if rows:
+        link = rows[0]["algbw(GB/s)"] / rows[0]["x link rate"]
+        ax.axhline(link, color="black", linestyle="--", label=f"link rate {link:.3f} GB/s")
+    ax.set_ylabel("GB/s")
+    ax.set_title("shaped links (network namespaces)")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.legend()
+
+
+PLOTTERS = {"broadcast": plot_broadcast, "update": plot_update, "hosts": plot_hosts}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="+", help="weightcast-bench --json files")
+    p.add_argument("--out", default=".", help="folder for the PNG files")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for path in args.results:
+        with open(path) as f:
+            result = json.load(f)
+        plotter = PLOTTERS.get(result.get("mode"))
+        if plotter is None:
+            print(f"plot-bench: {path}: unknown mode {result.get('mode')!r}", file=sys.stderr)
+            return 2
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        plotter(result, ax)
+        fig.tight_layout()
+        out = os.path.join(args.out, os.path.splitext(os.path.basename(path))[0] + ".png")
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
