@@ -45,71 +45,61 @@ void on_alarm(int) {
   _exit(124);
 }
 
-}  // namespace
+// A size option written with K/M/G suffixes, parsed into `target` as it is read.
+CLI::Option* bytes_option(CLI::App& mode, const std::string& name, std::uint64_t& target,
+                          const std::string& help) {
+  return mode
+      .add_option_function<std::string>(
+          name, [&target](const std::string& text) { target = parse_bytes(text); }, help)
+      ->default_str(format_bytes(target));
+}
 
-int main(int argc, char** argv) {
-  CLI::App app{"weightcast-bench: broadcast and weight-update benchmarks"};
-  app.require_subcommand(1);
-  int ranks = 3;
-  int max_seconds = 1800;
-  std::string min_bytes = "1M", max_bytes = "1G", chunk = "4M", backends = default_backends();
-  BroadcastBenchOptions bo;
+template <typename T>
+CLI::Option* ranged(CLI::App& mode, const std::string& name, T& target, const std::string& help,
+                    T low, T high) {
+  return mode.add_option(name, target, help)->check(CLI::Range(low, high))->capture_default_str();
+}
 
+CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   auto* bc = app.add_subcommand("broadcast", "broadcast bandwidth table, ours against peers");
-  bc->add_option("--ranks", ranks, "processes to start when not already under mpirun")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
-  bc->add_option("--backends", backends, "comma list: gloo-chain, gloo-stock, mpi-bcast, nccl")
-      ->capture_default_str();
-  bc->add_option("--min-bytes", min_bytes, "smallest size (K/M/G suffixes)")->capture_default_str();
-  bc->add_option("--max-bytes", max_bytes, "largest size")->capture_default_str();
-  bc->add_option("--factor", bo.factor, "size multiplier per row")
-      ->check(CLI::Range(2, 16))
-      ->capture_default_str();
-  bc->add_option("--warmup", bo.warmup, "untimed iterations per row")
-      ->check(CLI::Range(0, 1000))
-      ->capture_default_str();
-  bc->add_option("--iters", bo.iters, "timed iterations per row")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
+  ranged(*bc, "--ranks", ranks, "processes to start when not already under mpirun", 1, 256);
+  bc->add_option_function<std::string>(
+        "--backends", [&bo](const std::string& text) { bo.backends = split_csv(text); },
+        "comma list: gloo-chain, gloo-stock, mpi-bcast, nccl")
+      ->default_str(default_backends());
+  bytes_option(*bc, "--min-bytes", bo.min_bytes, "smallest size (K/M/G suffixes)");
+  bytes_option(*bc, "--max-bytes", bo.max_bytes, "largest size");
+  ranged(*bc, "--factor", bo.factor, "size multiplier per row", 2, 16);
+  ranged(*bc, "--warmup", bo.warmup, "untimed iterations per row", 0, 1000);
+  ranged(*bc, "--iters", bo.iters, "timed iterations per row", 1, 100000);
   bc->add_option("--root", bo.root, "broadcast root rank")->capture_default_str();
-  bc->add_option("--chunk-bytes", chunk, "gloo-chain chunk size")->capture_default_str();
-  bc->add_option("--in-flight", bo.chunks_in_flight, "gloo-chain chunks in flight per link")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  bytes_option(*bc, "--chunk-bytes", bo.chunk_bytes, "gloo-chain chunk size");
+  ranged(*bc, "--in-flight", bo.chunks_in_flight, "gloo-chain chunks in flight per link", 1, 64);
   bc->add_option("--bind", bo.bind_address, "address the store and Gloo bind")
       ->capture_default_str();
-  bc->add_option("--timeout-ms", bo.timeout_ms, "deadline of every collective")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
+  ranged(*bc, "--timeout-ms", bo.timeout_ms, "deadline of every collective", 1, 3600000);
   add_output_options(*bc, bo.output);
-  HostsBenchOptions ho;
-  std::string hosts_bytes = "64M", hosts_chunk = "1M";
+  return bc;
+}
+
+CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
   auto* hs = app.add_subcommand(
       "hosts", "chain vs stock Gloo between network namespaces with shaped links (needs root)");
-  hs->add_option("--receivers", ho.receivers, "receiving hosts")
-      ->check(CLI::Range(1, 16))
-      ->capture_default_str();
+  ranged(*hs, "--receivers", ho.receivers, "receiving hosts", 1, 16);
   hs->add_option("--rate", ho.rate, "tc tbf rate of every host link (kbit/mbit/gbit)")
       ->capture_default_str();
-  hs->add_option("--bytes", hosts_bytes, "bytes per broadcast")->capture_default_str();
-  hs->add_option("--iters", ho.iters, "timed broadcasts per backend")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  hs->add_option("--chunk-bytes", hosts_chunk, "gloo-chain chunk size")->capture_default_str();
-  hs->add_option("--in-flight", ho.chunks_in_flight, "gloo-chain chunks in flight per link")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  bytes_option(*hs, "--bytes", ho.bytes, "bytes per broadcast");
+  ranged(*hs, "--iters", ho.iters, "timed broadcasts per backend (and updates)", 1, 1000);
+  bytes_option(*hs, "--chunk-bytes", ho.chunk_bytes, "gloo-chain chunk size");
+  ranged(*hs, "--in-flight", ho.chunks_in_flight, "gloo-chain chunks in flight per link", 1, 64);
+  bytes_option(*hs, "--update-model-bytes", ho.update_model_bytes,
+               "also time the end-to-end update of a model of this size (0: off)");
+  bytes_option(*hs, "--update-bucket-bytes", ho.update_bucket_bytes, "bucket size of that update");
   add_output_options(*hs, ho.output);
-  std::string hosts_update = "0", hosts_update_bucket = "64M";
-  hs->add_option("--update-model-bytes", hosts_update,
-                 "also time the end-to-end update of a model of this size (0: off)")
-      ->capture_default_str();
-  hs->add_option("--update-bucket-bytes", hosts_update_bucket, "bucket size of that update")
-      ->capture_default_str();
+  return hs;
+}
 
-  HostsWorkerOptions wo;
-  std::string worker_bytes = "0", worker_chunk = "1M";
+CLI::App* add_hosts_worker(CLI::App& app, HostsWorkerOptions& wo) {
   auto* hw = app.add_subcommand("hosts-worker", "one host of the hosts mode (internal)");
   hw->group("");  // not listed in --help
   hw->add_option("--rank", wo.rank)->required();
@@ -117,116 +107,105 @@ int main(int argc, char** argv) {
   hw->add_option("--bind", wo.bind_address)->required();
   hw->add_option("--store-host", wo.store_host)->required();
   hw->add_option("--store-port", wo.store_port)->required();
-  hw->add_option("--bytes", worker_bytes)->required();
+  bytes_option(*hw, "--bytes", wo.bytes, "bytes per broadcast")->required();
   hw->add_option("--iters", wo.iters);
-  hw->add_option("--chunk-bytes", worker_chunk);
+  bytes_option(*hw, "--chunk-bytes", wo.chunk_bytes, "gloo-chain chunk size");
   hw->add_option("--in-flight", wo.chunks_in_flight);
   hw->add_option("--timeout-ms", wo.timeout_ms);
-  std::string worker_backends = "gloo-chain,gloo-stock";
-  hw->add_option("--backends", worker_backends);
+  hw->add_option_function<std::string>(
+      "--backends", [&wo](const std::string& text) { wo.backends = split_csv(text); });
+  return hw;
+}
 
-  UpdateBenchOptions uo;
-  std::string update_bytes = "1G", update_bucket = "256M", update_chunk = "4M";
+CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
   auto* up = app.add_subcommand(
       "update",
       "end-to-end update to engine processes vs the raw chain broadcast of the same bytes");
-  up->add_option("--engines", uo.engines, "engine processes")
-      ->check(CLI::Range(1, 32))
-      ->capture_default_str();
-  up->add_option("--ranks", uo.ranks_per_engine, "ranks per engine")
-      ->check(CLI::Range(1, 16))
-      ->capture_default_str();
-  up->add_option("--model-bytes", update_bytes, "model size (a Qwen-like model of about this size)")
-      ->capture_default_str();
-  up->add_option("--bucket-bytes", update_bucket, "bucket size")->capture_default_str();
-  up->add_option("--chunk-bytes", update_chunk, "gloo-chain chunk size")->capture_default_str();
-  up->add_option("--max-in-flight", uo.max_in_flight, "unanswered bucket requests per engine")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  up->add_option("--timeout-ms", uo.timeout_ms, "deadline of each update and broadcast")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
-  up->add_option("--iters", uo.iters, "updates (and raw broadcasts) to time")
-      ->check(CLI::Range(1, 100))
-      ->capture_default_str();
-  add_output_options(*up, uo.output);
-  std::string engine_urls;
-  up->add_option("--engine-urls", engine_urls,
-                 "update these running engines (comma list) instead of starting --engines");
+  ranged(*up, "--engines", uo.engines, "engine processes", 1, 32);
+  ranged(*up, "--ranks", uo.ranks_per_engine, "ranks per engine", 1, 16);
+  bytes_option(*up, "--model-bytes", uo.model_bytes,
+               "model size (a Qwen-like model of about this size)");
+  bytes_option(*up, "--bucket-bytes", uo.bucket_bytes, "bucket size");
+  bytes_option(*up, "--chunk-bytes", uo.chunk_bytes, "gloo-chain chunk size");
+  ranged(*up, "--max-in-flight", uo.max_in_flight, "unanswered bucket requests per engine", 1, 64);
+  ranged(*up, "--timeout-ms", uo.timeout_ms, "deadline of each update and broadcast", 1, 3600000);
+  ranged(*up, "--iters", uo.iters, "updates (and raw broadcasts) to time", 1, 100);
+  up->add_option_function<std::string>(
+      "--engine-urls", [&uo](const std::string& text) { uo.engine_urls = split_csv(text); },
+      "update these running engines (comma list) instead of starting --engines");
   up->add_option("--bind", uo.bind_address, "address the source's store and data plane bind")
       ->capture_default_str();
   up->add_flag("!--no-raw", uo.raw, "skip the raw chain broadcast comparison");
+  add_output_options(*up, uo.output);
+  return up;
+}
 
-  app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
-      ->check(CLI::Range(1, 86400))
-      ->capture_default_str();
+std::string self_path(const char* argv0) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string(argv0);
+}
 
-  CLI11_PARSE(app, argc, argv);
-
-  try {
-    bo.min_bytes = parse_bytes(min_bytes);
-    bo.max_bytes = parse_bytes(max_bytes);
-    bo.chunk_bytes = parse_bytes(chunk);
-    bo.backends = split_csv(backends);
-    if (bo.min_bytes == 0 || bo.min_bytes > bo.max_bytes) {
-      throw std::invalid_argument("--min-bytes must be > 0 and <= --max-bytes");
-    }
-    if (bo.chunk_bytes == 0) throw std::invalid_argument("--chunk-bytes must be > 0");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
-    return 2;
-  }
-
-  signal(SIGALRM, on_alarm);
-  alarm(static_cast<unsigned>(max_seconds));
-  if (hs->parsed() || hw->parsed() || up->parsed()) {
-    try {
-      char self_buf[4096];
-      ssize_t n = readlink("/proc/self/exe", self_buf, sizeof(self_buf) - 1);
-      const std::string self = n > 0 ? std::string(self_buf, static_cast<std::size_t>(n)) : argv[0];
-      if (hw->parsed()) {
-        wo.bytes = parse_bytes(worker_bytes);
-        wo.chunk_bytes = parse_bytes(worker_chunk);
-        wo.backends = split_csv(worker_backends);
-        return run_hosts_worker(wo);
-      }
-      if (up->parsed()) {
-        uo.model_bytes = parse_bytes(update_bytes);
-        uo.bucket_bytes = parse_bytes(update_bucket);
-        uo.chunk_bytes = parse_bytes(update_chunk);
-        uo.engine_urls = split_csv(engine_urls);
-        return run_update_bench(uo, self);
-      }
-      ho.bytes = parse_bytes(hosts_bytes);
-      ho.update_model_bytes = parse_bytes(hosts_update);
-      ho.update_bucket_bytes = parse_bytes(hosts_update_bucket);
-      ho.chunk_bytes = parse_bytes(hosts_chunk);
-      return run_hosts_bench(ho, self);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
-      return 1;
-    }
-  }
-
+// The broadcast mode runs on every rank of an MPI job, started directly or by mpirun.
+int run_broadcast_mode(int argc, char** argv, int ranks, const BroadcastBenchOptions& bo) {
   if (!under_mpirun()) {
-    try {
-      // MPI_Bcast is a peer measured over Open MPI's TCP transport, as ours runs over TCP:
-      // shared memory (vader) would compare a different link.
-      relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc), {"btl=self,tcp"});
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
-      return 2;
-    }
+    // MPI_Bcast is a peer measured over Open MPI's TCP transport, as ours runs over TCP:
+    // shared memory (vader) would compare a different link.
+    relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc), {"btl=self,tcp"});
   }
-
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {
-    if (bc->parsed()) rc = run_broadcast_bench(bo);
+    rc = run_broadcast_bench(bo);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();
   return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"weightcast-bench: broadcast and weight-update benchmarks"};
+  app.require_subcommand(1);
+  int ranks = 3;
+  int max_seconds = 1800;
+  BroadcastBenchOptions bo;
+  bo.backends = split_csv(default_backends());
+  HostsBenchOptions ho;
+  HostsWorkerOptions wo;
+  UpdateBenchOptions uo;
+  auto* bc = add_broadcast(app, bo, ranks);
+  auto* hs = add_hosts(app, ho);
+  auto* hw = add_hosts_worker(app, wo);
+  auto* up = add_update(app, uo);
+  app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    if (bo.min_bytes == 0 || bo.min_bytes > bo.max_bytes) {
+      throw std::invalid_argument("--min-bytes must be > 0 and <= --max-bytes");
+    }
+    if (bo.chunk_bytes == 0) throw std::invalid_argument("--chunk-bytes must be > 0");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+    return 2;
+  }
+  signal(SIGALRM, on_alarm);
+  alarm(static_cast<unsigned>(max_seconds));
+  try {
+    if (hw->parsed()) return run_hosts_worker(wo);
+    if (up->parsed()) return run_update_bench(uo, self_path(argv[0]));
+    if (hs->parsed()) return run_hosts_bench(ho, self_path(argv[0]));
+    if (bc->parsed()) return run_broadcast_mode(argc, argv, ranks, bo);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weightcast-bench: %s\n", e.what());
+    return 1;
+  }
+  return 2;
 }
