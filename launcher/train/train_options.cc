@@ -93,6 +93,20 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-delay-ms", o.bucket_delay_ms,
                  "sleep after each bucket, to simulate a slow link (tests, demos)")
       ->capture_default_str();
+  app.add_option("--on-engine-failure", o.on_engine_failure,
+                 "an engine failing an update: fail (the step fails) or drop (the engine leaves "
+                 "the set, the step completes on the others; it is probed and re-admitted)")
+      ->check(CLI::IsMember({"fail", "drop"}))
+      ->capture_default_str();
+  app.add_option("--probe-timeout-ms", o.probe_timeout_ms,
+                 "with drop: each /health probe of an engine")
+      ->capture_default_str();
+  app.add_option("--probe-backoff-max-steps", o.probe_backoff_max_steps,
+                 "with drop: most steps between two probes of an engine that keeps failing")
+      ->capture_default_str();
+  app.add_option("--step-interval-ms", o.step_interval_ms,
+                 "time between updates, standing in for the training compute (tests, demos)")
+      ->capture_default_str();
 }
 
 sync::ModelSpec resolve_model(const TrainOptions& o) {
@@ -156,6 +170,9 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.connect_timeout = Millis(o.connect_timeout_ms);
   u.request_timeout = Millis(o.request_timeout_ms);
   u.group_timeout = Millis(o.group_timeout_ms);
+  u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
+  u.probe_timeout = Millis(o.probe_timeout_ms);
+  u.max_backoff_updates = o.probe_backoff_max_steps;
   if (o.engine_flavor != "auto")
     u.engine_flavor = sync::trainer::parse_engine_flavor(o.engine_flavor);
   u.common_load_format = o.common_format == "per_tensor" ? sync::LoadFormat::kPerTensor

@@ -55,6 +55,10 @@ struct TrainOptions {
   int group_timeout_ms = 120000;
   int mpi_timeout_ms = 120000;  // gathers and waits between ranks, on top of the above
   int bucket_delay_ms = 0;
+  std::string on_engine_failure = "fail";  // fail | drop (sync/trainer/engine_set.h)
+  int probe_timeout_ms = 2000;
+  int probe_backoff_max_steps = 16;
+  int step_interval_ms = 0;  // pause between steps: the training compute (tests, demos)
 };
 
 // Registers every flag on `app`, writing into `options`.

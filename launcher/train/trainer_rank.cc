@@ -4,12 +4,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
 #include "launcher/cli_util.h"
 #include "launcher/train/stage_messages.h"
+#include "launcher/train/step_line.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/engine_client.h"
 #include "sync/trainer/megatron.h"
@@ -59,9 +61,16 @@ class Rank {
       std::fprintf(out_, "step 0/%d initial weights%s\n", o_.steps, probe_accept_lengths().c_str());
       std::fflush(out_);
     }
-    for (int step = 1; step <= o_.steps && code == kExitOk; ++step) code = run_step(step);
+    for (int step = 1; step <= o_.steps && code == kExitOk; ++step) {
+      // The training compute between two updates, simulated.
+      if (step > 1 && o_.step_interval_ms > 0) {
+        std::this_thread::sleep_for(Millis(o_.step_interval_ms));
+      }
+      code = run_step(step);
+    }
     // --keep-going ran every step; a verification that failed on the way still fails the run.
-    return code == kExitOk && verify_failed_ ? kExitUpdateFailed : code;
+    const bool verify_failed = checker_ && checker_->verify_failed();
+    return code == kExitOk && verify_failed ? kExitUpdateFailed : code;
   }
 
  private:
@@ -120,15 +129,8 @@ class Rank {
               }
             }
           }
-          if (coordinator() && o_.verify) {
-            verifier_ = std::make_unique<UpdateVerifier>(updater_->engines(), updater_->connect(),
-                                                         spec_, o_.seed);
-            for (const auto& url : verifier_->unverifiable()) {
-              std::fprintf(stderr,
-                           "weightcast-train: verify: cannot verify engine %s: it serves no "
-                           "/weights_checksum (sglang); verifying the other engines\n",
-                           url.c_str());
-            }
+          if (coordinator()) {
+            checker_ = std::make_unique<StepChecker>(o_, spec_, *updater_, has_draft_);
           }
           return status(kExitOk, "");
         });
@@ -205,6 +207,12 @@ class Rank {
 
   int run_step(int step);
   std::string run_sources(int step, std::vector<HostTensor>& tensors);
+  // One attempt at the step's update: open (coordinator), every stage, commit (coordinator).
+  // Returns the coordinator's "opened" status; `report` and `digests` are the coordinator's.
+  std::string attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+                      std::vector<SentDigest>& digests);
+  std::string step_line(int step, const std::string& opened, UpdateReport& report,
+                        const std::vector<SentDigest>& digests);
 
   // " accept_length A,B,..." (one value per engine, "n/a" where the probe failed) with
   // --probe-accept-length, else empty.
@@ -234,9 +242,8 @@ class Rank {
   mpi::Comm stage_comm_;
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
-  std::unique_ptr<UpdateVerifier> verifier_;
-  bool has_draft_ = false;      // some engine holds a draft runner (coordinator only)
-  bool verify_failed_ = false;  // a step failed verification under --keep-going
+  std::unique_ptr<StepChecker> checker_;  // coordinator only
+  bool has_draft_ = false;                // some engine holds a draft runner (coordinator only)
 };
 
 int Rank::run_step(int step) {
@@ -267,11 +274,17 @@ StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
                                   const std::vector<HostTensor>& tensors) {
   StageOutcome outcome;
   try {
+    updater_->adopt(*session);  // the coordinator's engine set for this attempt
     updater_->ensure_group(topo_.pp_rank());
     const auto views_of = views(tensors);
     outcome.result = updater_->send_stage(*session, topo_.pp_rank(), views_of);
     outcome.sent = true;
     if (o_.verify && outcome.result.ok) outcome.digests = sent_digests(views_of);
+  } catch (const EngineCallError& e) {
+    // Which engine failed the group setup: the coordinator's drop decision needs it.
+    outcome.error = "stage " + std::to_string(topo_.pp_rank()) + ": " + e.what();
+    outcome.result.failures = e.failures();
+    outcome.result.ok = false;
   } catch (const std::exception& e) {
     outcome.error = "stage " + std::to_string(topo_.pp_rank()) + ": " + e.what();
     outcome.result.ok = false;
@@ -280,7 +293,43 @@ StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
 }
 
 std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
+  if (coordinator()) {
+    try {
+      updater_->prepare_update();  // probes and re-admits dropped engines (drop only)
+    } catch (const comm::ConfigError&) {
+      throw;
+    } catch (const comm::Error& e) {
+      std::fprintf(stderr, "weightcast-train: probing dropped engines: %s\n", e.what());
+    }
+  }
   UpdateReport report;
+  std::vector<SentDigest> digests;
+  std::vector<UpdateReport::Dropped> dropped;
+  std::string opened;
+  // Each failed attempt under --on-engine-failure drop drops an engine, so this is bounded by
+  // the number of engines; the coordinator decides and tells the other sources.
+  for (std::size_t attempts = 1;; ++attempts) {
+    report = UpdateReport{};
+    digests.clear();
+    opened = attempt(tensors, report, digests);
+    std::string next = "done";
+    if (coordinator()) {
+      report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
+      if (!report.ok && attempts < o_.engines.size() && updater_->drop_failed(report)) {
+        next = "retry";
+      }
+    }
+    next = mpi::broadcast_string(sources_comm_.get(), 0, next, mpi_deadline(stage_budget()));
+    if (next != "retry") break;
+    dropped = report.dropped;
+  }
+  if (!coordinator()) return status(kExitOk, "");
+  updater_->note_membership(report);
+  return step_line(step, opened, report, digests);
+}
+
+std::string Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+                          std::vector<SentDigest>& digests) {
   std::optional<UpdateSession> session;
   std::string opened = status(kExitUpdateFailed, "");
   if (coordinator()) {
@@ -293,7 +342,6 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   if (status_code(opened) == kExitOk && !coordinator()) session = join_session(status_text(opened));
 
   bool failed = status_code(opened) != kExitOk;
-  std::vector<SentDigest> digests;
   for (int s = 0; s < o_.pp; ++s) {
     std::string text;
     if (s == topo_.pp_rank()) {
@@ -316,57 +364,26 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
     }
     failed = !outcome.sent || !outcome.result.ok;
   }
-  if (!coordinator()) return status(kExitOk, "");
+  if (coordinator() && status_code(opened) == kExitOk && report.error.empty()) {
+    updater_->finish(*session, report);
+  }
+  return opened;
+}
 
+std::string Rank::step_line(int step, const std::string& opened, UpdateReport& report,
+                            const std::vector<SentDigest>& digests) {
   char head[64];
   std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
+  const std::string members = checker_->membership(report);
   if (status_code(opened) != kExitOk) {
     // The report's summary also names engines left needing a reload (SGLang ones).
-    if (!report.error.empty()) return status(kExitUpdateFailed, head + summary(report));
+    if (!report.error.empty()) return status(kExitUpdateFailed, head + summary(report) + members);
     return status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version + ": " +
-                                         status_text(opened));
+                                         status_text(opened) + members);
   }
-  if (report.error.empty()) updater_->finish(*session, report);
-  if (!report.ok) return status(kExitUpdateFailed, head + summary(report));
-
-  std::string verified = "no", target_ok = "-", draft_ok = "-";
-  if (verifier_) {
-    verifier_->apply(report.selector, digests);
-    const auto problems = verifier_->check(report.version);
-    bool call_failed = false, target_bad = false, draft_bad = false;
-    for (const auto& p : problems) {
-      if (!p.runner) {
-        call_failed = true;
-      } else {
-        (*p.runner == sync::Runner::kDraft ? draft_bad : target_bad) = true;
-      }
-    }
-    target_ok = call_failed || target_bad ? "no" : "yes";
-    if (has_draft_) draft_ok = call_failed || draft_bad ? "no" : "yes";
-    if (!problems.empty()) {
-      std::string text = head + std::string("VERIFY FAILED version ") + report.version + ": " +
-                         std::to_string(problems.size()) +
-                         " problem(s); first: " + problems[0].text;
-      for (std::size_t i = 1; i < problems.size() && i < 8; ++i) {
-        std::fprintf(stderr, "weightcast-train: verify: %s\n", problems[i].text.c_str());
-      }
-      if (!o_.keep_going) return status(kExitUpdateFailed, text);
-      std::fprintf(stderr, "weightcast-train: %s\n", text.c_str());
-      verify_failed_ = true;
-    } else {
-      verified = "yes";
-    }
-  }
-  std::string accept = probe_accept_lengths();
-  char line[768];
-  std::snprintf(line, sizeof(line),
-                "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
-                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s%s",
-                step, o_.steps, report.version.c_str(),
-                std::string(sync::to_string(report.selector)).c_str(), report.bytes,
-                format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
-                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), accept.c_str());
-  return status(kExitOk, line);
+  if (!report.ok) return status(kExitUpdateFailed, head + summary(report) + members);
+  const auto [code, line] = checker_->committed(step, report, digests, probe_accept_lengths());
+  return status(code, line);
 }
 
 }  // namespace

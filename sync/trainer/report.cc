@@ -36,6 +36,22 @@ void UpdateReport::fail(std::string what) {
   }
 }
 
+std::string membership_summary(const UpdateReport& report, std::size_t engines) {
+  std::string text = "engines current " + std::to_string(report.engines_current) + "/" +
+                     std::to_string(engines) + " dropped " + std::to_string(report.dropped.size()) +
+                     " readmitted " + std::to_string(report.readmitted.size());
+  std::string back;
+  for (const auto& url : report.readmitted) back += (back.empty() ? "" : ",") + url;
+  if (!back.empty()) text += " (" + back + ")";
+  if (!report.degraded()) return text;
+  text += " degraded:";
+  for (const auto& d : report.dropped) text += " dropped " + d.engine + " (" + d.why + ");";
+  std::string out;
+  for (const auto& url : report.out) out += (out.empty() ? "" : ",") + url;
+  if (!out.empty()) text += " out " + out;
+  return text;
+}
+
 std::string summary(const UpdateReport& report) {
   if (!report.ok) {
     std::string text = "FAILED version " + report.version + ": " + report.error;

@@ -9,6 +9,7 @@
 // Lifetime/threading: plain values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +58,18 @@ struct UpdateReport {
   // needs a fresh group and a full update before it serves the trainer's weights.
   std::vector<std::string> needs_reload;
 
+  // The elastic engine set (--on-engine-failure drop, sync/trainer/engine_set.h).
+  struct Dropped {
+    std::string engine;  // URL
+    std::string why;     // the failed attempt's error
+  };
+  std::vector<Dropped> dropped;         // engines dropped during this update
+  std::vector<std::string> readmitted;  // engines re-admitted that this update made current
+  std::vector<std::string> out;         // engines outside the set after this update
+  std::size_t engines_current = 0;      // members that hold this update's version (when ok)
+  // Some engine was dropped now or is still out: the update reached fewer engines than given.
+  bool degraded() const { return !dropped.empty() || !out.empty(); }
+
   // bytes / seconds / 1e9; 0 when nothing was timed.
   double gbps() const;
   // Sets error / failed_engine / failed_route from failures (see blame()) unless error is set.
@@ -68,6 +81,10 @@ const EngineFailure* blame(const std::vector<EngineFailure>& failures);
 
 // "engine http://h:p POST /route: message".
 std::string to_string(const EngineFailure& failure);
+
+// "engines current 2 dropped 1 readmitted 0" and, when degraded, " degraded: dropped URL (why);
+// out URL,...". Empty for an updater with a fixed set (nothing dropped, nothing out).
+std::string membership_summary(const UpdateReport& report, std::size_t engines);
 
 // One line: "version 3 selector target tensors 29 bytes 3.1 MiB buckets 7 seconds 0.210
 // GB/s 0.015" or "FAILED version 3: <error>".

@@ -1,5 +1,8 @@
 #include "sync/trainer/session.h"
 
+#include <charconv>
+#include <utility>
+
 #include "comm/errors.h"
 #include "sync/protocol_text.h"
 
@@ -33,13 +36,50 @@ UpdateWeightsFromDistributedRequest UpdateSession::for_engine(
 }
 
 std::string UpdateSession::token() const {
+  // With members there is one id per member, "-" where the engine issued none.
+  const std::size_t count = members_.empty() ? session_ids_.size() : members_.size();
   std::string ids;
-  for (std::size_t e = 0; e < session_ids_.size(); ++e) {
-    ids += (e ? "," : "") + (session_ids_[e].empty() ? std::string("-") : session_ids_[e]);
+  for (std::size_t e = 0; e < count; ++e) {
+    const bool has = e < session_ids_.size() && !session_ids_[e].empty();
+    ids += (e ? "," : "") + (has ? session_ids_[e] : std::string("-"));
   }
   const std::string head = std::string(to_string(selector_)) + " " + version_;
-  return ids.empty() ? head : head + " " + ids;
+  if (members_.empty()) return ids.empty() ? head : head + " " + ids;
+  std::string members;
+  for (std::size_t m : members_) members += (members.empty() ? "" : ",") + std::to_string(m);
+  return head + " " + ids + " m" + std::to_string(epoch_) + ":" + members;
 }
+
+namespace {
+
+// "m<epoch>:<i,j,...>" of a token: the session's members.
+std::pair<std::uint64_t, std::vector<std::size_t>> parse_members(std::string_view text,
+                                                                 std::string_view token) {
+  const auto colon = text.find(':');
+  const auto bad = [&] {
+    return comm::BadRequestError("session token " + quoted(token) +
+                                 ": expected 'm<epoch>:<members>' after the ids");
+  };
+  if (text.size() < 3 || text[0] != 'm' || colon == std::string_view::npos) throw bad();
+  const auto number = [&](std::string_view digits) {
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) throw bad();
+    return value;
+  };
+  const std::uint64_t epoch = number(text.substr(1, colon - 1));
+  std::vector<std::size_t> members;
+  std::string_view rest = text.substr(colon + 1);
+  while (true) {
+    const auto comma = rest.find(',');
+    members.push_back(static_cast<std::size_t>(number(rest.substr(0, comma))));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return {epoch, std::move(members)};
+}
+
+}  // namespace
 
 UpdateSession join_session(std::string_view token) {
   const auto space = token.find(' ');
@@ -56,6 +96,11 @@ UpdateSession join_session(std::string_view token) {
   std::vector<std::string> ids;
   if (space2 == std::string_view::npos) return UpdateSession(selector, std::move(version));
   std::string_view rest = token.substr(space2 + 1);
+  std::string_view members_text;
+  if (const auto space3 = rest.find(' '); space3 != std::string_view::npos) {
+    members_text = rest.substr(space3 + 1);
+    rest = rest.substr(0, space3);
+  }
   while (true) {
     const auto comma = rest.find(',');
     std::string id(rest.substr(0, comma));
@@ -64,7 +109,15 @@ UpdateSession join_session(std::string_view token) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
-  return UpdateSession(selector, std::move(version), std::move(ids));
+  UpdateSession session(selector, std::move(version), std::move(ids));
+  if (members_text.empty()) return session;
+  auto [epoch, members] = parse_members(members_text, token);
+  if (members.size() != session.session_ids_.size()) {
+    throw comm::BadRequestError("session token " + quoted(token) + ": " +
+                                std::to_string(session.session_ids_.size()) + " ids for " +
+                                std::to_string(members.size()) + " members");
+  }
+  return std::move(session).with_members(std::move(members), epoch);
 }
 
 }  // namespace weightcast::sync::trainer

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,8 +27,8 @@ class UpdateSession {
  public:
   Selector selector() const { return selector_; }
   const std::string& version() const { return version_; }
-  // The id engine `engine` (the updater's order) answered at begin; nullopt when it issued none
-  // (SGLang) or was not asked.
+  // The id engine `engine` answered at begin; nullopt when it issued none (SGLang) or was not
+  // asked. `engine` counts the session's members (all engines unless the set is elastic).
   std::optional<std::string> session_id(std::size_t engine) const;
   // `request` as engine `engine` must receive it: stamped with that engine's session id.
   UpdateWeightsFromDistributedRequest for_engine(UpdateWeightsFromDistributedRequest request,
@@ -39,9 +40,14 @@ class UpdateSession {
       const BucketPlan& plan, const std::string& group_name,
       LoadFormat format = LoadFormat::kWeightcastBucket) const;
 
+  // The engines the session covers (indices into the updater's engine list, in order), and the
+  // group epoch they form (sync/trainer/engine_set.h). Empty members: every engine, epoch 0.
+  const std::vector<std::size_t>& members() const { return members_; }
+  std::uint64_t epoch() const { return epoch_; }
+
   // Text a coordinator passes to the other stage sources: "<selector> <version> <ids>", the ids
-  // comma-separated in engine order, "-" for an engine without one ("<selector> <version>" when
-  // no engine issued one).
+  // comma-separated in member order, "-" for an engine without one ("<selector> <version>" when
+  // no engine issued one), then " m<epoch>:<members>" when the session names its members.
   std::string token() const;
 
  private:
@@ -50,9 +56,17 @@ class UpdateSession {
   UpdateSession(Selector selector, std::string version, std::vector<std::string> ids = {})
       : selector_(selector), version_(std::move(version)), session_ids_(std::move(ids)) {}
 
+  UpdateSession with_members(std::vector<std::size_t> members, std::uint64_t epoch) && {
+    members_ = std::move(members);
+    epoch_ = epoch;
+    return std::move(*this);
+  }
+
   Selector selector_;
   std::string version_;
-  std::vector<std::string> session_ids_;  // per engine; "" = none
+  std::vector<std::string> session_ids_;  // per member; "" = none
+  std::vector<std::size_t> members_;
+  std::uint64_t epoch_ = 0;
 };
 
 // The session a coordinator opened, from its token(). Throws comm::BadRequestError on a token

@@ -53,25 +53,40 @@ bool contains(const List& list, const Value& value) {
 }  // namespace
 
 DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls, UpdaterOptions options)
-    : DistributedUpdater(make_clients(engine_urls, options), options) {}
+    : DistributedUpdater(make_clients(engine_urls, options), options) {
+  // Probes of dropped engines use clients of their own, bounded by the probe timeout.
+  UpdaterOptions probe = options_;
+  probe.connect_timeout = std::min(options_.connect_timeout, options_.probe_timeout);
+  probe.request_timeout = options_.probe_timeout;
+  probes_ = make_clients(engine_urls, probe);
+}
 
 DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> engines,
                                        UpdaterOptions options)
     : options_(std::move(options)),
       selector_(options_.selector ? *options_.selector
                                   : weight_update_selector(options_.selector_config)),
-      engines_(std::move(engines)) {
+      engines_(std::move(engines)),
+      set_(engines_.size(), options_.max_backoff_updates) {
   if (engines_.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
   holder_ = options_.holder.empty() ? default_holder(options_.group_prefix) : options_.holder;
   for (const auto& e : engines_) {
     WC_ENFORCE(e != nullptr, "null engine");
     engine_ptrs_.push_back(e.get());
   }
+  last_ids_.resize(engines_.size());
+  use_members(set_.members(), set_.epoch());
 }
 
 DistributedUpdater::~DistributedUpdater() {
-  for (auto& group : groups_) {
-    if (group) group->destroy(engine_ptrs_);
+  for (std::size_t stage = 0; stage < groups_.size(); ++stage) {
+    if (!groups_[stage]) continue;
+    // Engines that left the set are not asked: one that is gone would only cost a timeout.
+    std::vector<EngineApi*> live;
+    for (std::size_t e : group_members_[stage]) {
+      if (contains(members_, e)) live.push_back(engine_ptrs_[e]);
+    }
+    groups_[stage]->destroy(live);
   }
 }
 
@@ -133,15 +148,25 @@ void DistributedUpdater::ensure_group(int stage) {
   WC_ENFORCE_GE(stage, 0);
   connect();
   const auto index = static_cast<std::size_t>(stage);
-  if (groups_.size() <= index) groups_.resize(index + 1);
+  if (groups_.size() <= index) {
+    groups_.resize(index + 1);
+    group_epochs_.resize(index + 1);
+    group_members_.resize(index + 1);
+  }
   auto& group = groups_[index];
-  if (group && !group->broken()) return;
+  if (group && !group->broken() && group_epochs_[index] == epoch_) return;
   if (group) {
-    group->destroy(engine_ptrs_);
+    std::vector<EngineApi*> live;  // a dropped engine is not asked to leave (it may be gone)
+    for (std::size_t e : group_members_[index]) {
+      if (contains(members_, e)) live.push_back(engine_ptrs_[e]);
+    }
+    group->destroy(live);
     group.reset();
   }
   GroupOptions opts;
+  // A new epoch, a new name: an engine still holding a group of an older set cannot join.
   opts.name = group_name(options_.group_prefix, stage);
+  if (epoch_ > 0) opts.name += "-e" + std::to_string(epoch_);
   opts.backend = options_.backend;
   opts.bind_address = options_.bind_address;
   opts.token = options_.store_token;
@@ -149,27 +174,33 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.factory = options_.communicator_factory;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
-  for (const auto& e : engines_) {
-    opts.name_rendezvous.push_back(e->flavor() == EngineFlavor::kWeightcast);
+  std::vector<int> counts;
+  for (std::size_t e : members_) {
+    opts.name_rendezvous.push_back(engines_[e]->flavor() == EngineFlavor::kWeightcast);
+    counts.push_back(rank_counts_[e]);
   }
-  group = WeightGroup::create(engine_ptrs_, rank_counts_, opts);
+  group = WeightGroup::create(member_ptrs_, counts, opts);
+  group_epochs_[index] = epoch_;
+  group_members_[index] = members_;
 }
 
-void DistributedUpdater::start_report(UpdateReport& report) const {
+void DistributedUpdater::start_report(UpdateReport& report,
+                                      const std::optional<std::string>& version) const {
   report.selector = selector_;
-  report.version = std::to_string(committed_version_ + 1);
+  report.version = version ? *version : std::to_string(committed_version_ + 1);
 }
 
-std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report) {
+std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report,
+                                                              std::optional<std::string> version) {
   connect();
-  start_report(report);
+  start_report(report, version);
   update_start_ = comm::Clock::now();
-  session_ids_.assign(engines_.size(), std::string());
-  busy_.assign(engines_.size(), 0);
+  session_ids_.assign(members_.size(), std::string());
+  busy_.assign(members_.size(), 0);
 
   auto t = comm::Clock::now();
   PauseGenerationRequest pause{options_.pause_mode};
-  auto failures = on_all_engines(engine_ptrs_, "POST /pause_generation",
+  auto failures = on_all_engines(member_ptrs_, "POST /pause_generation",
                                  [&pause](EngineApi& engine, std::size_t) {
                                    engine.pause_generation(pause);
                                    engine.flush_cache();
@@ -179,7 +210,7 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
     t = comm::Clock::now();
     BeginWeightUpdateRequest begin{selector_, holder_};
     failures = on_all_engines(
-        engine_ptrs_, "POST /begin_weight_update", [&](EngineApi& engine, std::size_t e) {
+        member_ptrs_, "POST /begin_weight_update", [&](EngineApi& engine, std::size_t e) {
           BeginWeightUpdateResponse answer;
           try {
             answer = engine.begin_weight_update(begin);
@@ -205,7 +236,9 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
                            : "opening the update session failed");
     return std::nullopt;
   }
-  return UpdateSession(selector_, report.version, session_ids_);
+  UpdateSession session(selector_, report.version, session_ids_);
+  if (options_.on_engine_failure == EngineFailurePolicy::kFail) return session;
+  return std::move(session).with_members(members_, epoch_);
 }
 
 BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
@@ -221,7 +254,7 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
   opts.load_format = load_format();
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
-  return send_buckets(session, group.name(), group.comm(), engine_ptrs_, tensors, opts);
+  return send_buckets(session, group.name(), group.comm(), member_ptrs_, tensors, opts);
 }
 
 void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
@@ -242,12 +275,12 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   WC_ENFORCE_EQ(session.version(), report.version, "report of another session");
   auto t = comm::Clock::now();
   auto failures = on_all_engines(
-      engine_ptrs_, "POST /update_weight_version", [&session](EngineApi& engine, std::size_t e) {
+      member_ptrs_, "POST /update_weight_version", [&session](EngineApi& engine, std::size_t e) {
         engine.update_weight_version({session.version(), false, session.session_id(e)});
       });
   if (failures.empty()) {
     failures = on_all_engines(
-        engine_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t e) {
+        member_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t e) {
           const auto answer = engine.end_weight_update({session.session_id(e)});
           if (answer.weight_version != session.version()) {
             throw EngineError(engine.url(), "POST /end_weight_update", 200,
@@ -262,11 +295,13 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
     abort(report, "committing the update failed");
     return;
   }
-  committed_version_ += 1;
+  committed_version_ =
+      std::max(committed_version_ + 1, numeric_version(session.version()));  // explicit: as given
   session_ids_.clear();  // committed: the sessions are closed
+  for (std::size_t e : set_.committed()) report.readmitted.push_back(engines_[e]->url());
   t = comm::Clock::now();
   failures =
-      on_all_engines(engine_ptrs_, "POST /continue_generation", [](EngineApi& engine, std::size_t) {
+      on_all_engines(member_ptrs_, "POST /continue_generation", [](EngineApi& engine, std::size_t) {
         engine.continue_generation(ContinueGenerationRequest{});
       });
   report.phases.resume = seconds_since(t);
@@ -284,7 +319,7 @@ void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
   report.fail(why);
   // Best effort on every engine, the failed ones included (one that answered 4xx is alive):
   // drop the session and staging, then serve the previous weights again.
-  on_all_engines(engine_ptrs_, "POST /abort_weight_update",
+  on_all_engines(member_ptrs_, "POST /abort_weight_update",
                  [this](EngineApi& engine, std::size_t e) {
                    if (e < busy_.size() && busy_[e]) return;  // someone else's session: hands off
                    const std::string id = e < session_ids_.size() ? session_ids_[e] : std::string();
@@ -297,24 +332,27 @@ void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
                    }
                    engine.continue_generation(ContinueGenerationRequest{});
                  });
-  for (std::size_t e = 0; e < engines_.size(); ++e) {
-    const bool ours = e >= busy_.size() || !busy_[e];
-    if (ours && engines_[e]->flavor() == EngineFlavor::kSglang) {
-      report.needs_reload.push_back(engines_[e]->url());
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    const bool ours = i >= busy_.size() || !busy_[i];
+    if (ours && member_ptrs_[i]->flavor() == EngineFlavor::kSglang) {
+      report.needs_reload.push_back(member_ptrs_[i]->url());
     }
+    // Kept for the engine's re-admission, should it leave the set now.
+    if (i < session_ids_.size() && ours) last_ids_[members_[i]] = session_ids_[i];
   }
   session_ids_.clear();  // the sessions are over (or were never ours)
   busy_.clear();
   if (update_start_ != comm::Clock::time_point{}) report.seconds = seconds_since(update_start_);
 }
 
-UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors) {
+UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensors,
+                                             const std::optional<std::string>& version) {
   UpdateReport report;
   const auto start = comm::Clock::now();
   try {
     ensure_group(0);
   } catch (const EngineCallError& e) {
-    start_report(report);
+    start_report(report, version);
     report.failures = e.failures();
     report.fail("preparing the update failed");
     return report;
@@ -323,12 +361,12 @@ UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors) {
   } catch (const comm::EnforceError&) {
     throw;
   } catch (const comm::Error& e) {
-    start_report(report);
+    start_report(report, version);
     report.fail(std::string("preparing the update failed: ") + e.what());
     return report;
   }
   const double prepare = seconds_since(start);
-  const auto session = open_session(report);
+  const auto session = open_session(report, version);
   report.phases.prepare = prepare;
   if (!session) return report;
   record(send_stage(*session, 0, tensors), report);

@@ -34,6 +34,7 @@
 #include "sync/protocol.h"
 #include "sync/trainer/bucket_sender.h"
 #include "sync/trainer/engine_api.h"
+#include "sync/trainer/engine_set.h"
 #include "sync/trainer/group.h"
 #include "sync/trainer/report.h"
 #include "sync/trainer/session.h"
@@ -68,6 +69,13 @@ struct UpdaterOptions {
   LoadFormat common_load_format = LoadFormat::kPerTensor;
   comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
 
+  // What an engine failing an update does (sync/trainer/engine_set.h). kFail: the update fails
+  // (today's behaviour). kDrop: the engine leaves the set, the update is redone on the others,
+  // and the engine is probed between updates and re-admitted with a full update once it answers.
+  EngineFailurePolicy on_engine_failure = EngineFailurePolicy::kFail;
+  comm::Millis probe_timeout{2000};  // each /health (+ /server_info) probe of an engine
+  int max_backoff_updates = 16;      // most updates between two probes of a dropped engine
+
   // Who this updater is, in begin_weight_update's holder field: engines name it to anyone whose
   // begin they refuse ("engine busy, held by ..."). Empty: "<host>:<pid> <group_prefix>".
   std::string holder;
@@ -98,8 +106,31 @@ class DistributedUpdater {
   LoadFormat load_format() const;
 
   // One whole update on group "<prefix>-pp_0". Engine, network and timeout failures come back
-  // in the report (ok = false); configuration errors throw as connect() does.
-  UpdateReport update(std::span<const NamedTensor> tensors);
+  // in the report (ok = false); configuration errors throw as connect() does. `version` is the
+  // weight_version to commit; unset: one more than the highest numeric version seen. With
+  // EngineFailurePolicy::kDrop: prepare_update(), then attempts until one commits on the
+  // remaining engines (drop_failed() between them); the report names what was dropped.
+  UpdateReport update(std::span<const NamedTensor> tensors,
+                      std::optional<std::string> version = {});
+
+  // --- the elastic engine set (EngineFailurePolicy::kDrop; no-ops under kFail) ---
+
+  // Before an update: probes the dropped engines whose probe is due (each bounded by
+  // probe_timeout); one that answers is re-admitted (our stale session on it aborted by its id)
+  // and the groups are re-formed with it at the next ensure_group(). Returns their URLs.
+  std::vector<std::string> prepare_update();
+  // After a failed attempt: the members that do not answer /health within probe_timeout (else
+  // the engine `report` blames) leave the set; `report.dropped` names them. Returns whether the
+  // update may be redone on the others (something was dropped and some engine remains).
+  bool drop_failed(UpdateReport& report);
+  // The stage sources of other pipeline stages follow the coordinator's set: the members and
+  // epoch the session names (no-op for a session without members).
+  void adopt(const UpdateSession& session);
+  // Fills report.engines_current and report.out from the set.
+  void note_membership(UpdateReport& report) const;
+  // The engines the next update goes to (all of them under kFail).
+  std::span<EngineApi* const> members() const { return member_ptrs_; }
+  const EngineSet& engine_set() const { return set_; }
 
   // --- building blocks, for trainers with several pipeline stages ---
 
@@ -108,7 +139,8 @@ class DistributedUpdater {
   void ensure_group(int stage);
   // Opens the next version's session on every engine. On failure runs the abort path, fills
   // `report` and returns nullopt.
-  std::optional<UpdateSession> open_session(UpdateReport& report);
+  std::optional<UpdateSession> open_session(UpdateReport& report,
+                                            std::optional<std::string> version = {});
   // Sends one stage's tensors on its group (ensure_group(stage) first). Never throws for engine
   // or data-plane failures: they are in the result.
   BucketSendResult send_stage(const UpdateSession& session, int stage,
@@ -127,8 +159,14 @@ class DistributedUpdater {
   const std::string& holder() const { return holder_; }
 
  private:
-  void start_report(UpdateReport& report) const;
+  void start_report(UpdateReport& report, const std::optional<std::string>& version) const;
   void check_capabilities() const;
+  UpdateReport update_once(std::span<const NamedTensor> tensors,
+                           const std::optional<std::string>& version);
+  void use_members(std::vector<std::size_t> members, std::uint64_t epoch);
+  EngineApi& prober(std::size_t engine) const;
+  std::vector<char> probe(const std::vector<std::size_t>& engines, bool with_info);
+  void readmit(std::size_t engine);
 
   UpdaterOptions options_;
   Selector selector_;
@@ -139,9 +177,19 @@ class DistributedUpdater {
   std::uint64_t committed_version_ = 0;
   bool common_ = false;
   std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
+  std::vector<std::uint64_t> group_epochs_;           // index: stage
+  std::vector<std::vector<std::size_t>> group_members_;
+  // The elastic set: the coordinator decides (set_); every source forms groups of members_.
+  EngineSet set_;
+  std::vector<std::size_t> members_;
+  std::uint64_t epoch_ = 0;
+  std::vector<EngineApi*> member_ptrs_;
+  std::vector<std::unique_ptr<EngineApi>> probes_;  // short-timeout clients (URL engines)
+  std::vector<std::string> last_ids_;               // per engine: our last session id there
+  int updates_ = 0;                                 // prepare_update() calls: the backoff clock
   comm::Clock::time_point update_start_{};
   std::string holder_;
-  // The update in progress, per engine: the session id it answered ("" = none yet), and whether
+  // The update in progress, per member: the session id it answered ("" = none yet), and whether
   // it refused our begin because someone else holds a session there.
   std::vector<std::string> session_ids_;
   std::vector<char> busy_;

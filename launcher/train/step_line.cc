@@ -1,0 +1,93 @@
+#include "launcher/train/step_line.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "launcher/cli_util.h"
+#include "launcher/train/trainer_rank.h"
+
+namespace weightcast::launcher::train {
+
+using namespace sync::trainer;
+
+StepChecker::StepChecker(const TrainOptions& options, const sync::ModelSpec& spec,
+                         DistributedUpdater& updater, bool has_draft)
+    : o_(options), spec_(spec), updater_(updater), has_draft_(has_draft) {
+  follow();
+  if (!verifier_) return;
+  for (const auto& url : verifier_->unverifiable()) {
+    std::fprintf(stderr,
+                 "weightcast-train: verify: cannot verify engine %s: it serves no "
+                 "/weights_checksum (sglang); verifying the other engines\n",
+                 url.c_str());
+  }
+}
+
+void StepChecker::follow() {
+  if (!o_.verify) return;
+  const auto members = updater_.members();
+  if (verifier_ && std::equal(members.begin(), members.end(), engines_.begin(), engines_.end())) {
+    return;
+  }
+  engines_.assign(members.begin(), members.end());
+  const auto& all = updater_.engines();
+  std::vector<sync::ServerInfoResponse> infos;
+  for (EngineApi* e : engines_) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (all[i] == e) infos.push_back(updater_.connect()[i]);
+    }
+  }
+  verifier_ = std::make_unique<UpdateVerifier>(engines_, infos, spec_, o_.seed);
+}
+
+std::string StepChecker::membership(const UpdateReport& report) const {
+  if (o_.on_engine_failure != "drop") return "";
+  return " " + membership_summary(report, updater_.engines().size());
+}
+
+std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport& report,
+                                                   const std::vector<SentDigest>& digests,
+                                                   const std::string& accept) {
+  char head[64];
+  std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
+  std::string verified = "no", target_ok = "-", draft_ok = "-";
+  if (verifier_) {
+    follow();
+    verifier_->apply(report.selector, digests);
+    const auto problems = verifier_->check(report.version);
+    bool call_failed = false, target_bad = false, draft_bad = false;
+    for (const auto& p : problems) {
+      if (!p.runner) {
+        call_failed = true;
+      } else {
+        (*p.runner == sync::Runner::kDraft ? draft_bad : target_bad) = true;
+      }
+    }
+    target_ok = call_failed || target_bad ? "no" : "yes";
+    if (has_draft_) draft_ok = call_failed || draft_bad ? "no" : "yes";
+    if (!problems.empty()) {
+      std::string text = head + std::string("VERIFY FAILED version ") + report.version + ": " +
+                         std::to_string(problems.size()) +
+                         " problem(s); first: " + problems[0].text + membership(report);
+      for (std::size_t i = 1; i < problems.size() && i < 8; ++i) {
+        std::fprintf(stderr, "weightcast-train: verify: %s\n", problems[i].text.c_str());
+      }
+      if (!o_.keep_going) return {kExitUpdateFailed, text};
+      std::fprintf(stderr, "weightcast-train: %s\n", text.c_str());
+      verify_failed_ = true;
+    } else {
+      verified = "yes";
+    }
+  }
+  char line[768];
+  std::snprintf(line, sizeof(line),
+                "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
+                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s%s",
+                step, o_.steps, report.version.c_str(),
+                std::string(sync::to_string(report.selector)).c_str(), report.bytes,
+                format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
+                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), accept.c_str());
+  return {kExitOk, line + membership(report)};
+}
+
+}  // namespace weightcast::launcher::train

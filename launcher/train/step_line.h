@@ -1,0 +1,52 @@
+// The coordinator's view of a committed step: verification against the engines that received
+// it, and the one line weightcast-train prints for it.
+//
+// With the elastic engine set (--on-engine-failure drop) the engines of a step can change from
+// one step to the next; the verifier follows them (StepChecker::follow). A fresh mirror is exact
+// for every engine that the step updated, since each step sends every tensor the selector
+// covers: what an engine held before (initial weights after a restart, an older version after a
+// drop) is overwritten by the step, and what it does not cover stays at its initial weights.
+// Lifetime: one per coordinator; the engines must outlive it. Threading: the caller's thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/train/train_options.h"
+#include "sync/trainer/report.h"
+#include "sync/trainer/updater.h"
+#include "sync/trainer/verify.h"
+
+namespace weightcast::launcher::train {
+
+class StepChecker {
+ public:
+  StepChecker(const TrainOptions& options, const sync::ModelSpec& spec,
+              sync::trainer::DistributedUpdater& updater, bool has_draft);
+
+  // Rebuilds the verifier when the updater's members are not the ones it checks.
+  void follow();
+
+  // Verifies the committed step (when --verify) and formats its line. Returns the exit code the
+  // step has (kExitOk, or kExitUpdateFailed on a mismatch without --keep-going) and the line.
+  std::pair<int, std::string> committed(int step, const sync::trainer::UpdateReport& report,
+                                        const std::vector<sync::trainer::SentDigest>& digests,
+                                        const std::string& accept);
+  // Whether some step failed verification under --keep-going.
+  bool verify_failed() const { return verify_failed_; }
+
+  // " engines current 2/3 dropped 1 readmitted 0 ..." with --on-engine-failure drop, else "".
+  std::string membership(const sync::trainer::UpdateReport& report) const;
+
+ private:
+  const TrainOptions& o_;
+  const sync::ModelSpec& spec_;
+  sync::trainer::DistributedUpdater& updater_;
+  bool has_draft_;
+  std::vector<sync::trainer::EngineApi*> engines_;  // the verifier's engines (it keeps a span)
+  std::unique_ptr<sync::trainer::UpdateVerifier> verifier_;
+  bool verify_failed_ = false;
+};
+
+}  // namespace weightcast::launcher::train

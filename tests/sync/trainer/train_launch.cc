@@ -1,0 +1,70 @@
+#include "tests/sync/trainer/train_launch.h"
+
+#include <algorithm>
+#include <iterator>
+#include <regex>
+
+#include "tests/support/engine_launch.h"
+
+namespace weightcast::sync::trainer::testing {
+
+namespace {
+
+std::vector<std::string> mpirun_flags() {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : std::string(WEIGHTCAST_MPIRUN_FLAGS)) {
+    if (c == '|' || c == ' ') {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+TestEngine start_engine(int ranks, const std::vector<std::string>& extra, int seed, int port) {
+  auto argv = weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks,
+                                                    static_cast<std::uint64_t>(seed), extra);
+  const auto flag = std::find(argv.begin(), argv.end(), "--port");
+  if (flag != argv.end() && flag + 1 != argv.end()) *(flag + 1) = std::to_string(port);
+  TestEngine e{std::make_unique<weightcast::testing::Subprocess>(argv), ""};
+  e.url = weightcast::testing::wait_for_engine_url(*e.process, std::chrono::seconds(30));
+  return e;
+}
+
+std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
+    int np, const std::vector<std::string>& urls, const std::vector<std::string>& args) {
+  std::string list;
+  for (const auto& url : urls) list += (list.empty() ? "" : ",") + url;
+  std::string command = "exec " + std::string(WEIGHTCAST_MPIEXEC);
+  for (const auto& f : mpirun_flags()) command += " " + f;
+  command += " -np " + std::to_string(np) + " " + std::string(WEIGHTCAST_TRAIN_BIN) +
+             " --model tiny --seed 5 --engines " + list;
+  for (const auto& a : args) command += " " + a;
+  return std::make_unique<weightcast::testing::Subprocess>(
+      std::vector<std::string>{"/bin/sh", "-c", command + " 2>&1"});
+}
+
+EngineClient test_client(const std::string& url) {
+  EngineClientOptions o;
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.request_timeout = std::chrono::milliseconds(10000);
+  return EngineClient(url, o);
+}
+
+int count_matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+std::string regex_escape(const std::string& text) {
+  return std::regex_replace(text, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+}
+
+}  // namespace weightcast::sync::trainer::testing

@@ -1,0 +1,79 @@
+// Two trainers, one engine, real processes: trainer a updates the engine ten times with
+// --verify; trainer b starts while a's session is open and is refused ("engine busy", naming a
+// as the holder) without touching a's session. Before sessions had owners, b's failure path
+// aborted a's session and both runs failed.
+//
+// The race this test cannot remove: b's begin may land in the gap between two of a's sessions
+// (commit, verify, next pause), and then b holds the engine and a is the one refused. a's
+// sessions are made long (21 buckets of at most 64 KiB, 80 ms after each: 1.70 s from pause to
+// continue) and its gap is short (measured: a step every 1.70 s, so about 10 ms between one
+// session's end and the next begin: verify and the next step's gather), so b lands in a gap in
+// roughly one run out of a hundred; b starts once the engine reports a session open, not at a
+// fixed time.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/sync/trainer/train_launch.h"
+
+namespace weightcast::sync::trainer::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Polls /server_info until the engine reports a session open; false at the deadline.
+bool wait_for_session(EngineClient& client, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (client.server_info().session_selector.has_value()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return false;
+}
+
+TEST(TwoTrainers, SecondIsRefusedAsBusyAndFirstCompletesEveryStepVerified) {
+  TestEngine engine = start_engine(1);
+  auto a = start_trainer(1, {engine.url},
+                         {"--group-prefix", "a", "--steps", "10", "--verify", "--bucket-bytes",
+                          "64K", "--bucket-delay-ms", "80"});
+  EngineClient client = test_client(engine.url);
+  ASSERT_TRUE(wait_for_session(client, milliseconds(60000))) << a->output();
+
+  constexpr int kRequestTimeoutMs = 10000;
+  const auto b_start = std::chrono::steady_clock::now();
+  auto b = start_trainer(1, {engine.url},
+                         {"--group-prefix", "b", "--steps", "10", "--request-timeout-ms",
+                          std::to_string(kRequestTimeoutMs)});
+  const auto b_code = b->wait(seconds(60));
+  const auto b_took = std::chrono::steady_clock::now() - b_start;
+  const std::string b_out = b->drain(seconds(5));
+  EXPECT_NE(b_code, std::optional<int>(0)) << b_out;
+  EXPECT_TRUE(b_code.has_value()) << b_out;
+  EXPECT_LT(b_took, milliseconds(kRequestTimeoutMs)) << b_out;
+  // b names a (its holder text ends with a's group prefix) and does nothing else.
+  EXPECT_EQ(count_matches(b_out,
+                          "step 1/10 FAILED version [0-9]+: .*engine busy.*held by "
+                          "'[^']*:[0-9]+ a'"),
+            1)
+      << b_out;
+  EXPECT_EQ(count_matches(b_out, "step 2/10"), 0) << b_out;
+
+  const auto a_code = a->wait(seconds(90));
+  const std::string a_out = a->drain(seconds(5));
+  ASSERT_EQ(a_code, std::optional<int>(0)) << a_out << "\n--- b:\n" << b_out;
+  for (int step = 1; step <= 10; ++step) {
+    const std::string s = std::to_string(step);
+    EXPECT_EQ(count_matches(a_out, "step " + s + "/10 version " + s + " .* verified yes"), 1)
+        << a_out;
+  }
+  // The engine holds a's last version, and a's --verify compared every digest at every step.
+  const auto info = client.server_info();
+  EXPECT_EQ(info.weight_version, "10");
+  EXPECT_FALSE(info.session_selector.has_value());
+  EXPECT_EQ(client.weights_checksum(Runner::kTarget).weight_version, "10");
+}
+
+}  // namespace
+}  // namespace weightcast::sync::trainer::testing
