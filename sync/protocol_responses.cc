@@ -77,6 +77,7 @@ RunnerInfo read_runner_info(const Json& value, const std::string& path,
   out.layout =
       wire::as_identifier(r.required("layout"), r.path("layout"), limits.max_string_length);
   out.tensor_count = wire::as_uint(r.required("tensor_count"), r.path("tensor_count"));
+  if (const Json* seed = r.optional("seed")) out.seed = wire::as_uint(*seed, r.path("seed"));
   return out;
 }
 
@@ -259,6 +260,7 @@ std::string to_json_string(const ServerInfoResponse& response) {
                        {"filters", i.filters},
                        {"layout", i.layout},
                        {"tensor_count", i.tensor_count}});
+    if (i.seed) runners.back()["seed"] = *i.seed;
   }
   j["runners"] = std::move(runners);
   Json selectors = Json::array();

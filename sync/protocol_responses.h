@@ -69,6 +69,9 @@ struct RunnerInfo {
   std::vector<std::string> filters;  // non-empty strings; their syntax belongs to the engine
   std::string layout;                // "none", or the name of a layout transform
   std::uint64_t tensor_count = 0;    // resident tensors
+  // Seed of the generated initial weights (what a verifier starts its mirror from); nullopt for
+  // weights read from a file.
+  std::optional<std::uint64_t> seed;
   bool operator==(const RunnerInfo&) const = default;
 };
 

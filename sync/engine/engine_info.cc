@@ -68,7 +68,7 @@ Reply Engine::server_info() const {
   for (Runner id : runners_->runners()) {
     const RunnerConfig& config = runners_->config(id);
     info.runners.push_back({id, config.filter.globs(), std::string(to_string(config.layout)),
-                            runners_->tensor_count(id)});
+                            runners_->tensor_count(id), config.seed});
   }
   info.selectors.assign(kAllSelectors.begin(), kAllSelectors.end());
   for (const auto& name : comm::available_backends()) info.backends.push_back(parse_backend(name));
@@ -88,7 +88,7 @@ Reply Engine::server_info() const {
     Json& r = j["runners"][i];
     r["filter"] = config.filter.text();
     r["model"] = config.model;
-    r["seed"] = config.seed ? Json(*config.seed) : Json(nullptr);
+    if (!config.seed) r["seed"] = nullptr;  // weights from a file; the schema omits it
     r["source"] = config.source;
     r["tensors"] = info.runners[i].tensor_count;
   }

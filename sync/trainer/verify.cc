@@ -60,6 +60,9 @@ RunnerMirror::RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::u
     : info_(info), layout_(parse_layout(info.layout)) {
   const std::vector<TensorMeta> initial =
       info.name == Runner::kTarget ? target_tensors(spec) : draft_tensors(spec);
+  // The engine's own initial weights: its seed when it reports one (an engine may be started with
+  // another seed than the trainer's; tensors the updates never touch keep its values).
+  seed = info.seed.value_or(seed);
   std::vector<std::byte> bytes;
   for (const auto& meta : initial) {
     bytes.resize(meta.byte_count());

@@ -18,8 +18,9 @@ ServerInfoResponse sample_server_info() {
   ServerInfoResponse s;
   s.message = "ok";
   s.version = "0.1.0";
-  s.runners = {{Runner::kTarget, {"model.*"}, "none", 291},
-               {Runner::kDraft, {"mtp.*", "model.embed_tokens.weight"}, "shuffle", 12}};
+  s.runners = {
+      {Runner::kTarget, {"model.*"}, "none", 291, 7},
+      {Runner::kDraft, {"mtp.*", "model.embed_tokens.weight"}, "shuffle", 12, std::nullopt}};
   s.selectors = {Selector::kAll, Selector::kTarget, Selector::kDraft};
   s.backends = {Backend::kGloo, Backend::kNccl};
   s.rank_count = 2;

@@ -47,7 +47,7 @@ FakeEngine::FakeEngine(std::string url, FakeWire& wire, int rank_count)
   info_.backends = {Backend::kGloo, Backend::kNccl};
   info_.rank_count = rank_count;
   info_.weight_version = "0";
-  info_.runners = {RunnerInfo{Runner::kTarget, {"*"}, "none", 0}};
+  info_.runners = {RunnerInfo{Runner::kTarget, {"*"}, "none", 0, std::nullopt}};
 }
 
 void FakeEngine::fail_route(const std::string& route, int status, int after) {

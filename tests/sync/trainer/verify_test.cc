@@ -17,10 +17,10 @@ ModelSpec spec() {
 }
 
 RunnerInfo draft_info() {
-  return RunnerInfo{Runner::kDraft, {"draft.*"}, "shuffle", 0};
+  return RunnerInfo{Runner::kDraft, {"draft.*"}, "shuffle", 0, std::nullopt};
 }
 RunnerInfo target_info() {
-  return RunnerInfo{Runner::kTarget, {"model.*", "lm_head.*"}, "shuffle", 0};
+  return RunnerInfo{Runner::kTarget, {"model.*", "lm_head.*"}, "shuffle", 0, std::nullopt};
 }
 
 // What a correct engine reports for `metas` at `step`, laid out `times` times.
@@ -52,6 +52,18 @@ TEST(RunnerMirror, InitialWeightsMatchACorrectEngine) {
   EXPECT_TRUE(draft.compare(engine_answer(Runner::kDraft, draft_tensors(spec()), 0, 1)).empty());
   RunnerMirror target(target_info(), spec(), kSeed);
   EXPECT_TRUE(target.compare(engine_answer(Runner::kTarget, target_tensors(spec()), 0, 1)).empty());
+}
+
+// An engine started with another seed than the trainer's reports it; the mirror starts from the
+// engine's initial weights, not the trainer's.
+TEST(RunnerMirror, StartsFromTheSeedTheEngineReports) {
+  RunnerInfo info = draft_info();
+  info.seed = kSeed;
+  RunnerMirror draft(info, spec(), kSeed + 1);
+  EXPECT_TRUE(draft.compare(engine_answer(Runner::kDraft, draft_tensors(spec()), 0, 1)).empty());
+  RunnerMirror trainer_seed(draft_info(), spec(), kSeed + 1);
+  EXPECT_FALSE(
+      trainer_seed.compare(engine_answer(Runner::kDraft, draft_tensors(spec()), 0, 1)).empty());
 }
 
 TEST(RunnerMirror, FrozenDraftShuffledTwiceIsNamed) {
