@@ -1,9 +1,12 @@
 // The elastic engine set end to end, real processes: three engines (1, 2 and 1 ranks) and
 // `mpirun -np 2 weightcast-train --pp 2 --steps 30 --on-engine-failure drop --verify`. Engine c
-// is SIGKILLed after step 5 and restarted on the same port after step 10; engine b is SIGSTOPped
-// after step 15 for 10 s. Training never stops, every step verifies on the engines in the set,
-// both come back (re-admitted with a full update) and all three end at version 30 with identical
-// digests. The test prints the timeline it measured (docs/reliability.md quotes it).
+// is SIGKILLed in the update after step 5 and restarted on the same port after step 10; engine b
+// is SIGSTOPped in the update after step 15, for 10 s. Both faults land mid-update: the test
+// polls the engine's /server_info every 5 ms and signals once it reports a session open (a step
+// every 0.65 s: 0.6 s of simulated training, then the update). Training never stops, every step
+// verifies on the engines in the set, both come back (re-admitted with a full update) and all
+// three end at version 30 with identical digests. The test prints the timeline it measured
+// (docs/reliability.md, case 13, quotes it).
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/engine_launch.h"
@@ -92,6 +96,18 @@ class StepLog {
   std::vector<Line> lines_;
 };
 
+// Polls /server_info until the engine reports a session open (an update in progress there), so
+// the fault lands mid-update rather than between steps; false at the deadline.
+bool wait_for_session(const std::string& url, milliseconds timeout) {
+  EngineClient client = test_client(url);
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (client.server_info().session_selector.has_value()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
 // SIGCONTs a stopped engine on every way out, so its destructor's SIGKILL ends a running one.
 struct Resume {
   Subprocess* process = nullptr;
@@ -138,6 +154,7 @@ TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoes
   Resume resume;
 
   ASSERT_TRUE(log.until_step(5, milliseconds(60000))) << trainer->output();
+  ASSERT_TRUE(wait_for_session(c, milliseconds(10000))) << trainer->output();
   engines[2].process->signal(SIGKILL);
   engines[2].process->wait(seconds(10));
   const double killed = log.now();
@@ -150,6 +167,7 @@ TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoes
   const double restarted = log.now();
 
   ASSERT_TRUE(log.until_step(15, milliseconds(60000))) << trainer->output();
+  ASSERT_TRUE(wait_for_session(b, milliseconds(10000))) << trainer->output();
   engines[1].process->signal(SIGSTOP);
   resume.process = engines[1].process.get();
   const double stopped = log.now();
@@ -199,9 +217,9 @@ TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoes
 
   std::printf(
       "elastic timeline (seconds since the trainer started):\n"
-      "  c SIGKILLed after step 5 at %.1f s; left the set at step %d (%.1f s)\n"
+      "  c SIGKILLed in step 6 at %.1f s; left the set at step %d (%.1f s)\n"
       "  c restarted on port %d at %.1f s; re-admitted at step %d (%.1f s): %.1f s after restart\n"
-      "  b SIGSTOPped after step 15 at %.1f s; left the set at step %d (%.1f s)\n"
+      "  b SIGSTOPped in step 16 at %.1f s; left the set at step %d (%.1f s)\n"
       "  b SIGCONTed at %.1f s; re-admitted at step %d (%.1f s): %.1f s after SIGCONT\n"
       "  step 30 at %.1f s\n",
       killed, c_left->first, c_left->second, port, restarted, c_back->first, c_back->second,

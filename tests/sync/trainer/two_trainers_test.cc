@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "tests/sync/trainer/train_launch.h"
@@ -59,6 +60,8 @@ TEST(TwoTrainers, SecondIsRefusedAsBusyAndFirstCompletesEveryStepVerified) {
             1)
       << b_out;
   EXPECT_EQ(count_matches(b_out, "step 2/10"), 0) << b_out;
+  std::printf("trainer b: exit %d after %.1f s (request timeout %.1f s)\n", b_code.value_or(-1),
+              std::chrono::duration<double>(b_took).count(), kRequestTimeoutMs / 1000.0);
 
   const auto a_code = a->wait(seconds(90));
   const std::string a_out = a->drain(seconds(5));
