@@ -47,6 +47,19 @@ TEST(TrainOptions, RefusesBadValues) {
   EXPECT_THROW(updater_options(o, {}), std::invalid_argument);
 }
 
+TEST(TrainOptions, EngineFailurePolicyDefaultsToFailAndDropIsWiredToTheUpdater) {
+  const auto d = updater_options(parse({"--engines", "x"}), {});
+  EXPECT_EQ(d.on_engine_failure, sync::trainer::EngineFailurePolicy::kFail);
+  const auto o = parse({"--engines", "x", "--on-engine-failure", "drop", "--probe-timeout-ms",
+                        "500", "--probe-backoff-max-steps", "3", "--step-interval-ms", "100"});
+  EXPECT_EQ(o.step_interval_ms, 100);
+  const auto u = updater_options(o, {});
+  EXPECT_EQ(u.on_engine_failure, sync::trainer::EngineFailurePolicy::kDrop);
+  EXPECT_EQ(u.probe_timeout, comm::Millis(500));
+  EXPECT_EQ(u.max_backoff_updates, 3);
+  EXPECT_THROW(parse({"--engines", "x", "--on-engine-failure", "retry"}), CLI::ParseError);
+}
+
 TEST(TrainOptions, AutoSelectorIsLeftToTheDecisionFunction) {
   const auto o = parse({"--engines", "x"});
   EXPECT_FALSE(updater_options(o, {}).selector.has_value());
