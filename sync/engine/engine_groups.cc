@@ -104,6 +104,7 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
     GroupOptions gopts;
     gopts.comm_timeout = opts_.comm_timeout;
     gopts.max_ahead = opts_.max_buckets_ahead;
+    gopts.pool = runners_->block_pool();
     group = std::make_shared<Group>(spec, std::move(channels), gopts);
   } catch (const comm::TimeoutError& e) {
     failure =

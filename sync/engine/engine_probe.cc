@@ -18,7 +18,7 @@ bool read_logical(const RunnerSet& runners, Runner id, const std::string& name, 
   const Layout layout = runners.config(id).layout;
   return runners.with_tensor(id, name, [&](const ResidentTensor& t) {
     meta = t.meta;
-    out = t.bytes;
+    out = t.bytes.to_vector();
     if (t.laid_out) undo_layout(layout, t.meta, out);
   });
 }

@@ -44,21 +44,23 @@ std::optional<JobResult> BucketJob::wait(comm::Deadline deadline) const {
   return result_;
 }
 
-// A receive buffer in host or CUDA memory, grown on demand and reused across buckets.
+// Where one bucket of one rank lands. Host ranks receive straight into a pool block, which rank
+// 0's staging then keeps as the tensors' memory (no copy). Device ranks receive into a device
+// buffer reused across buckets and copy it into a pool block for staging.
 struct Group::RecvBuffer {
   comm::MemoryKind kind = comm::MemoryKind::kHost;
-  std::vector<std::byte> host;
+  std::shared_ptr<const Block> block;
   void* device = nullptr;
   std::size_t device_capacity = 0;
   std::size_t size = 0;
 
   ~RecvBuffer() { comm::cuda_free(device); }
 
-  void* prepare(std::size_t bytes) {
+  void* prepare(BlockPool& pool, std::size_t bytes) {
     size = bytes;
     if (kind == comm::MemoryKind::kHost) {
-      host.resize(bytes);
-      return host.data();
+      block = pool.acquire(bytes);
+      return block->data();
     }
     if (bytes > device_capacity) {
       comm::cuda_free(device);
@@ -70,12 +72,12 @@ struct Group::RecvBuffer {
     return device;
   }
 
-  // Host bytes of the received bucket; device buffers are copied into `scratch` first.
-  std::span<const std::byte> host_view(std::vector<std::byte>& scratch) const {
-    if (kind == comm::MemoryKind::kHost) return {host.data(), size};
-    scratch.resize(size);
-    comm::cuda_copy_to_host(scratch.data(), device, size);
-    return {scratch.data(), size};
+  // The received bucket in a host block, handed over to the caller.
+  std::shared_ptr<const Block> take_host(BlockPool& pool) {
+    if (kind == comm::MemoryKind::kHost) return std::move(block);
+    auto host = pool.acquire(size);
+    comm::cuda_copy_to_host(host->data(), device, size);
+    return host;
   }
 };
 
@@ -85,12 +87,13 @@ struct Group::Rank {
   RecvBuffer buffers[2];
   bool buffer_busy[2] = {false, false};
   std::deque<Unpack> unpack_queue;
-  std::vector<std::byte> scratch;
 };
 
 Group::Group(GroupSpec spec, std::vector<std::unique_ptr<BucketChannel>> channels,
              GroupOptions opts)
-    : spec_(std::move(spec)), opts_(opts) {
+    : spec_(std::move(spec)),
+      opts_(opts),
+      pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()) {
   WC_ENFORCE(!channels.empty(), "a group needs at least one engine rank");
   WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
   for (auto& channel : channels) {
@@ -240,7 +243,7 @@ void Group::receive_loop(int r) {
     if (!job) return;
     const std::size_t total = job->plan().total_bytes;
     try {
-      void* data = rank.buffers[slot].prepare(total);
+      void* data = rank.buffers[slot].prepare(*pool_, total);
       if (job->per_tensor()) {
         // One broadcast per tensor, each into its place: the unpack below is the same.
         for (const BucketEntry& entry : job->plan().entries) {
@@ -266,6 +269,24 @@ void Group::receive_loop(int r) {
   }
 }
 
+void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block) {
+  const std::span<std::byte> bytes(block->data(), job.plan().total_bytes);
+  const auto views = unpack(bytes, job.plan());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const auto& runners = job.destinations()[i];
+    if (runners.empty()) continue;
+    // One digest per tensor, while the next bucket is on the wire; rank 0 keeps a view of the
+    // block (sharing its ownership), the other ranks keep only the digest.
+    const Digest digest = tensor_digest(views[i].bytes);
+    const auto offset = static_cast<std::size_t>(views[i].bytes.data() - bytes.data());
+    for (Runner runner : runners) {
+      SharedBytes view;
+      if (r == 0) view = SharedBytes(block, bytes.subspan(offset, views[i].bytes.size()));
+      job.staging().stage(runner, r, views[i].entry->meta, std::move(view), digest);
+    }
+  }
+}
+
 void Group::unpack_loop(int r) {
   Rank& rank = *ranks_[static_cast<std::size_t>(r)];
   for (;;) {
@@ -279,13 +300,7 @@ void Group::unpack_loop(int r) {
     }
     BucketJob& job = *item.job;
     try {
-      auto bytes = rank.buffers[item.slot].host_view(rank.scratch);
-      auto views = unpack(bytes, job.plan());
-      for (std::size_t i = 0; i < views.size(); ++i) {
-        for (Runner runner : job.destinations()[i]) {
-          job.staging().stage(runner, r, views[i].entry->meta, views[i].bytes);
-        }
-      }
+      stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_));
     } catch (const std::exception& e) {
       fail(500, "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
                     ": unpack failed: " + e.what());

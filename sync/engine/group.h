@@ -3,14 +3,16 @@
 // Each engine rank has a receive thread and an unpack thread. Buckets are submitted by the HTTP
 // handlers as BucketJobs in whatever order the requests arrive; every rank receives them strictly
 // in sequence order (0, 1, 2, ... per session), each as one broadcast into one of two receive
-// buffers, while its unpack thread stages the previous bucket from the other buffer: unpacking of
-// bucket k overlaps the receive of bucket k+1. A job completes when every rank has staged it.
-// Any receive or unpack failure aborts the whole group: its channels are aborted, every pending
-// job fails with the cause (504 for a timeout, 500 otherwise), and later submits are refused; the
-// trainer re-initializes the group to recover. A later bucket that waits for a missing one more
-// than the collective timeout fails the group too, so nothing waits forever.
-// Lifetime: owned by the Engine (shared_ptr); destruction aborts and joins the threads.
-// Threading: every public method is thread-safe.
+// slots, while its unpack thread digests and stages the previous bucket from the other slot:
+// unpacking of bucket k overlaps the receive of bucket k+1. A host slot is a pool block per
+// bucket (sync/engine/block_pool.h), received into directly (per-tensor broadcasts land at their
+// offsets in it); rank 0 stages views of it, so the engine never copies a byte it received. A job
+// completes when every rank has staged it. Any receive or unpack failure aborts the whole group:
+// its channels are aborted, every pending job fails with the cause (504 for a timeout, 500
+// otherwise), and later submits are refused; the trainer re-initializes the group to recover. A
+// later bucket that waits for a missing one more than the collective timeout fails the group too,
+// so nothing waits forever. Lifetime: owned by the Engine (shared_ptr); destruction aborts and
+// joins the threads. Threading: every public method is thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +29,7 @@
 
 #include "comm/deadline.h"
 #include "sync/bucket.h"
+#include "sync/engine/block_pool.h"
 #include "sync/engine/channel.h"
 #include "sync/engine/session.h"
 #include "sync/engine/staging.h"
@@ -78,6 +81,9 @@ struct GroupOptions {
   // How far ahead of the next expected bucket a request may be; each waiting request holds an
   // HTTP worker thread, so this stays below the server's thread count.
   std::uint64_t max_ahead = 8;
+  // Where buckets are received (host memory): the runners' pool, so committed weights return
+  // their blocks for the next update. Null: the group keeps a pool of its own.
+  std::shared_ptr<BlockPool> pool;
 };
 
 class Group {
@@ -120,12 +126,15 @@ class Group {
 
   void receive_loop(int r);
   void unpack_loop(int r);
+  // Digests the tensors of `job` received in `block` and stages them for their runners.
+  void stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block);
   std::shared_ptr<BucketJob> next_job(int r, int& slot);
   void fail(int status, const std::string& reason);
   void fail_locked(int status, const std::string& reason, std::unique_lock<std::mutex>& lock);
 
   const GroupSpec spec_;
   const GroupOptions opts_;
+  const std::shared_ptr<BlockPool> pool_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::uint64_t, std::shared_ptr<BucketJob>> pending_;  // by sequence

@@ -1,13 +1,22 @@
 #include "sync/engine/runner.h"
 
+#include <malloc.h>
+
+#include <algorithm>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "comm/errors.h"
+#include "sync/bucket.h"
 
 namespace weightcast::sync::engine {
 
 namespace {
+
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -48,7 +57,7 @@ std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, Staged
 }
 
 void apply_and_rehash(Layout layout, ResidentTensor& tensor) {
-  apply_layout(layout, tensor.meta, tensor.bytes);
+  apply_layout(layout, tensor.meta, tensor.bytes.span());
   tensor.digest = tensor_digest(tensor.bytes);
   tensor.laid_out = true;
 }
@@ -99,18 +108,38 @@ const RunnerSet::Slot& RunnerSet::get(Runner id) const {
 }
 
 void RunnerSet::load_initial(Runner id, std::vector<RawTensor> tensors) {
+  // The initial weights go into one pool block (a copy, at start-up), so that once an update
+  // has replaced them their memory serves the next update's buckets instead of being unmapped
+  // while fresh pages are faulted in.
+  std::size_t total = 0;
+  for (const auto& raw : tensors) total += round_up(raw.bytes.size(), kDefaultBucketAlignment);
+  // Bucket padding and per-block page rounding: an update needs a little more than the weights.
+  const std::size_t room = total + total / 64 + (std::size_t{4} << 20);
+  pool_->reserve(room);  // huge pages, like every later update's blocks
+  auto block = pool_->acquire(room);
   std::map<std::string, ResidentTensor> loaded;
   const Layout layout = get(id).config.layout;
+  std::size_t offset = 0;
   for (auto& raw : tensors) {
     WC_ENFORCE_EQ(raw.bytes.size(), raw.meta.byte_count(), "initial tensor '", raw.meta.name, "'");
     ResidentTensor t;
-    t.bytes = std::move(raw.bytes);
+    const std::span<std::byte> place(block->data() + offset, raw.bytes.size());
+    std::copy(raw.bytes.begin(), raw.bytes.end(), place.begin());
+    offset += round_up(raw.bytes.size(), kDefaultBucketAlignment);
+    std::vector<std::byte>().swap(raw.bytes);  // keeps start-up at 2 x weights, not 3
+    t.bytes = SharedBytes(block, place);
     t.digest = tensor_digest(t.bytes);
     t.meta = std::move(raw.meta);
     finalize_tensor(layout, t);
     const std::string name = t.meta.name;
     WC_ENFORCE(loaded.emplace(name, std::move(t)).second, "initial tensor '", name, "' twice");
   }
+  // Freed heap memory goes back to the system before the reserve below, or start-up would hold
+  // the generated copies, the block and the reserve at once.
+  malloc_trim(0);
+  // As much again, pre-faulted, for the first update's buckets: 2 x weights is the engine's
+  // budget during an update anyway, and the first update then pays no page faults.
+  pool_->reserve(room);
   std::unique_lock lock(mu_);
   Slot* slot = find(id);
   slot->tensors = std::move(loaded);
@@ -161,23 +190,33 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
   };
   std::vector<RunnerCommit> report;
   std::vector<Prepared> prepared;
-  // Verify and transform outside the lock: nothing here is visible to readers yet.
+  // Verify and transform outside the lock: nothing here is visible to readers yet. Every runner
+  // is verified before any is transformed, since a view staged for two runners must be copied
+  // for the second before the first one's layout rewrites it in place.
+  std::set<const std::byte*> claimed;
   for (Runner id : covered_runners(selector)) {
-    const Slot* slot = find(id);
-    if (slot == nullptr) continue;
+    if (find(id) == nullptr) continue;
     Prepared p{id, {}, {}};
-    RunnerCommit stats;
-    stats.runner = id;
     p.fresh = verify_staged(staging.take(id), rank_count_, id, p.rank_staged);
+    for (auto& [name, tensor] : p.fresh) {
+      if (!tensor.bytes.empty() && !claimed.insert(tensor.bytes.data()).second) {
+        tensor.bytes = SharedBytes::copy_of(tensor.bytes);
+      }
+    }
+    prepared.push_back(std::move(p));
+  }
+  for (auto& p : prepared) {
+    const Layout layout = find(p.id)->config.layout;
+    RunnerCommit stats;
+    stats.runner = p.id;
     for (auto& [name, tensor] : p.fresh) {
       stats.tensors_loaded += 1;
       stats.bytes_loaded += tensor.bytes.size();
       if (!legacy_finalize) {
-        if (slot->config.layout != Layout::kNone) stats.tensors_transformed += 1;
-        finalize_tensor(slot->config.layout, tensor);
+        if (layout != Layout::kNone) stats.tensors_transformed += 1;
+        finalize_tensor(layout, tensor);
       }
     }
-    prepared.push_back(std::move(p));
     report.push_back(stats);
   }
 
@@ -187,7 +226,9 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
     auto& p = prepared[i];
     Slot& slot = *find(p.id);
     const bool changed = !p.fresh.empty();
-    for (auto& [name, tensor] : p.fresh) slot.tensors[name] = std::move(tensor);
+    // A swap: the replaced tensors land in p.fresh and are released after the lock, returning
+    // their blocks to the pool once no tensor views them.
+    for (auto& [name, tensor] : p.fresh) std::swap(slot.tensors[name], tensor);
     if (changed) slot.rank_staged = std::move(p.rank_staged);
     if (legacy_finalize) {
       // The old post-load processing: every resident tensor of a covered runner is processed

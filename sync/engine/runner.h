@@ -7,6 +7,9 @@
 // yet, i.e. those loaded in this session; so a runner that loaded nothing is left bit-identical,
 // whatever the selector. legacy_finalize reproduces the old behaviour on purpose: it re-applies
 // the transform to every resident tensor of every covered runner (the double-shuffle bug).
+// Committed tensors are the staged views themselves (a swap, no copy); the layout transform runs
+// in place on the runner's own view. A tensor staged for two runners gets a private copy for the
+// second, so one runner's transform never shows through the other.
 // Digests are kept per tensor and recomputed when a tensor changes; digests and weight_version are
 // read under one lock, so a reader never sees one without the other.
 // Lifetime: owned by the Engine for the process lifetime. Threading: readers (checksums, the
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -48,7 +52,7 @@ struct RunnerConfig {
 
 struct ResidentTensor {
   TensorMeta meta;
-  std::vector<std::byte> bytes;
+  SharedBytes bytes;      // usually a view of the pool block its bucket was received into
   Digest digest;          // of `bytes`, as resident
   bool laid_out = false;  // the runner's layout has been applied to `bytes`
 };
@@ -92,6 +96,9 @@ class RunnerSet {
   std::vector<Runner> runners() const;  // held runners, kAllRunners order
   const RunnerConfig& config(Runner id) const;
   int rank_count() const { return rank_count_; }
+  // The pool that received buckets live in: committed tensors keep its blocks, and blocks the
+  // runners no longer view return to it for the next update.
+  const std::shared_ptr<BlockPool>& block_pool() const { return pool_; }
 
   // Held runners that `selector` covers and whose filter accepts `name`.
   std::vector<Runner> destinations(Selector selector, std::string_view name) const;
@@ -127,6 +134,7 @@ class RunnerSet {
   const Slot& get(Runner id) const;
 
   const int rank_count_;
+  const std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>();
   mutable std::shared_mutex mu_;
   std::vector<Slot> slots_;
   std::string version_;

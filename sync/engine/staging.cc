@@ -1,6 +1,6 @@
 #include "sync/engine/staging.h"
 
-#include <cstring>
+#include <utility>
 
 #include "comm/errors.h"
 
@@ -12,14 +12,20 @@ Staging::Staging(int rank_count) : rank_count_(rank_count) {
 
 void Staging::stage(Runner runner, int rank, const TensorMeta& meta,
                     std::span<const std::byte> bytes) {
-  WC_ENFORCE_GE(rank, 0);
-  WC_ENFORCE_LT(rank, rank_count_);
   WC_ENFORCE_EQ(bytes.size(), meta.byte_count(), "staged bytes of '", meta.name, "'");
   // Hash and copy outside the lock: ranks and groups stage concurrently.
   const Digest digest = tensor_digest(bytes);
-  std::vector<std::byte> copy;
-  if (rank == 0) copy.assign(bytes.begin(), bytes.end());
+  stage(runner, rank, meta, rank == 0 ? SharedBytes::copy_of(bytes) : SharedBytes(), digest);
+}
 
+void Staging::stage(Runner runner, int rank, const TensorMeta& meta, SharedBytes bytes,
+                    Digest digest) {
+  WC_ENFORCE_GE(rank, 0);
+  WC_ENFORCE_LT(rank, rank_count_);
+  if (rank == 0)
+    WC_ENFORCE_EQ(bytes.size(), meta.byte_count(), "staged bytes of '", meta.name, "'");
+  // `bytes`, a parameter, outlives the lock: a replaced view is released after it, since dropping
+  // the last reference to a block takes the pool's lock.
   std::lock_guard lock(mu_);
   if (discarded_) return;
   auto& entry = map_for(runner)[meta.name];
@@ -29,17 +35,19 @@ void Staging::stage(Runner runner, int rank, const TensorMeta& meta,
   }
   entry.rank_digests[static_cast<std::size_t>(rank)] = digest;
   if (rank == 0) {
-    staged_bytes_ += copy.size();
-    entry.bytes = std::move(copy);
+    staged_bytes_ += bytes.size();
+    staged_bytes_ -= entry.bytes.size();
+    std::swap(entry.bytes, bytes);
   }
 }
 
 void Staging::discard() {
+  Map target, draft;  // their blocks return to the pool after the lock
   std::lock_guard lock(mu_);
   discarded_ = true;
   staged_bytes_ = 0;
-  target_.clear();
-  draft_.clear();
+  target.swap(target_);
+  draft.swap(draft_);
 }
 
 bool Staging::discarded() const {

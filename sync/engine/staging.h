@@ -1,8 +1,9 @@
 // Staging: what one update session has received so far, per runner, not yet visible to readers.
 //
-// Rank 0 of the engine keeps each tensor's bytes (they become the runner's tensors at commit);
-// every rank, rank 0 included, records the digest of the bytes it received, so commit can check
-// that all ranks staged identical data without holding a copy per rank. A discarded staging
+// Rank 0 of the engine keeps each tensor's bytes (they become the runner's tensors at commit):
+// on the data path a view of the pool block the bucket was received into, not a copy. Every
+// rank, rank 0 included, records the digest of the bytes it received, so commit can check that
+// all ranks staged identical data without holding a copy per rank. A discarded staging
 // (abort, failure, timeout) drops its bytes and ignores later writes from buckets still in
 // flight, so a stale receive can never leak into the next session.
 // Lifetime: one per session, shared (std::shared_ptr) by the session and its in-flight buckets.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "sync/checksum.h"
+#include "sync/engine/block_pool.h"
 #include "sync/selector.h"
 #include "sync/tensor.h"
 
@@ -26,7 +28,7 @@ namespace weightcast::sync::engine {
 
 struct StagedTensor {
   TensorMeta meta;
-  std::vector<std::byte> bytes;                     // rank 0's copy, raw (no layout applied)
+  SharedBytes bytes;                                // rank 0's bytes, raw (no layout applied)
   std::vector<std::optional<Digest>> rank_digests;  // index = engine rank
 };
 
@@ -35,7 +37,11 @@ class Staging {
   explicit Staging(int rank_count);
 
   // Stages `bytes` (exactly meta.byte_count() long) received by engine rank `rank` for `runner`.
+  // Rank 0 keeps a private copy; for tests and callers whose buffer does not outlive the call.
   void stage(Runner runner, int rank, const TensorMeta& meta, std::span<const std::byte> bytes);
+  // The data path: `digest` is that of `bytes`, computed by the caller while the bytes are hot;
+  // rank 0 keeps `bytes` itself (a view sharing ownership of its block), other ranks drop it.
+  void stage(Runner runner, int rank, const TensorMeta& meta, SharedBytes bytes, Digest digest);
 
   void discard();
   bool discarded() const;

@@ -49,6 +49,8 @@ class Sender {
   // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
   void collect_oldest(comm::Deadline deadline);
   void broadcast(const BucketPlan& plan, std::span<std::byte> bucket, comm::Deadline deadline);
+  // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
+  void broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline);
   void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
   // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
   void fail();
@@ -61,6 +63,7 @@ class Sender {
   const BucketSendOptions& options_;
 
   std::vector<BucketPlan> plans_;
+  std::unordered_map<std::string, std::span<const std::byte>> bytes_of_;
   std::deque<InFlight> in_flight_;
   std::atomic<bool> failed_{false};
   std::mutex mu_;  // guards result_.failures against the request threads
@@ -140,6 +143,16 @@ void Sender::broadcast(const BucketPlan& plan, std::span<std::byte> bucket,
   result_.broadcast_seconds += seconds_since(start);
 }
 
+void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) {
+  const auto start = comm::Clock::now();
+  for (const BucketEntry& entry : plan.entries) {
+    const auto bytes = bytes_of_.at(entry.meta.name);
+    // The root only reads its buffer.
+    broadcast_bytes(const_cast<std::byte*>(bytes.data()), bytes.size(), deadline);
+  }
+  result_.broadcast_seconds += seconds_since(start);
+}
+
 void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {
   comm::BroadcastOptions opts;
   opts.buffer = data;
@@ -155,7 +168,7 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
   const comm::Deadline deadline = start + options_.timeout;
   WC_ENFORCE_GE(options_.max_in_flight, std::size_t{1});
 
-  std::unordered_map<std::string, std::span<const std::byte>> bytes_of;
+  auto& bytes_of = bytes_of_;
   std::vector<TensorMeta> metas;
   for (const auto& t : tensors) {
     WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
@@ -174,7 +187,13 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
   const auto n = static_cast<std::uint64_t>(plans_.size());
 
   {
-    BucketPacker packer(plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); });
+    const bool unpacked = options_.load_format == LoadFormat::kPerTensor &&
+                          options_.memory == comm::MemoryKind::kHost;
+    // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
+    const std::vector<BucketPlan> none;
+    BucketPacker packer(
+        unpacked ? none : plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); }, 2,
+        options_.pack_buffers);
     std::uint64_t next = 0;  // next bucket whose request is not sent yet
     for (std::uint64_t k = 0; k < n && !failed_; ++k) {
       try {
@@ -191,12 +210,16 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
           issue(next++);
         }
         if (failed_) break;
-        const auto pack_start = comm::Clock::now();
-        std::span<std::byte> bucket = packer.acquire(k, deadline);
-        result_.pack_wait_seconds += seconds_since(pack_start);
-        if (failed_) break;
-        broadcast(plans_[k], bucket, deadline);
-        packer.release(k);
+        if (unpacked) {
+          broadcast_tensors(plans_[k], deadline);
+        } else {
+          const auto pack_start = comm::Clock::now();
+          std::span<std::byte> bucket = packer.acquire(k, deadline);
+          result_.pack_wait_seconds += seconds_since(pack_start);
+          if (failed_) break;
+          broadcast(plans_[k], bucket, deadline);
+          packer.release(k);
+        }
         ++result_.buckets;
         if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
       } catch (const comm::EnforceError&) {

@@ -2,7 +2,9 @@
 // announced to every engine over HTTP and broadcast once on the stage's group.
 //
 // Pipelining, so that neither HTTP nor packing serializes with the wire:
-//   - a packer thread fills buffer k+1 while bucket k is broadcast (BucketPacker, two buffers);
+//   - a packer thread fills buffer k+1 while bucket k is broadcast (BucketPacker, two buffers
+//     reused across updates); a bucket that is one tensor as it is, and every tensor of the
+//     per-tensor format in host memory, is broadcast straight from the caller's bytes;
 //   - the request for bucket k+1 is sent to every engine before bucket k is broadcast; requests
 //     run asynchronously, at most `max_in_flight` unanswered per engine, so a bucket's request
 //     never waits for the previous bucket's broadcast to finish on the engines;
@@ -17,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "comm/communicator.h"
 #include "comm/deadline.h"
 #include "sync/trainer/engine_api.h"
+#include "sync/trainer/packer.h"
 #include "sync/trainer/report.h"
 #include "sync/trainer/session.h"
 #include "sync/trainer/tensors.h"
@@ -43,6 +47,8 @@ struct BucketSendOptions {
   // tensors back to back, one broadcast per bucket (kFlattenedBucket) or per tensor
   // (kPerTensor); use max_in_flight = 1 with them, as SGLang serializes bucket requests.
   LoadFormat load_format = LoadFormat::kWeightcastBucket;
+  // Where packed buckets are built; null: the process's pool (default_pack_buffers()).
+  std::shared_ptr<PackBuffers> pack_buffers;
 };
 
 struct BucketSendResult {

@@ -6,14 +6,70 @@
 
 namespace weightcast::sync::trainer {
 
+std::unique_ptr<std::byte[]> PackBuffers::take(std::size_t bytes, std::size_t& capacity) {
+  {
+    std::lock_guard lock(mu_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->capacity >= bytes && (best == free_.end() || it->capacity < best->capacity))
+        best = it;
+    }
+    if (best != free_.end()) {
+      auto buffer = std::move(best->buffer);
+      capacity = best->capacity;
+      free_.erase(best);
+      return buffer;
+    }
+    // None fits: the buckets grew, so the smaller buffers would only sit there.
+    free_.clear();
+    allocations_ += 1;
+  }
+  capacity = bytes;
+  return std::unique_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(bytes, 1)]);
+}
+
+void PackBuffers::put(std::unique_ptr<std::byte[]> buffer, std::size_t capacity) {
+  if (!buffer) return;
+  std::lock_guard lock(mu_);
+  free_.push_back({std::move(buffer), capacity});
+}
+
+std::uint64_t PackBuffers::allocations() const {
+  std::lock_guard lock(mu_);
+  return allocations_;
+}
+
+const std::shared_ptr<PackBuffers>& default_pack_buffers() {
+  static const auto pool = std::make_shared<PackBuffers>();
+  return pool;
+}
+
+bool packs_as_is(const BucketPlan& plan) {
+  std::size_t non_empty = 0;
+  for (const BucketEntry& e : plan.entries) {
+    if (e.bytes == 0) continue;
+    non_empty += 1;
+    if (e.offset != 0 || e.bytes != plan.total_bytes) return false;
+  }
+  return non_empty == 1;
+}
+
 BucketPacker::BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source,
-                           std::size_t buffers)
-    : plans_(plans), source_(std::move(source)) {
+                           std::size_t buffers, std::shared_ptr<PackBuffers> pool)
+    : plans_(plans),
+      source_(std::move(source)),
+      pool_(pool ? std::move(pool) : default_pack_buffers()) {
   WC_ENFORCE_GE(buffers, std::size_t{1});
   const std::size_t count = std::min(buffers, plans.size());
-  const std::size_t bytes = max_total_bytes(plans);
-  // Default-initialized: pack() writes every byte of a bucket, padding included.
-  for (std::size_t i = 0; i < count; ++i) buffers_.emplace_back(new std::byte[bytes]);
+  std::size_t bytes = 0;
+  for (const auto& plan : plans) {
+    if (!packs_as_is(plan)) bytes = std::max(bytes, plan.total_bytes);
+  }
+  capacities_.assign(count, 0);
+  ready_.assign(count, {});
+  for (std::size_t i = 0; i < count; ++i) {
+    buffers_.push_back(bytes > 0 ? pool_->take(bytes, capacities_[i]) : nullptr);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -24,6 +80,9 @@ BucketPacker::~BucketPacker() {
   }
   cv_.notify_all();
   thread_.join();
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    pool_->put(std::move(buffers_[i]), capacities_[i]);
+  }
 }
 
 void BucketPacker::run() {
@@ -36,7 +95,20 @@ void BucketPacker::run() {
     }
     try {
       const BucketPlan& plan = plans_[k];
-      pack(plan, source_, std::span<std::byte>(buffers_[k % ring].get(), plan.total_bytes));
+      std::span<std::byte> out;
+      if (packs_as_is(plan)) {
+        // The broadcast root only reads its buffer, so the caller's const bytes are lent as is.
+        auto it = std::find_if(plan.entries.begin(), plan.entries.end(),
+                               [](const BucketEntry& e) { return e.bytes > 0; });
+        const auto bytes = source_(*it);
+        WC_ENFORCE_EQ(bytes.size(), it->bytes, "bytes of tensor ", it->meta.name);
+        out = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+      } else {
+        out = {buffers_[k % ring].get(), plan.total_bytes};
+        pack(plan, source_, out);
+      }
+      std::lock_guard lock(mu_);
+      ready_[k % ring] = out;
     } catch (...) {
       std::lock_guard lock(mu_);
       error_ = std::current_exception();
@@ -63,7 +135,7 @@ std::span<std::byte> BucketPacker::acquire(std::uint64_t k, comm::Deadline deadl
     throw comm::TimeoutError("bucket " + std::to_string(k) + " was not packed in time");
   }
   ++acquired_;
-  return {buffers_[k % buffers_.size()].get(), plans_[k].total_bytes};
+  return ready_[k % buffers_.size()];
 }
 
 void BucketPacker::release(std::uint64_t k) {

@@ -4,7 +4,10 @@
 // The consumer (the broadcasting thread) acquire()s bucket k, which waits until it is packed,
 // and release()s it once broadcast, which lets the packer reuse that buffer for bucket
 // k + buffers. With two buffers this is double buffering: at most one bucket is on the wire while
-// the next is being packed. Buffers are sized to the largest bucket and allocated once.
+// the next is being packed. Buffers come from a PackBuffers pool that outlives the packer, so an
+// update reuses the previous update's buffers (already faulted in) instead of allocating anew.
+// A bucket that needs no packing (one tensor at offset 0 filling the whole bucket) is not
+// copied: acquire() returns the tensor's own bytes, which the broadcast only reads.
 // Lifetime: the plans and whatever `source` reads must outlive the packer; the destructor stops
 // the thread and joins it. Threading: one consumer thread calls acquire()/release().
 #pragma once
@@ -24,10 +27,37 @@
 
 namespace weightcast::sync::trainer {
 
+// Host buffers for packed buckets, kept between updates. Never value-initialized: pack() writes
+// every byte of a bucket, padding included. Threading: thread-safe.
+class PackBuffers {
+ public:
+  // A buffer of at least `bytes`; give it back with put() to have it reused.
+  std::unique_ptr<std::byte[]> take(std::size_t bytes, std::size_t& capacity);
+  void put(std::unique_ptr<std::byte[]> buffer, std::size_t capacity);
+  std::uint64_t allocations() const;
+
+ private:
+  struct Free {
+    std::unique_ptr<std::byte[]> buffer;
+    std::size_t capacity = 0;
+  };
+  mutable std::mutex mu_;
+  std::vector<Free> free_;
+  std::uint64_t allocations_ = 0;
+};
+
+// The process's pool, used when a caller passes none: updaters are short-lived, the process
+// (one trainer rank) is not. It holds at most the buffers of the last update (2 buckets).
+const std::shared_ptr<PackBuffers>& default_pack_buffers();
+
+// Whether bucket `plan` is one tensor's bytes as they are (no padding, no neighbour).
+bool packs_as_is(const BucketPlan& plan);
+
 class BucketPacker {
  public:
-  // Starts packing plans[0] at once. `buffers` >= 1.
-  BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source, std::size_t buffers = 2);
+  // Starts packing plans[0] at once. `buffers` >= 1; they come from `pool` (null: the default).
+  BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source, std::size_t buffers = 2,
+               std::shared_ptr<PackBuffers> pool = nullptr);
   ~BucketPacker();
   BucketPacker(const BucketPacker&) = delete;
   BucketPacker& operator=(const BucketPacker&) = delete;
@@ -45,7 +75,10 @@ class BucketPacker {
 
   const std::vector<BucketPlan>& plans_;
   TensorSource source_;
+  std::shared_ptr<PackBuffers> pool_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  std::vector<std::size_t> capacities_;
+  std::vector<std::span<std::byte>> ready_;  // per ring slot: what acquire() hands out
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -129,7 +129,7 @@ TEST_F(RunnerSetTest, SafeCommitTransformsOnlyLoadedTensors) {
             expected_combined(sent, Layout::kShuffle));
   EXPECT_EQ(runners_->weight_version(), "v3");
   bool found = runners_->with_tensor(Runner::kTarget, "model.a", [&](const ResidentTensor& t) {
-    EXPECT_EQ(t.bytes, laid_out(sent[0], Layout::kShuffle));
+    EXPECT_EQ(t.bytes.to_vector(), laid_out(sent[0], Layout::kShuffle));
     EXPECT_TRUE(t.laid_out);
   });
   EXPECT_TRUE(found);
@@ -149,7 +149,7 @@ TEST_F(RunnerSetTest, LegacyCommitReshufflesTheFrozenDraft) {
   runners_->with_tensor(Runner::kDraft, "draft.b", [&](const ResidentTensor& t) {
     auto twice = laid_out(draft0_[1], Layout::kShuffle);
     apply_layout(Layout::kShuffle, t.meta, twice);
-    EXPECT_EQ(t.bytes, twice);
+    EXPECT_EQ(t.bytes.to_vector(), twice);
   });
   EXPECT_EQ(runners_->weight_version(), "v0") << "no version given: unchanged";
 }

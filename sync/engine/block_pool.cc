@@ -1,0 +1,147 @@
+#include "sync/engine/block_pool.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+// A free piece at least this much larger than a request is split; smaller slack stays attached
+// (a bucket a little smaller than its block, the usual last bucket).
+constexpr std::size_t kSplitBytes = std::size_t{1} << 20;
+
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+// An anonymous mapping, unmapped when the last block or free piece of it goes.
+struct Arena {
+  std::byte* base = nullptr;
+  std::size_t size = 0;
+
+  // `huge`: advise transparent huge pages. Only for arenas pre-faulted at start-up: faulting
+  // huge pages on demand may compact memory synchronously, which measured slower on the
+  // receive path than small pages.
+  Arena(std::size_t bytes, bool huge) : size(bytes) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    // Advice only: where huge pages are off, the arena is backed by small pages.
+    if (huge && size >= kHugePage) madvise(p, size, MADV_HUGEPAGE);
+    base = static_cast<std::byte*>(p);
+  }
+  ~Arena() { munmap(base, size); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+};
+
+struct Piece {
+  std::shared_ptr<Arena> arena;
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+};
+
+}  // namespace
+
+struct BlockPool::State {
+  std::mutex mu;
+  std::multimap<std::size_t, Piece> free;  // by capacity
+  BlockPoolStats stats;
+
+  void give_back(Piece piece) {
+    std::lock_guard lock(mu);
+    stats.free_bytes += piece.capacity;
+    free.emplace(piece.capacity, std::move(piece));
+  }
+
+  // Takes the best-fitting free piece for `need` bytes, splitting off a large remainder.
+  bool take(std::size_t need, Piece& out) {
+    auto it = free.lower_bound(need);
+    if (it == free.end()) return false;
+    out = std::move(it->second);
+    free.erase(it);
+    stats.free_bytes -= out.capacity;
+    stats.reuses += 1;
+    if (out.capacity - need >= kSplitBytes) {
+      Piece rest{out.arena, out.data + need, out.capacity - need};
+      out.capacity = need;
+      stats.free_bytes += rest.capacity;
+      free.emplace(rest.capacity, std::move(rest));
+    }
+    return true;
+  }
+};
+
+BlockPool::BlockPool() : state_(std::make_shared<State>()) {}
+BlockPool::~BlockPool() = default;
+
+std::shared_ptr<const Block> BlockPool::acquire(std::size_t bytes) {
+  const std::size_t need = round_up(bytes == 0 ? 1 : bytes, kPage);
+  Piece piece;
+  std::multimap<std::size_t, Piece> dropped;  // released after the lock
+  {
+    std::lock_guard lock(state_->mu);
+    auto& s = *state_;
+    if (!s.take(need, piece)) {
+      // Every pooled piece is smaller than what is asked now: the bucket sizes grew, so they
+      // would only sit there.
+      dropped.swap(s.free);
+      for (auto& [cap, p] : dropped) s.stats.allocated_bytes -= cap;
+      s.stats.free_bytes = 0;
+      s.stats.allocations += 1;
+      s.stats.allocated_bytes += need;
+    }
+  }
+  if (!piece.arena) piece = Piece{std::make_shared<Arena>(need, false), nullptr, need};
+  if (piece.data == nullptr) piece.data = piece.arena->base;
+  std::weak_ptr<State> weak = state_;
+  auto* block = new Block(piece.data, piece.capacity);
+  return std::shared_ptr<const Block>(block, [weak, piece](const Block* b) mutable {
+    if (auto state = weak.lock()) state->give_back(std::move(piece));
+    delete b;
+  });
+}
+
+void BlockPool::reserve(std::size_t bytes) {
+  if (bytes == 0) return;
+  const std::size_t size = round_up(bytes, kPage);
+  auto arena = std::make_shared<Arena>(size, true);
+  // Touch every page now, at start-up, rather than on the first update's receive path.
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(arena->base, size, MADV_POPULATE_WRITE) != 0) std::memset(arena->base, 0, size);
+#else
+  std::memset(arena->base, 0, size);
+#endif
+  std::byte* base = arena->base;
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stats.allocations += 1;
+    state_->stats.allocated_bytes += size;
+  }
+  state_->give_back(Piece{std::move(arena), base, size});
+}
+
+BlockPoolStats BlockPool::stats() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stats;
+}
+
+SharedBytes SharedBytes::adopt(std::vector<std::byte> bytes) {
+  auto owner = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+  return SharedBytes(owner, std::span<std::byte>(owner->data(), owner->size()));
+}
+
+SharedBytes SharedBytes::copy_of(std::span<const std::byte> bytes) {
+  // Default-initialized: the copy below writes every byte.
+  std::shared_ptr<std::byte[]> owner(new std::byte[bytes.size() == 0 ? 1 : bytes.size()]);
+  std::copy(bytes.begin(), bytes.end(), owner.get());
+  return SharedBytes(owner, std::span<std::byte>(owner.get(), bytes.size()));
+}
+
+}  // namespace weightcast::sync::engine
