@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "py_updater.h"
 #include "report_binding.h"
+#include "stage_result.h"
 #include "sync/decision.h"
 #include "sync/protocol.h"
 
@@ -118,6 +119,18 @@ void bind_updater(py::module_& m) {
            py::arg("verify") = false, py::arg("bucket_delay") = 0.0)
       .def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
            "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
+      .def("open_session", &PyUpdater::open_session, py::arg("version") = py::none(),
+           "Coordinator of a pipeline-parallel update (stage 0's source): pauses the engines and "
+           "opens the session; returns its token for the other stage sources.")
+      .def("send_stage", &PyUpdater::send_stage, py::arg("token"), py::arg("stage"),
+           py::arg("named_tensors"),
+           "Any stage source: sends this stage's tensors in the session `token` names; returns a "
+           "picklable StageResult for the coordinator (failures are in it, not raised).")
+      .def("finish", &PyUpdater::finish, py::arg("token"), py::arg("results"),
+           "Coordinator: with every stage's StageResult, commits the session, or aborts it and "
+           "raises as update() does; returns the UpdateReport.")
+      .def("abort", &PyUpdater::abort, py::arg("why") = "aborted by the trainer",
+           "Coordinator: drops the open session; the engines keep their previous weights.")
       .def("verify", &PyUpdater::verify,
            "Checks the engines against the last update (needs verify=True).")
       .def("close", &PyUpdater::close, "Asks the engines to leave this updater's groups.")
@@ -145,6 +158,7 @@ PYBIND11_MODULE(_weightcast, m) {
   m.attr("__version__") = WEIGHTCAST_VERSION;
   wp::register_errors(m);
   wp::bind_report(m);
+  wp::bind_stage_result(m);
   m.def("weight_update_selector", &wp::selector_of, py::kw_only(),
         py::arg("speculative_algorithm") = py::none(), py::arg("mtp_num_layers") = py::none(),
         py::arg("megatron_to_hf_mode") = py::none(),

@@ -33,6 +33,19 @@ void block_interrupts() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+// The session `session` with another version: its token with the version field replaced
+// ("<selector> <version> [<per-engine ids>]"), joined as another stage's source would join it.
+wt::UpdateSession with_version(const wt::UpdateSession& session, const std::string& version) {
+  std::string token = session.token();
+  const auto first = token.find(' ');
+  const auto second = token.find(' ', first + 1);
+  token.replace(first + 1, (second == std::string::npos ? token.size() : second) - first - 1,
+                version);
+  return wt::join_session(token);
+}
+
+}  // namespace
+
 std::optional<std::string> version_text(py::handle version) {
   if (version.is_none()) return std::nullopt;
   if (py::isinstance<py::bool_>(version) ||
@@ -47,19 +60,6 @@ std::optional<std::string> version_text(py::handle version) {
   }
   return text;
 }
-
-// The session `session` with another version: its token with the version field replaced
-// ("<selector> <version> [<per-engine ids>]"), joined as another stage's source would join it.
-wt::UpdateSession with_version(const wt::UpdateSession& session, const std::string& version) {
-  std::string token = session.token();
-  const auto first = token.find(' ');
-  const auto second = token.find(' ', first + 1);
-  token.replace(first + 1, (second == std::string::npos ? token.size() : second) - first - 1,
-                version);
-  return wt::join_session(token);
-}
-
-}  // namespace
 
 PyUpdater::PyUpdater(std::vector<std::string> engines, wt::UpdaterOptions options, bool verify)
     : urls_(engines), verify_each_(verify) {

@@ -9,6 +9,10 @@
 // the worker can still read them. A tensor read in place that was resized, re-pointed or
 // modified during the data phase is detected before commit and the update aborted (InputError).
 // Failures raise the exceptions of errors.h; a success returns the report.
+// Pipeline-parallel trainers use the steps one by one (py_stages.cc): the coordinator (stage 0's
+// source) open_session()s and hands the token to the other stage sources, each source
+// send_stage()s its own stage's tensors (stages one after another) and returns a StageResult,
+// and the coordinator finish()es with every stage's result, committing or aborting.
 // Lifetime: owns the C++ updater; close() (or leaving a `with` block) asks the engines to leave
 // its groups. Threading: one caller at a time, as the C++ updater; methods need the GIL.
 #pragma once
@@ -23,11 +27,15 @@
 
 #include "comm/communicator.h"
 #include "report_binding.h"
+#include "stage_result.h"
 #include "sync/trainer/updater.h"
 #include "tensor_capture.h"
 #include "verify_sent.h"
 
 namespace weightcast::python {
+
+// update()'s and open_session()'s `version`: None, an int or a str without whitespace.
+std::optional<std::string> version_text(pybind11::handle version);
 
 class PyUpdater {
  public:
@@ -40,6 +48,17 @@ class PyUpdater {
   // Checks every engine against the last committed update; raises VerifyError on a difference.
   void verify();
   void close();
+
+  // --- the steps of one update across pipeline stages (py_stages.cc) ---
+  // Coordinator: opens the session; returns its token. Raises as update() does.
+  std::string open_session(pybind11::handle version);
+  // Any stage source: sends `named_tensors` as stage `stage` of the session `token` names. Never
+  // raises but for KeyboardInterrupt: every failure is in the result, for the coordinator.
+  StageResult send_stage(const std::string& token, int stage, pybind11::handle named_tensors);
+  // Coordinator: every stage's result, stages 0 .. n-1 once each -> commit, or abort and raise.
+  pybind11::object finish(const std::string& token, pybind11::handle results);
+  // Coordinator: drops the open session on every engine (a no-op when none is open).
+  void abort(const std::string& why);
   bool closed() const { return updater_ == nullptr; }
   std::string selector() const;
   const sync::trainer::UpdaterOptions& options() const;
@@ -67,11 +86,17 @@ class PyUpdater {
   // Runs `fn` on a worker thread (SIGINT blocked there) and waits, handling signals.
   void run_on_worker(const std::function<void()>& fn);
   void interrupt();
+  StageResult stage_on_worker(const std::string& token, int stage, const CapturedTensors& tensors);
+  void finish_on_worker(const std::vector<StageResult>& results, Outcome& out);
 
   std::vector<std::string> urls_;
   std::unique_ptr<sync::trainer::DistributedUpdater> updater_;
   bool verify_each_ = false;
   SentRecord sent_;
+  // The coordinator's open session (open_session .. finish/abort) and its report so far.
+  std::optional<sync::trainer::UpdateSession> session_;
+  std::string session_token_;
+  sync::trainer::UpdateReport session_report_;
   std::atomic<comm::Communicator*> comm_{nullptr};
   std::atomic<Phase> phase_{Phase::kIdle};
   std::atomic<bool> interrupted_{false};

@@ -16,6 +16,13 @@ void SentRecord::record(sync::Selector selector, std::string version,
   sent_ = sync::trainer::sent_digests(tensors);
 }
 
+void SentRecord::record(sync::Selector selector, std::string version,
+                        std::vector<sync::trainer::SentDigest> digests) {
+  selector_ = selector;
+  version_ = std::move(version);
+  sent_ = std::move(digests);
+}
+
 std::vector<std::string> SentRecord::check_runner(
     const std::string& url, const sync::RunnerInfo& runner,
     const sync::WeightsChecksumResponse& answer) const {

@@ -25,6 +25,9 @@ class SentRecord {
   bool empty() const { return version_.empty(); }
   void record(sync::Selector selector, std::string version,
               std::span<const sync::trainer::NamedTensor> tensors);
+  // The same, from digests computed where the tensors are (each pipeline stage's source).
+  void record(sync::Selector selector, std::string version,
+              std::vector<sync::trainer::SentDigest> digests);
 
   // One line per problem, naming engine, runner and tensor; empty when every engine agrees.
   // `infos[i]` is /server_info of engines[i].

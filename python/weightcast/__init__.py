@@ -20,12 +20,14 @@ from ._weightcast import (  # noqa: F401  (re-exported)
     Error,
     InputError,
     PeerError,
+    StageResult,
     TimeoutError,
     UpdateError,
     UpdateReport,
     VerifyError,
     weight_update_selector,
 )
+from .pipeline import pipeline_update  # noqa: F401
 
 __all__ = [
     "ConfigError",
@@ -35,9 +37,11 @@ __all__ = [
     "Error",
     "InputError",
     "PeerError",
+    "StageResult",
     "TimeoutError",
     "UpdateError",
     "UpdateReport",
     "VerifyError",
+    "pipeline_update",
     "weight_update_selector",
 ]

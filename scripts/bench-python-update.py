@@ -1,7 +1,7 @@
 """Benchmark row: Python update() of a model vs `weightcast-bench update` of the same
 configuration (engines, ranks, model shapes, bucket size, in-flight bound), in the same run.
 
-    PYTHONPATH=build/python python3 scripts/bench_python_update.py --bench build/launcher/weightcast-bench
+    PYTHONPATH=build/python python3 scripts/bench-python-update.py --bench build/launcher/weightcast-bench
 
 Prints both rows and the ratio. A benchmark, not a test: the numbers depend on the machine.
 Both sides count an update as the C++ updater does (pause -> ... -> continue) over model bytes.

@@ -1,0 +1,210 @@
+// The steps of one update across pipeline stages, as launcher/train/trainer_rank.cc runs them
+// over MPI; here the user's own collective moves the token and the results between processes.
+#include <pybind11/stl.h>
+
+#include <set>
+#include <utility>
+
+#include "comm/errors.h"
+#include "errors.h"
+#include "py_updater.h"
+#include "sync/trainer/engine_calls.h"
+
+namespace py = pybind11;
+namespace wt = weightcast::sync::trainer;
+
+namespace weightcast::python {
+
+std::string PyUpdater::open_session(py::handle version) {
+  live();
+  if (session_) {
+    throw comm::ConfigError("open_session(): a session is open (token '" + session_token_ +
+                            "'); finish() or abort() it first");
+  }
+  const auto text = version_text(version);
+  Outcome out;
+  std::optional<wt::UpdateSession> opened;
+  run_on_worker([&] {
+    try {
+      opened = updater_->open_session(out.report.base, text);
+    } catch (...) {
+      out.error = std::current_exception();
+    }
+  });
+  if (out.error) std::rethrow_exception(out.error);
+  if (!opened) throw UpdateFailure(std::move(out.report.base));
+  session_report_ = std::move(out.report.base);
+  session_token_ = opened->token();
+  session_ = std::move(opened);
+  return session_token_;
+}
+
+StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
+                                       const CapturedTensors& tensors) {
+  StageResult r;
+  r.stage = stage;
+  r.token = token;
+  try {
+    const wt::UpdateSession session = wt::join_session(token);
+    if (session.selector() != updater_->selector()) {
+      throw comm::ConfigError(
+          "the session's selector is '" + std::string(sync::to_string(session.selector())) +
+          "', this updater's '" + std::string(sync::to_string(updater_->selector())) +
+          "': every stage source must be created with the same selector");
+    }
+    updater_->adopt(session);  // the coordinator's engine set for this session
+    updater_->ensure_group(stage);
+    phase_ = Phase::kData;
+    r.result = updater_->send_stage(session, stage, tensors.views());
+    phase_ = Phase::kIdle;
+    r.sent = true;
+  } catch (const wt::EngineCallError& e) {
+    r.local = StageResult::Local::kOther;
+    r.error = e.what();
+    r.result.failures = e.failures();
+  } catch (const comm::ConfigError& e) {
+    r.local = StageResult::Local::kConfig;
+    r.error = e.what();
+  } catch (const std::exception& e) {
+    r.local = StageResult::Local::kOther;
+    r.error = e.what();
+  }
+  phase_ = Phase::kIdle;
+  r.result.ok = r.result.ok && r.local == StageResult::Local::kNone;
+  return r;
+}
+
+StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors) {
+  StageResult r;
+  r.stage = stage;
+  r.token = token;
+  r.result.ok = false;
+  CapturedTensors tensors;
+  try {
+    live();
+    if (stage < 0) throw comm::ConfigError("stage must be >= 0");
+    tensors = CapturedTensors::capture(named_tensors);
+  } catch (const InputFailure& e) {
+    r.local = StageResult::Local::kInput;
+    r.error = e.what();
+    return r;
+  } catch (const comm::ConfigError& e) {
+    r.local = StageResult::Local::kConfig;
+    r.error = e.what();
+    return r;
+  }
+  run_on_worker([&] { r = stage_on_worker(token, stage, tensors); });
+  if (r.ok()) {
+    if (const auto changed = tensors.changed()) {
+      r.local = StageResult::Local::kInput;
+      r.error = "tensor '" + *changed + "' was resized, re-pointed or modified during send_stage()";
+      r.result.ok = false;
+    } else if (verify_each_) {
+      py::gil_scoped_release release;
+      r.digests = wt::sent_digests(tensors.views());
+    }
+  }
+  return r;
+}
+
+void PyUpdater::finish_on_worker(const std::vector<StageResult>& results, Outcome& out) {
+  wt::UpdateReport& report = out.report.base;
+  for (const StageResult& r : results) {
+    if (r.local != StageResult::Local::kNone || !r.sent) {
+      report.failures.insert(report.failures.end(), r.result.failures.begin(),
+                             r.result.failures.end());
+      updater_->abort(report, r.failure());
+      return;
+    }
+    updater_->record(r.result, report);
+    if (!report.error.empty()) return;
+  }
+  if (interrupted_) return updater_->abort(report, "interrupted");
+  updater_->finish(*session_, report);
+  if (!report.ok || !verify_each_) return;
+  std::vector<wt::SentDigest> digests;
+  for (const StageResult& r : results)
+    digests.insert(digests.end(), r.digests.begin(), r.digests.end());
+  sent_.record(updater_->selector(), report.version, std::move(digests));
+  out.problems = sent_.check(updater_->engines(), updater_->connect());
+  out.report.verified = out.problems.empty();
+}
+
+namespace {
+
+// The results as finish() needs them: StageResults of session `token`, stages 0 .. n-1 once each,
+// in stage order. Otherwise the reason, in `why`.
+std::vector<StageResult> stage_results(py::handle results, const std::string& token,
+                                       std::string& why) {
+  std::vector<StageResult> out;
+  for (py::handle item : py::iter(results)) {
+    if (!py::isinstance<StageResult>(item)) {
+      why = "finish() takes the StageResult of every stage, got a " +
+            std::string(py::str(py::type::handle_of(item).attr("__name__")));
+      return {};
+    }
+    out.push_back(item.cast<StageResult>());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.stage < b.stage; });
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].token != token) {
+      why = "stage " + std::to_string(out[i].stage) + "'s result belongs to another session";
+    } else if (out[i].stage != static_cast<int>(i)) {
+      why = "finish() needs one result per stage 0 .. n-1; stage " + std::to_string(i) +
+            (out[i].stage < static_cast<int>(i) ? " comes twice" : " is missing");
+    }
+    if (!why.empty()) return {};
+  }
+  if (out.empty()) why = "finish() needs one result per stage; got none";
+  return out;
+}
+
+}  // namespace
+
+py::object PyUpdater::finish(const std::string& token, py::handle results) {
+  live();
+  if (!session_ || token != session_token_) {
+    throw comm::ConfigError("finish(): no open session has token '" + token + "'" +
+                            (session_ ? "; the open one is '" + session_token_ + "'" : ""));
+  }
+  std::string why;
+  const std::vector<StageResult> stages = stage_results(results, token, why);
+  Outcome out;
+  out.report.base = std::move(session_report_);
+  bool input_failed = false;
+  for (const auto& r : stages) input_failed = input_failed || r.local == StageResult::Local::kInput;
+  run_on_worker([&] {
+    try {
+      if (!why.empty()) return updater_->abort(out.report.base, why);
+      finish_on_worker(stages, out);
+    } catch (...) {
+      out.error = std::current_exception();
+    }
+  });
+  session_.reset();
+  session_token_.clear();
+  if (out.error) std::rethrow_exception(out.error);
+  if (!why.empty()) throw comm::ConfigError(why + "; the session was aborted");
+  if (!out.report.base.ok && input_failed) {
+    throw InputFailure(out.report.base.error + "; the engines keep their previous weights");
+  }
+  if (!out.report.base.ok) throw UpdateFailure(std::move(out.report.base));
+  if (!out.problems.empty()) throw VerifyFailure(std::move(out.problems));
+  return to_python(std::move(out.report));
+}
+
+void PyUpdater::abort(const std::string& why) {
+  live();
+  if (!session_) return;
+  wt::UpdateReport report = std::move(session_report_);
+  run_on_worker([&] {
+    try {
+      updater_->abort(report, why);
+    } catch (...) {  // best effort: the engines' session timeout is the backstop
+    }
+  });
+  session_.reset();
+  session_token_.clear();
+}
+
+}  // namespace weightcast::python

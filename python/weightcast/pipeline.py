@@ -1,0 +1,66 @@
+"""One atomic update of a pipeline-parallel model, over torch.distributed.
+
+Every stage's source rank (tensor-parallel rank 0, data-parallel rank 0 of the stage) calls
+
+    report = weightcast.pipeline_update(updater, stage_tensors, stage=pp_rank, stages=pp_size,
+                                        group=sources_group)
+
+with its own stage's (name, tensor) pairs; `group` holds exactly the stage sources, ranked by
+stage (None: the default group, whose rank r is stage r's source). Stage 0's source is the
+coordinator: it opens the session, the stages send one after another, and it commits only if
+every stage succeeded. The coordinator gets the UpdateReport; the others get None; on failure
+every source raises (the coordinator the precise exception, the others UpdateError naming it).
+
+The same steps with another transport (mpi4py, your own store) are the updater's methods:
+open_session(), send_stage(), finish(), abort() (docs/python.md, "Under mpirun or torchrun").
+"""
+
+from ._weightcast import UpdateError
+
+
+def pipeline_update(updater, named_tensors, *, stage, stages, group=None, version=None):
+    import torch.distributed as dist
+
+    def source(s):
+        return s if group is None else dist.get_global_rank(group, s)
+
+    def share(value, s):
+        box = [value]
+        dist.broadcast_object_list(box, src=source(s), group=group)
+        return box[0]
+
+    coordinator = stage == 0
+    opened = None
+    if coordinator:
+        try:
+            opened = ("ok", updater.open_session(version))
+        except BaseException as e:
+            share(("failed", f"opening the session failed: {e}"), 0)
+            raise
+    status, token = share(opened, 0)
+    if status != "ok":
+        raise UpdateError(token)
+
+    results = []
+    for s in range(stages):
+        # Stage s + 1 starts once stage s has sent: the stages are serialized, as the engines'
+        # session receives them; a failed stage stops the later ones from sending.
+        mine = updater.send_stage(token, s, named_tensors) if s == stage else None
+        result = share(mine, s)
+        results.append(result)
+        if not result.ok:
+            break
+
+    outcome, report = None, None
+    if coordinator:
+        try:
+            # A failed last result makes finish() abort the session and raise its exception.
+            report = updater.finish(token, results)
+            outcome = ("ok", str(report))
+        except BaseException as e:
+            share(("failed", f"update failed: {e}"), 0)
+            raise
+    status, text = share(outcome, 0)
+    if status != "ok":
+        raise UpdateError(text)
+    return report
