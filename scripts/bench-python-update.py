@@ -51,24 +51,31 @@ def parse_bytes(text):
 
 
 def cpp_row(args):
-    out = subprocess.run([args.bench, "update", "--engines", str(args.engines), "--model-bytes",
-                          args.model_bytes, "--bucket-bytes", args.bucket_bytes,
-                          "--max-in-flight", str(args.max_in_flight), "--iters", str(args.iters)],
-                         capture_output=True, text=True, check=True).stdout
-    m = re.search(r"# update avg ([0-9.]+) s \(([0-9.]+) GB/s\)", out)
-    if not m:
-        raise SystemExit("weightcast-bench update printed no average:\n" + out)
-    return float(m.group(1)), float(m.group(2))
+    """seconds, GB/s and data-phase seconds of the C++ bench (rows from its --json table)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([args.bench, "update", "--engines", str(args.engines), "--model-bytes",
+                        args.model_bytes, "--bucket-bytes", args.bucket_bytes,
+                        "--max-in-flight", str(args.max_in_flight), "--iters", str(args.iters),
+                        "--no-raw", "--json", out.name],
+                       capture_output=True, text=True, check=True)
+        rows = json.load(open(out.name))["rows"]
+    if not rows:
+        raise SystemExit("weightcast-bench update printed no rows")
+    seconds = sum(r["seconds"] for r in rows) / len(rows)
+    data = sum(r["data(s)"] for r in rows) / len(rows)
+    return seconds, sum(r["GB/s"] for r in rows) / len(rows), data
 
 
 def start_engines(args, spec_path, model_bytes):
+    """The engines weightcast-bench update starts (launcher/bench_update.cc update_engine_argv)."""
     engine = os.path.join(os.path.dirname(args.bench), "engine", "weightcast-engine")
     procs, urls = [], []
     for _ in range(args.engines):
-        p = subprocess.Popen([engine, "--port", "0", "--model", spec_path, "--seed", "1",
-                              "--max-bucket-bytes", str(max(parse_bytes(args.bucket_bytes),
-                                                            model_bytes)),
-                              "--comm-timeout-ms", "600000", "--session-timeout-ms", "600000"],
+        p = subprocess.Popen([engine, "--host", "127.0.0.1", "--port", "0", "--ranks", "1",
+                              "--model", spec_path, "--seed", "1", "--max-bucket-bytes",
+                              str(max(parse_bytes(args.bucket_bytes), model_bytes)),
+                              "--chunk-bytes", str(4 << 20), "--comm-timeout-ms", "600000",
+                              "--session-timeout-ms", "600000"],
                              stdout=subprocess.PIPE, text=True)
         procs.append(p)
         urls.append(re.search(r"http://\S+", p.stdout.readline()).group(0))
@@ -79,7 +86,9 @@ def python_row(args):
     spec = spec_for_bytes(parse_bytes(args.model_bytes))
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
-    procs, urls = start_engines(args, f.name, 0)
+    shape = [spec[k] for k in ("vocab_size", "hidden_size", "num_attention_heads",
+                               "num_key_value_heads", "head_dim", "intermediate_size")]
+    procs, urls = start_engines(args, f.name, spec_bytes(*shape, spec["num_hidden_layers"]))
     try:
         with urllib.request.urlopen(urls[0] + "/weights_checksum?runner=target") as r:
             metas = json.load(r)["tensors"]
@@ -88,15 +97,19 @@ def python_row(args):
                                            bucket_bytes=parse_bytes(args.bucket_bytes),
                                            max_in_flight=args.max_in_flight, update_timeout=600,
                                            request_timeout=600, group_timeout=600) as updater:
-            seconds, size = [], 0
+            seconds, gbps, data, wall, size = [], [], [], [], 0
             for _ in range(args.iters):
                 for t in model.values():
                     t.add_(1)  # a "training step" changes every weight in place
+                start = time.perf_counter()
                 report = updater.update(model.items())
+                wall.append(time.perf_counter() - start)
                 seconds.append(report.seconds)
+                gbps.append(report.gbps)
+                data.append(report.phases["data"])
                 size = report.bytes
-        avg = sum(seconds) / len(seconds)
-        return avg, size / avg / 1e9, size, len(model)
+        n = len(seconds)
+        return sum(seconds) / n, sum(gbps) / n, sum(data) / n, size, len(model), sum(wall) / n
     finally:
         for p in procs:
             p.kill()
@@ -120,14 +133,18 @@ def main():
         py.append(python_row(args))
         time.sleep(1)
         cpp.append(cpp_row(args))
-    py_s, py_gbps, size, count = max(py, key=lambda r: r[1])
-    cpp_s, cpp_gbps = max(cpp, key=lambda r: r[1])
+    py_s, py_gbps, py_data, size, count, py_wall = max(py, key=lambda r: r[1])
+    cpp_s, cpp_gbps, cpp_data = max(cpp, key=lambda r: r[1])
     print(f"# update of a {size / (1 << 20):.0f} MiB model ({count} tensors), {args.engines} "
           f"engines, bucket {args.bucket_bytes}, gloo over loopback, avg of {args.iters} "
           f"updates, best of {args.rounds} interleaved rounds")
-    print(f"{'side':>8} {'seconds':>9} {'GB/s':>8}")
-    print(f"{'python':>8} {py_s:9.3f} {py_gbps:8.3f}")
-    print(f"{'c++':>8} {cpp_s:9.3f} {cpp_gbps:8.3f}")
+    print(f"{'side':>8} {'seconds':>9} {'GB/s':>8} {'data(s)':>9}")
+    print(f"{'python':>8} {py_s:9.3f} {py_gbps:8.3f} {py_data:9.3f}")
+    print(f"{'c++':>8} {cpp_s:9.3f} {cpp_gbps:8.3f} {cpp_data:9.3f}")
+    # Outside the report's window: capturing the pairs, group checks, the worker thread.
+    print(f"# python update() call {py_wall:.3f} s wall vs report {py_s:.3f} s")
+    for side, rows in (("python", py), ("c++", cpp)):
+        print(f"# {side} rounds GB/s: " + " ".join(f"{r[1]:.3f}" for r in rows))
     print(f"# python / c++ throughput = {py_gbps / cpp_gbps:.2f}x")
 
 
