@@ -2,7 +2,7 @@
 // over MPI; here the user's own collective moves the token and the results between processes.
 #include <pybind11/stl.h>
 
-#include <set>
+#include <algorithm>
 #include <utility>
 
 #include "comm/errors.h"
