@@ -11,13 +11,16 @@
 // abort path: the failing engine is named, every engine is told to drop the session
 // (/abort_weight_update) and to continue serving its previous weights, nobody commits, and the
 // report carries the error; an SGLang engine, which has no abort, is told to end its session
-// instead and is listed in report.needs_reload. Before the first update, /server_info of every
-// engine is read: an engine that does not support the selector or backend is refused with a
-// ConfigError rather than trusted to honour it; its rank count sizes the group. Pipeline-parallel
+// instead and is listed in report.needs_reload. With UpdaterOptions::on_engine_failure = kDrop
+// the failing engine then leaves the set and the update is redone on the others (the elastic
+// engine set: sync/trainer/engine_set.h, updater_elastic.cc). Before the first update, /server_info
+// of every engine is read: an engine that does not support the selector or backend is refused with
+// a ConfigError rather than trusted to honour it; its rank count sizes the group. Pipeline-parallel
 // trainers use the same steps one by one (launcher/train does): the stage-0 source opens the
 // session, hands session.token() to the other stage sources, each stage source sends its tensors on
 // its own group (send_stage), stages one after another, and the coordinator finishes or aborts.
-// update() is exactly open_session + send_stage(0) + finish. Lifetime: owns the engine clients and
+// update() is exactly prepare_update, then per attempt ensure_group(0) + open_session +
+// send_stage(0) + finish, with drop_failed between attempts. Lifetime: owns the engine clients and
 // the groups it created; destroying it asks every engine to leave those groups (best effort,
 // bounded by the client timeouts) and stops their stores. Threading: one caller at a time.
 #pragma once
