@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "sync/trainer/engine_client.h"
-#include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
+#include "tests/sync/trainer/train_launch.h"
 
 namespace weightcast::sync::trainer {
 namespace {
@@ -23,59 +23,22 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using weightcast::testing::Subprocess;
 
-std::vector<std::string> mpirun_flags() {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : std::string(WEIGHTCAST_MPIRUN_FLAGS)) {
-    if (c == '|' || c == ' ') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(item);
-  return out;
-}
+using Engine = testing::TestEngine;
+using testing::count_matches;
+using testing::start_engine;
 
-struct Engine {
-  std::unique_ptr<Subprocess> process;
-  std::string url;
-};
-
-Engine start_engine(int ranks, std::vector<std::string> extra = {}, int seed = 5) {
-  Engine e{std::make_unique<Subprocess>(testing::test_engine_argv(
-               WEIGHTCAST_ENGINE_BIN, ranks, static_cast<std::uint64_t>(seed), extra)),
-           ""};
-  e.url = testing::wait_for_engine_url(*e.process, seconds(30));
-  return e;
-}
-
-// mpirun -np 4 weightcast-train --tp 2 --pp 2 --engines a,b <extra>, stderr folded into stdout
-// so the test sees the error lines too.
+// mpirun -np 4 weightcast-train --tp 2 --pp 2 --engines a,b <extra> (tests/sync/trainer/
+// train_launch.h), stderr folded into stdout so the test sees the error lines too.
 std::unique_ptr<Subprocess> start_trainer(const std::vector<Engine>& engines,
                                           std::vector<std::string> extra) {
-  std::string urls;
-  for (const auto& e : engines) urls += (urls.empty() ? "" : ",") + e.url;
-  std::string command = "exec " + std::string(WEIGHTCAST_MPIEXEC);
-  for (const auto& f : mpirun_flags()) command += " " + f;
-  command += " -np 4 " + std::string(WEIGHTCAST_TRAIN_BIN) +
-             " --tp 2 --pp 2 --model tiny --seed 5 --engines " + urls;
-  for (const auto& x : extra) command += " " + x;
-  return std::make_unique<Subprocess>(std::vector<std::string>{"/bin/sh", "-c", command + " 2>&1"});
-}
-
-int count_matches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(
-      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+  std::vector<std::string> urls;
+  for (const auto& e : engines) urls.push_back(e.url);
+  extra.insert(extra.begin(), {"--tp", "2", "--pp", "2"});
+  return testing::start_trainer(4, urls, extra);
 }
 
 EngineClient client(const Engine& e) {
-  EngineClientOptions o;
-  o.connect_timeout = milliseconds(2000);
-  o.request_timeout = milliseconds(10000);
-  return EngineClient(e.url, o);
+  return testing::test_client(e.url);
 }
 
 TEST(TrainerE2E, AutoSelectsTargetAndVerifiesOnMixedEngines) {
