@@ -43,16 +43,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Starts an engine; prints its URL once it listens (bounded wait).
+# Starts an engine and sets engine_url once it listens (bounded wait). Called directly, not in
+# $(...): a subshell would keep the pid to itself and the engine would outlive the demo.
 start_engine() {  # name ranks extra-flags...
   local name=$1 ranks=$2; shift 2
   "$engine" --port 0 --ranks "$ranks" --draft --target-layout shuffle --draft-layout shuffle \
     --model "$model" --seed 1 --session-timeout-ms 30000 "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 200); do
-    if url=$(grep -o 'http://[0-9.:]*' "$work/$name.log" 2>/dev/null); then
-      echo "$url"; return 0
-    fi
+    if engine_url=$(grep -o 'http://[0-9.:]*' "$work/$name.log" 2>/dev/null); then return 0; fi
     sleep 0.05
   done
   echo "demo: engine $name did not start:" >&2; cat "$work/$name.log" >&2; return 1
@@ -66,8 +65,8 @@ stop_engines() {
 run_scenario() {  # name selector engine-flags...
   local name=$1 selector=$2; shift 2
   local a b
-  a=$(start_engine "$name-a" 1 "$@")
-  b=$(start_engine "$name-b" 2 "$@")
+  start_engine "$name-a" 1 "$@"; a=$engine_url
+  start_engine "$name-b" 2 "$@"; b=$engine_url
   set +e
   timeout 300 mpirun "${mpi_flags[@]}" -np 4 "$train" --tp 2 --pp 2 --engines "$a,$b" \
     --model "$model" --seed 1 --steps "$steps" --bucket-bytes "$bucket" --backend "$backend" \
