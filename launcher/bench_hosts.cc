@@ -166,11 +166,8 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
   uo.chunk_bytes = o.chunk_bytes;
   uo.iters = o.iters;
   uo.timeout_ms = o.timeout_ms;
-  const std::string spec = write_model_spec(uo.model_bytes);
-  struct Unlink {
-    std::string p;
-    ~Unlink() { unlink(p.c_str()); }
-  } unlink_spec{spec};
+  const TempFile spec_file = write_model_spec(uo.model_bytes);
+  const std::string& spec = spec_file.path();
   const std::uint64_t model =
       sync::total_bytes(sync::hf_tensors(sync::model_spec_for_bytes(uo.model_bytes)));
   std::vector<std::unique_ptr<ChildProcess>> engines;
@@ -181,13 +178,8 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
     urls += (urls.empty() ? "" : ",") +
             engine_url(*engines.back(), std::chrono::milliseconds(o.timeout_ms));
   }
-  char json[] = "/tmp/weightcast-bench-hosts-update-XXXXXX";
-  const int fd = mkstemp(json);
-  if (fd >= 0) close(fd);
-  struct UnlinkJson {
-    const char* p;
-    ~UnlinkJson() { unlink(p); }
-  } unlink_json{json};
+  const TempFile json_file("weightcast-bench-hosts-update", "");
+  const std::string& json = json_file.path();
   ChildProcess source(
       in_ns(host_ns(0),
             {self, "update", "--engine-urls", urls, "--bind", host_addr(0), "--model-bytes",

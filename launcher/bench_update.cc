@@ -193,15 +193,23 @@ void note_memory(BenchTable& table, const std::vector<pid_t>& engines, std::uint
 
 }  // namespace
 
-std::string write_model_spec(std::uint64_t model_bytes) {
-  char path[] = "/tmp/weightcast-bench-model-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) throw std::runtime_error("cannot create a temporary model file");
-  const std::string text = sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump();
+TempFile::TempFile(const std::string& prefix, const std::string& text) {
+  std::string path = "/tmp/" + prefix + "-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file " + path);
+  path_ = path;
   const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
-  if (!ok) throw std::runtime_error("cannot write the temporary model file");
-  return path;
+  if (!ok) throw std::runtime_error("cannot write the temporary file " + path_);
+}
+
+TempFile::~TempFile() {
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+TempFile write_model_spec(std::uint64_t model_bytes) {
+  return TempFile("weightcast-bench-model",
+                  sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump());
 }
 
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
@@ -241,11 +249,8 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
   const sync::ModelSpec spec = sync::model_spec_for_bytes(o.model_bytes);
   const auto metas = sync::hf_tensors(spec);
   const std::uint64_t model_bytes = sync::total_bytes(metas);
-  const std::string spec_path = write_model_spec(o.model_bytes);
-  struct Unlink {
-    std::string p;
-    ~Unlink() { unlink(p.c_str()); }
-  } unlink_spec{spec_path};
+  const TempFile spec_file = write_model_spec(o.model_bytes);
+  const std::string& spec_path = spec_file.path();
 
   LocalEngines local;
   std::vector<std::string> urls = o.engine_urls;

@@ -37,9 +37,25 @@ struct UpdateBenchOptions {
 // the bench as raw-broadcast workers.
 int run_update_bench(const UpdateBenchOptions& opts, const std::string& self_exe);
 
-// Pieces the hosts mode shares: the model spec file engines load (a temporary file the caller
-// removes), an engine's argv, and the URL an engine prints when it listens.
-std::string write_model_spec(std::uint64_t model_bytes);
+// A file under /tmp holding `text`, removed when this goes out of scope (the model spec engines
+// load, the JSON a child bench writes). Throws std::runtime_error when it cannot be written.
+class TempFile {
+ public:
+  TempFile(const std::string& prefix, const std::string& text);
+  ~TempFile();
+  TempFile(TempFile&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  TempFile& operator=(TempFile&&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Pieces the hosts mode shares: the model spec file engines load, an engine's argv, and the URL
+// an engine prints when it listens.
+TempFile write_model_spec(std::uint64_t model_bytes);
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host);

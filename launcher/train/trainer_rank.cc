@@ -10,7 +10,7 @@
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
 #include "launcher/cli_util.h"
-#include "launcher/train/stage_messages.h"
+#include "sync/trainer/stage_outcome.h"
 #include "launcher/train/step_line.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/engine_client.h"

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
+#include "sync/trainer/stage_outcome.h"
 
 namespace py = pybind11;
 using nlohmann::json;
@@ -22,63 +23,30 @@ std::string StageResult::failure() const {
 }
 
 std::string to_json(const StageResult& o) {
-  const auto& r = o.result;
-  json failures = json::array();
-  for (const auto& f : r.failures) {
-    failures.push_back({{"engine", f.engine},
-                        {"route", f.route},
-                        {"message", f.message},
-                        {"unreachable", f.unreachable},
-                        {"timed_out", f.timed_out}});
-  }
-  json j = {{"stage", o.stage},
-            {"token", o.token},
-            {"sent", o.sent},
-            {"local", static_cast<int>(o.local)},
-            {"error", o.error},
-            {"ok", r.ok},
-            {"tensors", r.tensors},
-            {"bytes", r.bytes},
-            {"buckets", r.buckets},
-            {"seconds", r.seconds},
-            {"http_wait", r.http_wait_seconds},
-            {"pack_wait", r.pack_wait_seconds},
-            {"broadcast", r.broadcast_seconds},
-            {"send_error", r.error},
-            {"failures", failures},
-            {"digests", sync::trainer::to_text(o.digests)}};
+  json j = sync::trainer::stage_outcome_json({o.sent, o.error, o.result, o.digests});
+  j["stage"] = o.stage;
+  j["token"] = o.token;
+  // The stage outcome's own "error" is the local failure; "local" says what kind it was.
+  j["local"] = static_cast<int>(o.local);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 StageResult parse_stage_result(std::string_view text) {
   try {
     const json j = json::parse(text);
+    sync::trainer::StageOutcome base = sync::trainer::stage_outcome_from_json(j);
     StageResult o;
     o.stage = j.at("stage").get<int>();
     o.token = j.at("token").get<std::string>();
-    o.sent = j.at("sent").get<bool>();
     const int local = j.at("local").get<int>();
     if (local < 0 || local > static_cast<int>(StageResult::Local::kOther)) {
       throw comm::BadRequestError("stage result: bad local failure kind");
     }
     o.local = static_cast<StageResult::Local>(local);
-    o.error = j.at("error").get<std::string>();
-    auto& r = o.result;
-    r.ok = j.at("ok").get<bool>();
-    r.tensors = j.at("tensors").get<std::uint64_t>();
-    r.bytes = j.at("bytes").get<std::uint64_t>();
-    r.buckets = j.at("buckets").get<std::uint64_t>();
-    r.seconds = j.at("seconds").get<double>();
-    r.http_wait_seconds = j.at("http_wait").get<double>();
-    r.pack_wait_seconds = j.at("pack_wait").get<double>();
-    r.broadcast_seconds = j.at("broadcast").get<double>();
-    r.error = j.at("send_error").get<std::string>();
-    for (const auto& f : j.at("failures")) {
-      r.failures.push_back({f.at("engine").get<std::string>(), f.at("route").get<std::string>(),
-                            f.at("message").get<std::string>(), f.at("unreachable").get<bool>(),
-                            f.at("timed_out").get<bool>()});
-    }
-    o.digests = sync::trainer::parse_sent_digests(j.at("digests").get<std::string>());
+    o.sent = base.sent;
+    o.error = std::move(base.error);
+    o.result = std::move(base.result);
+    o.digests = std::move(base.digests);
     return o;
   } catch (const json::exception& e) {
     throw comm::BadRequestError(std::string("stage result: ") + e.what());

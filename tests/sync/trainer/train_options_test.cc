@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include "comm/errors.h"
-#include "launcher/train/stage_messages.h"
+#include "sync/trainer/stage_outcome.h"
 
 namespace weightcast::launcher::train {
 namespace {
+
+using sync::trainer::parse_stage_outcome;
+using sync::trainer::StageOutcome;
+using sync::trainer::to_text;
 
 TrainOptions parse(std::vector<std::string> args) {
   CLI::App app;
