@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/model.h"
+#include "sync/model/model.h"
 #include "sync/trainer/updater.h"
 
 int main(int argc, char** argv) {

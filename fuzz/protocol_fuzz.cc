@@ -1,5 +1,5 @@
-// Fuzz target for every parse_* of sync/protocol.h (the nine request readers the engine runs on
-// untrusted HTTP bodies and the six response readers the trainer runs on engine answers).
+// Fuzz target for every parse_* of sync/protocol/protocol.h (the nine request readers the engine
+// runs on untrusted HTTP bodies and the six response readers the trainer runs on engine answers).
 //
 // Input: byte 0 picks the parser (low nibble modulo the count) and the limits (bit 4: tight
 // limits, so the size, depth and count checks are reached with short inputs); the rest is the
@@ -19,8 +19,8 @@
 
 #include "comm/errors.h"
 #include "fuzz/fuzz_check.h"
-#include "sync/bucket.h"
-#include "sync/protocol.h"
+#include "sync/model/bucket.h"
+#include "sync/protocol/protocol.h"
 
 namespace {
 

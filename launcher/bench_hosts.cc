@@ -21,7 +21,7 @@
 #include "launcher/bench_update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 
 namespace weightcast::launcher {
 namespace {

@@ -16,8 +16,8 @@
 
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
-#include "sync/checksum.h"
-#include "sync/model.h"
+#include "sync/model/checksum.h"
+#include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
 #include "sync/trainer/updater.h"
 

@@ -20,7 +20,7 @@ import torch
 
 import weightcast
 
-# sync/model.cc kLadder: (vocab, hidden, heads, kv_heads, head_dim, intermediate), bf16.
+# sync/model/model.cc kLadder: (vocab, hidden, heads, kv_heads, head_dim, intermediate), bf16.
 LADDER = [(4096, 256, 4, 2, 64, 768), (8192, 512, 8, 4, 64, 1536), (16384, 1024, 16, 8, 64, 3072),
           (32768, 2048, 16, 8, 128, 6144), (65536, 4096, 32, 8, 128, 12288)]
 

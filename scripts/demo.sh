@@ -112,7 +112,7 @@ done
 first() { awk '/ initial weights/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") print $(i + 1) }' "$1" | head -1; }
 last() { awk '/^step [0-9]+\/[0-9]+ version/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") a = $(i + 1) } END { print a }' "$1"; }
 fixed_rows=$(grep -c '^step [0-9]*/[0-9]* version.* verified yes' "$work/fixed.out" || true)
-echo "  (the tiled shuffle has order 1806 (sync/layout.h): every extra application of the old finalize"
+echo "  (the tiled shuffle has order 1806 (sync/model/layout.h): every extra application of the old finalize"
 echo "   leaves the draft in a wrong layout, so every step of the old behaviour is corrupt)"
 echo
 echo "accept length (engines a,b): step 0 reference $(first "$work/fixed.out");" \

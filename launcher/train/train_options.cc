@@ -5,7 +5,7 @@
 
 #include "comm/errors.h"
 #include "launcher/cli_util.h"
-#include "sync/protocol_enums.h"
+#include "sync/protocol/protocol_enums.h"
 
 namespace weightcast::launcher::train {
 

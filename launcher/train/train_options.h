@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "sync/decision.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
+#include "sync/protocol/decision.h"
 #include "sync/trainer/updater.h"
 
 namespace weightcast::launcher::train {

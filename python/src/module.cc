@@ -16,8 +16,8 @@
 #include "py_updater.h"
 #include "report_binding.h"
 #include "stage_result.h"
-#include "sync/decision.h"
-#include "sync/protocol.h"
+#include "sync/protocol/decision.h"
+#include "sync/protocol/protocol.h"
 
 namespace py = pybind11;
 namespace wt = weightcast::sync::trainer;

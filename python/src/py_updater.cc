@@ -11,7 +11,7 @@
 
 #include "comm/errors.h"
 #include "errors.h"
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace py = pybind11;

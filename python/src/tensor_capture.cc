@@ -6,7 +6,7 @@
 
 #include "comm/errors.h"
 #include "errors.h"
-#include "sync/dtype.h"
+#include "sync/protocol/dtype.h"
 
 namespace py = pybind11;
 

@@ -3,8 +3,8 @@
 #include <map>
 #include <mutex>
 
-#include "sync/checksum.h"
-#include "sync/layout.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace weightcast::python {

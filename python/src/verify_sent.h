@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "sync/protocol.h"
-#include "sync/selector.h"
+#include "sync/protocol/protocol.h"
+#include "sync/protocol/selector.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/tensors.h"
 #include "sync/trainer/verify.h"

@@ -19,7 +19,7 @@
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
-#include "sync/protocol_enums.h"
+#include "sync/protocol/protocol_enums.h"
 
 namespace weightcast::sync::engine {
 

@@ -33,7 +33,7 @@
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
 #include "sync/engine/staging.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::engine {
 
@@ -86,8 +86,8 @@ class Engine {
   Reply model_info() const;
   Reply weights_checksum(const std::string& runner) const;
   Reply metrics() const;
-  // The speculative accept-length probe (sync/spec_probe.h) on the committed weights, each read
-  // through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.
+  // The speculative accept-length probe (sync/model/spec_probe.h) on the committed weights, each
+  // read through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.
   // Cached per (weight_version, digests); 409 when the engine holds no EAGLE-style draft.
   Reply spec_accept_length() const;
 

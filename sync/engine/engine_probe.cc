@@ -1,8 +1,8 @@
 // GET /spec_accept_length: the speculative accept-length probe on the committed weights.
 #include "sync/engine/engine.h"
-#include "sync/layout.h"
-#include "sync/protocol.h"
-#include "sync/spec_probe.h"
+#include "sync/model/layout.h"
+#include "sync/model/spec_probe.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::engine {
 namespace {

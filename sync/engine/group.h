@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "comm/deadline.h"
-#include "sync/bucket.h"
 #include "sync/engine/block_pool.h"
 #include "sync/engine/channel.h"
 #include "sync/engine/session.h"
 #include "sync/engine/staging.h"
+#include "sync/model/bucket.h"
 
 namespace weightcast::sync::engine {
 

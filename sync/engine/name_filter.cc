@@ -3,7 +3,7 @@
 #include <fnmatch.h>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync::engine {
 

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "comm/errors.h"
-#include "sync/bucket.h"
+#include "sync/model/bucket.h"
 
 namespace weightcast::sync::engine {
 

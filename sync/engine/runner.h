@@ -2,7 +2,7 @@
 // weight update commits into.
 //
 // Each runner holds named tensors with a per-tensor layout state: a tensor is resident either raw
-// or laid out by the runner's post-load transform (sync/layout.h). commit() moves a session's
+// or laid out by the runner's post-load transform (sync/model/layout.h). commit() moves a session's
 // staged tensors into every covered runner and transforms only the tensors that are not laid out
 // yet, i.e. those loaded in this session; so a runner that loaded nothing is left bit-identical,
 // whatever the selector. legacy_finalize reproduces the old behaviour on purpose: it re-applies
@@ -30,12 +30,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sync/checksum.h"
 #include "sync/engine/name_filter.h"
 #include "sync/engine/staging.h"
-#include "sync/layout.h"
-#include "sync/selector.h"
-#include "sync/tensor.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
+#include "sync/protocol/selector.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync::engine {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine {
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "sync/checksum.h"
 #include "sync/engine/block_pool.h"
-#include "sync/selector.h"
-#include "sync/tensor.h"
+#include "sync/model/checksum.h"
+#include "sync/protocol/selector.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync::engine {
 

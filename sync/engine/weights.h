@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sync/engine/runner.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 
 namespace weightcast::sync::engine {
 

@@ -2,8 +2,8 @@
 // API. EngineClient (sync/trainer/engine_client.h) is the HTTP implementation; tests substitute
 // in-process fakes so the updater's orchestration runs without sockets.
 //
-// Bodies are the shared schemas of sync/protocol.h, written and read with the same functions the
-// engine uses. Every method either returns a success response or throws:
+// Bodies are the shared schemas of sync/protocol/protocol.h, written and read with the same
+// functions the engine uses. Every method either returns a success response or throws:
 //   - EngineError (a comm::PeerError whose peer() is the engine URL) when the engine could not be
 //     reached, dropped the connection, or answered non-2xx / success=false; the message names
 //     the route and carries the engine's own message;
@@ -18,8 +18,8 @@
 #include <string_view>
 
 #include "comm/errors.h"
-#include "sync/protocol.h"
-#include "sync/selector.h"
+#include "sync/protocol/protocol.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync::trainer {
 

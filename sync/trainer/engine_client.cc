@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string_view>
 
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 #include "sync/trainer/sglang_answers.h"
 
 namespace weightcast::sync::trainer {

@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "comm/deadline.h"
-#include "sync/protocol_limits.h"
+#include "sync/protocol/protocol_limits.h"
 #include "sync/trainer/engine_api.h"
 
 namespace weightcast::sync::trainer {

@@ -23,7 +23,7 @@
 #include "comm/communicator.h"
 #include "comm/deadline.h"
 #include "comm/store/c10d_store.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 #include "sync/trainer/engine_api.h"
 
 namespace weightcast::sync::trainer {

@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/model.h"
-#include "sync/tensor.h"
+#include "sync/model/model.h"
+#include "sync/protocol/tensor.h"
 #include "sync/trainer/tensors.h"
 
 namespace weightcast::sync::trainer {

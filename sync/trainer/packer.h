@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "comm/deadline.h"
-#include "sync/bucket.h"
+#include "sync/model/bucket.h"
 
 namespace weightcast::sync::trainer {
 

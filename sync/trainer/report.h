@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync::trainer {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync::trainer {
 

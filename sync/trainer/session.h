@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/bucket.h"
-#include "sync/protocol.h"
-#include "sync/selector.h"
+#include "sync/model/bucket.h"
+#include "sync/protocol/protocol.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync::trainer {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::trainer {
 

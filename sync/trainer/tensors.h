@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync::trainer {
 

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "comm/deadline.h"
-#include "sync/decision.h"
-#include "sync/protocol.h"
+#include "sync/protocol/decision.h"
+#include "sync/protocol/protocol.h"
 #include "sync/trainer/bucket_sender.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/engine_set.h"

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "sync/checksum.h"
-#include "sync/layout.h"
-#include "sync/model.h"
-#include "sync/protocol.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
+#include "sync/model/model.h"
+#include "sync/protocol/protocol.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/tensors.h"
 

@@ -13,10 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "sync/checksum.h"
 #include "sync/engine/weights.h"
-#include "sync/layout.h"
-#include "sync/model.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
+#include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
 
 #ifndef WEIGHTCAST_ENGINE_BIN

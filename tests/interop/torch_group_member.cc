@@ -27,7 +27,7 @@
 #include "comm/store/c10d_store.h"
 #include "comm/store/prefix_store.h"
 #include "comm/torch_group.h"
-#include "sync/checksum.h"
+#include "sync/model/checksum.h"
 
 namespace {
 

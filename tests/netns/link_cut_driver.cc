@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 #include "sync/trainer/updater.h"
 #include "sync/trainer/verify.h"
 

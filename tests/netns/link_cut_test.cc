@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "sync/checksum.h"
-#include "sync/model.h"
+#include "sync/model/checksum.h"
+#include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
 #include "tests/netns/netns_topology.h"
 #include "tests/support/subprocess.h"

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "sync/engine/weights.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 #include "tests/security/engine_process.h"
 #include "tests/security/net_probe.h"
 #include "tests/sync/engine/process_sender.h"

@@ -10,7 +10,7 @@
 #include <future>
 
 #include "comm/errors.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 #include "tests/security/engine_process.h"
 #include "tests/security/inprocess_engine.h"
 #include "tests/security/net_probe.h"

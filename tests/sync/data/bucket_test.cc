@@ -1,4 +1,4 @@
-#include "sync/bucket.h"
+#include "sync/model/bucket.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 
 namespace weightcast::sync {
 namespace {

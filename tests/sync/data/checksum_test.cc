@@ -1,4 +1,4 @@
-#include "sync/checksum.h"
+#include "sync/model/checksum.h"
 
 #include <gtest/gtest.h>
 

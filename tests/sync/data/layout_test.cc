@@ -1,6 +1,6 @@
 // The tiled shuffle: checked against a per-element reference written straight from the rule in
-// sync/layout.h, plus the properties the engine relies on (permutation, non-idempotence).
-#include "sync/layout.h"
+// sync/model/layout.h, plus the properties the engine relies on (permutation, non-idempotence).
+#include "sync/model/layout.h"
 
 #include <gtest/gtest.h>
 
@@ -212,8 +212,8 @@ TEST(Shuffle, LogsThroughput) {
               static_cast<double>(w.size()) * kPasses / seconds / 1e9);
 }
 
-// The order documented in sync/layout.h: shuffling k more times than once leaves a full tile wrong
-// for every k below 1806 and restores it at k = 1806 (computed from the reference, one tile).
+// The order documented in sync/model/layout.h: shuffling k more times than once leaves a full tile
+// wrong for every k below 1806 and restores it at k = 1806 (computed from the reference, one tile).
 TEST(ShuffleOrder, IsDocumentedOrderSoExtraShufflesStayWrong) {
   const Shape shape = {16, 64};
   const Bytes w = random_bytes(16 * 64, 3);

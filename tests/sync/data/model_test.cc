@@ -1,4 +1,4 @@
-#include "sync/model.h"
+#include "sync/model/model.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/checksum.h"
-#include "sync/layout.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
 
 namespace weightcast::sync {
 namespace {

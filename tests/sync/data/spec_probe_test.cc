@@ -1,12 +1,12 @@
-#include "sync/spec_probe.h"
+#include "sync/model/spec_probe.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/layout.h"
-#include "sync/model.h"
+#include "sync/model/layout.h"
+#include "sync/model/model.h"
 
 namespace weightcast::sync {
 namespace {

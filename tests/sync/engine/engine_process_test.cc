@@ -8,7 +8,7 @@
 #include <map>
 
 #include "sync/engine/weights.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/engine/process_sender.h"

@@ -4,8 +4,8 @@
 
 #include "comm/errors.h"
 #include "comm/store/prefix_store.h"
-#include "sync/bucket.h"
-#include "sync/protocol.h"
+#include "sync/model/bucket.h"
+#include "sync/protocol/protocol.h"
 #include "tests/sync/engine/test_util.h"
 
 namespace weightcast::sync::engine::testing {

@@ -19,7 +19,7 @@
 #include "comm/communicator.h"
 #include "comm/store/tcp_store.h"
 #include "sync/engine/runner.h"
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine::testing {
 

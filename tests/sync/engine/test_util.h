@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "sync/bucket.h"
-#include "sync/checksum.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/weights.h"
-#include "sync/layout.h"
-#include "sync/model.h"
+#include "sync/model/bucket.h"
+#include "sync/model/checksum.h"
+#include "sync/model/layout.h"
+#include "sync/model/model.h"
 
 namespace weightcast::sync::engine::testing {
 

@@ -1,4 +1,4 @@
-#include "sync/dtype.h"
+#include "sync/protocol/dtype.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync {
 namespace {

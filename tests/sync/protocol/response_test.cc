@@ -6,7 +6,7 @@
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 #include "tests/sync/protocol/bad_request.h"
 
 namespace weightcast::sync {

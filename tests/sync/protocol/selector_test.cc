@@ -1,4 +1,4 @@
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "sync/bucket.h"
+#include "sync/model/bucket.h"
 #include "sync/trainer/engine_api.h"
 
 namespace weightcast::sync::trainer::testing {

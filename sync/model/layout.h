@@ -41,7 +41,7 @@
 #include <span>
 #include <string_view>
 
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 

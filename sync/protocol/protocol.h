@@ -1,6 +1,6 @@
 // The request bodies of the engine HTTP API (the route table in the design notes), with the
-// functions that read and write them. Response bodies are in sync/protocol_responses.h, included
-// here so one include gives the whole protocol.
+// functions that read and write them. Response bodies are in sync/protocol/protocol_responses.h,
+// included here so one include gives the whole protocol.
 //
 // Field names are SGLang's (python/sglang/srt/managers/io_struct.py), so a trainer written for
 // SGLang can drive a weightcast engine and the reverse. Our extensions: begin/end_weight_update,
@@ -25,12 +25,12 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/dtype.h"
-#include "sync/protocol_enums.h"
-#include "sync/protocol_limits.h"
-#include "sync/protocol_responses.h"
-#include "sync/selector.h"
-#include "sync/tensor.h"
+#include "sync/protocol/dtype.h"
+#include "sync/protocol/protocol_enums.h"
+#include "sync/protocol/protocol_limits.h"
+#include "sync/protocol/protocol_responses.h"
+#include "sync/protocol/selector.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "sync/dtype.h"
-#include "sync/tensor.h"
+#include "sync/protocol/dtype.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 

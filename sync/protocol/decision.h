@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync {
 

@@ -1,4 +1,4 @@
-#include "sync/checksum.h"
+#include "sync/model/checksum.h"
 
 #include <xxhash.h>
 
@@ -7,7 +7,7 @@
 #include <new>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 namespace {

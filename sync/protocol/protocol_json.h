@@ -1,5 +1,5 @@
 // Strict JSON reading for the protocol files (protocol.cc, protocol_responses.cc); not meant for
-// other callers, who use the parse_* functions of sync/protocol.h.
+// other callers, who use the parse_* functions of sync/protocol/protocol.h.
 //
 // parse_body() turns untrusted text into a JSON object only after checking, in one pass and
 // before any allocation, the body size, UTF-8 well-formedness and nesting depth; duplicate keys
@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
-#include "sync/protocol_limits.h"
+#include "sync/protocol/protocol_limits.h"
 
 namespace weightcast::sync::wire {
 

@@ -1,9 +1,9 @@
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 #include <limits>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 namespace {

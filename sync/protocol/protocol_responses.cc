@@ -1,12 +1,12 @@
-#include "sync/protocol_responses.h"
+#include "sync/protocol/protocol_responses.h"
 
 #include <climits>
 #include <limits>
 
 #include "comm/errors.h"
-#include "sync/protocol_json.h"
-#include "sync/protocol_text.h"
-#include "sync/tensor.h"
+#include "sync/protocol/protocol_json.h"
+#include "sync/protocol/protocol_text.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 namespace {

@@ -1,5 +1,5 @@
 // The response bodies of the engine HTTP API, with their readers and writers; included by
-// sync/protocol.h (see there for the parse/to_json_string pairing and the error rules).
+// sync/protocol/protocol.h (see there for the parse/to_json_string pairing and the error rules).
 //
 // Every response is {"success": bool, "message": str, ...}. Errors (4xx/5xx) and the routes that
 // return nothing else use BasicResponse; the rest add route-specific fields. The trainer client
@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/dtype.h"
-#include "sync/protocol_enums.h"
-#include "sync/protocol_limits.h"
-#include "sync/selector.h"
+#include "sync/protocol/dtype.h"
+#include "sync/protocol/protocol_enums.h"
+#include "sync/protocol/protocol_limits.h"
+#include "sync/protocol/selector.h"
 
 namespace weightcast::sync {
 
@@ -115,7 +115,7 @@ struct WeightsChecksumResponse {
 // Longest digest accepted, in hex characters (a 512-bit hash).
 inline constexpr std::size_t kMaxDigestHexLength = 128;
 
-// GET /spec_accept_length: the speculative accept-length probe (sync/spec_probe.h) on the
+// GET /spec_accept_length: the speculative accept-length probe (sync/model/spec_probe.h) on the
 // committed weights: mean accepted draft tokens + 1 per round, in [1, draft_tokens + 1].
 struct SpecAcceptLengthResponse {
   bool success = true;

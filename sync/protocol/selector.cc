@@ -1,9 +1,9 @@
-#include "sync/selector.h"
+#include "sync/protocol/selector.h"
 
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 

@@ -1,4 +1,4 @@
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 #include "comm/errors.h"
 

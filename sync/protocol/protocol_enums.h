@@ -40,7 +40,7 @@ std::string_view to_string(Rendezvous rendezvous);
 //   kFlattenedBucket  "flattened_bucket": one broadcast of SGLang's unpadded bucket, the
 //                     tensors' bytes back to back in `names` order;
 //   kWeightcastBucket "weightcast_bucket": one broadcast of our bucket, each tensor 256-byte
-//                     aligned (sync/bucket.h).
+//                     aligned (sync/model/bucket.h).
 enum class LoadFormat { kPerTensor, kFlattenedBucket, kWeightcastBucket };
 inline constexpr std::array<LoadFormat, 3> kAllLoadFormats = {
     LoadFormat::kPerTensor, LoadFormat::kFlattenedBucket, LoadFormat::kWeightcastBucket};

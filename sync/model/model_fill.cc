@@ -16,7 +16,7 @@
 // The frozen EAGLE head's draft.fc.weight ([h, 2h]) is a near-identity on its first h columns:
 // 1.0 on the diagonal and every other value scaled down by 2^-6. A draft distilled from its
 // target passes the token embedding through almost unchanged; that is what gives the
-// speculative accept-length probe (sync/spec_probe.h) a real signal, and what a wrong layout
+// speculative accept-length probe (sync/model/spec_probe.h) a real signal, and what a wrong layout
 // of the draft destroys.
 #include <xxhash.h>
 
@@ -26,7 +26,7 @@
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/model.h"
+#include "sync/model/model.h"
 
 namespace weightcast::sync {
 namespace {

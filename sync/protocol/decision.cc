@@ -1,4 +1,4 @@
-#include "sync/decision.h"
+#include "sync/protocol/decision.h"
 
 #include <string>
 

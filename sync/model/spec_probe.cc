@@ -1,4 +1,4 @@
-#include "sync/spec_probe.h"
+#include "sync/model/spec_probe.h"
 
 #include <algorithm>
 #include <bit>

@@ -3,7 +3,7 @@
 // An engine holds two runners, the target model and the draft model used for speculative
 // decoding. A selector names the set of runners one update session covers; the session and every
 // payload in it carry the same selector, and an engine applies a payload only to covered runners.
-// The value is decided in exactly one place, weight_update_selector() in sync/decision.h.
+// The value is decided in exactly one place, weight_update_selector() in sync/protocol/decision.h.
 // Runner names are an enum, not free strings, so a typo cannot silently cover nothing; the wire
 // spelling is "target" / "draft" and parse_runner() is the only way in from text.
 // Lifetime/threading: plain values and pure functions; safe from any thread.

@@ -1,12 +1,12 @@
-#include "sync/protocol_json.h"
+#include "sync/protocol/protocol_json.h"
 
 #include <functional>
 #include <unordered_set>
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
-#include "sync/tensor.h"
+#include "sync/protocol/protocol_text.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync::wire {
 namespace {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/dtype.h"
+#include "sync/protocol/dtype.h"
 
 namespace weightcast::sync {
 

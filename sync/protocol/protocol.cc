@@ -1,11 +1,11 @@
-#include "sync/protocol.h"
+#include "sync/protocol/protocol.h"
 
 #include <climits>
 #include <limits>
 
 #include "comm/errors.h"
-#include "sync/protocol_json.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_json.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 namespace {

@@ -1,10 +1,10 @@
-#include "sync/dtype.h"
+#include "sync/protocol/dtype.h"
 
 #include <array>
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 namespace {

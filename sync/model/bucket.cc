@@ -1,4 +1,4 @@
-#include "sync/bucket.h"
+#include "sync/model/bucket.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "comm/errors.h"
-#include "sync/protocol_text.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 namespace {

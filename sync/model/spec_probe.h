@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <span>
 
-#include "sync/dtype.h"
+#include "sync/protocol/dtype.h"
 
 namespace weightcast::sync {
 

@@ -3,13 +3,13 @@
 // is allocated for it.
 //
 // The engine server and the trainer client pass the same limits to the same parse functions
-// (sync/protocol.h); the defaults suit models up to the trillion-parameter class.
+// (sync/protocol/protocol.h); the defaults suit models up to the trillion-parameter class.
 // Lifetime/threading: a plain value.
 #pragma once
 
 #include <cstddef>
 
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 

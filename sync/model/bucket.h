@@ -25,7 +25,7 @@
 #include <span>
 #include <vector>
 
-#include "sync/tensor.h"
+#include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
 
