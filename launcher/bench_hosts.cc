@@ -170,22 +170,43 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
   const std::string& spec = spec_file.path();
   const std::uint64_t model =
       sync::total_bytes(sync::hf_tensors(sync::model_spec_for_bytes(uo.model_bytes)));
+  const bool both = o.update_drift == "realistic";
   std::vector<std::unique_ptr<ChildProcess>> engines;
-  std::string urls;
-  for (int r = 1; r <= o.receivers; ++r) {
-    engines.push_back(std::make_unique<ChildProcess>(
-        in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r)))));
-    urls += (urls.empty() ? "" : ",") +
-            engine_url(*engines.back(), std::chrono::milliseconds(o.timeout_ms));
+  std::string urls[2];  // the delta set (or the only one), the full set
+  for (int set = 0; set < (both ? 2 : 1); ++set) {
+    for (int r = 1; r <= o.receivers; ++r) {
+      engines.push_back(std::make_unique<ChildProcess>(
+          in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r)))));
+      urls[set] += (urls[set].empty() ? "" : ",") +
+                   engine_url(*engines.back(), std::chrono::milliseconds(o.timeout_ms));
+    }
   }
   const TempFile json_file("weightcast-bench-hosts-update", "");
   const std::string& json = json_file.path();
-  ChildProcess source(
-      in_ns(host_ns(0),
-            {self, "update", "--engine-urls", urls, "--bind", host_addr(0), "--model-bytes",
-             std::to_string(uo.model_bytes), "--bucket-bytes", std::to_string(uo.bucket_bytes),
-             "--chunk-bytes", std::to_string(uo.chunk_bytes), "--iters", std::to_string(o.iters),
-             "--timeout-ms", std::to_string(o.timeout_ms), "--no-raw", "--json", json}));
+  std::vector<std::string> argv = {self,
+                                   "update",
+                                   "--engine-urls",
+                                   urls[0],
+                                   "--bind",
+                                   host_addr(0),
+                                   "--model-bytes",
+                                   std::to_string(uo.model_bytes),
+                                   "--bucket-bytes",
+                                   std::to_string(uo.bucket_bytes),
+                                   "--chunk-bytes",
+                                   std::to_string(uo.chunk_bytes),
+                                   "--iters",
+                                   std::to_string(o.iters),
+                                   "--timeout-ms",
+                                   std::to_string(o.timeout_ms),
+                                   "--no-raw",
+                                   "--json",
+                                   json};
+  if (both) {
+    argv.insert(argv.end(),
+                {"--drift", "realistic", "--delta", "both", "--full-engine-urls", urls[1]});
+  }
+  ChildProcess source(in_ns(host_ns(0), argv));
   const int rc = source.wait_exit(std::chrono::milliseconds(o.timeout_ms) * (o.iters + 2));
   std::ifstream in(json);
   const auto result = nlohmann::json::parse(in, nullptr, false);
@@ -195,14 +216,16 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
   }
   for (const auto& row : result["rows"]) {
     const double gbps = row["GB/s"].get<double>();
-    table.add({"update step " + row["step"].get<std::string>(), model,
+    const std::string mode = row.contains("mode") ? row["mode"].get<std::string>() : "";
+    table.add({"update " + mode + " " + row["step"].get<std::string>(), model,
                row["seconds"].get<double>() * 1e6, gbps, gbps * 1e9 / link,
                row["#wrong"].get<std::uint64_t>()});
     if (row["step"] != "1") {
       char buf[160];
       std::snprintf(buf, sizeof(buf),
-                    "update step %s: %.2fx the link rate, %.2fx the raw chain on the same links",
-                    row["step"].get<std::string>().c_str(), gbps * 1e9 / link, gbps / chain_gbps);
+                    "update %s step %s: %.2fx the link rate, %.2fx the raw chain on the same links",
+                    mode.c_str(), row["step"].get<std::string>().c_str(), gbps * 1e9 / link,
+                    gbps / chain_gbps);
       table.note(buf);
     }
   }

@@ -28,6 +28,9 @@ struct HostsBenchOptions {
   // engine in every receiving host, over the same links.
   std::uint64_t update_model_bytes = 0;
   std::uint64_t update_bucket_bytes = 64u << 20;
+  // "realistic": the update runs drifted weights on two engine sets per host (full and delta
+  // buckets, the same steps), for the delta-vs-full ratios on these links.
+  std::string update_drift = "jump";
   BenchOutput output;  // --csv / --json
 };
 

@@ -95,6 +95,11 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
   bytes_option(*hs, "--update-model-bytes", ho.update_model_bytes,
                "also time the end-to-end update of a model of this size (0: off)");
   bytes_option(*hs, "--update-bucket-bytes", ho.update_bucket_bytes, "bucket size of that update");
+  hs->add_option("--update-drift", ho.update_drift,
+                 "weights of that update: jump, or realistic (then full and delta updates of the "
+                 "same steps on two engine sets, one after the other)")
+      ->check(CLI::IsMember({"jump", "realistic"}))
+      ->capture_default_str();
   add_output_options(*hs, ho.output);
   return hs;
 }
@@ -136,6 +141,23 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
   up->add_option("--bind", uo.bind_address, "address the source's store and data plane bind")
       ->capture_default_str();
   up->add_flag("!--no-raw", uo.raw, "skip the raw chain broadcast comparison");
+  up->add_option("--drift", uo.drift,
+                 "weights per step: jump (every element changes) or realistic (fp32 masters "
+                 "drift and round to bf16: a few percent change)")
+      ->check(CLI::IsMember({"jump", "realistic"}))
+      ->capture_default_str();
+  up->add_option("--delta", uo.delta,
+                 "auto (delta updates), off (full buckets), or both (two engine sets fed the same "
+                 "steps, for delta-vs-full ratios)")
+      ->check(CLI::IsMember({"auto", "off", "both"}))
+      ->capture_default_str();
+  up->add_option("--delta-codec", uo.delta_codec, "delta payload codec (sync/model/delta.h)")
+      ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))
+      ->capture_default_str();
+  up->add_option_function<std::string>(
+      "--full-engine-urls",
+      [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },
+      "with --delta both and --engine-urls: the engines of the full set");
   add_output_options(*up, uo.output);
   return up;
 }

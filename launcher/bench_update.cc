@@ -17,6 +17,7 @@
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
 #include "sync/model/checksum.h"
+#include "sync/model/drift.h"
 #include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
 #include "sync/trainer/updater.h"
@@ -245,82 +246,187 @@ std::string engine_url(ChildProcess& engine, milliseconds timeout) {
   return l.substr(at);
 }
 
+namespace {
+
+// One engine set and the updater that feeds it: "full" (--delta off) or "delta" (auto).
+struct UpdateSet {
+  std::string mode;
+  LocalEngines local;
+  std::vector<std::string> urls;
+  std::unique_ptr<sync::trainer::DistributedUpdater> updater;
+  double seconds = 0;  // summed over steps after the first
+  std::uint64_t wire = 0;
+  int ok = 0;
+};
+
+// The weights of each step: the generator's step k (jump) or realistic drift from step 0.
+class StepWeights {
+ public:
+  StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr)
+      : metas_(metas), storage_(metas.size()) {
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      storage_[i].resize(metas[i].byte_count());
+      if (!realistic) continue;
+      sync::fill_tensor(metas[i], 1, 0, storage_[i]);
+      drifts_.emplace_back(metas[i].dtype, storage_[i], 1, lr);
+    }
+  }
+  // Moves to `step`; returns the fraction of elements that changed (1 for jumps).
+  double advance(int step) {
+    if (drifts_.empty()) {
+      for (std::size_t i = 0; i < metas_.size(); ++i) {
+        sync::fill_tensor(metas_[i], 1, static_cast<std::uint64_t>(step), storage_[i]);
+      }
+      return 1.0;
+    }
+    std::size_t changed = 0;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < drifts_.size(); ++i) {
+      changed += drifts_[i].step(static_cast<std::uint64_t>(step), storage_[i]);
+      total += drifts_[i].elements();
+    }
+    return static_cast<double>(changed) / static_cast<double>(std::max<std::size_t>(total, 1));
+  }
+  std::vector<sync::trainer::NamedTensor> views() const {
+    std::vector<sync::trainer::NamedTensor> out;
+    for (std::size_t i = 0; i < metas_.size(); ++i) out.push_back({metas_[i], storage_[i]});
+    return out;
+  }
+  const std::vector<std::vector<std::byte>>& storage() const { return storage_; }
+
+ private:
+  const std::vector<sync::TensorMeta>& metas_;
+  std::vector<std::vector<std::byte>> storage_;
+  std::vector<sync::Drift> drifts_;
+};
+
+std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string& self,
+                                 const std::string& spec_path, std::uint64_t model_bytes) {
+  std::vector<std::string> modes;
+  if (o.delta == "both") {
+    modes = {"full", "delta"};
+  } else {
+    modes = {o.delta == "off" ? "full" : "delta"};
+  }
+  std::vector<UpdateSet> sets;
+  for (const std::string& mode : modes) {
+    UpdateSet set;
+    set.mode = mode;
+    const bool full_of_two = modes.size() == 2 && mode == "full";
+    set.urls = full_of_two ? o.full_engine_urls : o.engine_urls;
+    if (set.urls.empty()) {
+      set.local = start_engines(o, self, spec_path, model_bytes);
+      set.urls = set.local.urls;
+    }
+    auto uo = updater_options(o);
+    uo.delta = mode == "full" ? sync::trainer::DeltaMode::kOff : sync::trainer::DeltaMode::kAuto;
+    uo.delta_codec = sync::parse_delta_codec(o.delta_codec);
+    uo.group_prefix = "bench-" + mode;
+    set.updater = std::make_unique<sync::trainer::DistributedUpdater>(set.urls, uo);
+    sets.push_back(std::move(set));
+  }
+  return sets;
+}
+
+}  // namespace
+
 int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
   const sync::ModelSpec spec = sync::model_spec_for_bytes(o.model_bytes);
   const auto metas = sync::hf_tensors(spec);
   const std::uint64_t model_bytes = sync::total_bytes(metas);
   const TempFile spec_file = write_model_spec(o.model_bytes);
-  const std::string& spec_path = spec_file.path();
-
-  LocalEngines local;
-  std::vector<std::string> urls = o.engine_urls;
-  if (urls.empty()) {
-    local = start_engines(o, self, spec_path, model_bytes);
-    urls = local.urls;
-  }
-  std::vector<std::vector<std::byte>> storage(metas.size());
-  std::vector<sync::trainer::NamedTensor> tensors(metas.size());
-  for (std::size_t i = 0; i < metas.size(); ++i) storage[i].resize(metas[i].byte_count());
-  sync::trainer::DistributedUpdater updater(urls, updater_options(o));
+  std::vector<UpdateSet> sets = make_sets(o, self, spec_file.path(), model_bytes);
+  StepWeights weights(metas, o.drift == "realistic", sync::kRealisticLr);
 
   BenchTable table("update", {{"step", 6, 0},
+                              {"mode", 6, 0},
                               {"seconds", 10, 3},
                               {"GB/s", 9, 3},
+                              {"wire", 11, 0},
+                              {"changed%", 9, 2},
                               {"buckets", 8, 0},
+                              {"delta_bkts", 10, 0},
                               {"data(s)", 9, 3},
                               {"commit(s)", 9, 3},
                               {"outside%", 9, 1},
                               {"http_wait%", 10, 1},
                               {"src_peakRSS", 12, 0},
                               {"#wrong", 7, 0}});
-  char head[256];
+  char head[320];
   std::snprintf(head, sizeof(head),
-                "weightcast-bench update: %zu engines x %d ranks, model %s (%zu tensors), bucket "
-                "%s, %d updates, gloo",
-                urls.size(), o.ranks_per_engine, format_bytes(model_bytes).c_str(), metas.size(),
-                format_bytes(o.bucket_bytes).c_str(), o.iters);
+                "weightcast-bench update: %zu engines x %d ranks per set (%s), model %s (%zu "
+                "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
+                sets[0].urls.size(), o.ranks_per_engine, o.delta.c_str(),
+                format_bytes(model_bytes).c_str(), metas.size(),
+                format_bytes(o.bucket_bytes).c_str(), o.iters, o.drift.c_str(),
+                o.delta_codec.c_str());
   table.note(head);
   table.print_header();
-  double total_s = 0;
   int failed = 0;
   std::uint64_t total_wrong = 0;
   for (int step = 1; step <= o.iters; ++step) {
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      sync::fill_tensor(metas[i], 1, static_cast<std::uint64_t>(step), storage[i]);
-      tensors[i] = {metas[i], storage[i]};
+    const double changed = weights.advance(step);
+    const auto tensors = weights.views();
+    std::vector<double> seconds;
+    for (UpdateSet& set : sets) {
+      const auto r = set.updater->update(tensors);
+      if (!r.ok) {
+        table.note("update " + std::to_string(step) + " (" + set.mode + ") FAILED: " + r.error);
+        ++failed;
+        seconds.push_back(0);
+        continue;
+      }
+      const std::uint64_t wrong =
+          wrong_tensors(set.urls, metas, weights.storage(), milliseconds(o.timeout_ms));
+      total_wrong += wrong;
+      // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
+      const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
+      table.add({std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
+                 r.buckets, r.delta_buckets, r.phases.data, r.phases.commit,
+                 100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
+                 format_bytes(self_peak_rss()), wrong});
+      seconds.push_back(r.seconds);
+      if (step > 1 || o.iters == 1) {
+        set.seconds += r.seconds;
+        set.wire += r.wire_bytes;
+        set.ok += 1;
+      }
     }
-    const auto r = updater.update(tensors);
-    if (!r.ok) {
-      table.note("update " + std::to_string(step) + " FAILED: " + r.error);
-      ++failed;
-      continue;
+    if (sets.size() == 2 && seconds[0] > 0 && seconds[1] > 0 && step > 1) {
+      char buf[200];
+      const auto& rows = table.rows();
+      const auto wire_of = [&](std::size_t back) {
+        return std::get<std::uint64_t>(rows[rows.size() - back][4]);
+      };
+      std::snprintf(buf, sizeof(buf),
+                    "step %d: delta vs full: %.1fx less on the wire, %.2fx faster end to end "
+                    "(%.2f%% of elements changed)",
+                    step, static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
+                    seconds[0] / seconds[1], 100 * changed);
+      table.note(buf);
     }
-    const std::uint64_t wrong = wrong_tensors(urls, metas, storage, milliseconds(o.timeout_ms));
-    total_wrong += wrong;
-    // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
-    const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
-    table.add({std::to_string(step), r.seconds, r.gbps(), r.buckets, r.phases.data, r.phases.commit,
-               100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
-               format_bytes(self_peak_rss()), wrong});
-    total_s += r.seconds;
   }
   std::vector<pid_t> pids;
-  for (const auto& p : local.processes) pids.push_back(p->pid());
+  for (auto& set : sets) {
+    for (const auto& p : set.local.processes) pids.push_back(p->pid());
+  }
   note_memory(table, pids, model_bytes, o.bucket_bytes);
-  local.processes.clear();
-  const int ok = o.iters - failed;
-  const double update_s = ok ? total_s / ok : 0;
+  for (auto& set : sets) set.local.processes.clear();
+  const UpdateSet& main_set = sets.back();
+  const double update_s = main_set.ok ? main_set.seconds / main_set.ok : 0;
   if (o.raw) {
-    const int receivers = static_cast<int>(urls.size()) * o.ranks_per_engine;
+    const int receivers = static_cast<int>(main_set.urls.size()) * o.ranks_per_engine;
     const double raw_s = raw_chain_seconds(o, self, model_bytes, receivers);
-    table.add({std::string("raw"), raw_s, static_cast<double>(model_bytes) / raw_s / 1e9,
-               std::uint64_t{1}, raw_s, 0.0, 0.0, 0.0, std::string("-"), std::uint64_t{0}});
-    if (ok) {
+    table.add({std::string("raw"), std::string("-"), raw_s,
+               static_cast<double>(model_bytes) / raw_s / 1e9, model_bytes, 0.0, std::uint64_t{1},
+               std::uint64_t{0}, raw_s, 0.0, 0.0, 0.0, std::string("-"), std::uint64_t{0}});
+    if (main_set.ok) {
       char buf[256];
       std::snprintf(buf, sizeof(buf),
-                    "update avg %.3f s (%.3f GB/s); raw gloo-chain of the same %s to %d ranks "
+                    "update (%s) avg %.3f s (%.3f GB/s); raw gloo-chain of the same %s to %d ranks "
                     "%.3f s; update / raw = %.2fx of raw throughput; #wrong total %llu",
-                    update_s, static_cast<double>(model_bytes) / update_s / 1e9,
+                    main_set.mode.c_str(), update_s,
+                    static_cast<double>(model_bytes) / update_s / 1e9,
                     format_bytes(model_bytes).c_str(), receivers, raw_s, raw_s / update_s,
                     static_cast<unsigned long long>(total_wrong));
       table.note(buf);

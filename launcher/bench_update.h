@@ -30,7 +30,16 @@ struct UpdateBenchOptions {
   std::vector<std::string> engine_urls;
   std::string bind_address = "127.0.0.1";  // the source's store and data-plane address
   bool raw = true;                         // also time the raw chain broadcast on loopback
-  BenchOutput output;                      // --csv / --json
+  // How weights change per step: "jump" (every element: the generator's step k) or "realistic"
+  // (fp32 masters drift and are rounded: sync/model/drift.h).
+  std::string drift = "jump";
+  // "auto" (delta updates), "off" (full buckets), or "both": two engine sets, one per mode, fed
+  // the same steps, for the delta-vs-full ratios.
+  std::string delta = "auto";
+  std::string delta_codec = "xor_zstd";  // sync/model/delta.h
+  // With "both" and engine_urls: the engines of the full set (engine_urls: the delta set).
+  std::vector<std::string> full_engine_urls;
+  BenchOutput output;  // --csv / --json
 };
 
 // `self_exe` locates the engine binary (engine/weightcast-engine next to the bench) and re-runs

@@ -12,7 +12,7 @@ packages=(
   libcpp-httplib-dev
   libgtest-dev libgmock-dev
   libcli11-dev
-  libxxhash-dev
+  libxxhash-dev libzstd-dev liblz4-dev
   iproute2 procps
   python3-torch python3-xxhash python3-numpy
   python3-dev pybind11-dev

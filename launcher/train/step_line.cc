@@ -45,6 +45,12 @@ std::string StepChecker::membership(const UpdateReport& report) const {
   return " " + membership_summary(report, updater_.engines().size());
 }
 
+void StepChecker::set_changed(double fraction) {
+  char text[48] = "";
+  if (fraction >= 0) std::snprintf(text, sizeof(text), " changed %.2f%%", 100 * fraction);
+  changed_ = text;
+}
+
 std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport& report,
                                                    const std::vector<SentDigest>& digests,
                                                    const std::string& accept) {
@@ -79,14 +85,17 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
       verified = "yes";
     }
   }
-  char line[768];
+  char line[896];
   std::snprintf(line, sizeof(line),
                 "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
-                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s%s",
+                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s wire %" PRIu64
+                " (%s) delta_buckets %" PRIu64 "%s%s",
                 step, o_.steps, report.version.c_str(),
                 std::string(sync::to_string(report.selector)).c_str(), report.bytes,
                 format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
-                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), accept.c_str());
+                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
+                format_bytes(report.wire_bytes).c_str(), report.delta_buckets, changed_.c_str(),
+                accept.c_str());
   return {kExitOk, line + membership(report)};
 }
 

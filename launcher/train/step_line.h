@@ -33,6 +33,10 @@ class StepChecker {
   std::pair<int, std::string> committed(int step, const sync::trainer::UpdateReport& report,
                                         const std::vector<sync::trainer::SentDigest>& digests,
                                         const std::string& accept);
+  // With --drift realistic: the fraction of elements the coordinator's own shard changed this
+  // step, printed as " changed <pct>%" (a sample of the model; negative: not printed).
+  void set_changed(double fraction);
+
   // Whether some step failed verification under --keep-going.
   bool verify_failed() const { return verify_failed_; }
 
@@ -44,6 +48,7 @@ class StepChecker {
   const sync::ModelSpec& spec_;
   sync::trainer::DistributedUpdater& updater_;
   bool has_draft_;
+  std::string changed_;
   std::vector<sync::trainer::EngineApi*> engines_;  // the verifier's engines (it keeps a span)
   std::unique_ptr<sync::trainer::UpdateVerifier> verifier_;
   bool verify_failed_ = false;

@@ -107,6 +107,24 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--step-interval-ms", o.step_interval_ms,
                  "time between updates, standing in for the training compute (tests, demos)")
       ->capture_default_str();
+  app.add_option("--delta", o.delta,
+                 "auto: once every engine confirmed a version, send each bucket as a delta "
+                 "against it when that is smaller (keeps one base copy per stage); off: always "
+                 "send buckets in full")
+      ->check(CLI::IsMember({"off", "auto"}))
+      ->capture_default_str();
+  app.add_option("--delta-codec", o.delta_codec, "delta payload codec")
+      ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))
+      ->capture_default_str();
+  app.add_option("--drift", o.drift,
+                 "how weights change per step: jump (every element redrawn: the generator's "
+                 "step k) or realistic (fp32 masters moved by an optimizer-like step and rounded "
+                 "to the dtype; a few percent of elements change)")
+      ->check(CLI::IsMember({"jump", "realistic"}))
+      ->capture_default_str();
+  app.add_option("--drift-lr", o.drift_lr, "realistic drift's step size (0: the default rate)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 sync::ModelSpec resolve_model(const TrainOptions& o) {
@@ -171,6 +189,8 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.request_timeout = Millis(o.request_timeout_ms);
   u.group_timeout = Millis(o.group_timeout_ms);
   u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
+  u.delta = sync::trainer::parse_delta_mode(o.delta);
+  u.delta_codec = sync::parse_delta_codec(o.delta_codec);
   u.probe_timeout = Millis(o.probe_timeout_ms);
   u.max_backoff_updates = o.probe_backoff_max_steps;
   if (o.engine_flavor != "auto")

@@ -58,7 +58,11 @@ struct TrainOptions {
   std::string on_engine_failure = "fail";  // fail | drop (sync/trainer/engine_set.h)
   int probe_timeout_ms = 2000;
   int probe_backoff_max_steps = 16;
-  int step_interval_ms = 0;  // pause between steps: the training compute (tests, demos)
+  int step_interval_ms = 0;    // pause between steps: the training compute (tests, demos)
+  std::string delta = "auto";  // off | auto (sync/trainer/delta_source.h)
+  std::string delta_codec = "xor_zstd";
+  std::string drift = "jump";  // jump (fill_tensor's step k) | realistic (sync/model/drift.h)
+  double drift_lr = 0;         // 0: the realistic rate
 };
 
 // Registers every flag on `app`, writing into `options`.

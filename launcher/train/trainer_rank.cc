@@ -10,11 +10,12 @@
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
 #include "launcher/cli_util.h"
-#include "sync/trainer/stage_outcome.h"
 #include "launcher/train/step_line.h"
+#include "sync/model/drift.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/engine_client.h"
 #include "sync/trainer/megatron.h"
+#include "sync/trainer/stage_outcome.h"
 #include "sync/trainer/updater.h"
 #include "sync/trainer/verify.h"
 
@@ -206,6 +207,23 @@ class Rank {
   }
 
   int run_step(int step);
+  // This rank's shards at `step`: the generator's step (--drift jump), or the fp32 masters moved
+  // one more optimizer-like step from the initial weights (--drift realistic).
+  std::vector<std::byte> shards_at(int step) {
+    const auto k = static_cast<std::uint64_t>(step);
+    if (o_.drift != "realistic") return rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, k);
+    if (!drift_) {
+      drifted_ = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, 0);
+      const double lr = o_.drift_lr > 0 ? o_.drift_lr : sync::kRealisticLr;
+      drift_ = std::make_unique<sync::Drift>(spec_.dtype, drifted_, o_.seed, lr);
+    }
+    const std::size_t changed = drift_->step(k, drifted_);
+    if (checker_) {
+      const auto n = static_cast<double>(std::max<std::size_t>(drift_->elements(), 1));
+      checker_->set_changed(static_cast<double>(changed) / n);
+    }
+    return drifted_;
+  }
   std::string run_sources(int step, std::vector<HostTensor>& tensors);
   // One attempt at the step's update: open (coordinator), every stage, commit (coordinator).
   // Returns the coordinator's "opened" status; `report` and `digests` are the coordinator's.
@@ -243,14 +261,15 @@ class Rank {
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
   std::unique_ptr<StepChecker> checker_;  // coordinator only
-  bool has_draft_ = false;                // some engine holds a draft runner (coordinator only)
+  // --drift realistic: this rank's shards as fp32 masters, and their bytes at the last step.
+  std::unique_ptr<sync::Drift> drift_;
+  std::vector<std::byte> drifted_;
+  bool has_draft_ = false;  // some engine holds a draft runner (coordinator only)
 };
 
 int Rank::run_step(int step) {
   std::vector<std::byte> mine;
-  if (topo_.dp_rank() == 0) {
-    mine = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, static_cast<std::uint64_t>(step));
-  }
+  if (topo_.dp_rank() == 0) mine = shards_at(step);
   mpi::GatheredBytes gathered =
       mpi::gatherv_bytes(stage_comm_.get(), 0, std::move(mine), mpi_deadline());
   std::string line = status(kExitOk, "");

@@ -49,6 +49,7 @@ struct Settings {
   std::string bind_address = "127.0.0.1", group_prefix = "weightcast", pause_mode = "abort";
   double connect_timeout = 5, request_timeout = 60, group_timeout = 120, update_timeout = 300;
   double bucket_delay = 0;
+  std::string delta = "auto";
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -74,6 +75,7 @@ wt::UpdaterOptions updater_options(const Settings& s) {
   o.group_timeout = millis(s.group_timeout, "group_timeout");
   if (s.bucket_delay < 0) throw comm::ConfigError("bucket_delay must be >= 0");
   o.buckets.bucket_delay = comm::Millis(static_cast<std::int64_t>(s.bucket_delay * 1000.0));
+  o.delta = wt::parse_delta_mode(s.delta);
   return o;
 }
 
@@ -92,7 +94,7 @@ void bind_updater(py::module_& m) {
                        std::optional<std::string> store_token, std::string bind_address,
                        std::string group_prefix, std::string pause_mode, double connect_timeout,
                        double request_timeout, double group_timeout, double update_timeout,
-                       bool verify, double bucket_delay) {
+                       bool verify, double bucket_delay, std::string delta) {
              Settings s{std::move(selector),
                         std::move(backend),
                         bucket_bytes,
@@ -106,7 +108,8 @@ void bind_updater(py::module_& m) {
                         request_timeout,
                         group_timeout,
                         update_timeout,
-                        bucket_delay};
+                        bucket_delay,
+                        std::move(delta)};
              return make_updater(std::move(engines), s, verify);
            }),
            py::kw_only(), py::arg("engines"), py::arg("backend") = "gloo",
@@ -116,7 +119,7 @@ void bind_updater(py::module_& m) {
            py::arg("group_prefix") = "weightcast", py::arg("pause_mode") = "abort",
            py::arg("connect_timeout") = 5.0, py::arg("request_timeout") = 60.0,
            py::arg("group_timeout") = 120.0, py::arg("update_timeout") = 300.0,
-           py::arg("verify") = false, py::arg("bucket_delay") = 0.0)
+           py::arg("verify") = false, py::arg("bucket_delay") = 0.0, py::arg("delta") = "auto")
       .def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
            "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
       .def("open_session", &PyUpdater::open_session, py::arg("version") = py::none(),

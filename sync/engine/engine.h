@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "comm/deadline.h"
@@ -110,12 +111,18 @@ class Engine {
   // group within session `session_id`.
   std::uint64_t next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
                                      std::uint64_t session_id);
+  // The delta of a bucket request, checked against the committed version, with its base filler.
+  std::variant<Refusal, std::shared_ptr<const DeltaSpec>> delta_spec_locked(
+      const BucketDelta& delta, const BucketPlan& plan,
+      const std::vector<std::vector<Runner>>& destinations) const;
   std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
                                              std::vector<std::vector<Runner>>& destinations) const;
   void watchdog_loop(std::stop_token stop);
 
   const EngineOptions opts_;
   const std::unique_ptr<RunnerSet> runners_;
+  // Random per engine start, answered by begin: a trainer tells a restarted engine by it.
+  const std::string instance_id_;
   mutable std::mutex mu_;
   SessionMachine session_;
   std::shared_ptr<Staging> staging_;

@@ -1,7 +1,9 @@
 // Engine routes that touch the data plane: joining and leaving groups, receiving buckets.
 #include <algorithm>
+#include <variant>
 
 #include "comm/errors.h"
+#include "sync/engine/delta_base.h"
 #include "sync/engine/engine.h"
 #include "sync/protocol/protocol_text.h"
 
@@ -220,8 +222,17 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
                                   " bytes (with alignment), over --max-bucket-bytes = " +
                                   std::to_string(opts_.max_bucket_bytes));
     }
+    std::shared_ptr<const DeltaSpec> delta;
+    if (request.delta) {
+      auto made = delta_spec_locked(*request.delta, plan, destinations);
+      if (auto* refusal = std::get_if<Refusal>(&made)) {
+        return error_reply(refusal->status, refusal->message);
+      }
+      delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
+    }
     job = std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations),
-                                      staging_, request.load_format == LoadFormat::kPerTensor);
+                                      staging_, request.load_format == LoadFormat::kPerTensor,
+                                      std::move(delta));
     if (auto refusal = group->submit(job)) return error_reply(refusal->status, refusal->message);
     std::uint64_t& next = arrivals_[request.group_name].second;
     next = std::max(next, sequence + 1);
@@ -238,6 +249,14 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
                        "bucket " + std::to_string(sequence) + " not received within " +
                            std::to_string(budget.count()) + " ms");
   }
+  // The bucket was received but could not be applied (a delta whose base this engine does not
+  // hold, or a bad payload): the session ends, the group stays.
+  if (result->session_failed) {
+    std::lock_guard lock(mu_);
+    fail_session_locked(session_id, result->message, /*abort_groups=*/false, result->status);
+    return error_reply(result->status, "update_weights_from_distributed: " + result->message +
+                                           "; session aborted, previous weights kept");
+  }
   // 409: the session was aborted by a request while this bucket was received; the group is fine.
   if (result->status == 409) return error_reply(409, result->message);
   if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
@@ -250,6 +269,37 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
     message += ". Weight version updated to " + *request.weight_version + ".";
   }
   return ok_basic(std::move(message));
+}
+
+std::variant<Refusal, std::shared_ptr<const DeltaSpec>> Engine::delta_spec_locked(
+    const BucketDelta& delta, const BucketPlan& plan,
+    const std::vector<std::vector<Runner>>& destinations) const {
+  const std::string held = runners_->weight_version();
+  if (delta.base_version != held) {
+    return Refusal{409, "delta.base_version: the delta is against weight_version '" +
+                            delta.base_version + "' but this engine holds '" + held +
+                            "'; send the bucket in full"};
+  }
+  if (delta.wire_bytes > opts_.max_bucket_bytes) {
+    return Refusal{400, "delta.wire_bytes: " + std::to_string(delta.wire_bytes) +
+                            " over --max-bucket-bytes = " + std::to_string(opts_.max_bucket_bytes)};
+  }
+  std::vector<Digest> expected;
+  try {
+    for (const std::string& d : delta.base_digests) {
+      expected.push_back(parse_digest(d, "delta.base_digests"));
+    }
+  } catch (const comm::BadRequestError& e) {
+    return Refusal{400, e.what()};
+  }
+  auto spec = std::make_shared<DeltaSpec>();
+  spec->codec = delta.codec;
+  spec->wire_bytes = delta.wire_bytes;
+  spec->fill_base = [runners = runners_.get(), plan, destinations, expected = std::move(expected),
+                     base = delta.base_version](std::span<std::byte> bucket) {
+    return fill_delta_base(*runners, plan, destinations, expected, base, bucket);
+  };
+  return std::shared_ptr<const DeltaSpec>(std::move(spec));
 }
 
 std::uint64_t Engine::next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,

@@ -5,6 +5,7 @@
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
+#include "sync/model/delta.h"
 
 namespace weightcast::sync::engine {
 
@@ -19,14 +20,18 @@ int failure_status(const std::exception& error) {
 
 BucketJob::BucketJob(std::uint64_t session_id, BucketPlan plan,
                      std::vector<std::vector<Runner>> destinations,
-                     std::shared_ptr<Staging> staging, bool per_tensor)
+                     std::shared_ptr<Staging> staging, bool per_tensor,
+                     std::shared_ptr<const DeltaSpec> delta)
     : session_id_(session_id),
       plan_(std::move(plan)),
       destinations_(std::move(destinations)),
       staging_(std::move(staging)),
-      per_tensor_(per_tensor) {
+      per_tensor_(per_tensor),
+      delta_(std::move(delta)) {
   WC_ENFORCE_EQ(destinations_.size(), plan_.entries.size());
   WC_ENFORCE(staging_ != nullptr);
+  WC_ENFORCE(!(per_tensor_ && delta_), "a delta bucket travels as one broadcast");
+  WC_ENFORCE(!delta_ || delta_->fill_base, "a delta bucket needs its base");
 }
 
 void BucketJob::finish(JobResult result) {
@@ -46,22 +51,19 @@ std::optional<JobResult> BucketJob::wait(comm::Deadline deadline) const {
 
 // Where one bucket of one rank lands. Host ranks receive straight into a pool block, which rank
 // 0's staging then keeps as the tensors' memory (no copy). Device ranks receive into a device
-// buffer reused across buckets and copy it into a pool block for staging.
+// buffer reused across buckets and copy it into a pool block for staging. A delta payload lands
+// in `wire` (host, reused across buckets; device ranks copy it there).
 struct Group::RecvBuffer {
   comm::MemoryKind kind = comm::MemoryKind::kHost;
   std::shared_ptr<const Block> block;
   void* device = nullptr;
   std::size_t device_capacity = 0;
   std::size_t size = 0;
+  std::vector<std::byte> wire;
 
   ~RecvBuffer() { comm::cuda_free(device); }
 
-  void* prepare(BlockPool& pool, std::size_t bytes) {
-    size = bytes;
-    if (kind == comm::MemoryKind::kHost) {
-      block = pool.acquire(bytes);
-      return block->data();
-    }
+  void* device_buffer(std::size_t bytes) {
     if (bytes > device_capacity) {
       comm::cuda_free(device);
       device = nullptr;
@@ -70,6 +72,30 @@ struct Group::RecvBuffer {
       device_capacity = bytes;
     }
     return device;
+  }
+
+  void* prepare(BlockPool& pool, std::size_t bytes) {
+    size = bytes;
+    if (kind == comm::MemoryKind::kHost) {
+      block = pool.acquire(bytes);
+      return block->data();
+    }
+    return device_buffer(bytes);
+  }
+
+  void* prepare_wire(std::size_t bytes) {
+    size = bytes;
+    if (kind != comm::MemoryKind::kHost) return device_buffer(bytes);
+    if (wire.size() < bytes) wire.resize(bytes);
+    return wire.data();
+  }
+
+  std::span<const std::byte> take_wire() {
+    if (kind != comm::MemoryKind::kHost) {
+      if (wire.size() < size) wire.resize(size);
+      comm::cuda_copy_to_host(wire.data(), device, size);
+    }
+    return {wire.data(), size};
   }
 
   // The received bucket in a host block, handed over to the caller.
@@ -241,10 +267,11 @@ void Group::receive_loop(int r) {
     int slot = 0;
     auto job = next_job(r, slot);
     if (!job) return;
-    const std::size_t total = job->plan().total_bytes;
+    const std::size_t total = job->wire_bytes();
     try {
-      void* data = rank.buffers[slot].prepare(*pool_, total);
-      if (job->per_tensor()) {
+      if (job->delta()) {
+        rank.channel->receive(rank.buffers[slot].prepare_wire(total), total, opts_.comm_timeout);
+      } else if (void* data = rank.buffers[slot].prepare(*pool_, total); job->per_tensor()) {
         // One broadcast per tensor, each into its place: the unpack below is the same.
         for (const BucketEntry& entry : job->plan().entries) {
           rank.channel->receive(static_cast<std::byte*>(data) + entry.offset, entry.bytes,
@@ -287,6 +314,31 @@ void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> blo
   }
 }
 
+void Group::apply_delta(int r, BucketJob& job, int slot) {
+  const DeltaSpec& delta = *job.delta();
+  auto block = pool_->acquire(job.plan().total_bytes);
+  const std::span<std::byte> bucket(block->data(), job.plan().total_bytes);
+  std::optional<std::string> refusal = delta.fill_base(bucket);
+  int status = 409;
+  if (!refusal) {
+    try {
+      DeltaDecoder(delta.codec)
+          .decode(ranks_[static_cast<std::size_t>(r)]->buffers[slot].take_wire(), bucket);
+    } catch (const comm::BadRequestError& e) {
+      refusal = e.what();
+      status = 400;
+    }
+  }
+  if (refusal) {
+    job.finish({status,
+                "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
+                    ": " + *refusal,
+                true});
+    return;
+  }
+  stage_bucket(r, job, std::move(block));
+}
+
 void Group::unpack_loop(int r) {
   Rank& rank = *ranks_[static_cast<std::size_t>(r)];
   for (;;) {
@@ -300,7 +352,11 @@ void Group::unpack_loop(int r) {
     }
     BucketJob& job = *item.job;
     try {
-      stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_));
+      if (job.delta()) {
+        apply_delta(r, job, item.slot);
+      } else {
+        stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_));
+      }
     } catch (const std::exception& e) {
       fail(500, "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
                     ": unpack failed: " + e.what());

@@ -19,10 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +41,19 @@ namespace weightcast::sync::engine {
 struct JobResult {
   int status = 200;  // 200, or the HTTP status of the failure
   std::string message;
+  // The bucket was received but cannot be applied (a delta whose base this engine does not hold,
+  // or a payload that does not decode): the group is fine, the session must be aborted.
+  bool session_failed = false;
+};
+
+// A bucket that travels as a delta (sync/model/delta.h): `wire_bytes` of payload arrive instead
+// of the bucket, and each rank applies them to the base that fill_base writes into its buffer
+// (sync/engine/delta_base.h); fill_base returns a refusal message when the engine does not hold
+// the base.
+struct DeltaSpec {
+  DeltaCodec codec = DeltaCodec::kXorZstd;
+  std::size_t wire_bytes = 0;
+  std::function<std::optional<std::string>(std::span<std::byte> bucket)> fill_base;
 };
 
 // One bucket request: what to receive and where each tensor goes.
@@ -49,7 +64,7 @@ class BucketJob {
   // of one broadcast of the whole bucket.
   BucketJob(std::uint64_t session_id, BucketPlan plan,
             std::vector<std::vector<Runner>> destinations, std::shared_ptr<Staging> staging,
-            bool per_tensor = false);
+            bool per_tensor = false, std::shared_ptr<const DeltaSpec> delta = nullptr);
 
   std::uint64_t session_id() const { return session_id_; }
   std::uint64_t sequence() const { return plan_.sequence; }
@@ -57,6 +72,9 @@ class BucketJob {
   const std::vector<std::vector<Runner>>& destinations() const { return destinations_; }
   Staging& staging() const { return *staging_; }
   bool per_tensor() const { return per_tensor_; }
+  const DeltaSpec* delta() const { return delta_.get(); }
+  // Bytes the broadcast carries: the delta payload, or the whole bucket.
+  std::size_t wire_bytes() const { return delta_ ? delta_->wire_bytes : plan_.total_bytes; }
 
   // The first result wins; later calls are ignored.
   void finish(JobResult result);
@@ -70,6 +88,7 @@ class BucketJob {
   const std::vector<std::vector<Runner>> destinations_;
   const std::shared_ptr<Staging> staging_;
   const bool per_tensor_;
+  const std::shared_ptr<const DeltaSpec> delta_;
   int ranks_done_ = 0;  // guarded by the owning Group's mutex
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -128,6 +147,10 @@ class Group {
   void unpack_loop(int r);
   // Digests the tensors of `job` received in `block` and stages them for their runners.
   void stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block);
+  // A delta bucket: the base rebuilt into a pool block, the payload in `slot` applied to it, then
+  // staged as above. A base this engine does not hold or a bad payload finishes the job with
+  // session_failed (the group is fine).
+  void apply_delta(int r, BucketJob& job, int slot);
   std::shared_ptr<BucketJob> next_job(int r, int& slot);
   void fail(int status, const std::string& reason);
   void fail_locked(int status, const std::string& reason, std::unique_lock<std::mutex>& lock);

@@ -76,6 +76,43 @@ std::vector<TensorMeta> read_bucket_tensors(const wire::FieldReader& r,
   return tensors;
 }
 
+// The optional "delta" object of a bucket request; `tensors` is the number of names.
+std::optional<BucketDelta> read_bucket_delta(const wire::FieldReader& r, LoadFormat format,
+                                             std::size_t tensors, const ProtocolLimits& limits) {
+  const Json* v = r.optional("delta");
+  if (v == nullptr) return std::nullopt;
+  if (format != LoadFormat::kWeightcastBucket) {
+    fail("delta", "delta buckets need load_format weightcast_bucket (got " +
+                      std::string(to_string(format)) + ")");
+  }
+  if (!v->is_object()) fail("delta", "must be an object");
+  const wire::FieldReader d(*v, "delta.");
+  BucketDelta out;
+  out.codec = wire::as_enum(d.required("codec"), "delta.codec", parse_delta_codec);
+  out.wire_bytes = wire::as_uint(d.required("wire_bytes"), "delta.wire_bytes");
+  if (out.wire_bytes == 0 || out.wire_bytes > limits.max_bucket_bytes) {
+    fail("delta.wire_bytes", "must be in [1, " + std::to_string(limits.max_bucket_bytes) +
+                                 "] (got " + std::to_string(out.wire_bytes) + ")");
+  }
+  out.base_version =
+      wire::as_text(d.required("base_version"), "delta.base_version", limits.max_string_length);
+  const Json& digests =
+      wire::as_array(d.required("base_digests"), "delta.base_digests", limits.max_names_per_bucket);
+  if (digests.size() != tensors) {
+    fail("delta.base_digests",
+         std::to_string(digests.size()) + " entries, but names has " + std::to_string(tensors));
+  }
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    const std::string path = indexed("delta.base_digests", i);
+    std::string text = wire::as_text(digests[i], path, 32);
+    const bool hex =
+        text.size() == 32 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+    if (!hex) fail(path, "must be 32 hex digits (got " + quoted(text) + ")");
+    out.base_digests.push_back(std::move(text));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::size_t UpdateWeightsFromDistributedRequest::total_bytes() const {
@@ -177,6 +214,7 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
   }
   out.session_id = read_session_text(r, "session_id", limits);
   out.tensors = read_bucket_tensors(r, limits);
+  out.delta = read_bucket_delta(r, out.load_format, out.tensors.size(), limits);
   return out;
 }
 
@@ -262,6 +300,12 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
   }
   if (request.weight_version) j["weight_version"] = *request.weight_version;
   if (request.session_id) j["session_id"] = *request.session_id;
+  if (request.delta) {
+    j["delta"] = {{"codec", to_string(request.delta->codec)},
+                  {"wire_bytes", request.delta->wire_bytes},
+                  {"base_version", request.delta->base_version},
+                  {"base_digests", request.delta->base_digests}};
+  }
   return wire::dump(j);
 }
 

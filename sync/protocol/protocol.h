@@ -85,6 +85,19 @@ struct BeginWeightUpdateRequest {
   bool operator==(const BeginWeightUpdateRequest&) const = default;
 };
 
+// Ours: a bucket that travels as a delta against the bytes the engine committed at `base_version`
+// (update_weights_from_distributed's "delta" object; docs/protocol.md, "Delta buckets"). The
+// broadcast carries `wire_bytes` of payload instead of the bucket; the engine rebuilds the base
+// bucket from its committed tensors, checks each against base_digests (XXH3-128, 32 hex digits,
+// parallel to the tensors) and applies the payload into staging. Only with kWeightcastBucket.
+struct BucketDelta {
+  DeltaCodec codec = DeltaCodec::kXorZstd;
+  std::uint64_t wire_bytes = 0;  // >= 1, <= limits.max_bucket_bytes
+  std::string base_version;
+  std::vector<std::string> base_digests;
+  bool operator==(const BucketDelta&) const = default;
+};
+
 // POST /update_weights_from_distributed: one bucket (SGLang UpdateWeightsFromDistributedReqInput
 // plus our fields). On the wire the tensors are SGLang's parallel lists names / dtypes / shapes;
 // here they are one list of TensorMeta. Differences from SGLang: selector is ours and required;
@@ -103,6 +116,7 @@ struct UpdateWeightsFromDistributedRequest {
   std::optional<std::string> weight_version;             // SGLang: Optional[str], null = absent
   bool torch_empty_cache = false;                        // SGLang field; accepted and carried
   std::optional<std::string> session_id = std::nullopt;  // ours: the owner's session
+  std::optional<BucketDelta> delta = std::nullopt;       // ours: absent = the bucket in full
   bool operator==(const UpdateWeightsFromDistributedRequest&) const = default;
 
   // Sum of the tensors' byte counts, unpadded (bucket layout and alignment belong to the data

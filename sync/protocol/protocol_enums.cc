@@ -85,4 +85,24 @@ std::string_view to_string(LoadFormat format) {
   return {};
 }
 
+DeltaCodec parse_delta_codec(std::string_view text) {
+  for (DeltaCodec codec : kAllDeltaCodecs) {
+    if (text == to_string(codec)) return codec;
+  }
+  throw comm::BadRequestError("unknown delta codec " + quoted(text) +
+                              " (valid: xor_zstd, xor_lz4, sparse)");
+}
+
+std::string_view to_string(DeltaCodec codec) {
+  switch (codec) {
+    case DeltaCodec::kXorZstd:
+      return "xor_zstd";
+    case DeltaCodec::kXorLz4:
+      return "xor_lz4";
+    case DeltaCodec::kSparse:
+      return "sparse";
+  }
+  return "?";
+}
+
 }  // namespace weightcast::sync

@@ -1,5 +1,6 @@
 // Small closed vocabularies of the engine HTTP API besides selectors and dtypes: the data-plane
-// backend a weight update group uses, and how pause_generation treats running requests.
+// backend a weight update group uses, how pause_generation treats running requests, how a group
+// meets, how bucket tensors travel and how a delta bucket is encoded.
 //
 // Each parse_* accepts exactly the wire spelling and throws comm::BadRequestError quoting the
 // value and listing the valid ones; to_string gives the wire spelling back.
@@ -47,5 +48,13 @@ inline constexpr std::array<LoadFormat, 3> kAllLoadFormats = {
 // "flattened_bucket" or "weightcast_bucket" (kPerTensor has no spelling: the field is absent).
 LoadFormat parse_load_format(std::string_view text);
 std::string_view to_string(LoadFormat format);  // kPerTensor: "per_tensor" (for messages)
+
+// How a delta bucket's payload is encoded (the bucket request's "delta.codec"; the codecs are in
+// sync/model/delta.h): "xor_zstd", "xor_lz4" or "sparse".
+enum class DeltaCodec { kXorZstd, kXorLz4, kSparse };
+inline constexpr std::array<DeltaCodec, 3> kAllDeltaCodecs = {
+    DeltaCodec::kXorZstd, DeltaCodec::kXorLz4, DeltaCodec::kSparse};
+DeltaCodec parse_delta_codec(std::string_view text);
+std::string_view to_string(DeltaCodec codec);
 
 }  // namespace weightcast::sync

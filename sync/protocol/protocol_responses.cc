@@ -129,7 +129,8 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   out.selector = wire::as_enum(v, "selector", parse_selector);
   for (auto [key, field] :
        {std::pair{"session_id", &out.session_id}, std::pair{"holder", &out.holder},
-        std::pair{"weight_version", &out.weight_version}}) {
+        std::pair{"weight_version", &out.weight_version},
+        std::pair{"instance_id", &out.instance_id}}) {
     if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
   }
   return out;
@@ -227,6 +228,7 @@ std::string to_json_string(const BeginWeightUpdateResponse& response) {
   if (!response.session_id.empty()) j["session_id"] = response.session_id;
   if (!response.holder.empty()) j["holder"] = response.holder;
   if (!response.weight_version.empty()) j["weight_version"] = response.weight_version;
+  if (!response.instance_id.empty()) j["instance_id"] = response.instance_id;
   return wire::dump(j);
 }
 

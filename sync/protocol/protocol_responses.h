@@ -41,6 +41,9 @@ struct BeginWeightUpdateResponse {
   std::string session_id;
   std::string holder;
   std::string weight_version;
+  // Ours: which process answered (random per engine start), so a trainer can tell an engine that
+  // restarted from one that kept the weights it committed (delta updates). Empty: not sent.
+  std::string instance_id;
   bool operator==(const BeginWeightUpdateResponse&) const = default;
 };
 

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
@@ -45,10 +46,16 @@ class Sender {
     std::vector<std::future<void>> answers;  // one per engine
   };
 
-  void issue(std::uint64_t k);
+  void issue(std::uint64_t k, const std::optional<BucketDelta>& delta);
+  // Sends the requests of buckets [next_, last] (bounded by max_in_flight, never waiting for
+  // bucket k's own answer). False when the phase failed meanwhile.
+  bool issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline deadline,
+                     const std::optional<BucketDelta>& delta);
   // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
   void collect_oldest(comm::Deadline deadline);
   void broadcast(const BucketPlan& plan, std::span<std::byte> bucket, comm::Deadline deadline);
+  // A delta payload: one broadcast of its bytes.
+  void broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline);
   // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
   void broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline);
   void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
@@ -69,6 +76,10 @@ class Sender {
   std::mutex mu_;  // guards result_.failures against the request threads
   BucketSendResult result_;
   std::unique_ptr<DeviceBuffer> device_;
+  std::uint64_t next_ = 0;  // next bucket whose request is not sent yet
+  // Per packer slot: the delta of the bucket packed there (nullopt: in full) and its payload.
+  std::optional<BucketDelta> encoded_[2];
+  std::vector<std::byte> payloads_[2];
 };
 
 void Sender::fail() {
@@ -81,8 +92,9 @@ void Sender::record(EngineFailure failure) {
   result_.failures.push_back(std::move(failure));
 }
 
-void Sender::issue(std::uint64_t k) {
-  const auto base = session_.bucket_request(plans_[k], group_, options_.load_format);
+void Sender::issue(std::uint64_t k, const std::optional<BucketDelta>& delta) {
+  auto base = session_.bucket_request(plans_[k], group_, options_.load_format);
+  base.delta = delta;
   InFlight flight{k, {}};
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineApi* engine = engines_[e];
@@ -143,6 +155,32 @@ void Sender::broadcast(const BucketPlan& plan, std::span<std::byte> bucket,
   result_.broadcast_seconds += seconds_since(start);
 }
 
+bool Sender::issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline deadline,
+                           const std::optional<BucketDelta>& delta) {
+  while (next_ <= last && !failed_) {
+    while (in_flight_.size() >= options_.max_in_flight && in_flight_.front().bucket < k) {
+      collect_oldest(deadline);
+    }
+    // A failure seen while collecting ends the phase here: one more request would reach a
+    // silent engine too, and its answer is awaited for a whole read timeout.
+    if (failed_ || in_flight_.size() >= options_.max_in_flight) break;
+    issue(next_, next_ == k ? delta : std::nullopt);
+    ++next_;
+  }
+  return !failed_;
+}
+
+void Sender::broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline) {
+  std::byte* data = payload.data();
+  if (options_.memory == comm::MemoryKind::kCuda) {
+    comm::cuda_copy_to_device(device_->ptr, payload.data(), payload.size());
+    data = static_cast<std::byte*>(device_->ptr);
+  }
+  const auto start = comm::Clock::now();
+  broadcast_bytes(data, payload.size(), deadline);
+  result_.broadcast_seconds += seconds_since(start);
+}
+
 void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) {
   const auto start = comm::Clock::now();
   for (const BucketEntry& entry : plan.entries) {
@@ -186,39 +224,63 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
   }
   const auto n = static_cast<std::uint64_t>(plans_.size());
 
+  const bool unpacked =
+      options_.load_format == LoadFormat::kPerTensor && options_.memory == comm::MemoryKind::kHost;
+  DeltaSource* delta =
+      options_.load_format == LoadFormat::kWeightcastBucket ? options_.delta : nullptr;
   {
-    const bool unpacked = options_.load_format == LoadFormat::kPerTensor &&
-                          options_.memory == comm::MemoryKind::kHost;
+    const bool deltas = delta != nullptr && delta->begin(plans_, session_.delta_base());
+    BucketPacker::AfterPack after_pack;
+    if (delta != nullptr) {
+      after_pack = [this, delta](std::uint64_t k, std::size_t slot,
+                                 std::span<const std::byte> packed) {
+        encoded_[slot] = delta->encode(k, packed, payloads_[slot]);
+      };
+    }
     // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
     const std::vector<BucketPlan> none;
     BucketPacker packer(
         unpacked ? none : plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); }, 2,
-        options_.pack_buffers);
-    std::uint64_t next = 0;  // next bucket whose request is not sent yet
+        options_.pack_buffers, std::move(after_pack));
+    // Bucket k acquired from the packer, with its delta (nullopt: in full); with deltas its
+    // request is sent at once, since it says how the bucket travels.
+    struct Ready {
+      std::span<std::byte> bucket;
+      std::optional<BucketDelta> encoded;
+    };
+    const auto acquire = [&](std::uint64_t k) -> std::optional<Ready> {
+      const auto pack_start = comm::Clock::now();
+      Ready r{packer.acquire(k, deadline), std::nullopt};
+      result_.pack_wait_seconds += seconds_since(pack_start);
+      if (delta != nullptr) r.encoded = std::move(encoded_[k % 2]);
+      if (failed_ || (deltas && !issue_through(k, k, deadline, r.encoded))) return std::nullopt;
+      return r;
+    };
+    std::optional<Ready> ready;  // the next bucket, acquired (and announced) ahead
     for (std::uint64_t k = 0; k < n && !failed_; ++k) {
       try {
-        // Requests k (required) and k+1 (look-ahead) go out before bucket k is broadcast. The
-        // in-flight bound may wait for older answers, never for bucket k's own: that answer
-        // needs the broadcast below.
-        while (next <= std::min(k + 1, n - 1) && !failed_) {
-          while (in_flight_.size() >= options_.max_in_flight && in_flight_.front().bucket < k) {
-            collect_oldest(deadline);
-          }
-          // A failure seen while collecting ends the phase here: one more request would reach a
-          // silent engine too, and its answer is awaited for a whole read timeout.
-          if (failed_ || in_flight_.size() >= options_.max_in_flight) break;
-          issue(next++);
-        }
-        if (failed_) break;
+        // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
+        // broadcast; with them, request k goes out once bucket k is encoded (below).
+        if (!deltas && !issue_through(std::min(k + 1, n - 1), k, deadline, std::nullopt)) break;
         if (unpacked) {
           broadcast_tensors(plans_[k], deadline);
+          result_.wire_bytes += plans_[k].total_bytes;
         } else {
-          const auto pack_start = comm::Clock::now();
-          std::span<std::byte> bucket = packer.acquire(k, deadline);
-          result_.pack_wait_seconds += seconds_since(pack_start);
-          if (failed_) break;
-          broadcast(plans_[k], bucket, deadline);
+          std::optional<Ready> r = ready ? std::exchange(ready, std::nullopt) : acquire(k);
+          if (!r) break;
+          if (r->encoded) {
+            auto& payload = payloads_[k % 2];
+            broadcast_payload({payload.data(), payload.size()}, deadline);
+            result_.wire_bytes += payload.size();
+            result_.delta_buckets += 1;
+          } else {
+            broadcast(plans_[k], r->bucket, deadline);
+            result_.wire_bytes += r->bucket.size();
+          }
           packer.release(k);
+          // With deltas the next request goes out now, before any pause between broadcasts, so
+          // engines post its receive early (and notice at once when this source dies there).
+          if (deltas && k + 1 < n && !(ready = acquire(k + 1))) break;
         }
         ++result_.buckets;
         if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
@@ -233,6 +295,8 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
       }
     }
   }
+  // After the packer stopped: it no longer writes the base.
+  if (delta != nullptr) delta->finish(!failed_ && result_.buckets == n, session_.version());
   const comm::Deadline last =
       failed_ ? std::min(deadline, comm::Clock::now() + options_.failure_grace) : deadline;
   while (!in_flight_.empty()) collect_oldest(last);

@@ -1,6 +1,11 @@
 // send_buckets(): the data phase of one pipeline stage — its tensors, cut into buckets, each
 // announced to every engine over HTTP and broadcast once on the stage's group.
 //
+// Delta updates (options.delta): the packer thread also encodes each bucket against the stage's
+// base; a bucket's request then says how it travels, so it is sent once the bucket is encoded:
+// right after the previous broadcast (the packer encoded it meanwhile), before any pause, so the
+// engines still post each receive before the source goes quiet. The broadcast carries the
+// payload, or the bucket where the delta did not pay.
 // Pipelining, so that neither HTTP nor packing serializes with the wire:
 //   - a packer thread fills buffer k+1 while bucket k is broadcast (BucketPacker, two buffers
 //     reused across updates); a bucket that is one tensor as it is, and every tensor of the
@@ -26,6 +31,7 @@
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
+#include "sync/trainer/delta_source.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/packer.h"
 #include "sync/trainer/report.h"
@@ -49,6 +55,10 @@ struct BucketSendOptions {
   LoadFormat load_format = LoadFormat::kWeightcastBucket;
   // Where packed buckets are built; null: the process's pool (default_pack_buffers()).
   std::shared_ptr<PackBuffers> pack_buffers;
+  // Delta updates (kWeightcastBucket only): the stage's base, kept up to date with every bucket
+  // sent; buckets go out as deltas against it when the session's delta_base() is its version.
+  // Null: every bucket in full and no base kept. Must outlive the call.
+  DeltaSource* delta = nullptr;
 };
 
 struct BucketSendResult {
@@ -56,6 +66,8 @@ struct BucketSendResult {
   std::uint64_t tensors = 0;
   std::uint64_t bytes = 0;  // tensor bytes, without padding
   std::uint64_t buckets = 0;
+  std::uint64_t wire_bytes = 0;     // broadcast: full buckets with padding, delta payloads
+  std::uint64_t delta_buckets = 0;  // buckets sent as deltas
   double seconds = 0;
   double http_wait_seconds = 0;  // waiting for bucket answers
   double pack_wait_seconds = 0;  // waiting for the packer

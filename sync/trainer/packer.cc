@@ -55,10 +55,12 @@ bool packs_as_is(const BucketPlan& plan) {
 }
 
 BucketPacker::BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source,
-                           std::size_t buffers, std::shared_ptr<PackBuffers> pool)
+                           std::size_t buffers, std::shared_ptr<PackBuffers> pool,
+                           AfterPack after_pack)
     : plans_(plans),
       source_(std::move(source)),
-      pool_(pool ? std::move(pool) : default_pack_buffers()) {
+      pool_(pool ? std::move(pool) : default_pack_buffers()),
+      after_pack_(std::move(after_pack)) {
   WC_ENFORCE_GE(buffers, std::size_t{1});
   const std::size_t count = std::min(buffers, plans.size());
   std::size_t bytes = 0;
@@ -107,6 +109,7 @@ void BucketPacker::run() {
         out = {buffers_[k % ring].get(), plan.total_bytes};
         pack(plan, source_, out);
       }
+      if (after_pack_) after_pack_(k, k % ring, out);
       std::lock_guard lock(mu_);
       ready_[k % ring] = out;
     } catch (...) {

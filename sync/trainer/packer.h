@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -55,9 +56,15 @@ bool packs_as_is(const BucketPlan& plan);
 
 class BucketPacker {
  public:
+  // Called on the packer thread with each bucket once packed, before acquire() hands it out, with
+  // its ring slot (k % buffers): the place for work that must see the packed bytes first (delta
+  // encoding, sync/trainer/delta_source.h). An exception it throws stops the packer.
+  using AfterPack =
+      std::function<void(std::uint64_t k, std::size_t slot, std::span<const std::byte> packed)>;
+
   // Starts packing plans[0] at once. `buffers` >= 1; they come from `pool` (null: the default).
   BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source, std::size_t buffers = 2,
-               std::shared_ptr<PackBuffers> pool = nullptr);
+               std::shared_ptr<PackBuffers> pool = nullptr, AfterPack after_pack = nullptr);
   ~BucketPacker();
   BucketPacker(const BucketPacker&) = delete;
   BucketPacker& operator=(const BucketPacker&) = delete;
@@ -76,6 +83,7 @@ class BucketPacker {
   const std::vector<BucketPlan>& plans_;
   TensorSource source_;
   std::shared_ptr<PackBuffers> pool_;
+  AfterPack after_pack_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;
   std::vector<std::size_t> capacities_;
   std::vector<std::span<std::byte>> ready_;  // per ring slot: what acquire() hands out

@@ -43,7 +43,9 @@ struct UpdateReport {
   std::uint64_t tensors = 0;
   std::uint64_t bytes = 0;  // tensor bytes sent (without bucket padding)
   std::uint64_t buckets = 0;
-  double seconds = 0;  // whole update, pause to continue
+  std::uint64_t wire_bytes = 0;     // bytes broadcast: full buckets (with padding), delta payloads
+  std::uint64_t delta_buckets = 0;  // buckets that travelled as deltas
+  double seconds = 0;               // whole update, pause to continue
   PhaseSeconds phases;
   // Within `data`: time the source waited for bucket answers and for the packer. What is left
   // is the data plane itself.

@@ -36,6 +36,11 @@ UpdateWeightsFromDistributedRequest UpdateSession::for_engine(
 }
 
 std::string UpdateSession::token() const {
+  const std::string base = delta_base_ ? " base=" + *delta_base_ : std::string();
+  return token_without_base() + base;
+}
+
+std::string UpdateSession::token_without_base() const {
   // With members there is one id per member, "-" where the engine issued none.
   const std::size_t count = members_.empty() ? session_ids_.size() : members_.size();
   std::string ids;
@@ -81,7 +86,22 @@ std::pair<std::uint64_t, std::vector<std::size_t>> parse_members(std::string_vie
 
 }  // namespace
 
+// The token's head: everything but its " base=" part.
+UpdateSession join_session_without_base(std::string_view token);
+
 UpdateSession join_session(std::string_view token) {
+  std::optional<std::string> base;
+  if (const auto at = token.rfind(" base="); at != std::string_view::npos) {
+    base = std::string(token.substr(at + 6));
+    validate_identifier(*base, 256, "session token base version");
+    token = token.substr(0, at);
+  }
+  UpdateSession session = join_session_without_base(token);
+  session.delta_base_ = std::move(base);
+  return session;
+}
+
+UpdateSession join_session_without_base(std::string_view token) {
   const auto space = token.find(' ');
   const auto space2 = space == std::string_view::npos ? space : token.find(' ', space + 1);
   if (space == std::string_view::npos || space + 1 >= token.size() || space + 1 == space2 ||

@@ -45,14 +45,22 @@ class UpdateSession {
   const std::vector<std::size_t>& members() const { return members_; }
   std::uint64_t epoch() const { return epoch_; }
 
+  // The version every member confirmed holding at begin, which this trainer committed to all of
+  // them last (delta updates: sync/trainer/delta_source.h); nullopt when any member may hold
+  // something else (restarted, re-admitted, or the last update failed).
+  const std::optional<std::string>& delta_base() const { return delta_base_; }
+
   // Text a coordinator passes to the other stage sources: "<selector> <version> <ids>", the ids
   // comma-separated in member order, "-" for an engine without one ("<selector> <version>" when
-  // no engine issued one), then " m<epoch>:<members>" when the session names its members.
+  // no engine issued one), then " m<epoch>:<members>" when the session names its members, then
+  // " base=<version>" when it has a delta base.
   std::string token() const;
 
  private:
   friend class DistributedUpdater;
   friend UpdateSession join_session(std::string_view token);
+  friend UpdateSession join_session_without_base(std::string_view token);
+  std::string token_without_base() const;
   UpdateSession(Selector selector, std::string version, std::vector<std::string> ids = {})
       : selector_(selector), version_(std::move(version)), session_ids_(std::move(ids)) {}
 
@@ -67,6 +75,7 @@ class UpdateSession {
   std::vector<std::string> session_ids_;  // per member; "" = none
   std::vector<std::size_t> members_;
   std::uint64_t epoch_ = 0;
+  std::optional<std::string> delta_base_;
 };
 
 // The session a coordinator opened, from its token(). Throws comm::BadRequestError on a token

@@ -22,6 +22,8 @@ json stage_outcome_json(const StageOutcome& o) {
           {"tensors", r.tensors},
           {"bytes", r.bytes},
           {"buckets", r.buckets},
+          {"wire_bytes", r.wire_bytes},
+          {"delta_buckets", r.delta_buckets},
           {"seconds", r.seconds},
           {"http_wait", r.http_wait_seconds},
           {"pack_wait", r.pack_wait_seconds},
@@ -40,6 +42,8 @@ StageOutcome stage_outcome_from_json(const json& j) {
   r.tensors = j.at("tensors").get<std::uint64_t>();
   r.bytes = j.at("bytes").get<std::uint64_t>();
   r.buckets = j.at("buckets").get<std::uint64_t>();
+  r.wire_bytes = j.at("wire_bytes").get<std::uint64_t>();
+  r.delta_buckets = j.at("delta_buckets").get<std::uint64_t>();
   r.seconds = j.at("seconds").get<double>();
   r.http_wait_seconds = j.at("http_wait").get<double>();
   r.pack_wait_seconds = j.at("pack_wait").get<double>();

@@ -197,6 +197,7 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   update_start_ = comm::Clock::now();
   session_ids_.assign(members_.size(), std::string());
   busy_.assign(members_.size(), 0);
+  std::vector<BeginWeightUpdateResponse> answers(members_.size());
 
   auto t = comm::Clock::now();
   PauseGenerationRequest pause{options_.pause_mode};
@@ -220,6 +221,7 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
             throw;
           }
           session_ids_[e] = answer.session_id;
+          answers[e] = answer;
           if (answer.selector != begin.selector) {
             throw EngineError(engine.url(), "POST /begin_weight_update", 200,
                               "session recorded selector '" +
@@ -237,8 +239,27 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
     return std::nullopt;
   }
   UpdateSession session(selector_, report.version, session_ids_);
+  instance_ids_.clear();
+  for (const auto& answer : answers) instance_ids_.push_back(answer.instance_id);
+  if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
+  // Until this update commits everywhere, no member is known to hold a common version.
+  last_commit_.reset();
   if (options_.on_engine_failure == EngineFailurePolicy::kFail) return session;
   return std::move(session).with_members(members_, epoch_);
+}
+
+bool DistributedUpdater::members_hold_last_commit(
+    const std::vector<BeginWeightUpdateResponse>& answers) const {
+  if (options_.delta == DeltaMode::kOff || common_ || !last_commit_) return false;
+  if (last_commit_->members.size() != members_.size()) return false;
+  for (std::size_t e = 0; e < members_.size(); ++e) {
+    const auto& [engine, instance] = last_commit_->members[e];
+    if (engine != members_[e] || answers[e].instance_id.empty() ||
+        answers[e].instance_id != instance || answers[e].weight_version != last_commit_->version) {
+      return false;
+    }
+  }
+  return true;
 }
 
 BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
@@ -254,6 +275,13 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
   opts.load_format = load_format();
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
+  if (options_.delta == DeltaMode::kAuto && !common_) {
+    if (delta_sources_.size() <= index) delta_sources_.resize(index + 1);
+    if (!delta_sources_[index]) {
+      delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec);
+    }
+    opts.delta = delta_sources_[index].get();
+  }
   return send_buckets(session, group.name(), group.comm(), member_ptrs_, tensors, opts);
 }
 
@@ -261,6 +289,8 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   report.tensors += result.tensors;
   report.bytes += result.bytes;
   report.buckets += result.buckets;
+  report.wire_bytes += result.wire_bytes;
+  report.delta_buckets += result.delta_buckets;
   report.phases.data += result.seconds;
   report.http_wait_seconds += result.http_wait_seconds;
   report.pack_wait_seconds += result.pack_wait_seconds;
@@ -298,6 +328,12 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   committed_version_ =
       std::max(committed_version_ + 1, numeric_version(session.version()));  // explicit: as given
   session_ids_.clear();  // committed: the sessions are closed
+  // Every member now holds this version (delta updates check it again at the next begin).
+  last_commit_ = Commit{session.version(), {}};
+  for (std::size_t e = 0; e < members_.size(); ++e) {
+    last_commit_->members.emplace_back(members_[e],
+                                       e < instance_ids_.size() ? instance_ids_[e] : "");
+  }
   for (std::size_t e : set_.committed()) report.readmitted.push_back(engines_[e]->url());
   t = comm::Clock::now();
   failures =

@@ -36,6 +36,7 @@
 #include "sync/protocol/decision.h"
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/bucket_sender.h"
+#include "sync/trainer/delta_source.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/engine_set.h"
 #include "sync/trainer/group.h"
@@ -78,6 +79,11 @@ struct UpdaterOptions {
   EngineFailurePolicy on_engine_failure = EngineFailurePolicy::kFail;
   comm::Millis probe_timeout{2000};  // each /health (+ /server_info) probe of an engine
   int max_backoff_updates = 16;      // most updates between two probes of a dropped engine
+
+  // Delta updates (sync/trainer/delta_source.h), native mode only: kAuto keeps a base copy per
+  // stage and sends buckets as deltas against the version every engine confirmed holding.
+  DeltaMode delta = DeltaMode::kAuto;
+  DeltaCodec delta_codec = kDefaultDeltaCodec;
 
   // Who this updater is, in begin_weight_update's holder field: engines name it to anyone whose
   // begin they refuse ("engine busy, held by ..."). Empty: "<host>:<pid> <group_prefix>".
@@ -196,6 +202,17 @@ class DistributedUpdater {
   // it refused our begin because someone else holds a session there.
   std::vector<std::string> session_ids_;
   std::vector<char> busy_;
+  // Delta updates: per stage, the base of what this process sent; per engine, the instance id
+  // its begin answered in the update in progress; and the last update committed on every member.
+  std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
+  std::vector<std::string> instance_ids_;
+  struct Commit {
+    std::string version;
+    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, instance id
+  };
+  std::optional<Commit> last_commit_;
+  // Whether every member's begin answer shows the last commit still in place.
+  bool members_hold_last_commit(const std::vector<BeginWeightUpdateResponse>& answers) const;
 };
 
 }  // namespace weightcast::sync::trainer

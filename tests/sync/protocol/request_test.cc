@@ -174,5 +174,48 @@ TEST(ProtocolRequest, HugeClaimedShapeRefusedWithoutAllocation) {
   EXPECT_THROW(parse_update_weights_from_distributed(body), comm::BadRequestError);
 }
 
+// Delta buckets (ours): the "delta" object round-trips; it is refused with SGLang's formats,
+// with a digest list that does not match the names, a zero or oversized payload, or a digest
+// that is not 32 hex digits; each refusal names its field.
+TEST(ProtocolRequest, DeltaBucketRoundTripsAndIsCheckedFieldByField) {
+  UpdateWeightsFromDistributedRequest bucket = sample_bucket();
+  bucket.load_format = LoadFormat::kWeightcastBucket;
+  const std::string digest = "0123456789abcdef0123456789ABCDEF";
+  bucket.delta = BucketDelta{DeltaCodec::kSparse, 1234, "step-6",
+                             std::vector<std::string>(bucket.tensors.size(), digest)};
+  EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(bucket)), bucket);
+  for (DeltaCodec codec : kAllDeltaCodecs) {
+    bucket.delta->codec = codec;
+    EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(bucket)), bucket);
+  }
+  const auto refused = [](UpdateWeightsFromDistributedRequest r, const std::string& field) {
+    try {
+      parse_update_weights_from_distributed(to_json_string(r));
+      ADD_FAILURE() << "accepted, expected a refusal naming " << field;
+    } catch (const comm::BadRequestError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  auto r = bucket;
+  r.load_format = LoadFormat::kFlattenedBucket;
+  refused(r, "delta");
+  r = bucket;
+  r.delta->base_digests.pop_back();
+  refused(r, "delta.base_digests");
+  r = bucket;
+  r.delta->base_digests[1] = "xyz";
+  refused(r, "delta.base_digests[1]");
+  r = bucket;
+  r.delta->wire_bytes = 0;
+  refused(r, "delta.wire_bytes");
+  ProtocolLimits small;
+  small.max_bucket_bytes = 1000;
+  EXPECT_THROW(parse_update_weights_from_distributed(to_json_string(bucket), small),
+               comm::BadRequestError);
+  Json j = Json::parse(to_json_string(bucket));
+  j["delta"]["codec"] = "gzip";
+  EXPECT_THROW(parse_update_weights_from_distributed(j.dump()), comm::BadRequestError);
+}
+
 }  // namespace
 }  // namespace weightcast::sync

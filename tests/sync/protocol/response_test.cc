@@ -48,9 +48,10 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
     EXPECT_EQ(parse_basic_response(to_json_string(b)), b);
   }
   for (Selector s : kAllSelectors) {
-    BeginWeightUpdateResponse b{true, "opened", s, "", "", ""};
+    BeginWeightUpdateResponse b{true, "opened", s, "", "", "", ""};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
-    b = {true, "opened", s, "0123456789abcdef0123456789abcdef", "host:42 weightcast", "7"};
+    b = {true, "opened",          s, "0123456789abcdef0123456789abcdef", "host:42 weightcast",
+         "7",  "5f3a9c0e12b4d678"};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
   }
   EndWeightUpdateResponse end{

@@ -54,7 +54,7 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
     auth = req.get_header_value("Authorization");
     body = req.body;
     res.set_content(
-        to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "", ""}),
+        to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "", "", ""}),
         "application/json");
   });
   EngineClient client(s.url() + "/", fast("s3cret"));

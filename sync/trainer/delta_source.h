@@ -1,0 +1,78 @@
+// DeltaSource: one pipeline stage's memory of what it last sent, from which the next update's
+// buckets are sent as deltas (sync/model/delta.h; docs/protocol.md, "Delta buckets").
+//
+// The source keeps one base copy of its stage: every bucket it sends, delta or full, is copied
+// into the base as it is packed (so the base always equals what the engines received), and the
+// base is stamped with the update's version once every bucket went out. An update may send
+// deltas only against a base whose version every engine confirmed holding (the coordinator
+// decides: UpdateSession::delta_base()) and whose bucket plan is the update's plan; then each
+// bucket is encoded against its base and sent as a delta when the payload is under
+// `max_ratio` of the bucket, else in full. Each delta carries the digest of each tensor's base,
+// which the engine checks against what it holds before applying anything. A send that stops
+// early leaves the base without a version, so the next update is full.
+// Memory: the base is one copy of the stage's buckets (model bytes / pipeline stages, padding
+// included), plus one payload buffer per packer slot.
+// Lifetime: owned by the updater, one per stage, across updates. Threading: begin()/finish()
+// from the sending thread; encode() from the packer thread, one bucket at a time, in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/model/bucket.h"
+#include "sync/model/delta.h"
+#include "sync/protocol/protocol.h"
+
+namespace weightcast::sync::trainer {
+
+// Whether an updater sends deltas: kAuto (the default) keeps a base per stage and sends each
+// bucket as a delta when every engine holds the base and the delta pays off; kOff sends every
+// bucket in full and keeps no base.
+enum class DeltaMode { kOff, kAuto };
+// "off" or "auto"; anything else throws comm::ConfigError quoting it.
+DeltaMode parse_delta_mode(std::string_view text);
+
+// A delta is sent only when its payload is under this fraction of the bucket: decoding costs the
+// engine a pass over the bucket, which a barely smaller payload does not pay back on fast links.
+inline constexpr double kDefaultDeltaMaxRatio = 0.75;
+
+class DeltaSource {
+ public:
+  explicit DeltaSource(DeltaCodec codec = kDefaultDeltaCodec,
+                       double max_ratio = kDefaultDeltaMaxRatio);
+
+  // Starts an update that sends `plans`. `delta_base`: the version every engine holds (nullopt:
+  // none does, or not all); deltas are made when it is the base's version and the plans are the
+  // base's. Returns whether they are.
+  bool begin(const std::vector<BucketPlan>& plans, const std::optional<std::string>& delta_base);
+
+  // Bucket k (in order) as packed: copied into the base and, when deltas are made and pay off,
+  // encoded into `payload`; returns the request's delta fields then, nullopt to send in full.
+  std::optional<BucketDelta> encode(std::uint64_t k, std::span<const std::byte> packed,
+                                    std::vector<std::byte>& payload);
+
+  // Ends the update: `version` becomes the base's version when every bucket was sent, else the
+  // base has none.
+  void finish(bool all_sent, const std::string& version);
+
+  const std::optional<std::string>& version() const { return version_; }
+  std::size_t base_bytes() const;
+
+ private:
+  DeltaEncoder encoder_;
+  const double max_ratio_;
+  std::vector<BucketPlan> plans_;
+  std::vector<std::unique_ptr<std::byte[]>> buckets_;
+  std::optional<std::string> version_;
+  std::string base_version_;  // the version this update's deltas are against
+  bool deltas_ = false;
+  std::uint64_t next_ = 0;
+};
+
+}  // namespace weightcast::sync::trainer
