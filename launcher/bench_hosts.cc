@@ -203,8 +203,8 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
                                    "--json",
                                    json};
   if (both) {
-    argv.insert(argv.end(),
-                {"--drift", "realistic", "--delta", "both", "--full-engine-urls", urls[1]});
+    argv.insert(argv.end(), {"--drift", "realistic", "--delta", "auto", "--compare-full",
+                             "--full-engine-urls", urls[1]});
   }
   ChildProcess source(in_ns(host_ns(0), argv));
   const int rc = source.wait_exit(std::chrono::milliseconds(o.timeout_ms) * (o.iters + 2));

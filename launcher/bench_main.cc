@@ -16,6 +16,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "launcher/bench_broadcast.h"
+#include "launcher/bench_codec.h"
 #include "launcher/bench_hosts.h"
 #include "launcher/bench_update.h"
 #include "launcher/cli_util.h"
@@ -147,19 +148,36 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
       ->check(CLI::IsMember({"jump", "realistic"}))
       ->capture_default_str();
   up->add_option("--delta", uo.delta,
-                 "auto (delta updates), off (full buckets), or both (two engine sets fed the same "
-                 "steps, for delta-vs-full ratios)")
-      ->check(CLI::IsMember({"auto", "off", "both"}))
+                 "delta updates: auto (when the link is slow enough to pay), on (whenever "
+                 "smaller) or off (full buckets)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  up->add_flag("--compare-full", uo.compare_full,
+               "also feed the same steps to a second engine set with --delta off, for "
+               "delta-vs-full ratios");
   up->add_option("--delta-codec", uo.delta_codec, "delta payload codec (sync/model/delta.h)")
       ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))
       ->capture_default_str();
   up->add_option_function<std::string>(
       "--full-engine-urls",
       [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },
-      "with --delta both and --engine-urls: the engines of the full set");
+      "with --compare-full and --engine-urls: the engines of the full set");
   add_output_options(*up, uo.output);
   return up;
+}
+
+CLI::App* add_codec(CLI::App& app, CodecBenchOptions& co) {
+  auto* cd = app.add_subcommand(
+      "codec", "the delta codecs on realistically drifting buckets: size, speed, exactness");
+  bytes_option(*cd, "--model-bytes", co.model_bytes,
+               "model size (a Qwen-like model of about this size)");
+  bytes_option(*cd, "--bucket-bytes", co.bucket_bytes, "bucket size");
+  ranged(*cd, "--steps", co.steps, "training steps to encode", 1, 100);
+  cd->add_option("--lr", co.lr, "drift step size (0: the realistic rate)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_output_options(*cd, co.output);
+  return cd;
 }
 
 std::string self_path(const char* argv0) {
@@ -199,6 +217,8 @@ int main(int argc, char** argv) {
   HostsBenchOptions ho;
   HostsWorkerOptions wo;
   UpdateBenchOptions uo;
+  CodecBenchOptions co;
+  auto* cd = add_codec(app, co);
   auto* bc = add_broadcast(app, bo, ranks);
   auto* hs = add_hosts(app, ho);
   auto* hw = add_hosts_worker(app, wo);
@@ -223,6 +243,7 @@ int main(int argc, char** argv) {
   try {
     if (hw->parsed()) return run_hosts_worker(wo);
     if (up->parsed()) return run_update_bench(uo, self_path(argv[0]));
+    if (cd->parsed()) return run_codec_bench(co);
     if (hs->parsed()) return run_hosts_bench(ho, self_path(argv[0]));
     if (bc->parsed()) return run_broadcast_mode(argc, argv, ranks, bo);
   } catch (const std::exception& e) {

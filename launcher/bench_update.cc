@@ -248,7 +248,7 @@ std::string engine_url(ChildProcess& engine, milliseconds timeout) {
 
 namespace {
 
-// One engine set and the updater that feeds it: "full" (--delta off) or "delta" (auto).
+// One engine set and the updater that feeds it: "full" (--delta off), "auto" or "on".
 struct UpdateSet {
   std::string mode;
   LocalEngines local;
@@ -302,26 +302,24 @@ class StepWeights {
 
 std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string& self,
                                  const std::string& spec_path, std::uint64_t model_bytes) {
+  // The set under test ("off" is the full set), after the full set when comparing.
   std::vector<std::string> modes;
-  if (o.delta == "both") {
-    modes = {"full", "delta"};
-  } else {
-    modes = {o.delta == "off" ? "full" : "delta"};
-  }
+  if (o.compare_full && o.delta != "off") modes.push_back("off");
+  modes.push_back(o.delta);
   std::vector<UpdateSet> sets;
   for (const std::string& mode : modes) {
     UpdateSet set;
-    set.mode = mode;
-    const bool full_of_two = modes.size() == 2 && mode == "full";
+    set.mode = mode == "off" ? "full" : mode;
+    const bool full_of_two = modes.size() == 2 && mode == "off";
     set.urls = full_of_two ? o.full_engine_urls : o.engine_urls;
     if (set.urls.empty()) {
       set.local = start_engines(o, self, spec_path, model_bytes);
       set.urls = set.local.urls;
     }
     auto uo = updater_options(o);
-    uo.delta = mode == "full" ? sync::trainer::DeltaMode::kOff : sync::trainer::DeltaMode::kAuto;
+    uo.delta = sync::trainer::parse_delta_mode(mode);
     uo.delta_codec = sync::parse_delta_codec(o.delta_codec);
-    uo.group_prefix = "bench-" + mode;
+    uo.group_prefix = "bench-" + set.mode;
     set.updater = std::make_unique<sync::trainer::DistributedUpdater>(set.urls, uo);
     sets.push_back(std::move(set));
   }
@@ -353,13 +351,13 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
                               {"src_peakRSS", 12, 0},
                               {"#wrong", 7, 0}});
   char head[320];
-  std::snprintf(head, sizeof(head),
-                "weightcast-bench update: %zu engines x %d ranks per set (%s), model %s (%zu "
-                "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
-                sets[0].urls.size(), o.ranks_per_engine, o.delta.c_str(),
-                format_bytes(model_bytes).c_str(), metas.size(),
-                format_bytes(o.bucket_bytes).c_str(), o.iters, o.drift.c_str(),
-                o.delta_codec.c_str());
+  std::snprintf(
+      head, sizeof(head),
+      "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s (%zu "
+      "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
+      sets[0].urls.size(), o.ranks_per_engine, o.delta.c_str(), o.compare_full ? " vs off" : "",
+      format_bytes(model_bytes).c_str(), metas.size(), format_bytes(o.bucket_bytes).c_str(),
+      o.iters, o.drift.c_str(), o.delta_codec.c_str());
   table.note(head);
   table.print_header();
   int failed = 0;
@@ -399,9 +397,10 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
         return std::get<std::uint64_t>(rows[rows.size() - back][4]);
       };
       std::snprintf(buf, sizeof(buf),
-                    "step %d: delta vs full: %.1fx less on the wire, %.2fx faster end to end "
+                    "step %d: delta %s vs full: %.1fx less on the wire, %.2fx faster end to end "
                     "(%.2f%% of elements changed)",
-                    step, static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
+                    step, sets[1].mode.c_str(),
+                    static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
                     seconds[0] / seconds[1], 100 * changed);
       table.note(buf);
     }

@@ -33,11 +33,12 @@ struct UpdateBenchOptions {
   // How weights change per step: "jump" (every element: the generator's step k) or "realistic"
   // (fp32 masters drift and are rounded: sync/model/drift.h).
   std::string drift = "jump";
-  // "auto" (delta updates), "off" (full buckets), or "both": two engine sets, one per mode, fed
-  // the same steps, for the delta-vs-full ratios.
+  // The updater's delta mode (sync/trainer/delta_source.h): "auto", "on" or "off".
   std::string delta = "auto";
+  // Also feed the same steps to a second engine set with delta "off", for delta-vs-full ratios.
+  bool compare_full = false;
   std::string delta_codec = "xor_zstd";  // sync/model/delta.h
-  // With "both" and engine_urls: the engines of the full set (engine_urls: the delta set).
+  // With compare_full and engine_urls: the engines of the full set (engine_urls: the other).
   std::vector<std::string> full_engine_urls;
   BenchOutput output;  // --csv / --json
 };

@@ -109,9 +109,9 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   app.add_option("--delta", o.delta,
                  "auto: once every engine confirmed a version, send each bucket as a delta "
-                 "against it when that is smaller (keeps one base copy per stage); off: always "
-                 "send buckets in full")
-      ->check(CLI::IsMember({"off", "auto"}))
+                 "against it when that is expected to arrive sooner on this link (keeps one base "
+                 "copy per stage); on: whenever a delta is smaller; off: always in full")
+      ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
   app.add_option("--delta-codec", o.delta_codec, "delta payload codec")
       ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))

@@ -1,6 +1,7 @@
 #include "sync/model/drift.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -48,11 +49,21 @@ Drift::Drift(DType dtype, std::span<const std::byte> initial, std::uint64_t seed
   element_size_ = dtype == DType::kBFloat16 ? 2 : 4;
   WC_ENFORCE_EQ(initial.size() % element_size_, std::size_t{0}, "drift: whole elements");
   masters_.resize(initial.size() / element_size_);
+  // A trainer's fp32 master is not on the bf16 grid: it is the unrounded value. Each master starts
+  // somewhere in its value's rounding cell (a deterministic offset of under half a bf16 step), so
+  // the first step already changes what a steady run changes.
+  const std::uint64_t key = splitmix64(seed_ ^ 0x6a09e667f3bcc909ULL);
+  float u[4];
   for (std::size_t i = 0; i < masters_.size(); ++i) {
     if (element_size_ == 2) {
       std::uint16_t b;
       std::memcpy(&b, initial.data() + 2 * i, 2);
-      masters_[i] = from_bf16(b);
+      const float value = from_bf16(b);
+      if (i % 4 == 0) draws(key + i / 4, u);
+      const float next = from_bf16(static_cast<std::uint16_t>(b + 1));
+      const float half_step = 0.499f * std::fabs(next - value);
+      const float master = value + u[i % 4] * half_step;
+      masters_[i] = std::isfinite(master) && to_bf16(master) == b ? master : value;
     } else {
       std::memcpy(&masters_[i], initial.data() + 4 * i, 4);
     }

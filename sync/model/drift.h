@@ -5,11 +5,13 @@
 // weights, moves each by a small optimizer step (Adam's update is about the learning rate in size
 // whatever the gradient) and casts to bf16 for the engines, so only the elements whose master
 // crosses a rounding boundary change; public reports put that at 1-3% of elements per step.
-// Drift models exactly that: fp32 masters made from the initial bytes, each step every master
-// moves by lr * u with u uniform in [-1, 1] drawn from (seed, step, element) (so the same run
-// gives the same bytes on every machine), and
-// the result is rounded to nearest-even into the dtype. kRealisticLr is the rate at which the
-// synthetic weights (magnitudes 2^-8 .. 1) change ~2% of their bf16 elements per step.
+// Drift models exactly that: fp32 masters made from the initial bytes (each placed at a
+// deterministic point of its value's rounding cell, as an unrounded master would be), each step
+// every master moves by lr * u with u uniform in [-1, 1] drawn from (seed, step, element), so
+// the same run gives the same bytes on every machine, and the result is rounded to nearest-even
+// into the dtype. kRealisticLr is the rate at which the synthetic weights (magnitudes 2^-8 .. 1)
+// change 2% of their bf16 elements per step, from the first step on (weightcast-bench codec
+// prints the fraction).
 // Memory: 4 bytes per element for the masters (twice a bf16 model).
 // Lifetime/threading: a Drift owns its masters; one thread at a time.
 #pragma once
@@ -23,7 +25,7 @@
 
 namespace weightcast::sync {
 
-inline constexpr double kRealisticLr = 2e-5;
+inline constexpr double kRealisticLr = 5e-6;
 
 class Drift {
  public:

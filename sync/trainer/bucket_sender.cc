@@ -274,8 +274,10 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
             result_.wire_bytes += payload.size();
             result_.delta_buckets += 1;
           } else {
+            const auto sent = comm::Clock::now();
             broadcast(plans_[k], r->bucket, deadline);
             result_.wire_bytes += r->bucket.size();
+            if (delta != nullptr) delta->note_full_broadcast(r->bucket.size(), seconds_since(sent));
           }
           packer.release(k);
           // With deltas the next request goes out now, before any pause between broadcasts, so

@@ -1,5 +1,7 @@
 #include "sync/trainer/delta_source.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "comm/errors.h"
@@ -10,11 +12,12 @@ namespace weightcast::sync::trainer {
 DeltaMode parse_delta_mode(std::string_view text) {
   if (text == "off") return DeltaMode::kOff;
   if (text == "auto") return DeltaMode::kAuto;
-  throw comm::ConfigError("delta mode '" + std::string(text) + "': expected off or auto");
+  if (text == "on") return DeltaMode::kOn;
+  throw comm::ConfigError("delta mode '" + std::string(text) + "': expected off, auto or on");
 }
 
-DeltaSource::DeltaSource(DeltaCodec codec, double max_ratio)
-    : encoder_(codec), max_ratio_(max_ratio) {
+DeltaSource::DeltaSource(DeltaCodec codec, DeltaMode mode, double max_ratio)
+    : encoder_(codec), mode_(mode), max_ratio_(max_ratio) {
   WC_ENFORCE(max_ratio > 0 && max_ratio <= 1, "delta max ratio in (0, 1], got ", max_ratio);
 }
 
@@ -44,9 +47,19 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   next_ = k + 1;
   std::byte* base = buckets_[k].get();
   std::optional<BucketDelta> delta;
-  if (deltas_ && plan.total_bytes > 0) {
+  if (deltas_ && plan.total_bytes > 0 && worth_encoding()) {
     const auto limit = static_cast<std::size_t>(max_ratio_ * static_cast<double>(plan.total_bytes));
-    if (encoder_.encode(packed, {base, plan.total_bytes}, limit, payload)) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool encoded = encoder_.encode(packed, {base, plan.total_bytes}, limit, payload);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double bytes = static_cast<double>(plan.total_bytes);
+    const double rate = bytes / std::max(seconds, 1e-9);
+    const double ratio = encoded ? static_cast<double>(payload.size()) / bytes : 1.0;
+    encode_rate_ = encode_rate_ > 0 ? 0.5 * (encode_rate_ + rate) : rate;
+    payload_ratio_ = 0.5 * (payload_ratio_ + ratio);
+    skipped_ = 0;
+    if (encoded) {
       delta = BucketDelta{encoder_.codec(), payload.size(), base_version_, {}};
     }
   }
@@ -57,6 +70,23 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   }
   std::memcpy(base, packed.data(), plan.total_bytes);
   return delta;
+}
+
+bool DeltaSource::worth_encoding() {
+  if (mode_ != DeltaMode::kAuto) return true;
+  const double link = link_rate_.load();
+  if (link <= 0 || encode_rate_ <= 0) return true;  // nothing measured yet: measure
+  // Time of a delta (encode, then its payload on the link) against the full bucket on the link.
+  const bool pays = 1.0 / encode_rate_ + payload_ratio_ / link < 1.0 / link;
+  if (pays || ++skipped_ >= 16) return true;
+  return false;
+}
+
+void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
+  if (bytes == 0 || seconds <= 0) return;
+  const double rate = static_cast<double>(bytes) / seconds;
+  const double old = link_rate_.load();
+  link_rate_.store(old > 0 ? 0.5 * (old + rate) : rate);
 }
 
 void DeltaSource::finish(bool all_sent, const std::string& version) {

@@ -16,6 +16,7 @@
 // from the sending thread; encode() from the packer thread, one bucket at a time, in order.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,11 +32,15 @@
 
 namespace weightcast::sync::trainer {
 
-// Whether an updater sends deltas: kAuto (the default) keeps a base per stage and sends each
-// bucket as a delta when every engine holds the base and the delta pays off; kOff sends every
-// bucket in full and keeps no base.
-enum class DeltaMode { kOff, kAuto };
-// "off" or "auto"; anything else throws comm::ConfigError quoting it.
+// Whether an updater sends deltas. kAuto (the default) keeps a base per stage and sends a bucket
+// as a delta when every engine holds the base and the delta is expected to arrive sooner: the
+// source times its full broadcasts (the link) and its encodes, and encodes only while
+// encode rate > link rate / (1 - payload ratio), so fast links (loopback, NVLink) keep full
+// buckets and slow ones (hosts, WAN) get deltas; a skipped bucket re-measures every 16th time.
+// kOn sends a delta whenever one is smaller (tests, measurements). kOff sends every bucket in
+// full and keeps no base.
+enum class DeltaMode { kOff, kAuto, kOn };
+// "off", "auto" or "on"; anything else throws comm::ConfigError quoting it.
 DeltaMode parse_delta_mode(std::string_view text);
 
 // A delta is sent only when its payload is under this fraction of the bucket: decoding costs the
@@ -44,7 +49,7 @@ inline constexpr double kDefaultDeltaMaxRatio = 0.75;
 
 class DeltaSource {
  public:
-  explicit DeltaSource(DeltaCodec codec = kDefaultDeltaCodec,
+  explicit DeltaSource(DeltaCodec codec = kDefaultDeltaCodec, DeltaMode mode = DeltaMode::kAuto,
                        double max_ratio = kDefaultDeltaMaxRatio);
 
   // Starts an update that sends `plans`. `delta_base`: the version every engine holds (nullopt:
@@ -61,12 +66,24 @@ class DeltaSource {
   // base has none.
   void finish(bool all_sent, const std::string& version);
 
+  // A full bucket of `bytes` took `seconds` to broadcast: the link's rate, for kAuto. Called from
+  // the sending thread while the packer encodes.
+  void note_full_broadcast(std::size_t bytes, double seconds);
+
   const std::optional<std::string>& version() const { return version_; }
   std::size_t base_bytes() const;
 
  private:
+  // kAuto: whether encoding the next bucket is expected to pay off.
+  bool worth_encoding();
+
   DeltaEncoder encoder_;
+  const DeltaMode mode_;
   const double max_ratio_;
+  std::atomic<double> link_rate_{0};  // bytes/s of full broadcasts, latest weighted most
+  double encode_rate_ = 0;            // bucket bytes/s of encodes
+  double payload_ratio_ = 1;          // payload / bucket of recent encodes
+  int skipped_ = 0;                   // buckets not encoded since the last measurement
   std::vector<BucketPlan> plans_;
   std::vector<std::unique_ptr<std::byte[]>> buckets_;
   std::optional<std::string> version_;

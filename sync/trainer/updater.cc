@@ -275,10 +275,10 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
   opts.load_format = load_format();
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
-  if (options_.delta == DeltaMode::kAuto && !common_) {
+  if (options_.delta != DeltaMode::kOff && !common_) {
     if (delta_sources_.size() <= index) delta_sources_.resize(index + 1);
     if (!delta_sources_[index]) {
-      delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec);
+      delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec, options_.delta);
     }
     opts.delta = delta_sources_[index].get();
   }

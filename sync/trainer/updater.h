@@ -80,8 +80,9 @@ struct UpdaterOptions {
   comm::Millis probe_timeout{2000};  // each /health (+ /server_info) probe of an engine
   int max_backoff_updates = 16;      // most updates between two probes of a dropped engine
 
-  // Delta updates (sync/trainer/delta_source.h), native mode only: kAuto keeps a base copy per
-  // stage and sends buckets as deltas against the version every engine confirmed holding.
+  // Delta updates (sync/trainer/delta_source.h), native mode only: kAuto and kOn keep a base copy
+  // per stage and send buckets as deltas against the version every engine confirmed holding
+  // (kAuto: when the link is slow enough for the encode to pay off).
   DeltaMode delta = DeltaMode::kAuto;
   DeltaCodec delta_codec = kDefaultDeltaCodec;
 

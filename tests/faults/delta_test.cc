@@ -73,7 +73,11 @@ TEST(DeltaUpdate, RestartedEngineMakesTheNextUpdateFullThenDeltasResumeBitIdenti
   EnginePeer a(EngineConfig{});
   auto b = std::make_unique<EnginePeer>(EngineConfig{});
   const int b_port = b->port();
-  auto updater = make_updater({a.url(), b->url()}, TrainerConfig{});
+  // kOn: on loopback the link outruns the encoder, so kAuto would (rightly) send in full.
+  auto options = updater_options(TrainerConfig{});
+  options.delta = sync::trainer::DeltaMode::kOn;
+  auto updater = std::make_unique<sync::trainer::DistributedUpdater>(
+      std::vector<std::string>{a.url(), b->url()}, options);
   DriftingWeights w;
 
   w.step(1);
@@ -119,7 +123,10 @@ TEST(DeltaUpdate, RestartedEngineMakesTheNextUpdateFullThenDeltasResumeBitIdenti
 
 TEST(DeltaUpdate, EngineRefusesADeltaAgainstBytesItDoesNotHoldAndTheNextUpdateIsFull) {
   EnginePeer a(EngineConfig{});
-  auto updater = make_updater({a.url()}, TrainerConfig{});
+  auto options = updater_options(TrainerConfig{});
+  options.delta = sync::trainer::DeltaMode::kOn;
+  auto updater = std::make_unique<sync::trainer::DistributedUpdater>(
+      std::vector<std::string>{a.url()}, options);
   DriftingWeights w;
   w.step(1);
   must_update(*updater, w, "1");

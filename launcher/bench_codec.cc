@@ -1,0 +1,117 @@
+#include "launcher/bench_codec.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "launcher/cli_util.h"
+#include "sync/model/bucket.h"
+#include "sync/model/delta.h"
+#include "sync/model/drift.h"
+#include "sync/model/model.h"
+
+namespace weightcast::launcher {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The model's buckets as the source packs them, from per-tensor bytes.
+std::vector<std::vector<std::byte>> pack_all(const std::vector<sync::BucketPlan>& plans,
+                                             const std::vector<sync::TensorMeta>& metas,
+                                             const std::vector<std::vector<std::byte>>& bytes) {
+  std::vector<std::vector<std::byte>> out;
+  for (const auto& plan : plans) {
+    std::vector<std::byte> bucket(plan.total_bytes);
+    sync::pack(
+        plan,
+        [&](const sync::BucketEntry& e) -> std::span<const std::byte> {
+          for (std::size_t i = 0; i < metas.size(); ++i) {
+            if (metas[i].name == e.meta.name) return bytes[i];
+          }
+          return {};
+        },
+        bucket);
+    out.push_back(std::move(bucket));
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_codec_bench(const CodecBenchOptions& o) {
+  const auto metas = sync::hf_tensors(sync::model_spec_for_bytes(o.model_bytes));
+  const auto plans = sync::plan_buckets(metas, o.bucket_bytes);
+  std::vector<std::vector<std::byte>> bytes(metas.size());
+  std::vector<sync::Drift> drifts;
+  const double lr = o.lr > 0 ? o.lr : sync::kRealisticLr;
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    bytes[i].resize(metas[i].byte_count());
+    sync::fill_tensor(metas[i], 1, 0, bytes[i]);
+    drifts.emplace_back(metas[i].dtype, bytes[i], 1, lr);
+  }
+  BenchTable table("codec", {{"step", 5, 0},
+                             {"codec", 9, 0},
+                             {"changed%", 9, 2},
+                             {"bucket", 12, 0},
+                             {"payload", 12, 0},
+                             {"ratio", 8, 1},
+                             {"enc_GB/s", 9, 2},
+                             {"dec_GB/s", 9, 2},
+                             {"#wrong", 7, 0}});
+  char head[200];
+  std::snprintf(head, sizeof(head),
+                "weightcast-bench codec: model %s, %zu buckets of at most %s, drift lr %.2g, one "
+                "core each way",
+                format_bytes(sync::total_bytes(metas)).c_str(), plans.size(),
+                format_bytes(o.bucket_bytes).c_str(), lr);
+  table.note(head);
+  table.print_header();
+  auto base = pack_all(plans, metas, bytes);
+  std::uint64_t wrong_total = 0;
+  std::vector<std::byte> payload;
+  for (int step = 1; step <= o.steps; ++step) {
+    std::size_t changed = 0;
+    std::size_t elements = 0;
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      changed += drifts[i].step(static_cast<std::uint64_t>(step), bytes[i]);
+      elements += drifts[i].elements();
+    }
+    const auto next = pack_all(plans, metas, bytes);
+    const double pct = 100.0 * static_cast<double>(changed) / static_cast<double>(elements);
+    for (sync::DeltaCodec codec : sync::kAllDeltaCodecs) {
+      sync::DeltaEncoder encoder(codec);
+      sync::DeltaDecoder decoder(codec);
+      double enc_s = 0;
+      double dec_s = 0;
+      std::uint64_t total = 0;
+      std::uint64_t wire = 0;
+      std::uint64_t wrong = 0;
+      for (std::size_t b = 0; b < plans.size(); ++b) {
+        auto t = std::chrono::steady_clock::now();
+        const bool ok = encoder.encode(next[b], base[b], next[b].size() + 1024, payload);
+        enc_s += seconds_since(t);
+        total += next[b].size();
+        wire += payload.size();
+        std::vector<std::byte> out = base[b];
+        t = std::chrono::steady_clock::now();
+        decoder.decode(payload, out);
+        dec_s += seconds_since(t);
+        wrong += !ok || out != next[b];
+      }
+      wrong_total += wrong;
+      table.add({std::uint64_t(step), std::string(sync::to_string(codec)), pct, total, wire,
+                 static_cast<double>(total) / static_cast<double>(wire),
+                 static_cast<double>(total) / enc_s / 1e9, static_cast<double>(total) / dec_s / 1e9,
+                 wrong});
+    }
+    base = next;
+  }
+  table.write(o.output);
+  return wrong_total ? 1 : 0;
+}
+
+}  // namespace weightcast::launcher
