@@ -16,7 +16,7 @@
 #include "comm/errors.h"
 #include "launcher/cli_util.h"
 #include "launcher/engine/engine_setup.h"
-#include "sync/engine/routes.h"
+#include "sync/engine/http/routes.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "sync/engine/engine.h"
-#include "sync/engine/server.h"
+#include "sync/engine/http/server.h"
 
 namespace weightcast::launcher {
 

@@ -30,7 +30,7 @@
 #include "comm/deadline.h"
 #include "sync/engine/channel.h"
 #include "sync/engine/group.h"
-#include "sync/engine/routes.h"
+#include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
 #include "sync/engine/staging.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "comm/errors.h"
-#include "sync/engine/routes.h"
+#include "sync/engine/http/routes.h"
 #include "tests/comm/store/alloc_probe.h"
 #include "tests/security/inprocess_engine.h"
 

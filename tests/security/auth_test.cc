@@ -12,7 +12,7 @@
 #include "comm/errors.h"
 #include "comm/store/store_protocol.h"
 #include "comm/store/tcp_store.h"
-#include "sync/engine/routes.h"
+#include "sync/engine/http/routes.h"
 #include "tests/security/engine_process.h"
 #include "tests/security/inprocess_engine.h"
 #include "tests/security/net_probe.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "sync/engine/engine.h"
-#include "sync/engine/server.h"
+#include "sync/engine/http/server.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "comm/errors.h"
-#include "sync/engine/auth.h"
+#include "sync/engine/http/auth.h"
 #include "sync/engine/name_filter.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/weights.h"

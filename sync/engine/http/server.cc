@@ -1,4 +1,4 @@
-#include "sync/engine/server.h"
+#include "sync/engine/http/server.h"
 
 #include <httplib.h>
 
@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "sync/engine/auth.h"
-#include "sync/engine/http_guard.h"
+#include "sync/engine/http/auth.h"
+#include "sync/engine/http/http_guard.h"
 
 namespace weightcast::sync::engine {
 
@@ -50,7 +50,7 @@ std::optional<Method> method_of(const std::string& text) {
 struct HttpServer::Impl {
   RouteTable routes;
   ServerOptions opts;
-  // httplib's server behind the per-connection guard of sync/engine/http_guard.h.
+  // httplib's server behind the per-connection guard of sync/engine/http/http_guard.h.
   std::unique_ptr<httplib::Server> server = make_guarded_http_server();
   int port = -1;
   std::thread thread;

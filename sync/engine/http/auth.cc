@@ -1,4 +1,4 @@
-#include "sync/engine/auth.h"
+#include "sync/engine/http/auth.h"
 
 #include <cstddef>
 

@@ -1,4 +1,4 @@
-#include "sync/engine/routes.h"
+#include "sync/engine/http/routes.h"
 
 #include <algorithm>
 
@@ -6,10 +6,6 @@
 #include "sync/engine/engine.h"
 
 namespace weightcast::sync::engine {
-
-Reply error_reply(int status, std::string message) {
-  return {status, to_json_string(BasicResponse{false, std::move(message)})};
-}
 
 std::string_view to_string(Method method) {
   return method == Method::kGet ? "GET" : "POST";

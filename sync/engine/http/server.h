@@ -5,10 +5,10 @@
 // port it serves. Dispatch happens before any body is read: unknown path -> 404, method not in
 // the route -> 405, then, for kToken routes with a token configured, 401/403 (constant-time
 // compare). Bodies are capped at max_body_bytes (413); each request's head is capped and must
-// arrive, with its body, within read_timeout (sync/engine/http_guard.h); a fixed pool of worker
-// threads runs handlers. Every error reply is JSON {"success": false, ...}.
-// Lifetime: binds in the constructor (comm::ConfigError when it cannot), serves after start()
-// or run(), stops on stop() or destruction. Threading: stop() may be called from any thread.
+// arrive, with its body, within read_timeout (sync/engine/http/http_guard.h); a fixed pool of
+// worker threads runs handlers. Every error reply is JSON {"success": false, ...}. Lifetime: binds
+// in the constructor (comm::ConfigError when it cannot), serves after start() or run(), stops on
+// stop() or destruction. Threading: stop() may be called from any thread.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "comm/deadline.h"
-#include "sync/engine/routes.h"
+#include "sync/engine/http/routes.h"
 
 namespace weightcast::sync::engine {
 

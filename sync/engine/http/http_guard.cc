@@ -1,4 +1,4 @@
-#include "sync/engine/http_guard.h"
+#include "sync/engine/http/http_guard.h"
 
 #include <arpa/inet.h>
 #include <httplib.h>

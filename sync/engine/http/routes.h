@@ -3,7 +3,7 @@
 // route refuses a missing token) and call handlers without sockets.
 //
 // Handlers take a parsed Request and return a Reply (status, JSON body); they never see the
-// HTTP library. The server (sync/engine/server.h) dispatches: unknown path -> 404, method not
+// HTTP library. The server (sync/engine/http/server.h) dispatches: unknown path -> 404, method not
 // allowed -> 405, auth -> 401/403, then the handler, always with a JSON body
 // {"success": bool, "message": str, ...} (except /metrics, Prometheus text).
 // Lifetime: a RouteTable is built once and handed to the server; handlers refer to the Engine,
@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "sync/engine/reply.h"
 
 namespace weightcast::sync::engine {
 
@@ -34,15 +36,6 @@ struct Request {
   std::string body;
   std::map<std::string, std::string> query;  // first value of each query parameter
 };
-
-struct Reply {
-  int status = 200;
-  std::string body;
-  std::string content_type = "application/json";
-};
-
-// {"success": false, "message": message} with `status`.
-Reply error_reply(int status, std::string message);
 
 using Handler = std::function<Reply(const Request&)>;
 
