@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
@@ -23,8 +24,21 @@ DeltaSource::DeltaSource(DeltaCodec codec, DeltaMode mode, double max_ratio)
 
 bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
                         const std::optional<std::string>& delta_base) {
-  deltas_ = delta_base && version_ && *delta_base == *version_ && plans == plans_;
-  if (plans != plans_) {
+  ++updates_;
+  keep_base_ = base_pays_its_keep();
+  deltas_ = keep_base_ && delta_base && version_ && *delta_base == *version_ && plans == plans_ &&
+            !buckets_.empty();
+  probe_ = deltas_ && mode_ == DeltaMode::kAuto;  // the first bucket re-measures the encoder
+  if (!keep_base_) {
+    // kAuto on a link faster than the encoder: no base is kept (no copy per bucket, no memory)
+    // until the next probe comes near.
+    buckets_.clear();
+    plans_.clear();
+    version_.reset();
+    next_ = 0;
+    return false;
+  }
+  if (plans != plans_ || buckets_.empty()) {
     // A new plan (first update, other tensors or bucket size): a new base, allocated once.
     plans_ = plans;
     buckets_.clear();
@@ -41,6 +55,10 @@ bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
 std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const std::byte> packed,
                                                std::vector<std::byte>& payload) {
   WC_ENFORCE_EQ(k, next_, "buckets are encoded in order");
+  if (!keep_base_) {
+    next_ = k + 1;
+    return std::nullopt;
+  }
   WC_ENFORCE_LT(k, static_cast<std::uint64_t>(plans_.size()));
   const BucketPlan& plan = plans_[k];
   WC_ENFORCE_EQ(packed.size(), plan.total_bytes, "packed bucket ", k);
@@ -58,7 +76,6 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
     const double ratio = encoded ? static_cast<double>(payload.size()) / bytes : 1.0;
     encode_rate_ = encode_rate_ > 0 ? 0.5 * (encode_rate_ + rate) : rate;
     payload_ratio_ = 0.5 * (payload_ratio_ + ratio);
-    skipped_ = 0;
     if (encoded) {
       delta = BucketDelta{encoder_.codec(), payload.size(), base_version_, {}};
     }
@@ -72,14 +89,24 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   return delta;
 }
 
-bool DeltaSource::worth_encoding() {
-  if (mode_ != DeltaMode::kAuto) return true;
+bool DeltaSource::pays() const {
   const double link = link_rate_.load();
   if (link <= 0 || encode_rate_ <= 0) return true;  // nothing measured yet: measure
   // Time of a delta (encode, then its payload on the link) against the full bucket on the link.
-  const bool pays = 1.0 / encode_rate_ + payload_ratio_ / link < 1.0 / link;
-  if (pays || ++skipped_ >= 16) return true;
-  return false;
+  return 1.0 / encode_rate_ + payload_ratio_ / link < 1.0 / link;
+}
+
+bool DeltaSource::base_pays_its_keep() const {
+  if (mode_ != DeltaMode::kAuto || pays()) return true;
+  // Every kProbeUpdates-th update re-measures: the one before keeps the base to encode against.
+  const std::uint64_t phase = updates_ % kProbeUpdates;
+  return phase == 0 || phase == kProbeUpdates - 1;
+}
+
+bool DeltaSource::worth_encoding() {
+  if (mode_ != DeltaMode::kAuto) return true;
+  const bool probe = std::exchange(probe_, false);
+  return probe || pays();
 }
 
 void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
@@ -90,7 +117,7 @@ void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
 }
 
 void DeltaSource::finish(bool all_sent, const std::string& version) {
-  if (all_sent && next_ == plans_.size()) version_ = version;
+  if (keep_base_ && all_sent && next_ == plans_.size()) version_ = version;
   deltas_ = false;
 }
 

@@ -36,7 +36,9 @@ namespace weightcast::sync::trainer {
 // as a delta when every engine holds the base and the delta is expected to arrive sooner: the
 // source times its full broadcasts (the link) and its encodes, and encodes only while
 // encode rate > link rate / (1 - payload ratio), so fast links (loopback, NVLink) keep full
-// buckets and slow ones (hosts, WAN) get deltas; a skipped bucket re-measures every 16th time.
+// buckets and slow ones (hosts, WAN) get deltas. Where deltas do not pay, no base is kept at all
+// (no copy per bucket, no memory) except around every 16th update, which re-measures the encoder
+// on its first bucket.
 // kOn sends a delta whenever one is smaller (tests, measurements). kOff sends every bucket in
 // full and keeps no base.
 enum class DeltaMode { kOff, kAuto, kOn };
@@ -74,7 +76,14 @@ class DeltaSource {
   std::size_t base_bytes() const;
 
  private:
-  // kAuto: whether encoding the next bucket is expected to pay off.
+  static constexpr std::uint64_t kProbeUpdates = 16;
+  // kAuto: whether a delta is expected to arrive sooner than the full bucket (true until both
+  // rates were measured).
+  bool pays() const;
+  // Whether this update keeps the base: always but under kAuto where deltas do not pay, there
+  // only around the probe updates.
+  bool base_pays_its_keep() const;
+  // Whether to encode the next bucket: kAuto when it pays, or to re-measure (a probe).
   bool worth_encoding();
 
   DeltaEncoder encoder_;
@@ -83,7 +92,9 @@ class DeltaSource {
   std::atomic<double> link_rate_{0};  // bytes/s of full broadcasts, latest weighted most
   double encode_rate_ = 0;            // bucket bytes/s of encodes
   double payload_ratio_ = 1;          // payload / bucket of recent encodes
-  int skipped_ = 0;                   // buckets not encoded since the last measurement
+  std::uint64_t updates_ = 0;         // begin() calls
+  bool keep_base_ = true;             // this update keeps the base up to date
+  bool probe_ = false;                // the next encode re-measures whatever pays() says
   std::vector<BucketPlan> plans_;
   std::vector<std::unique_ptr<std::byte[]>> buckets_;
   std::optional<std::string> version_;
