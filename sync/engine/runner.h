@@ -30,10 +30,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sync/engine/name_filter.h"
 #include "sync/engine/staging.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
+#include "sync/model/name_filter.h"
 #include "sync/protocol/selector.h"
 #include "sync/protocol/tensor.h"
 
