@@ -68,7 +68,8 @@ std::vector<std::string> SentRecord::check(
         }
         for (const auto& runner : infos[i].runners) {
           if (!sync::covers(selector_, runner.name)) continue;
-          auto found = check_runner(engine.url(), runner, engine.weights_checksum(runner.name));
+          auto found = check_runner(engine.url(), runner,
+                                    engine.weights_checksum(runner.name, /*recompute=*/true));
           std::lock_guard lock(mu);
           problems.insert(problems.end(), found.begin(), found.end());
         }

@@ -123,7 +123,9 @@ std::vector<UpdateVerifier::Problem> UpdateVerifier::check(const std::string& ve
   const auto failures =
       on_all_engines(engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
         for (const auto& mirror : mirrors_[i]) {
-          const auto answer = engine.weights_checksum(mirror.runner());
+          // Recomputed from the resident bytes: a stored digest would miss bytes changed after
+          // the commit (docs/trainer.md, "Verification").
+          const auto answer = engine.weights_checksum(mirror.runner(), /*recompute=*/true);
           const std::string where = "engine " + engine.url() + " ";
           if (answer.weight_version != version) {
             found[i].push_back({mirror.runner(), where + "runner " +

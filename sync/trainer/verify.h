@@ -79,7 +79,8 @@ class UpdateVerifier {
   // Records a committed update (see RunnerMirror::apply).
   void apply(Selector selector, const std::vector<SentDigest>& sent);
 
-  // Fetches /weights_checksum of every runner of every engine, concurrently, and compares.
+  // Fetches /weights_checksum?recompute=1 of every runner of every engine (digests of the bytes
+  // each engine holds now, not the ones it stored at commit), concurrently, and compares.
   // Returns one entry per problem, each naming the engine, runner and tensor (or the failed
   // call, or a weight_version other than `version`); empty when everything matches.
   struct Problem {
