@@ -1,10 +1,10 @@
-// C10dStoreServer: an acceptor thread plus one thread per connection, as TcpStoreServer. A
-// connection thread owns its socket: it reads a byte stream, decodes torch requests as they
-// complete (c10d_protocol.h) and answers them. A WAIT whose keys are missing does not block the
-// thread: it is kept as pending, the thread registers an eventfd with the state and goes on
-// reading, and answers STOP_WAITING when a change makes the keys present — so CANCEL_WAIT (2.x)
-// and further requests on the same connection are still read, and other connections never wait on
-// this one. Connection fds are closed only after their thread is joined (reaper or stop()).
+// C10dStoreServer: a ConnectionServer (connection_server.h: acceptor, one thread per connection,
+// reaping, stop), as TcpStoreServer. A connection thread owns its socket: it reads a byte stream,
+// decodes torch requests as they complete (c10d_protocol.h) and answers them. A WAIT whose keys are
+// missing does not block the thread: it is kept as pending, the thread registers an eventfd with
+// the state and goes on reading, and answers STOP_WAITING when a change makes the keys present — so
+// CANCEL_WAIT (2.x) and further requests on the same connection are still read, and other
+// connections never wait on this one.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -12,15 +12,13 @@
 
 #include <atomic>
 #include <list>
-#include <mutex>
 #include <optional>
-#include <system_error>
-#include <thread>
 
 #include "comm/errors.h"
 #include "comm/store/c10d_protocol.h"
 #include "comm/store/c10d_store.h"
 #include "comm/store/c10d_store_state.h"
+#include "comm/store/connection_server.h"
 #include "comm/store/socket_io.h"
 
 namespace weightcast::comm {
@@ -60,11 +58,6 @@ Woke poll_two(int fd, int wake_fd, Deadline deadline, const std::atomic<bool>& s
 }  // namespace
 
 struct C10dStoreServer::Impl {
-  struct Conn {
-    net::Fd fd;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
   // What one connection thread knows about its peer.
   struct Session {
     int fd = -1;
@@ -79,23 +72,13 @@ struct C10dStoreServer::Impl {
 
   C10dStoreServerOptions opts;
   proto::Limits limits;
-  net::Fd listener;
-  std::uint16_t port = 0;
-  std::atomic<bool> stopping{false};
-  std::thread acceptor;
-  std::mutex stop_mu;
-  bool stopped = false;
+  const std::atomic<bool>* stopping = nullptr;  // the connection server's stop flag
   C10dStoreState state;
 
-  std::mutex conns_mu;
-  std::list<std::unique_ptr<Conn>> conns;
+  std::atomic<std::uint64_t> rejected_frames{0}, dropped_stalled{0}, torch1{0}, torch2{0};
 
-  std::atomic<std::uint64_t> accepted{0}, refused{0}, active{0}, rejected_frames{0},
-      dropped_stalled{0}, torch1{0}, torch2{0};
+  std::unique_ptr<ConnectionServer> server;  // last: stopped before the state above goes
 
-  void accept_loop();
-  void start_conn(net::Fd fd);
-  void reap_finished();
   void serve(int fd);
   void serve_loop(Session& s);
   // Decodes and answers every complete request in s.in; false drops the connection.
@@ -105,7 +88,7 @@ struct C10dStoreServer::Impl {
   void answer_ready_waits(Session& s);
   bool flush(Session& s) {
     if (s.out.empty()) return true;
-    const bool ok = net::send_all(s.fd, s.out, deadline_after(opts.io_timeout), &stopping).ok();
+    const bool ok = net::send_all(s.fd, s.out, deadline_after(opts.io_timeout), stopping).ok();
     s.out.clear();
     return ok;
   }
@@ -125,13 +108,11 @@ C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts) : impl_(std::make_
   s.opts = std::move(opts);
   s.limits = {s.opts.max_key_bytes, s.opts.max_value_bytes, s.opts.max_keys_per_request,
               s.opts.max_request_bytes};
-  std::string error;
-  s.listener = net::listen_on(s.opts.bind_address, s.opts.port, &s.port, &error);
-  if (!s.listener) {
-    throw ConfigError(detail::concat("c10d store server cannot listen on ",
-                                     net::endpoint(s.opts.bind_address, s.opts.port), ": ", error));
-  }
-  s.acceptor = std::thread([&s] { s.accept_loop(); });
+  s.server = std::make_unique<ConnectionServer>(ConnectionServerOptions{
+      s.opts.bind_address, s.opts.port, s.opts.max_connections, "c10d store server"});
+  s.stopping = &s.server->stopping();
+  // torch's protocol has no error reply: closing a connection over the limit is the refusal.
+  s.server->start([&s](int fd) { s.serve(fd); });
 }
 
 C10dStoreServer::~C10dStoreServer() {
@@ -139,7 +120,7 @@ C10dStoreServer::~C10dStoreServer() {
 }
 
 std::uint16_t C10dStoreServer::port() const {
-  return impl_->port;
+  return impl_->server->port();
 }
 const std::string& C10dStoreServer::host() const {
   return impl_->opts.bind_address;
@@ -147,8 +128,10 @@ const std::string& C10dStoreServer::host() const {
 
 C10dStoreServerStats C10dStoreServer::stats() const {
   const auto& s = *impl_;
-  return {s.accepted.load(),        s.refused.load(), s.active.load(), s.rejected_frames.load(),
-          s.dropped_stalled.load(), s.torch1.load(),  s.torch2.load()};
+  const ConnectionCounts c = s.server->counts();
+  return {
+      c.accepted,      c.refused,      c.active, s.rejected_frames.load(), s.dropped_stalled.load(),
+      s.torch1.load(), s.torch2.load()};
 }
 
 std::vector<std::string> C10dStoreServer::keys() const {
@@ -166,82 +149,7 @@ void C10dStoreServer::wait_for_workers(std::int64_t workers, Millis timeout) {
 
 void C10dStoreServer::stop() {
   auto& s = *impl_;
-  std::lock_guard stop_lock(s.stop_mu);
-  if (s.stopped) return;
-  s.stopped = true;
-  s.stopping = true;
-  s.state.stop();
-  if (s.acceptor.joinable()) s.acceptor.join();
-  s.listener.reset();
-  std::list<std::unique_ptr<Impl::Conn>> conns;
-  {
-    std::lock_guard lock(s.conns_mu);
-    conns.swap(s.conns);
-  }
-  // Tells clients at once (EOF) and wakes threads blocked in poll(), before the joins.
-  for (auto& c : conns) ::shutdown(c->fd.get(), SHUT_RDWR);
-  for (auto& c : conns) {
-    if (c->thread.joinable()) c->thread.join();
-  }
-}
-
-void C10dStoreServer::Impl::reap_finished() {
-  std::lock_guard lock(conns_mu);
-  for (auto it = conns.begin(); it != conns.end();) {
-    if ((*it)->done.load()) {
-      (*it)->thread.join();
-      it = conns.erase(it);  // closes the fd
-    } else {
-      ++it;
-    }
-  }
-}
-
-void C10dStoreServer::Impl::accept_loop() {
-  while (!stopping.load()) {
-    reap_finished();
-    auto ready = net::wait_readable(listener.get(), deadline_after(Millis(500)), &stopping);
-    if (!ready.ok()) continue;
-    int err = 0;
-    net::Fd fd = net::accept_one(listener.get(), &err);
-    if (!fd) {
-      // EMFILE and friends: back off instead of spinning on a listener that stays readable.
-      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED) {
-        std::this_thread::sleep_for(Millis(20));
-      }
-      continue;
-    }
-    if (active.load() >= opts.max_connections) {
-      ++refused;  // torch's protocol has no error reply: closing is the refusal
-      continue;
-    }
-    start_conn(std::move(fd));
-  }
-}
-
-void C10dStoreServer::Impl::start_conn(net::Fd fd) {
-  ++accepted;
-  ++active;
-  auto conn = std::make_unique<Conn>();
-  conn->fd = std::move(fd);
-  Conn* raw = conn.get();
-  std::lock_guard lock(conns_mu);
-  conns.push_back(std::move(conn));
-  try {
-    raw->thread = std::thread([this, raw] {
-      try {
-        serve(raw->fd.get());
-      } catch (const std::exception&) {
-        // Out of memory for a request or similar: lose this connection, not the process.
-      }
-      --active;
-      raw->done = true;
-    });
-  } catch (const std::system_error&) {
-    conns.pop_back();  // no thread to serve it: close it
-    --active;
-    ++refused;
-  }
+  s.server->stop([&s] { s.state.stop(); });
 }
 
 void C10dStoreServer::Impl::serve(int fd) {
@@ -261,7 +169,7 @@ void C10dStoreServer::Impl::serve_loop(Session& s) {
   // has started must complete within io_timeout.
   Deadline request_deadline = Deadline::max();
   while (true) {
-    const Woke w = poll_two(s.fd, s.wake_fd, request_deadline, stopping);
+    const Woke w = poll_two(s.fd, s.wake_fd, request_deadline, *stopping);
     if (w == Woke::kTimeout) {
       ++dropped_stalled;
       return;

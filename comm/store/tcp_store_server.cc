@@ -1,23 +1,18 @@
-// TcpStoreServer: an acceptor thread plus one thread per connection. Each connection thread reads
-// a frame, answers it and loops; blocking GET/WAIT wait on the data condition variable in short
-// slices so they notice stop() and a client that hung up. Connection fds are closed only by the
-// acceptor's reaper or by stop(), after the owning thread is joined, so shutdown() from stop()
-// can never hit a recycled descriptor.
+// TcpStoreServer: a ConnectionServer (connection_server.h: acceptor, one thread per connection,
+// reaping, stop) serving the store protocol. Each connection thread reads a frame, answers it and
+// loops; blocking GET/WAIT wait on the data condition variable in short slices so they notice
+// stop() and a client that hung up.
 #include <atomic>
 #include <condition_variable>
-#include <list>
 #include <map>
 #include <mutex>
-#include <system_error>
-#include <thread>
 
 #include "comm/errors.h"
+#include "comm/store/connection_server.h"
 #include "comm/store/counter.h"
 #include "comm/store/socket_io.h"
 #include "comm/store/store_protocol.h"
 #include "comm/store/tcp_store.h"
-
-#include <sys/socket.h>
 
 namespace weightcast::comm {
 
@@ -31,41 +26,27 @@ constexpr Millis kPeerCheckSlice{100};
 }  // namespace
 
 struct TcpStoreServer::Impl {
-  struct Conn {
-    net::Fd fd;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-
   TcpStoreServerOptions opts;
   proto::Limits limits;
-  net::Fd listener;
-  std::uint16_t port = 0;
-  std::atomic<bool> stopping{false};
-  std::thread acceptor;
-  std::mutex stop_mu;
-  bool stopped = false;
+  const std::atomic<bool>* stopping = nullptr;  // the connection server's stop flag
 
   std::mutex data_mu;
   std::condition_variable data_cv;
   std::map<std::string, std::string, std::less<>> data;
 
-  std::mutex conns_mu;
-  std::list<std::unique_ptr<Conn>> conns;
+  std::atomic<std::uint64_t> rejected_frames{0}, auth_failures{0}, dropped_stalled{0};
 
-  std::atomic<std::uint64_t> accepted{0}, refused{0}, active{0}, rejected_frames{0},
-      auth_failures{0}, dropped_stalled{0};
+  std::unique_ptr<ConnectionServer> server;  // last: stopped before the state above goes
 
-  void accept_loop();
-  void reap_finished();
-  void serve(Conn* conn);
+  void refuse_over_limit(int fd);
+  void serve(int fd);
   // Answers `req`; sets *drop when the connection must be abandoned without a reply.
   proto::Response handle(const proto::Request& req, int fd, bool* drop);
   proto::Response wait_for(const std::vector<std::string>& keys, std::uint32_t timeout_ms, int fd,
                            bool* drop);
   bool send(int fd, const proto::Response& r) {
     auto frame = proto::encode_response(r);
-    return net::send_all(fd, frame, deadline_after(opts.io_timeout), &stopping).ok();
+    return net::send_all(fd, frame, deadline_after(opts.io_timeout), stopping).ok();
   }
 };
 
@@ -84,13 +65,10 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts) : impl_(std::make_uni
   auto& s = *impl_;
   s.opts = std::move(opts);
   s.limits.max_value_bytes = s.opts.max_value_bytes;
-  std::string error;
-  s.listener = net::listen_on(s.opts.bind_address, s.opts.port, &s.port, &error);
-  if (!s.listener) {
-    throw ConfigError(detail::concat("store server cannot listen on ",
-                                     net::endpoint(s.opts.bind_address, s.opts.port), ": ", error));
-  }
-  s.acceptor = std::thread([&s] { s.accept_loop(); });
+  s.server = std::make_unique<ConnectionServer>(ConnectionServerOptions{
+      s.opts.bind_address, s.opts.port, s.opts.max_connections, "store server"});
+  s.stopping = &s.server->stopping();
+  s.server->start([&s](int fd) { s.serve(fd); }, [&s](int fd) { s.refuse_over_limit(fd); });
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -98,7 +76,7 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 std::uint16_t TcpStoreServer::port() const {
-  return impl_->port;
+  return impl_->server->port();
 }
 const std::string& TcpStoreServer::host() const {
   return impl_->opts.bind_address;
@@ -106,111 +84,47 @@ const std::string& TcpStoreServer::host() const {
 
 TcpStoreServerStats TcpStoreServer::stats() const {
   const auto& s = *impl_;
-  return {s.accepted.load(),        s.refused.load(),       s.active.load(),
-          s.rejected_frames.load(), s.auth_failures.load(), s.dropped_stalled.load()};
+  const ConnectionCounts c = s.server->counts();
+  return {c.accepted,
+          c.refused,
+          c.active,
+          s.rejected_frames.load(),
+          s.auth_failures.load(),
+          s.dropped_stalled.load()};
 }
 
 void TcpStoreServer::stop() {
   auto& s = *impl_;
-  std::lock_guard stop_lock(s.stop_mu);
-  if (s.stopped) return;
-  s.stopped = true;
-  {
-    // Taking data_mu orders the flag before any waiter's predicate check: no lost wake-up.
-    std::lock_guard lock(s.data_mu);
-    s.stopping = true;
-  }
-  s.data_cv.notify_all();
-  if (s.acceptor.joinable()) s.acceptor.join();
-  s.listener.reset();
-  std::list<std::unique_ptr<Impl::Conn>> conns;
-  {
-    std::lock_guard lock(s.conns_mu);
-    conns.swap(s.conns);
-  }
-  // Wakes threads blocked in poll() and tells clients at once (EOF), before the joins.
-  for (auto& c : conns) ::shutdown(c->fd.get(), SHUT_RDWR);
-  for (auto& c : conns) {
-    if (c->thread.joinable()) c->thread.join();
-  }
+  s.server->stop([&s] {
+    // Taking data_mu after the flag is set orders it before any waiter's predicate check: a
+    // waiter either sees the flag or is already waiting when notify_all() runs.
+    { std::lock_guard lock(s.data_mu); }
+    s.data_cv.notify_all();
+  });
 }
 
-void TcpStoreServer::Impl::reap_finished() {
-  std::lock_guard lock(conns_mu);
-  for (auto it = conns.begin(); it != conns.end();) {
-    if ((*it)->done.load()) {
-      (*it)->thread.join();
-      it = conns.erase(it);  // closes the fd
-    } else {
-      ++it;
-    }
-  }
-}
-
-void TcpStoreServer::Impl::accept_loop() {
-  while (!stopping.load()) {
-    reap_finished();
-    auto ready = net::wait_readable(listener.get(), deadline_after(Millis(500)), &stopping);
-    if (!ready.ok()) continue;
-    int err = 0;
-    net::Fd fd = net::accept_one(listener.get(), &err);
-    if (!fd) {
-      // EMFILE and friends: back off instead of spinning on a listener that stays readable.
-      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED) {
-        std::this_thread::sleep_for(Millis(20));
-      }
-      continue;
-    }
-    if (active.load() >= opts.max_connections) {
-      ++refused;
-      send(fd.get(),
-           {proto::Status::kUnavailable,
+void TcpStoreServer::Impl::refuse_over_limit(int fd) {
+  send(fd, {proto::Status::kUnavailable,
             detail::concat("store server at its limit of ", opts.max_connections, " connections"),
             {}});
-      net::shutdown_and_drain(fd.get(), Millis(50), &stopping);
-      continue;
-    }
-    ++accepted;
-    ++active;
-    auto conn = std::make_unique<Conn>();
-    conn->fd = std::move(fd);
-    Conn* raw = conn.get();
-    std::lock_guard lock(conns_mu);
-    conns.push_back(std::move(conn));
-    try {
-      raw->thread = std::thread([this, raw] {
-        try {
-          serve(raw);
-        } catch (const std::exception&) {
-          // Out of memory for a frame or similar: lose this connection, not the process.
-        }
-        --active;
-        raw->done = true;
-      });
-    } catch (const std::system_error&) {
-      conns.pop_back();  // no thread to serve it: close it
-      --active;
-      ++refused;
-    }
-  }
+  net::shutdown_and_drain(fd, Millis(50), stopping);
 }
 
-void TcpStoreServer::Impl::serve(Conn* conn) {
-  const int fd = conn->fd.get();
+void TcpStoreServer::Impl::serve(int fd) {
   bool authed = opts.token.empty();
   bool greeted = false;  // until a first frame arrives, silence counts against io_timeout
   // Replies with an error and ends the connection; the drain keeps the reply from being lost.
   auto refuse = [&](proto::Status status, std::string message) {
     send(fd, {status, std::move(message), {}});
-    net::shutdown_and_drain(fd, kCloseLinger, &stopping);
+    net::shutdown_and_drain(fd, kCloseLinger, stopping);
   };
-  while (!stopping.load()) {
+  while (!stopping->load()) {
     // A client that has spoken may idle between calls; a silent new one must not hold a slot.
     const Deadline idle = greeted ? Deadline::max() : deadline_after(opts.io_timeout);
-    if (!net::wait_readable(fd, idle, &stopping).ok()) return;
+    if (!net::wait_readable(fd, idle, stopping).ok()) return;
     const Deadline frame_deadline = deadline_after(opts.io_timeout);
     char header[proto::kFrameHeaderBytes];
-    auto r = net::recv_exact(fd, header, sizeof(header), frame_deadline, &stopping);
+    auto r = net::recv_exact(fd, header, sizeof(header), frame_deadline, stopping);
     if (r.io == net::Io::kTimeout) ++dropped_stalled;
     if (!r.ok()) return;
     const std::uint32_t length = proto::decode_frame_length({header, sizeof(header)});
@@ -225,7 +139,7 @@ void TcpStoreServer::Impl::serve(Conn* conn) {
       return refuse(check.status, std::move(check.error));
     }
     std::string body;
-    r = net::recv_append(fd, &body, length, frame_deadline, &stopping);
+    r = net::recv_append(fd, &body, length, frame_deadline, stopping);
     if (r.io == net::Io::kTimeout) ++dropped_stalled;
     if (!r.ok()) return;
     auto decoded = proto::decode_request_body(body, limits);
@@ -267,7 +181,7 @@ void TcpStoreServer::Impl::serve(Conn* conn) {
     if (drop) return;
     if (!send(fd, resp)) return;
     if (!proto::keeps_connection(resp.status)) {
-      net::shutdown_and_drain(fd, kCloseLinger, &stopping);
+      net::shutdown_and_drain(fd, kCloseLinger, stopping);
       return;
     }
   }
@@ -327,7 +241,7 @@ proto::Response TcpStoreServer::Impl::wait_for(const std::vector<std::string>& k
   const Deadline deadline = deadline_after(Millis(timeout_ms));
   std::unique_lock lock(data_mu);
   while (true) {
-    if (stopping.load()) {
+    if (stopping->load()) {
       *drop = true;
       return {};
     }

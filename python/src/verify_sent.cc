@@ -5,6 +5,7 @@
 
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
+#include "sync/model/name_filter.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace weightcast::python {
@@ -36,8 +37,9 @@ std::vector<std::string> SentRecord::check_runner(
   std::map<std::string, std::string> held;
   for (const auto& t : answer.tensors) held[t.name] = t.digest;
   const auto layout = static_cast<int>(sync::parse_layout(runner.layout));
+  const auto filter = sync::NameFilter::from_globs(runner.filters, "runner filters");
   for (const auto& sent : sent_) {
-    if (!sync::trainer::filter_accepts(runner.filters, sent.name)) continue;
+    if (!filter.accepts(sent.name)) continue;
     const std::string expected = sync::to_string(sent.by_layout[layout]);
     const auto it = held.find(sent.name);
     if (it == held.end()) {
@@ -66,7 +68,8 @@ std::vector<std::string> SentRecord::check(
         }
         for (const auto& runner : infos[i].runners) {
           if (!sync::covers(selector_, runner.name)) continue;
-          auto found = check_runner(engine.url(), runner, engine.weights_checksum(runner.name));
+          auto found = check_runner(engine.url(), runner,
+                                    engine.weights_checksum(runner.name, /*recompute=*/true));
           std::lock_guard lock(mu);
           problems.insert(problems.end(), found.begin(), found.end());
         }

@@ -144,6 +144,10 @@ Reply Engine::continue_generation(const ContinueGenerationRequest&) {
 }
 
 Reply Engine::flush_cache() {
+  {
+    std::lock_guard probe_lock(probe_mu_);
+    probe_key_.clear();  // the probe's cached answer: the next probe reads the weights again
+  }
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
   flushes_ += 1;

@@ -85,7 +85,7 @@ class Engine {
   // /get_weight_version: {"weight_version"}; /model_info: SGLang's model info with it.
   Reply weight_version_info() const;
   Reply model_info() const;
-  Reply weights_checksum(const std::string& runner) const;
+  Reply weights_checksum(const std::string& runner, bool recompute = false) const;
   Reply metrics() const;
   // The speculative accept-length probe (sync/model/spec_probe.h) on the committed weights, each
   // read through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.

@@ -132,7 +132,7 @@ Reply Engine::model_info() const {
   return {200, j.dump()};
 }
 
-Reply Engine::weights_checksum(const std::string& runner_text) const {
+Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) const {
   Runner id;
   try {
     id = parse_runner(runner_text);
@@ -142,7 +142,7 @@ Reply Engine::weights_checksum(const std::string& runner_text) const {
   if (!runners_->has(id)) {
     return error_reply(400, "runner: this engine holds no '" + runner_text + "' runner");
   }
-  const RunnerChecksum sum = runners_->checksum(id);
+  const RunnerChecksum sum = runners_->checksum(id, recompute);
   WeightsChecksumResponse response;
   response.message = "ok";
   response.runner = id;
@@ -164,6 +164,7 @@ Reply Engine::weights_checksum(const std::string& runner_text) const {
   for (const auto& d : sum.rank_staged) ranks.push_back(to_string(d));
   j["rank_staged_digests"] = ranks;
   j["digest_age_seconds"] = sum.digest_age_s;
+  j["recomputed"] = recompute;
   return {200, j.dump()};
 }
 

@@ -11,7 +11,9 @@
 // in place on the runner's own view. A tensor staged for two runners gets a private copy for the
 // second, so one runner's transform never shows through the other.
 // Digests are kept per tensor and recomputed when a tensor changes; digests and weight_version are
-// read under one lock, so a reader never sees one without the other.
+// read under one lock, so a reader never sees one without the other. checksum(id, recompute)
+// hashes the resident bytes again instead, so a change that bypassed the stored digest (memory
+// corruption, a transform applied behind the runner's back) shows.
 // Lifetime: owned by the Engine for the process lifetime. Threading: readers (checksums, the
 // tensor accessor for later probes) take a shared lock, commit takes it exclusively; every
 // method is thread-safe.
@@ -30,10 +32,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sync/engine/name_filter.h"
 #include "sync/engine/staging.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
+#include "sync/model/name_filter.h"
 #include "sync/protocol/selector.h"
 #include "sync/protocol/tensor.h"
 
@@ -114,7 +116,9 @@ class RunnerSet {
   std::string weight_version() const;
   void set_weight_version(std::string version);
 
-  RunnerChecksum checksum(Runner id) const;
+  // The stored per-tensor digests, or with `recompute` the digests of the bytes resident now
+  // (every resident byte is read, under the shared lock).
+  RunnerChecksum checksum(Runner id, bool recompute = false) const;
   double digest_age_seconds(Runner id) const;
   std::size_t tensor_count(Runner id) const;
 

@@ -73,7 +73,9 @@ class EngineApi {
   virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;
   // Drops the open session and its staging (idempotent on the engine).
   virtual BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) = 0;
-  virtual WeightsChecksumResponse weights_checksum(Runner runner) = 0;
+  // The runner's stored digests, or with `recompute` the digests of the bytes the engine holds
+  // now (/weights_checksum?recompute=1; an answer that does not say it recomputed is an error).
+  virtual WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) = 0;
   // Prometheus text.
   virtual std::string metrics() = 0;
   virtual SpecAcceptLengthResponse spec_accept_length() = 0;

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "sync/protocol/protocol_text.h"
@@ -286,14 +287,25 @@ BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& 
   return basic("POST", "/abort_weight_update", to_json_string(req), options_.request_timeout);
 }
 
-WeightsChecksumResponse EngineClient::weights_checksum(Runner runner) {
-  const std::string route = "/weights_checksum?runner=" + std::string(to_string(runner));
+WeightsChecksumResponse EngineClient::weights_checksum(Runner runner, bool recompute) {
+  const std::string route = "/weights_checksum?runner=" + std::string(to_string(runner)) +
+                            (recompute ? "&recompute=1" : "");
   if (sglang_) {
     throw EngineError(url_, "GET " + route, 0, "an SGLang engine serves no weight checksums");
   }
-  return checked(parse_weights_checksum_response(call("GET", route, "", options_.request_timeout),
-                                                 options_.limits),
-                 url_, "GET " + route);
+  const std::string body = call("GET", route, "", options_.request_timeout);
+  auto answer =
+      checked(parse_weights_checksum_response(body, options_.limits), url_, "GET " + route);
+  if (recompute) {
+    // An engine that ignored the parameter answered with its stored digests: not what was asked.
+    const auto json = nlohmann::json::parse(body, nullptr, false);
+    const auto it = json.is_object() ? json.find("recomputed") : json.end();
+    if (!json.is_object() || it == json.end() || !it->is_boolean() || !it->get<bool>()) {
+      throw EngineError(url_, "GET " + route, 200,
+                        "the answer does not say it recomputed the digests (recomputed: true)");
+    }
+  }
+  return answer;
 }
 
 std::string EngineClient::metrics() {

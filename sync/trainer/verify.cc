@@ -1,7 +1,5 @@
 #include "sync/trainer/verify.h"
 
-#include <fnmatch.h>
-
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
@@ -49,15 +47,10 @@ std::vector<SentDigest> parse_sent_digests(std::string_view text) {
   return out;
 }
 
-bool filter_accepts(const std::vector<std::string>& globs, const std::string& name) {
-  for (const auto& glob : globs) {
-    if (::fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
-  }
-  return false;
-}
-
 RunnerMirror::RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::uint64_t seed)
-    : info_(info), layout_(parse_layout(info.layout)) {
+    : info_(info),
+      layout_(parse_layout(info.layout)),
+      filter_(NameFilter::from_globs(info.filters, "runner filters")) {
   const std::vector<TensorMeta> initial =
       info.name == Runner::kTarget ? target_tensors(spec) : draft_tensors(spec);
   // The engine's own initial weights: its seed when it reports one (an engine may be started with
@@ -75,7 +68,7 @@ RunnerMirror::RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::u
 void RunnerMirror::apply(Selector selector, const std::vector<SentDigest>& sent) {
   if (!covers(selector, info_.name)) return;
   for (const auto& d : sent) {
-    if (filter_accepts(info_.filters, d.name)) {
+    if (filter_.accepts(d.name)) {
       expected_[d.name] = d.by_layout[static_cast<int>(layout_)];
     }
   }
@@ -130,7 +123,9 @@ std::vector<UpdateVerifier::Problem> UpdateVerifier::check(const std::string& ve
   const auto failures =
       on_all_engines(engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
         for (const auto& mirror : mirrors_[i]) {
-          const auto answer = engine.weights_checksum(mirror.runner());
+          // Recomputed from the resident bytes: a stored digest would miss bytes changed after
+          // the commit (docs/trainer.md, "Verification").
+          const auto answer = engine.weights_checksum(mirror.runner(), /*recompute=*/true);
           const std::string where = "engine " + engine.url() + " ";
           if (answer.weight_version != version) {
             found[i].push_back({mirror.runner(), where + "runner " +

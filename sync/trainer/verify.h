@@ -25,6 +25,7 @@
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
 #include "sync/model/model.h"
+#include "sync/model/name_filter.h"
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/tensors.h"
@@ -45,14 +46,11 @@ std::vector<SentDigest> sent_digests(std::span<const NamedTensor> tensors);
 std::string to_text(const std::vector<SentDigest>& digests);
 std::vector<SentDigest> parse_sent_digests(std::string_view text);
 
-// Whether the comma-separated fnmatch globs of a runner filter accept `name` (the engine's rule:
-// any glob matches, '*' crosses dots).
-bool filter_accepts(const std::vector<std::string>& globs, const std::string& name);
-
 class RunnerMirror {
  public:
   // `info` as /server_info reports the runner; `spec` and `seed` the generator of its initial
-  // weights. Throws comm::BadRequestError for a layout this build does not know.
+  // weights. Throws comm::BadRequestError for a layout this build does not know, or a filter glob
+  // the engine itself would refuse.
   RunnerMirror(const RunnerInfo& info, const ModelSpec& spec, std::uint64_t seed);
 
   Runner runner() const { return info_.name; }
@@ -67,6 +65,7 @@ class RunnerMirror {
  private:
   RunnerInfo info_;
   Layout layout_;
+  NameFilter filter_;  // the engine's filter, matched with the engine's code
   std::map<std::string, Digest> expected_;
 };
 
@@ -80,7 +79,8 @@ class UpdateVerifier {
   // Records a committed update (see RunnerMirror::apply).
   void apply(Selector selector, const std::vector<SentDigest>& sent);
 
-  // Fetches /weights_checksum of every runner of every engine, concurrently, and compares.
+  // Fetches /weights_checksum?recompute=1 of every runner of every engine (digests of the bytes
+  // each engine holds now, not the ones it stored at commit), concurrently, and compares.
   // Returns one entry per problem, each naming the engine, runner and tensor (or the failed
   // call, or a weight_version other than `version`); empty when everything matches.
   struct Problem {

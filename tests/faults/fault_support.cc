@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,31 +30,13 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-namespace {
-
-HttpAnswer to_answer(const httplib::Result& res) {
-  if (!res) return {};
-  return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
-}
-
-std::unique_ptr<httplib::Client> client(const std::string& url, Millis timeout) {
-  auto c = std::make_unique<httplib::Client>(url);
-  c->set_keep_alive(false);
-  c->set_connection_timeout(timeout);
-  c->set_read_timeout(timeout);
-  c->set_write_timeout(timeout);
-  return c;
-}
-
-}  // namespace
-
 HttpAnswer http_get(const std::string& url, const std::string& path, Millis timeout) {
-  return to_answer(client(url, timeout)->Get(path));
+  return testing::EngineHttp(url, {timeout, timeout, timeout}).get(path);
 }
 
 HttpAnswer http_post(const std::string& url, const std::string& path, const std::string& body,
                      Millis timeout) {
-  return to_answer(client(url, timeout)->Post(path, body, "application/json"));
+  return testing::EngineHttp(url, {timeout, timeout, timeout}).post(path, body);
 }
 
 EnginePeer::EnginePeer(EngineConfig config) : config_(std::move(config)) {

@@ -28,6 +28,7 @@
 
 #include "sync/trainer/tensors.h"
 #include "sync/trainer/updater.h"
+#include "tests/support/engine_http.h"
 #include "tests/support/subprocess.h"
 
 namespace weightcast::faults {
@@ -42,10 +43,7 @@ double ms_between(Clock::time_point from, Clock::time_point to);
 
 // ---- HTTP (no token; every call bounded by `timeout`) ----
 
-struct HttpAnswer {
-  int status = 0;  // 0: no answer (refused, reset, timed out)
-  nlohmann::json body;
-};
+using testing::HttpAnswer;  // status 0: no answer (refused, reset, timed out)
 HttpAnswer http_get(const std::string& url, const std::string& path, Millis timeout = Millis(2000));
 HttpAnswer http_post(const std::string& url, const std::string& path, const std::string& body,
                      Millis timeout = Millis(2000));

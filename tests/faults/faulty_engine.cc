@@ -93,8 +93,8 @@ sync::BasicResponse FaultyEngine::continue_generation(const sync::ContinueGenera
 sync::BasicResponse FaultyEngine::abort_weight_update(const sync::AbortWeightUpdateRequest& req) {
   return run("POST /abort_weight_update", [&] { return inner_->abort_weight_update(req); });
 }
-sync::WeightsChecksumResponse FaultyEngine::weights_checksum(sync::Runner runner) {
-  return run("GET /weights_checksum", [&] { return inner_->weights_checksum(runner); });
+sync::WeightsChecksumResponse FaultyEngine::weights_checksum(sync::Runner runner, bool recompute) {
+  return run("GET /weights_checksum", [&] { return inner_->weights_checksum(runner, recompute); });
 }
 std::string FaultyEngine::metrics() {
   return run("GET /metrics", [&] { return inner_->metrics(); });

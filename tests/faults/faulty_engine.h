@@ -55,7 +55,8 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   sync::EndWeightUpdateResponse end_weight_update(const sync::EndWeightUpdateRequest& req) override;
   sync::BasicResponse continue_generation(const sync::ContinueGenerationRequest& req) override;
   sync::BasicResponse abort_weight_update(const sync::AbortWeightUpdateRequest& req) override;
-  sync::WeightsChecksumResponse weights_checksum(sync::Runner runner) override;
+  sync::WeightsChecksumResponse weights_checksum(sync::Runner runner,
+                                                 bool recompute = false) override;
   std::string metrics() override;
   sync::SpecAcceptLengthResponse spec_accept_length() override;
 

@@ -14,7 +14,6 @@
 // predicts. B is resumed (continue_generation) by the trainer's abort path, so it serves again
 // only once the trainer gave up: the trainer waits out its calls to the silent A. The measured
 // figures are printed as one "FIGURE case=5 ..." line.
-#include <httplib.h>
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -34,6 +33,8 @@
 #include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
 #include "tests/netns/netns_topology.h"
+#include "tests/support/engine_http.h"
+#include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 
 #ifndef WEIGHTCAST_ENGINE_BIN
@@ -76,9 +77,7 @@ Engine start_engine(const NetnsTopology& net, int host) {
                            "--draft", "--comm-timeout-ms", std::to_string(kEngineDeadline.count()),
                            "--init-timeout-ms", "10000", "--session-timeout-ms", "30000"});
   Engine e{net.host_namespace(host), std::make_unique<Subprocess>(argv), ""};
-  const auto rest = e.process->wait_for_line("weightcast-engine listening on ", 30s);
-  if (!rest) throw std::runtime_error("engine did not start: " + e.process->output());
-  e.url = *rest;
+  e.url = testing::wait_for_engine_url(*e.process, 30s);
   return e;
 }
 
@@ -105,12 +104,9 @@ Committed read_committed(const Engine& e) {
     const auto sum = api.weights_checksum(sync::Runner::kTarget);
     c.version = sum.weight_version;
     c.digest = sum.digest;
-    httplib::Client http(e.url);
-    http.set_connection_timeout(1000ms);
-    http.set_read_timeout(5000ms);
-    auto health = http.Get("/health");
-    if (!health || health->status != 200) throw std::runtime_error("GET /health failed");
-    const auto state = nlohmann::json::parse(health->body);
+    const auto health = EngineHttp(e.url, {1000ms, 5000ms, 5000ms}).get("/health");
+    if (health.status != 200) throw std::runtime_error("GET /health failed");
+    const auto& state = health.body;
     c.in_session = state.at("in_session").get<bool>();
     c.paused = state.at("paused").get<bool>();
     std::smatch m;
@@ -126,10 +122,8 @@ Committed read_committed(const Engine& e) {
 std::string server_info_text(const Engine& e) {
   std::string text = "(no answer)";
   run_in_namespace(e.ns, [&] {
-    httplib::Client http(e.url);
-    http.set_connection_timeout(1000ms);
-    http.set_read_timeout(5000ms);
-    if (auto res = http.Get("/server_info")) text = res->body;
+    const auto info = EngineHttp(e.url, {1000ms, 5000ms, 5000ms}).get("/server_info");
+    if (info.status != 0) text = info.text;
   });
   return text;
 }
@@ -175,13 +169,11 @@ class EngineWatch {
       std::fprintf(stderr, "EngineWatch: %s\n", e.what());
       return;  // nothing seen: the test fails on that
     }
-    httplib::Client http(url);
-    http.set_connection_timeout(500ms);
-    http.set_read_timeout(1000ms);
+    const EngineHttp http(url, {500ms, 1000ms, 1000ms});
     for (; !stop.stop_requested(); std::this_thread::sleep_for(20ms)) {
-      auto res = http.Get("/server_info");
-      if (!res || res->status != 200) continue;
-      const auto info = nlohmann::json::parse(res->body);
+      const auto res = http.get("/server_info");
+      if (res.status != 200) continue;
+      const auto& info = res.body;
       std::lock_guard lock(mu_);
       if (aborted_ && !info.at("paused").get<bool>()) {
         resumed_ = Clock::now();

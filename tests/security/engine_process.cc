@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tests/support/engine_launch.h"
+
 #ifndef WEIGHTCAST_ENGINE_BIN
 #error "WEIGHTCAST_ENGINE_BIN must name the weightcast-engine executable"
 #endif
@@ -35,7 +37,7 @@ std::ostream& operator<<(std::ostream& os, const EngineState& s) {
 
 namespace {
 
-// "host:port" from "... listening on http://host:port".
+// "host:port" split at its last colon.
 std::pair<std::string, int> split_url(const std::string& rest) {
   const auto colon = rest.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("no port in '" + rest + "'");
@@ -56,37 +58,19 @@ std::string metric_value(const std::string& text, const std::string& metric) {
 
 EngineProcess::EngineProcess(std::vector<std::string> extra, std::string token)
     : process_([&] {
-        std::vector<std::string> argv = {WEIGHTCAST_ENGINE_BIN,
-                                         "--port",
-                                         "0",
-                                         "--model",
-                                         "tiny",
-                                         "--seed",
-                                         "3",
-                                         "--draft",
-                                         "--target-layout",
-                                         "shuffle",
-                                         "--draft-layout",
-                                         "shuffle",
-                                         "--draft-filter",
-                                         "mtp.*",
-                                         "--init-timeout-ms",
-                                         "3000",
-                                         "--comm-timeout-ms",
-                                         "3000",
-                                         "--chunk-bytes",
-                                         "64K"};
+        std::vector<std::string> flags = {"--draft-filter",    "mtp.*", "--init-timeout-ms", "3000",
+                                          "--comm-timeout-ms", "3000",  "--chunk-bytes",     "64K"};
         if (!token.empty()) {
-          argv.push_back("--token");
-          argv.push_back(token);
+          flags.push_back("--token");
+          flags.push_back(token);
         }
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        return testing::Subprocess(argv);
+        flags.insert(flags.end(), extra.begin(), extra.end());
+        return testing::Subprocess(
+            testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, /*ranks=*/1, /*seed=*/3, flags));
       }()),
       token_(std::move(token)) {
-  auto rest = process_.wait_for_line("weightcast-engine listening on http://", 20s);
-  if (!rest) throw std::runtime_error("engine did not start: " + process_.drain(1s));
-  std::tie(host_, port_) = split_url(*rest);
+  const std::string url = testing::wait_for_engine_url(process_, 20s);
+  std::tie(host_, port_) = split_url(url.substr(url.find("://") + 3));
 }
 
 HttpReply EngineProcess::call(const std::string& method, const std::string& path,

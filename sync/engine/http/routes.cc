@@ -107,7 +107,15 @@ RouteTable engine_routes(Engine& engine) {
                if (it == request.query.end()) {
                  return error_reply(400, "runner: missing required query parameter");
                }
-               return e->weights_checksum(it->second);
+               bool recompute = false;
+               if (auto r = request.query.find("recompute"); r != request.query.end()) {
+                 if (r->second == "1" || r->second == "true") {
+                   recompute = true;
+                 } else if (r->second != "0" && r->second != "false") {
+                   return error_reply(400, "recompute: must be 0, 1, false or true");
+                 }
+               }
+               return e->weights_checksum(it->second, recompute);
              }});
   table.add({"/spec_accept_length", get, Auth::kToken,
              [e](const Request&) { return e->spec_accept_length(); }});

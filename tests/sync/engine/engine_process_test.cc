@@ -9,6 +9,7 @@
 
 #include "sync/engine/weights.h"
 #include "sync/model/model.h"
+#include "tests/support/engine_http.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/engine/process_sender.h"
@@ -173,12 +174,11 @@ TEST(EngineProcess, SenderStoppingMidSessionLeavesWeightsAndRecovers) {
   expect_all_200(sender.update(Selector::kTarget, sent, kBucketBytes, "3"), "recovery update");
   EXPECT_EQ(tensor_digests(sender, 0, "target"), expected_digests(sent, Layout::kShuffle));
   EXPECT_EQ(sender.get(0, "/server_info").body["weight_version"], "3");
-  auto metrics = httplib::Client(engine.endpoint.host, engine.endpoint.port).Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("weightcast_engine_updates_total{outcome=\"ok\"} 2"),
-            std::string::npos)
-      << metrics->body;
-  EXPECT_NE(metrics->body.find("weightcast_engine_updates_total{outcome=\"failed\"} 1"),
+  const std::string metrics =
+      weightcast::testing::EngineHttp(engine.endpoint.host, engine.endpoint.port).metrics();
+  EXPECT_NE(metrics.find("weightcast_engine_updates_total{outcome=\"ok\"} 2"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("weightcast_engine_updates_total{outcome=\"failed\"} 1"),
             std::string::npos);
 }
 

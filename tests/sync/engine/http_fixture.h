@@ -13,6 +13,7 @@
 
 #include "sync/engine/engine.h"
 #include "sync/engine/http/server.h"
+#include "tests/support/engine_http.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"
 
@@ -70,6 +71,15 @@ class EngineHttpFixture : public ::testing::Test {
     client_ = make_client();
   }
 
+  // The shared test client (tests/support/engine_http.h) with this engine's token.
+  weightcast::testing::EngineHttp http(const std::string& token) const {
+    return weightcast::testing::EngineHttp(
+        server_->host(), server_->port(),
+        {std::chrono::seconds(5), std::chrono::seconds(20), std::chrono::seconds(5)}, token);
+  }
+  weightcast::testing::EngineHttp http() const { return http(token_); }
+
+  // A raw client, for tests that check methods and headers no typed client sends.
   std::unique_ptr<httplib::Client> make_client() const {
     auto c = std::make_unique<httplib::Client>(server_->host(), server_->port());
     c->set_connection_timeout(std::chrono::seconds(5));
@@ -88,16 +98,15 @@ class EngineHttpFixture : public ::testing::Test {
 
   // Status and parsed body; fails the test on a transport error.
   std::pair<int, Json> post(const std::string& path, const std::string& body) {
-    auto res = client_->Post(path.c_str(), body, "application/json");
-    EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
-    if (!res) return {0, Json()};
-    return {res->status, Json::parse(res->body, nullptr, false)};
+    return answered(path, http().post(path, body));
   }
-  std::pair<int, Json> get(const std::string& path) {
-    auto res = client_->Get(path.c_str());
-    EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
-    if (!res) return {0, Json()};
-    return {res->status, Json::parse(res->body, nullptr, false)};
+  std::pair<int, Json> get(const std::string& path) { return answered(path, http().get(path)); }
+
+  static std::pair<int, Json> answered(const std::string& path,
+                                       const weightcast::testing::HttpAnswer& a) {
+    EXPECT_NE(a.status, 0) << path << ": " << a.body.dump();
+    if (a.status == 0) return {0, Json()};
+    return {a.status, a.body};
   }
 
   Snapshot snapshot() {

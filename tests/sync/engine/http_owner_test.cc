@@ -76,10 +76,7 @@ TEST_F(OwnerTest, ForceWithTheTokenAbortsAnySession) {
   EXPECT_FALSE(snapshot().in_session);
   // Without the token, force is refused by the route's auth before the engine sees it.
   begin_owned("trainer-b:7 grp");
-  httplib::Client anonymous(server_->host(), server_->port());
-  auto res = anonymous.Post("/abort_weight_update", R"({"force": true})", "application/json");
-  ASSERT_TRUE(res);
-  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(http(/*token=*/"").post("/abort_weight_update", R"({"force": true})").status, 401);
   EXPECT_TRUE(snapshot().in_session);
   (void)id;
 }

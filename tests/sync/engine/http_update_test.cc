@@ -170,6 +170,27 @@ TEST_F(UpdateTest, AbortWhileABucketWaitsAnswersItWith409) {
   EXPECT_EQ(after, before);
 }
 
+TEST_F(UpdateTest, WeightsChecksumRecomputeQueryHashesTheResidentBytes) {
+  start();
+  const auto [st, stored] = get("/weights_checksum?runner=target");
+  ASSERT_EQ(st, 200);
+  EXPECT_FALSE(stored.value("recomputed", true));
+  ASSERT_TRUE(
+      engine_->runners().with_tensor(Runner::kTarget, "model.b", [](const ResidentTensor& t) {
+        t.bytes.data()[3] ^= std::byte{1};  // behind it
+      }));
+  EXPECT_EQ(get("/weights_checksum?runner=target&recompute=0").second["digest"], stored["digest"]);
+  for (const char* yes : {"1", "true"}) {
+    const auto [status, now] = get(std::string("/weights_checksum?runner=target&recompute=") + yes);
+    ASSERT_EQ(status, 200);
+    EXPECT_TRUE(now.value("recomputed", false));
+    EXPECT_NE(now["digest"], stored["digest"]) << "recompute=" << yes << " gave the stored digest";
+  }
+  const auto [bad, why] = get("/weights_checksum?runner=target&recompute=yes");
+  EXPECT_EQ(bad, 400);
+  EXPECT_NE(why.value("message", "").find("recompute"), std::string::npos) << why;
+}
+
 TEST_F(UpdateTest, ServerInfoAndMetricsReportTheEngine) {
   start({}, "", /*ranks=*/2);
   join("g");

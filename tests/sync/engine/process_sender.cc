@@ -10,15 +10,6 @@
 
 namespace weightcast::sync::engine::testing {
 
-namespace {
-
-HttpResult to_result(const httplib::Result& res) {
-  if (!res) return {0, nlohmann::json{{"message", httplib::to_string(res.error())}}};
-  return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
-}
-
-}  // namespace
-
 Sender::Sender(std::vector<EngineEndpoint> engines, std::string group, comm::Millis timeout)
     : engines_(std::move(engines)), group_(std::move(group)), timeout_(timeout) {}
 
@@ -38,21 +29,19 @@ int Sender::world_size() const {
   return rank_offset(engines_.size());
 }
 
-std::unique_ptr<httplib::Client> Sender::client(std::size_t engine) const {
-  auto c = std::make_unique<httplib::Client>(engines_[engine].host, engines_[engine].port);
-  c->set_connection_timeout(std::chrono::seconds(5));
-  c->set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout_) +
-                      std::chrono::seconds(10));
-  c->set_write_timeout(std::chrono::seconds(10));
-  return c;
+weightcast::testing::EngineHttp Sender::client(std::size_t engine) const {
+  // Reads outlast the group timeout: a bucket request answers only once its broadcast ended.
+  return weightcast::testing::EngineHttp(
+      engines_[engine].host, engines_[engine].port,
+      {std::chrono::seconds(5), timeout_ + std::chrono::seconds(10), std::chrono::seconds(10)});
 }
 
 HttpResult Sender::get(std::size_t engine, const std::string& path) {
-  return to_result(client(engine)->Get(path.c_str()));
+  return client(engine).get(path);
 }
 
 HttpResult Sender::post(std::size_t engine, const std::string& path, const std::string& body) {
-  return to_result(client(engine)->Post(path.c_str(), body, "application/json"));
+  return client(engine).post(path, body);
 }
 
 std::vector<HttpResult> Sender::init() {

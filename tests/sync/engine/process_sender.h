@@ -7,8 +7,6 @@
 // Threading: one owner thread.
 #pragma once
 
-#include <httplib.h>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +18,7 @@
 #include "comm/store/tcp_store.h"
 #include "sync/engine/runner.h"
 #include "sync/protocol/selector.h"
+#include "tests/support/engine_http.h"
 
 namespace weightcast::sync::engine::testing {
 
@@ -29,10 +28,7 @@ struct EngineEndpoint {
   int ranks = 1;
 };
 
-struct HttpResult {
-  int status = 0;  // 0: transport error
-  nlohmann::json body;
-};
+using HttpResult = weightcast::testing::HttpAnswer;  // status 0: transport error
 
 class Sender {
  public:
@@ -57,7 +53,7 @@ class Sender {
   int world_size() const;
 
  private:
-  std::unique_ptr<httplib::Client> client(std::size_t engine) const;
+  weightcast::testing::EngineHttp client(std::size_t engine) const;
 
   std::vector<EngineEndpoint> engines_;
   std::string group_;

@@ -1,4 +1,4 @@
-// RunnerSet, Staging, NameFilter, auth and safetensors: the runner logic without sockets.
+// RunnerSet, Staging, auth and safetensors: the runner logic without sockets.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,7 +7,6 @@
 
 #include "comm/errors.h"
 #include "sync/engine/http/auth.h"
-#include "sync/engine/name_filter.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/weights.h"
 #include "tests/sync/engine/test_util.h"
@@ -18,22 +17,6 @@ namespace {
 using testing::expected_combined;
 using testing::laid_out;
 using testing::tensor;
-
-TEST(NameFilter, MatchesAnyGlobAcrossDots) {
-  auto f = NameFilter::parse("model.*,lm_head.weight");
-  EXPECT_TRUE(f.accepts("model.layers.0.mlp.up_proj.weight"));
-  EXPECT_TRUE(f.accepts("lm_head.weight"));
-  EXPECT_FALSE(f.accepts("lm_head.bias"));
-  EXPECT_FALSE(f.accepts("mtp.fc.weight"));
-  EXPECT_EQ(f.text(), "model.*,lm_head.weight");
-}
-
-TEST(NameFilter, EmptyAcceptsNothingAndBadGlobsAreRefused) {
-  EXPECT_FALSE(NameFilter::parse("").accepts("anything"));
-  EXPECT_FALSE(NameFilter::parse(",,").accepts("x"));
-  EXPECT_TRUE(NameFilter::parse("*").accepts("x"));
-  EXPECT_THROW(NameFilter::parse("model.* ,x"), comm::BadRequestError);
-}
 
 TEST(Auth, ConstantTimeEqual) {
   EXPECT_TRUE(constant_time_equal("secret", "secret"));

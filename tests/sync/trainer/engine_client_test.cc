@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "comm/errors.h"
@@ -88,6 +89,36 @@ TEST(EngineClient, ReadsServerInfoAndChecksums) {
   EXPECT_EQ(client.server_info(), info);
   EXPECT_EQ(client.weights_checksum(Runner::kDraft).runner, Runner::kDraft);
   EXPECT_EQ(runner, "draft");
+}
+
+TEST(EngineClient, RecomputedChecksumIsAskedForAndMustBeConfirmed) {
+  Server s;
+  std::string recompute;
+  bool confirm = true;
+  s.http().Get("/weights_checksum", [&](const httplib::Request& req, httplib::Response& res) {
+    recompute = req.get_param_value("recompute");
+    WeightsChecksumResponse r;
+    r.runner = Runner::kTarget;
+    r.weight_version = "1";
+    r.digest = std::string(32, 'a');
+    auto body = nlohmann::json::parse(to_json_string(r));
+    if (confirm) body["recomputed"] = true;
+    res.set_content(body.dump(), "application/json");
+  });
+  EngineClient client(s.url(), fast());
+  EXPECT_EQ(client.weights_checksum(Runner::kTarget, /*recompute=*/true).digest,
+            std::string(32, 'a'));
+  EXPECT_EQ(recompute, "1");
+  client.weights_checksum(Runner::kTarget);
+  EXPECT_EQ(recompute, "");
+  // An engine that ignored the parameter answered with its stored digests.
+  confirm = false;
+  try {
+    client.weights_checksum(Runner::kTarget, /*recompute=*/true);
+    ADD_FAILURE() << "an unconfirmed recompute was accepted";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("recomputed"), std::string::npos) << e.what();
+  }
 }
 
 TEST(EngineClient, ErrorsNameEngineRouteAndEngineMessage) {

@@ -233,7 +233,7 @@ BasicResponse FakeEngine::abort_weight_update(const AbortWeightUpdateRequest& re
   return {};
 }
 
-WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner) {
+WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner, bool) {
   enter("GET /weights_checksum");
   WeightsChecksumResponse r;
   r.runner = runner;

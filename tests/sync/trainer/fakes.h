@@ -108,7 +108,7 @@ class FakeEngine final : public EngineApi {
   EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
   BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
   BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
-  WeightsChecksumResponse weights_checksum(Runner runner) override;
+  WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) override;
   std::string metrics() override { return ""; }
   SpecAcceptLengthResponse spec_accept_length() override { return {}; }
 

@@ -112,12 +112,5 @@ TEST(SentDigests, TextRoundTrips) {
   EXPECT_THROW(parse_sent_digests("[[1]]"), comm::BadRequestError);
 }
 
-TEST(FilterAccepts, UsesFnmatchAcrossDots) {
-  EXPECT_TRUE(filter_accepts({"model.*"}, "model.layers.0.mlp.up_proj.weight"));
-  EXPECT_TRUE(filter_accepts({"x", "lm_head.*"}, "lm_head.weight"));
-  EXPECT_FALSE(filter_accepts({}, "model.norm.weight"));
-  EXPECT_FALSE(filter_accepts({"draft.*"}, "model.norm.weight"));
-}
-
 }  // namespace
 }  // namespace weightcast::sync::trainer

@@ -1,11 +1,11 @@
-#include "sync/engine/name_filter.h"
+#include "sync/model/name_filter.h"
 
 #include <fnmatch.h>
 
 #include "comm/errors.h"
 #include "sync/protocol/protocol_text.h"
 
-namespace weightcast::sync::engine {
+namespace weightcast::sync {
 
 NameFilter NameFilter::parse(std::string_view text, std::string_view field) {
   NameFilter filter;
@@ -20,6 +20,17 @@ NameFilter NameFilter::parse(std::string_view text, std::string_view field) {
       filter.globs_.emplace_back(glob);
     }
     start = comma + 1;
+  }
+  return filter;
+}
+
+NameFilter NameFilter::from_globs(const std::vector<std::string>& globs, std::string_view field) {
+  NameFilter filter;
+  for (const auto& glob : globs) {
+    if (glob.empty()) continue;
+    validate_identifier(glob, 1024,
+                        std::string(field) + "[" + std::to_string(filter.globs_.size()) + "]");
+    filter.globs_.push_back(glob);
   }
   return filter;
 }
@@ -42,4 +53,4 @@ std::string NameFilter::text() const {
   return out;
 }
 
-}  // namespace weightcast::sync::engine
+}  // namespace weightcast::sync
