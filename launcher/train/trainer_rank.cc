@@ -10,6 +10,8 @@
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
 #include "launcher/cli_util.h"
+#include "launcher/train/engine_queries.h"
+#include "launcher/train/rank_messages.h"
 #include "launcher/train/step_line.h"
 #include "sync/model/drift.h"
 #include "sync/trainer/engine_calls.h"
@@ -27,16 +29,9 @@ using comm::Millis;
 using namespace sync::trainer;
 namespace mpi = comm::mpi;
 
-// Status messages between ranks: "<code> <text>", code 0 = ok.
-std::string status(int code, const std::string& text) {
-  return std::to_string(code) + " " + text;
-}
-int status_code(const std::string& message) {
-  return std::atoi(message.c_str());
-}
-std::string status_text(const std::string& message) {
-  const auto space = message.find(' ');
-  return space == std::string::npos ? std::string() : message.substr(space + 1);
+// A status message between ranks (launcher/train/rank_messages.h).
+RankStatus status(int code, std::string text) {
+  return RankStatus{code, std::move(text)};
 }
 
 class Rank {
@@ -98,28 +93,28 @@ class Rank {
 
   // Sets up what the sources need, and tells every rank whether it worked.
   int setup() {
-    std::string result = status(kExitOk, "");
+    RankStatus result;
     if (topo_.is_stage_source()) result = setup_sources();
-    result = mpi::broadcast_string(MPI_COMM_WORLD, 0, result, mpi_deadline(step_budget()));
-    if (status_code(result) != kExitOk && coordinator()) {
-      std::fprintf(out_, "setup FAILED: %s\n", status_text(result).c_str());
+    result = broadcast_status(MPI_COMM_WORLD, 0, result, mpi_deadline(step_budget()));
+    if (!result.ok() && coordinator()) {
+      std::fprintf(out_, "setup FAILED: %s\n", result.text.c_str());
       std::fflush(out_);
     }
-    return status_code(result);
+    return result.code;
   }
 
   // Coordinator decides the selector; then each stage, in order, creates its group.
-  std::string setup_sources() {
-    std::string decided = coordinator() ? decide_selector() : std::string();
-    decided = mpi::broadcast_string(sources_comm_.get(), 0, decided, mpi_deadline(stage_budget()));
-    if (status_code(decided) != kExitOk) return decided;
+  RankStatus setup_sources() {
+    RankStatus decided = coordinator() ? decide_selector() : RankStatus{};
+    decided = broadcast_status(sources_comm_.get(), 0, decided, mpi_deadline(stage_budget()));
+    if (!decided.ok()) return decided;
     UpdaterOptions uo = updater_options(o_, {});
-    uo.selector = sync::parse_selector(status_text(decided));
+    uo.selector = sync::parse_selector(decided.text);
     updater_ = std::make_unique<DistributedUpdater>(o_.engines, uo);
 
-    std::string first_failure;
+    std::optional<RankStatus> first_failure;
     for (int s = 0; s < o_.pp; ++s) {
-      std::string mine;
+      RankStatus mine;
       if (s == topo_.pp_rank()) {
         mine = guarded([&] {
           updater_->ensure_group(s);
@@ -136,18 +131,18 @@ class Rank {
           return status(kExitOk, "");
         });
       }
-      mine = mpi::broadcast_string(sources_comm_.get(), s, mine, mpi_deadline(stage_budget()));
-      if (status_code(mine) != kExitOk && first_failure.empty()) first_failure = mine;
+      mine = broadcast_status(sources_comm_.get(), s, mine, mpi_deadline(stage_budget()));
+      if (!mine.ok() && !first_failure) first_failure = mine;
     }
-    return first_failure.empty() ? decided : first_failure;
+    return first_failure.value_or(decided);
   }
 
-  std::string decide_selector() {
+  RankStatus decide_selector() {
     return guarded([&] {
       sync::Selector selector;
       if (o_.selector == "auto") {
         std::optional<std::string> engines_algorithm;
-        if (!o_.speculative_algorithm) engines_algorithm = engines_speculative_algorithm();
+        if (!o_.speculative_algorithm) engines_algorithm = engines_speculative_algorithm(o_);
         const auto config = selector_config(o_, spec_, engines_algorithm);
         selector = sync::weight_update_selector(config);
         std::fprintf(out_,
@@ -165,34 +160,9 @@ class Rank {
     });
   }
 
-  // The speculative algorithm the engines report; they must agree.
-  std::optional<std::string> engines_speculative_algorithm() const {
-    EngineClientOptions co;
-    co.token = o_.token;
-    co.connect_timeout = Millis(o_.connect_timeout_ms);
-    co.request_timeout = Millis(o_.request_timeout_ms);
-    std::vector<std::unique_ptr<EngineApi>> clients;
-    std::vector<EngineApi*> engines;
-    for (const auto& url : o_.engines) {
-      engines.push_back(clients.emplace_back(std::make_unique<EngineClient>(url, co)).get());
-    }
-    std::vector<sync::ServerInfoResponse> infos(engines.size());
-    throw_if_failed("reading /server_info", on_all_engines(engines, "GET /server_info",
-                                                           [&infos](EngineApi& e, std::size_t i) {
-                                                             infos[i] = e.server_info();
-                                                           }));
-    for (std::size_t i = 1; i < infos.size(); ++i) {
-      if (infos[i].speculative_algorithm != infos[0].speculative_algorithm) {
-        throw comm::ConfigError("engines disagree on speculative_algorithm (" + engines[0]->url() +
-                                " vs. " + engines[i]->url() + "); pass --speculative-algorithm");
-      }
-    }
-    return infos[0].speculative_algorithm;
-  }
-
   // Runs `fn`, turning exceptions into status messages.
   template <typename F>
-  std::string guarded(F&& fn) {
+  RankStatus guarded(F&& fn) {
     try {
       return fn();
     } catch (const comm::ConfigError& e) {
@@ -224,30 +194,17 @@ class Rank {
     }
     return drifted_;
   }
-  std::string run_sources(int step, std::vector<HostTensor>& tensors);
+  RankStatus run_sources(int step, std::vector<HostTensor>& tensors);
   // One attempt at the step's update: open (coordinator), every stage, commit (coordinator).
   // Returns the coordinator's "opened" status; `report` and `digests` are the coordinator's.
-  std::string attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
-                      std::vector<SentDigest>& digests);
-  std::string step_line(int step, const std::string& opened, UpdateReport& report,
-                        const std::vector<SentDigest>& digests);
+  RankStatus attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+                     std::vector<SentDigest>& digests);
+  RankStatus step_line(int step, const RankStatus& opened, UpdateReport& report,
+                       const std::vector<SentDigest>& digests);
 
-  // " accept_length A,B,..." (one value per engine, "n/a" where the probe failed) with
-  // --probe-accept-length, else empty.
+  // " accept_length A,B,..." with --probe-accept-length, else empty.
   std::string probe_accept_lengths() {
-    if (!o_.probe_accept_length) return "";
-    std::string out = " accept_length ";
-    auto engines = updater_->engines();
-    for (std::size_t i = 0; i < engines.size(); ++i) {
-      char value[32] = "n/a";
-      try {
-        std::snprintf(value, sizeof(value), "%.2f", engines[i]->spec_accept_length().accept_length);
-      } catch (const comm::Error& e) {
-        std::fprintf(stderr, "weightcast-train: accept-length probe: %s\n", e.what());
-      }
-      out += (i ? "," : "") + std::string(value);
-    }
-    return out;
+    return o_.probe_accept_length ? accept_lengths(updater_->engines()) : std::string();
   }
   StageOutcome send_own_stage(const std::optional<UpdateSession>& session,
                               const std::vector<HostTensor>& tensors);
@@ -272,7 +229,7 @@ int Rank::run_step(int step) {
   if (topo_.dp_rank() == 0) mine = shards_at(step);
   mpi::GatheredBytes gathered =
       mpi::gatherv_bytes(stage_comm_.get(), 0, std::move(mine), mpi_deadline());
-  std::string line = status(kExitOk, "");
+  RankStatus line;
   if (topo_.is_stage_source()) {
     // Stage ranks 0 .. tp-1 are the dp-0 replicas of TP ranks 0 .. tp-1.
     std::vector<std::span<const std::byte>> blocks;
@@ -281,12 +238,12 @@ int Rank::run_step(int step) {
     gathered = {};
     line = run_sources(step, tensors);
   }
-  line = mpi::broadcast_string(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
+  line = broadcast_status(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
   if (coordinator()) {
-    std::fprintf(out_, "%s\n", status_text(line).c_str());
+    std::fprintf(out_, "%s\n", line.text.c_str());
     std::fflush(out_);
   }
-  return status_code(line);
+  return line.code;
 }
 
 StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
@@ -311,7 +268,7 @@ StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
   return outcome;
 }
 
-std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
+RankStatus Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   if (coordinator()) {
     try {
       updater_->prepare_update();  // probes and re-admits dropped engines (drop only)
@@ -324,53 +281,49 @@ std::string Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   UpdateReport report;
   std::vector<SentDigest> digests;
   std::vector<UpdateReport::Dropped> dropped;
-  std::string opened;
+  RankStatus opened;
   // Each failed attempt under --on-engine-failure drop drops an engine, so this is bounded by
   // the number of engines; the coordinator decides and tells the other sources.
   for (std::size_t attempts = 1;; ++attempts) {
     report = UpdateReport{};
     digests.clear();
     opened = attempt(tensors, report, digests);
-    std::string next = "done";
+    AttemptNext next = AttemptNext::kDone;
     if (coordinator()) {
       report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
       if (!report.ok && attempts < o_.engines.size() && updater_->drop_failed(report)) {
-        next = "retry";
+        next = AttemptNext::kRetry;
       }
     }
-    next = mpi::broadcast_string(sources_comm_.get(), 0, next, mpi_deadline(stage_budget()));
-    if (next != "retry") break;
+    next = broadcast_next(sources_comm_.get(), 0, next, mpi_deadline(stage_budget()));
+    if (next != AttemptNext::kRetry) break;
     dropped = report.dropped;
   }
-  if (!coordinator()) return status(kExitOk, "");
+  if (!coordinator()) return RankStatus{};
   updater_->note_membership(report);
   return step_line(step, opened, report, digests);
 }
 
-std::string Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
-                          std::vector<SentDigest>& digests) {
+RankStatus Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+                         std::vector<SentDigest>& digests) {
   std::optional<UpdateSession> session;
-  std::string opened = status(kExitUpdateFailed, "");
+  RankStatus opened = status(kExitUpdateFailed, "");
   if (coordinator()) {
     opened = guarded([&] {
       session = updater_->open_session(report);
       return session ? status(kExitOk, session->token()) : status(kExitUpdateFailed, report.error);
     });
   }
-  opened = mpi::broadcast_string(sources_comm_.get(), 0, opened, mpi_deadline(stage_budget()));
-  if (status_code(opened) == kExitOk && !coordinator()) session = join_session(status_text(opened));
+  opened = broadcast_status(sources_comm_.get(), 0, opened, mpi_deadline(stage_budget()));
+  if (opened.ok() && !coordinator()) session = join_session(opened.text);
 
-  bool failed = status_code(opened) != kExitOk;
+  bool failed = !opened.ok();
   for (int s = 0; s < o_.pp; ++s) {
-    std::string text;
-    if (s == topo_.pp_rank()) {
-      StageOutcome own;
-      if (!failed) own = send_own_stage(session, tensors);
-      text = to_text(own);
-    }
+    StageOutcome own;
+    if (s == topo_.pp_rank() && !failed) own = send_own_stage(session, tensors);
     // Stage s+1 starts only once this returns: the explicit serialization of the stages.
-    text = mpi::broadcast_string(sources_comm_.get(), s, text, mpi_deadline(stage_budget()));
-    const StageOutcome outcome = parse_stage_outcome(text);
+    const StageOutcome outcome =
+        broadcast_outcome(sources_comm_.get(), s, own, mpi_deadline(stage_budget()));
     if (failed) continue;
     if (coordinator()) {
       if (outcome.error.empty()) {
@@ -383,22 +336,22 @@ std::string Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report
     }
     failed = !outcome.sent || !outcome.result.ok;
   }
-  if (coordinator() && status_code(opened) == kExitOk && report.error.empty()) {
+  if (coordinator() && opened.ok() && report.error.empty()) {
     updater_->finish(*session, report);
   }
   return opened;
 }
 
-std::string Rank::step_line(int step, const std::string& opened, UpdateReport& report,
-                            const std::vector<SentDigest>& digests) {
+RankStatus Rank::step_line(int step, const RankStatus& opened, UpdateReport& report,
+                           const std::vector<SentDigest>& digests) {
   char head[64];
   std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
   const std::string members = checker_->membership(report);
-  if (status_code(opened) != kExitOk) {
+  if (!opened.ok()) {
     // The report's summary also names engines left needing a reload (SGLang ones).
     if (!report.error.empty()) return status(kExitUpdateFailed, head + summary(report) + members);
     return status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version + ": " +
-                                         status_text(opened) + members);
+                                         opened.text + members);
   }
   if (!report.ok) return status(kExitUpdateFailed, head + summary(report) + members);
   const auto [code, line] = checker_->committed(step, report, digests, probe_accept_lengths());

@@ -111,6 +111,19 @@ class Engine {
   // group within session `session_id`.
   std::uint64_t next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
                                      std::uint64_t session_id);
+  // A bucket request accepted and queued on its group.
+  struct SubmittedBucket {
+    std::shared_ptr<BucketJob> job;
+    std::shared_ptr<Group> group;
+    std::uint64_t session_id = 0;
+    std::uint64_t sequence = 0;
+  };
+  // Checks a bucket request against the session, the group and the runners, and queues it.
+  std::variant<Refusal, SubmittedBucket> submit_bucket_locked(
+      const UpdateWeightsFromDistributedRequest& request);
+  // Reserves `name` for a group being joined, replacing an idle group of that name; a reply
+  // (409) when it is being joined or in use by the open session.
+  std::optional<Reply> claim_group_name(const std::string& name);
   // The delta of a bucket request, checked against the committed version, with its base filler.
   std::variant<Refusal, std::shared_ptr<const DeltaSpec>> delta_spec_locked(
       const BucketDelta& delta, const BucketPlan& plan,

@@ -38,13 +38,14 @@ bool address_allowed(const std::vector<std::string>& allowed, const std::string&
 
 }  // namespace
 
-Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
-  touch();
-  const std::string& name = request.group_name;
-  // Before anything else, so a refused address is never dialled (the store client would connect).
-  if (!address_allowed(opts_.allowed_master_addresses, request.master_address)) {
+namespace {
+
+// The request's own checks, before anything is dialled: a refused address is never contacted.
+std::optional<Reply> refuse_init(const EngineOptions& opts,
+                                 const InitWeightsUpdateGroupRequest& request) {
+  if (!address_allowed(opts.allowed_master_addresses, request.master_address)) {
     std::string list;
-    for (const auto& a : opts_.allowed_master_addresses) list += (list.empty() ? "" : ",") + a;
+    for (const auto& a : opts.allowed_master_addresses) list += (list.empty() ? "" : ",") + a;
     return error_reply(403, "master_address: " + quoted(request.master_address) +
                                 " is not in this engine's --allowed-master-addresses (" + list +
                                 ")");
@@ -53,10 +54,10 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
     return error_reply(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
                                 std::to_string(request.rank_offset) + ")");
   }
-  if (static_cast<std::int64_t>(request.rank_offset) + opts_.rank_count > request.world_size) {
+  if (static_cast<std::int64_t>(request.rank_offset) + opts.rank_count > request.world_size) {
     return error_reply(400, "world_size: " + std::to_string(request.world_size) +
                                 " leaves no room for this engine's " +
-                                std::to_string(opts_.rank_count) + " ranks at rank_offset " +
+                                std::to_string(opts.rank_count) + " ranks at rank_offset " +
                                 std::to_string(request.rank_offset));
   }
   const auto available = comm::available_backends();
@@ -64,7 +65,49 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
   if (std::find(available.begin(), available.end(), backend) == available.end()) {
     return error_reply(400, "backend: '" + backend + "' is not built into this engine");
   }
+  return std::nullopt;
+}
 
+GroupSpec group_spec(const InitWeightsUpdateGroupRequest& request) {
+  GroupSpec spec;
+  spec.group_name = request.group_name;
+  spec.master_address = request.master_address;
+  spec.master_port = request.master_port;
+  spec.rank_offset = request.rank_offset;
+  spec.world_size = request.world_size;
+  spec.backend = request.backend;
+  spec.rendezvous = request.rendezvous;
+  return spec;
+}
+
+// Joins the group (bounded by --init-timeout-ms): the group, or the reply that says why not.
+std::variant<Reply, std::shared_ptr<Group>> form_group(const EngineOptions& opts,
+                                                       std::shared_ptr<BlockPool> pool,
+                                                       const GroupSpec& spec) {
+  ConnectOptions connect = opts.connect;
+  connect.rank_count = opts.rank_count;
+  connect.init_timeout = opts.init_timeout;
+  try {
+    auto channels = opts.connector(spec, connect);
+    GroupOptions gopts;
+    gopts.comm_timeout = opts.comm_timeout;
+    gopts.max_ahead = opts.max_buckets_ahead;
+    gopts.pool = std::move(pool);
+    return std::make_shared<Group>(spec, std::move(channels), gopts);
+  } catch (const comm::TimeoutError& e) {
+    return error_reply(504, "init_weights_update_group: group '" + spec.group_name +
+                                "' did not form within " +
+                                std::to_string(opts.init_timeout.count()) + " ms: " + e.what());
+  } catch (const comm::ConfigError& e) {
+    return error_reply(400, std::string("init_weights_update_group: ") + e.what());
+  } catch (const std::exception& e) {
+    return error_reply(500, std::string("init_weights_update_group: ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::optional<Reply> Engine::claim_group_name(const std::string& name) {
   std::shared_ptr<Group> old;
   {
     std::lock_guard lock(mu_);
@@ -86,43 +129,22 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
     joining_.insert(name);
   }
   old.reset();  // aborts and joins the replaced group's threads
+  return std::nullopt;
+}
 
-  GroupSpec spec;
-  spec.group_name = name;
-  spec.master_address = request.master_address;
-  spec.master_port = request.master_port;
-  spec.rank_offset = request.rank_offset;
-  spec.world_size = request.world_size;
-  spec.backend = request.backend;
-  spec.rendezvous = request.rendezvous;
-  ConnectOptions connect = opts_.connect;
-  connect.rank_count = opts_.rank_count;
-  connect.init_timeout = opts_.init_timeout;
-
-  std::shared_ptr<Group> group;
-  Reply failure;
-  try {
-    auto channels = opts_.connector(spec, connect);
-    GroupOptions gopts;
-    gopts.comm_timeout = opts_.comm_timeout;
-    gopts.max_ahead = opts_.max_buckets_ahead;
-    gopts.pool = runners_->block_pool();
-    group = std::make_shared<Group>(spec, std::move(channels), gopts);
-  } catch (const comm::TimeoutError& e) {
-    failure =
-        error_reply(504, "init_weights_update_group: group '" + name + "' did not form within " +
-                             std::to_string(opts_.init_timeout.count()) + " ms: " + e.what());
-  } catch (const comm::ConfigError& e) {
-    failure = error_reply(400, std::string("init_weights_update_group: ") + e.what());
-  } catch (const std::exception& e) {
-    failure = error_reply(500, std::string("init_weights_update_group: ") + e.what());
-  }
+Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
+  touch();
+  const std::string& name = request.group_name;
+  if (auto refusal = refuse_init(opts_, request)) return *refusal;
+  if (auto refusal = claim_group_name(name)) return *refusal;
+  const GroupSpec spec = group_spec(request);
+  auto formed = form_group(opts_, runners_->block_pool(), spec);
 
   std::lock_guard lock(mu_);
   joining_.erase(name);
   last_activity_ = comm::Clock::now();
-  if (!group) return failure;
-  groups_[name] = group;
+  if (auto* failure = std::get_if<Reply>(&formed)) return *failure;
+  groups_[name] = std::get<std::shared_ptr<Group>>(std::move(formed));
   return ok_basic("joined group '" + name + "' as ranks " + std::to_string(spec.rank_offset) +
                   ".." + std::to_string(spec.rank_offset + opts_.rank_count - 1) + " of " +
                   std::to_string(spec.world_size));
@@ -179,68 +201,79 @@ std::optional<Refusal> Engine::check_bucket_locked(
   return std::nullopt;
 }
 
+namespace {
+
+// The bucket's layout as the sender built it, checked against --max-bucket-bytes before anything
+// is allocated for it (the receive buffers grow to this size).
+std::variant<Refusal, BucketPlan> plan_bucket(const UpdateWeightsFromDistributedRequest& request,
+                                              std::uint64_t sequence, std::size_t max_bytes) {
+  BucketPlan plan;
+  try {
+    // SGLang's layouts (per tensor, flattened bucket) put tensors back to back; ours aligns.
+    const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
+                                      ? kDefaultBucketAlignment
+                                      : std::size_t{1};
+    plan = make_bucket(sequence, request.tensors, alignment);
+  } catch (const comm::BadRequestError& e) {
+    return Refusal{400, e.what()};
+  }
+  if (plan.total_bytes > max_bytes) {
+    return Refusal{
+        400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
+                 " bytes (with alignment), over --max-bucket-bytes = " + std::to_string(max_bytes)};
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
+    const UpdateWeightsFromDistributedRequest& request) {
+  if (auto refusal = session_.check_payload(request.selector)) return *refusal;
+  if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
+    return *refusal;
+  }
+  last_activity_ = comm::Clock::now();
+  auto it = groups_.find(request.group_name);
+  if (it == groups_.end()) {
+    return Refusal{409, "group_name: no group '" + request.group_name +
+                            "' is joined; call init_weights_update_group first"};
+  }
+  SubmittedBucket out{nullptr, it->second, session_.session_id(), 0};
+  std::vector<std::vector<Runner>> destinations;
+  if (auto refusal = check_bucket_locked(request, destinations)) return *refusal;
+  out.sequence = next_sequence_locked(request, out.session_id);
+  auto planned = plan_bucket(request, out.sequence, opts_.max_bucket_bytes);
+  if (auto* refusal = std::get_if<Refusal>(&planned)) return *refusal;
+  BucketPlan plan = std::get<BucketPlan>(std::move(planned));
+  std::shared_ptr<const DeltaSpec> delta;
+  if (request.delta) {
+    auto made = delta_spec_locked(*request.delta, plan, destinations);
+    if (auto* refusal = std::get_if<Refusal>(&made)) return *refusal;
+    delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
+  }
+  out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
+                                        staging_, request.load_format == LoadFormat::kPerTensor,
+                                        std::move(delta));
+  if (auto refusal = out.group->submit(out.job)) return *refusal;
+  std::uint64_t& next = arrivals_[request.group_name].second;
+  next = std::max(next, out.sequence + 1);
+  for (const auto& meta : request.tensors) session_names_.insert(meta.name);
+  if (request.weight_version) session_.set_version(*request.weight_version);
+  if (request.flush_cache) session_.request_flush();
+  return out;
+}
+
 Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
-  std::shared_ptr<BucketJob> job;
-  std::shared_ptr<Group> group;
-  std::uint64_t session_id = 0;
-  std::uint64_t sequence = 0;
+  std::variant<Refusal, SubmittedBucket> submitted;
   {
     std::lock_guard lock(mu_);
-    if (auto refusal = session_.check_payload(request.selector)) {
-      return error_reply(refusal->status, refusal->message);
-    }
-    if (auto refusal =
-            session_.check_owner(request.session_id, "update_weights_from_distributed")) {
-      return error_reply(refusal->status, refusal->message);
-    }
-    last_activity_ = comm::Clock::now();
-    auto it = groups_.find(request.group_name);
-    if (it == groups_.end()) {
-      return error_reply(409, "group_name: no group '" + request.group_name +
-                                  "' is joined; call init_weights_update_group first");
-    }
-    group = it->second;
-    std::vector<std::vector<Runner>> destinations;
-    if (auto refusal = check_bucket_locked(request, destinations)) {
-      return error_reply(refusal->status, refusal->message);
-    }
-    session_id = session_.session_id();
-    sequence = next_sequence_locked(request, session_id);
-    BucketPlan plan;
-    try {
-      // SGLang's layouts (per tensor, flattened bucket) put tensors back to back; ours aligns.
-      const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
-                                        ? kDefaultBucketAlignment
-                                        : std::size_t{1};
-      plan = make_bucket(sequence, request.tensors, alignment);
-    } catch (const comm::BadRequestError& e) {
-      return error_reply(400, e.what());
-    }
-    // Checked before anything is allocated for it: the receive buffers grow to this size.
-    if (plan.total_bytes > opts_.max_bucket_bytes) {
-      return error_reply(400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
-                                  " bytes (with alignment), over --max-bucket-bytes = " +
-                                  std::to_string(opts_.max_bucket_bytes));
-    }
-    std::shared_ptr<const DeltaSpec> delta;
-    if (request.delta) {
-      auto made = delta_spec_locked(*request.delta, plan, destinations);
-      if (auto* refusal = std::get_if<Refusal>(&made)) {
-        return error_reply(refusal->status, refusal->message);
-      }
-      delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
-    }
-    job = std::make_shared<BucketJob>(session_id, std::move(plan), std::move(destinations),
-                                      staging_, request.load_format == LoadFormat::kPerTensor,
-                                      std::move(delta));
-    if (auto refusal = group->submit(job)) return error_reply(refusal->status, refusal->message);
-    std::uint64_t& next = arrivals_[request.group_name].second;
-    next = std::max(next, sequence + 1);
-    for (const auto& meta : request.tensors) session_names_.insert(meta.name);
-    if (request.weight_version) session_.set_version(*request.weight_version);
-    if (request.flush_cache) session_.request_flush();
+    submitted = submit_bucket_locked(request);
   }
-
+  if (auto* refusal = std::get_if<Refusal>(&submitted)) {
+    return error_reply(refusal->status, refusal->message);
+  }
+  const auto& [job, group, session_id, sequence] = std::get<SubmittedBucket>(submitted);
   // Bounded backstop: every step inside is bounded by the collective timeout per bucket.
   const auto budget = opts_.comm_timeout * static_cast<int>(opts_.max_buckets_ahead + 2);
   auto result = job->wait(comm::deadline_after(budget));

@@ -180,19 +180,16 @@ std::optional<TensorMeta> RunnerSet::resident_meta(Runner id, const std::string&
   return it->second.meta;
 }
 
-std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
-                                            const std::optional<std::string>& version,
-                                            bool legacy_finalize) {
-  struct Prepared {
-    Runner id;
-    std::map<std::string, ResidentTensor> fresh;
-    std::vector<Digest> rank_staged;
-  };
-  std::vector<RunnerCommit> report;
+struct RunnerSet::Prepared {
+  Runner id;
+  std::map<std::string, ResidentTensor> fresh;
+  std::vector<Digest> rank_staged;
+};
+
+std::vector<RunnerSet::Prepared> RunnerSet::prepare(Staging& staging, Selector selector) const {
   std::vector<Prepared> prepared;
-  // Verify and transform outside the lock: nothing here is visible to readers yet. Every runner
-  // is verified before any is transformed, since a view staged for two runners must be copied
-  // for the second before the first one's layout rewrites it in place.
+  // Every runner is verified before any is transformed, since a view staged for two runners must
+  // be copied for the second before the first one's layout rewrites it in place.
   std::set<const std::byte*> claimed;
   for (Runner id : covered_runners(selector)) {
     if (find(id) == nullptr) continue;
@@ -205,6 +202,12 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
     }
     prepared.push_back(std::move(p));
   }
+  return prepared;
+}
+
+std::vector<RunnerCommit> RunnerSet::lay_out(std::vector<Prepared>& prepared,
+                                             bool legacy_finalize) const {
+  std::vector<RunnerCommit> report;
   for (auto& p : prepared) {
     const Layout layout = find(p.id)->config.layout;
     RunnerCommit stats;
@@ -219,8 +222,11 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
     }
     report.push_back(stats);
   }
+  return report;
+}
 
-  std::unique_lock lock(mu_);
+void RunnerSet::install_locked(std::vector<Prepared>& prepared, std::vector<RunnerCommit>& report,
+                               bool legacy_finalize) {
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < prepared.size(); ++i) {
     auto& p = prepared[i];
@@ -244,6 +250,16 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
       slot.digest_time = now;
     }
   }
+}
+
+std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
+                                            const std::optional<std::string>& version,
+                                            bool legacy_finalize) {
+  // Verify and transform outside the lock: nothing here is visible to readers yet.
+  std::vector<Prepared> prepared = prepare(staging, selector);
+  std::vector<RunnerCommit> report = lay_out(prepared, legacy_finalize);
+  std::unique_lock lock(mu_);
+  install_locked(prepared, report, legacy_finalize);
   if (version) version_ = *version;
   return report;
 }

@@ -135,6 +135,13 @@ class RunnerSet {
   };
   Slot* find(Runner id);
   const Slot* find(Runner id) const;
+  // commit() in three steps: the staged tensors of each covered runner, checked across ranks
+  // (prepare); laid out, outside the lock (lay_out); swapped in under the lock (install_locked).
+  struct Prepared;
+  std::vector<Prepared> prepare(Staging& staging, Selector selector) const;
+  std::vector<RunnerCommit> lay_out(std::vector<Prepared>& prepared, bool legacy_finalize) const;
+  void install_locked(std::vector<Prepared>& prepared, std::vector<RunnerCommit>& report,
+                      bool legacy_finalize);
   const Slot& get(Runner id) const;
 
   const int rank_count_;

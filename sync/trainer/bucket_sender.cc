@@ -76,7 +76,27 @@ class Sender {
   std::mutex mu_;  // guards result_.failures against the request threads
   BucketSendResult result_;
   std::unique_ptr<DeviceBuffer> device_;
-  std::uint64_t next_ = 0;  // next bucket whose request is not sent yet
+  // Bucket k acquired from the packer, with its delta (nullopt: in full).
+  struct Ready {
+    std::span<std::byte> bucket;
+    std::optional<BucketDelta> encoded;
+  };
+  // Indexes the tensors and plans the buckets.
+  void plan(std::span<const NamedTensor> tensors);
+  // The data phase proper: the packer, then every bucket in order.
+  void send_all();
+  // Bucket k of a packed send: acquired (or taken from ready_), broadcast, released; with deltas
+  // the next bucket is acquired and announced at once. False when the phase failed.
+  bool send_packed(BucketPacker& packer, std::uint64_t k);
+  // Bucket k from the packer; with deltas its request is sent now, since it says how the bucket
+  // travels. nullopt when the phase failed.
+  std::optional<Ready> acquire(BucketPacker& packer, std::uint64_t k);
+
+  comm::Deadline deadline_{};
+  DeltaSource* delta_ = nullptr;  // the stage's base (our format only), or null
+  bool deltas_ = false;           // this update sends deltas against it
+  std::optional<Ready> ready_;    // the next bucket, acquired (and announced) ahead
+  std::uint64_t next_ = 0;        // next bucket whose request is not sent yet
   // Per packer slot: the delta of the bucket packed there (nullopt: in full) and its payload.
   std::optional<BucketDelta> encoded_[2];
   std::vector<std::byte> payloads_[2];
@@ -201,16 +221,11 @@ void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline 
   comm_.broadcast(opts);
 }
 
-BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
-  const auto start = comm::Clock::now();
-  const comm::Deadline deadline = start + options_.timeout;
-  WC_ENFORCE_GE(options_.max_in_flight, std::size_t{1});
-
-  auto& bytes_of = bytes_of_;
+void Sender::plan(std::span<const NamedTensor> tensors) {
   std::vector<TensorMeta> metas;
   for (const auto& t : tensors) {
     WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
-    WC_ENFORCE(bytes_of.emplace(t.meta.name, t.bytes).second, "duplicate tensor ", t.meta.name);
+    WC_ENFORCE(bytes_of_.emplace(t.meta.name, t.bytes).second, "duplicate tensor ", t.meta.name);
     metas.push_back(t.meta);
     result_.bytes += t.bytes.size();
   }
@@ -222,85 +237,91 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
   if (options_.memory == comm::MemoryKind::kCuda) {
     device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
   }
-  const auto n = static_cast<std::uint64_t>(plans_.size());
+}
 
+std::optional<Sender::Ready> Sender::acquire(BucketPacker& packer, std::uint64_t k) {
+  const auto pack_start = comm::Clock::now();
+  Ready r{packer.acquire(k, deadline_), std::nullopt};
+  result_.pack_wait_seconds += seconds_since(pack_start);
+  if (delta_ != nullptr) r.encoded = std::move(encoded_[k % 2]);
+  if (failed_ || (deltas_ && !issue_through(k, k, deadline_, r.encoded))) return std::nullopt;
+  return r;
+}
+
+bool Sender::send_packed(BucketPacker& packer, std::uint64_t k) {
+  std::optional<Ready> r = ready_ ? std::exchange(ready_, std::nullopt) : acquire(packer, k);
+  if (!r) return false;
+  if (r->encoded) {
+    auto& payload = payloads_[k % 2];
+    broadcast_payload({payload.data(), payload.size()}, deadline_);
+    result_.wire_bytes += payload.size();
+    result_.delta_buckets += 1;
+  } else {
+    const auto sent = comm::Clock::now();
+    broadcast(plans_[k], r->bucket, deadline_);
+    result_.wire_bytes += r->bucket.size();
+    if (delta_ != nullptr) delta_->note_full_broadcast(r->bucket.size(), seconds_since(sent));
+  }
+  packer.release(k);
+  // With deltas the next request goes out now, before any pause between broadcasts, so engines
+  // post its receive early (and notice at once when this source dies there).
+  return !(deltas_ && k + 1 < plans_.size() && !(ready_ = acquire(packer, k + 1)));
+}
+
+void Sender::send_all() {
+  const auto n = static_cast<std::uint64_t>(plans_.size());
   const bool unpacked =
       options_.load_format == LoadFormat::kPerTensor && options_.memory == comm::MemoryKind::kHost;
-  DeltaSource* delta =
-      options_.load_format == LoadFormat::kWeightcastBucket ? options_.delta : nullptr;
-  {
-    const bool deltas = delta != nullptr && delta->begin(plans_, session_.delta_base());
-    BucketPacker::AfterPack after_pack;
-    if (delta != nullptr) {
-      after_pack = [this, delta](std::uint64_t k, std::size_t slot,
-                                 std::span<const std::byte> packed) {
-        encoded_[slot] = delta->encode(k, packed, payloads_[slot]);
-      };
-    }
-    // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
-    const std::vector<BucketPlan> none;
-    BucketPacker packer(
-        unpacked ? none : plans_, [&](const BucketEntry& e) { return bytes_of.at(e.meta.name); }, 2,
-        options_.pack_buffers, std::move(after_pack));
-    // Bucket k acquired from the packer, with its delta (nullopt: in full); with deltas its
-    // request is sent at once, since it says how the bucket travels.
-    struct Ready {
-      std::span<std::byte> bucket;
-      std::optional<BucketDelta> encoded;
+  BucketPacker::AfterPack after_pack;
+  if (delta_ != nullptr) {
+    after_pack = [this](std::uint64_t k, std::size_t slot, std::span<const std::byte> packed) {
+      encoded_[slot] = delta_->encode(k, packed, payloads_[slot]);
     };
-    const auto acquire = [&](std::uint64_t k) -> std::optional<Ready> {
-      const auto pack_start = comm::Clock::now();
-      Ready r{packer.acquire(k, deadline), std::nullopt};
-      result_.pack_wait_seconds += seconds_since(pack_start);
-      if (delta != nullptr) r.encoded = std::move(encoded_[k % 2]);
-      if (failed_ || (deltas && !issue_through(k, k, deadline, r.encoded))) return std::nullopt;
-      return r;
-    };
-    std::optional<Ready> ready;  // the next bucket, acquired (and announced) ahead
-    for (std::uint64_t k = 0; k < n && !failed_; ++k) {
-      try {
-        // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
-        // broadcast; with them, request k goes out once bucket k is encoded (below).
-        if (!deltas && !issue_through(std::min(k + 1, n - 1), k, deadline, std::nullopt)) break;
-        if (unpacked) {
-          broadcast_tensors(plans_[k], deadline);
-          result_.wire_bytes += plans_[k].total_bytes;
-        } else {
-          std::optional<Ready> r = ready ? std::exchange(ready, std::nullopt) : acquire(k);
-          if (!r) break;
-          if (r->encoded) {
-            auto& payload = payloads_[k % 2];
-            broadcast_payload({payload.data(), payload.size()}, deadline);
-            result_.wire_bytes += payload.size();
-            result_.delta_buckets += 1;
-          } else {
-            const auto sent = comm::Clock::now();
-            broadcast(plans_[k], r->bucket, deadline);
-            result_.wire_bytes += r->bucket.size();
-            if (delta != nullptr) delta->note_full_broadcast(r->bucket.size(), seconds_since(sent));
-          }
-          packer.release(k);
-          // With deltas the next request goes out now, before any pause between broadcasts, so
-          // engines post its receive early (and notice at once when this source dies there).
-          if (deltas && k + 1 < n && !(ready = acquire(k + 1))) break;
-        }
-        ++result_.buckets;
-        if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
-      } catch (const comm::EnforceError&) {
-        fail();
-        throw;
-      } catch (const std::exception& e) {
-        if (result_.error.empty()) {
-          result_.error = "bucket " + std::to_string(k) + " on group " + group_ + ": " + e.what();
-        }
-        fail();
+  }
+  // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
+  const std::vector<BucketPlan> none;
+  BucketPacker packer(
+      unpacked ? none : plans_, [&](const BucketEntry& e) { return bytes_of_.at(e.meta.name); }, 2,
+      options_.pack_buffers, std::move(after_pack));
+  for (std::uint64_t k = 0; k < n && !failed_; ++k) {
+    try {
+      // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
+      // broadcast; with them, request k goes out once bucket k is encoded (acquire()).
+      if (!deltas_ && !issue_through(std::min(k + 1, n - 1), k, deadline_, std::nullopt)) break;
+      if (unpacked) {
+        broadcast_tensors(plans_[k], deadline_);
+        result_.wire_bytes += plans_[k].total_bytes;
+      } else if (!send_packed(packer, k)) {
+        break;
       }
+      ++result_.buckets;
+      if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
+    } catch (const comm::EnforceError&) {
+      fail();
+      throw;
+    } catch (const std::exception& e) {
+      if (result_.error.empty()) {
+        result_.error = "bucket " + std::to_string(k) + " on group " + group_ + ": " + e.what();
+      }
+      fail();
     }
   }
+}
+
+BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
+  const auto start = comm::Clock::now();
+  deadline_ = start + options_.timeout;
+  WC_ENFORCE_GE(options_.max_in_flight, std::size_t{1});
+  plan(tensors);
+  delta_ = options_.load_format == LoadFormat::kWeightcastBucket ? options_.delta : nullptr;
+  deltas_ = delta_ != nullptr && delta_->begin(plans_, session_.delta_base());
+  send_all();
   // After the packer stopped: it no longer writes the base.
-  if (delta != nullptr) delta->finish(!failed_ && result_.buckets == n, session_.version());
+  if (delta_ != nullptr) {
+    delta_->finish(!failed_ && result_.buckets == plans_.size(), session_.version());
+  }
   const comm::Deadline last =
-      failed_ ? std::min(deadline, comm::Clock::now() + options_.failure_grace) : deadline;
+      failed_ ? std::min(deadline_, comm::Clock::now() + options_.failure_grace) : deadline_;
   while (!in_flight_.empty()) collect_oldest(last);
 
   result_.ok = !failed_ && result_.failures.empty() && result_.error.empty();
