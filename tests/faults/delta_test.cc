@@ -38,15 +38,7 @@ class DriftingWeights {
   }
   std::vector<sync::trainer::NamedTensor> views() const { return sync::trainer::views(tensors_); }
   // What /weights_checksum?runner=target must answer: the combined digest of the shuffled bytes.
-  std::string target_digest() const {
-    std::vector<sync::NamedDigest> entries;
-    for (const auto& t : tensors_) {
-      std::vector<std::byte> bytes = t.bytes;
-      sync::apply_layout(sync::Layout::kShuffle, t.meta, bytes);
-      entries.push_back({t.meta.name, sync::tensor_digest(bytes)});
-    }
-    return sync::to_string(sync::combined_digest(std::move(entries)));
-  }
+  std::string target_digest() const { return shuffled_digest(views()); }
 
  private:
   std::vector<sync::trainer::HostTensor> tensors_;

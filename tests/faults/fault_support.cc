@@ -76,14 +76,24 @@ const sync::ModelSpec& spec() {
   return s;
 }
 
-std::string laid_out_digest(const std::vector<sync::engine::RawTensor>& tensors) {
+}  // namespace
+
+std::string shuffled_digest(const std::vector<sync::trainer::NamedTensor>& tensors) {
   std::vector<sync::NamedDigest> entries;
   for (const auto& t : tensors) {
-    std::vector<std::byte> bytes = t.bytes;
+    std::vector<std::byte> bytes(t.bytes.begin(), t.bytes.end());
     sync::apply_layout(sync::Layout::kShuffle, t.meta, bytes);
     entries.push_back({t.meta.name, sync::tensor_digest(bytes)});
   }
   return sync::to_string(sync::combined_digest(std::move(entries)));
+}
+
+namespace {
+
+std::string laid_out_digest(const std::vector<sync::engine::RawTensor>& tensors) {
+  std::vector<sync::trainer::NamedTensor> views;
+  for (const auto& t : tensors) views.push_back({t.meta, t.bytes});
+  return shuffled_digest(views);
 }
 
 // Generating and hashing "tiny" takes milliseconds, but tests ask for the same versions often.

@@ -97,6 +97,8 @@ std::vector<sync::trainer::NamedTensor> views_at(std::uint64_t v);
 // initial weights), and the frozen draft (always its initial weights).
 const std::string& target_digest_at(std::uint64_t v);
 const std::string& draft_digest();
+// The combined digest a runner with the shuffle layout reports after loading `tensors`.
+std::string shuffled_digest(const std::vector<sync::trainer::NamedTensor>& tensors);
 // Fails the test unless the engine holds version v exactly (version text, both digests).
 void expect_engine_at(const std::string& url, std::uint64_t v, const std::string& who);
 
