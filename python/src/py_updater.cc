@@ -33,17 +33,6 @@ void block_interrupts() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-// The session `session` with another version: its token with the version field replaced
-// ("<selector> <version> [<per-engine ids>]"), joined as another stage's source would join it.
-wt::UpdateSession with_version(const wt::UpdateSession& session, const std::string& version) {
-  std::string token = session.token();
-  const auto first = token.find(' ');
-  const auto second = token.find(' ', first + 1);
-  token.replace(first + 1, (second == std::string::npos ? token.size() : second) - first - 1,
-                version);
-  return wt::join_session(token);
-}
-
 }  // namespace
 
 std::optional<std::string> version_text(py::handle version) {
@@ -167,13 +156,10 @@ void PyUpdater::run_update(const Job& job, Outcome& out) {
     report.fail("interrupted before the session opened");
     return;
   }
-  auto session = u.open_session(report);
+  // The version the engines commit; unset: one more than the highest they hold.
+  auto session = u.open_session(report, job.version);
   report.phases.prepare = prepared.count();
   if (!session) return;
-  if (job.version) {
-    session = with_version(*session, *job.version);
-    report.version = *job.version;
-  }
   if (interrupted_) return u.abort(report, "interrupted");
   phase_ = Phase::kData;
   const wt::BucketSendResult sent = u.send_stage(*session, 0, job.tensors->views());
