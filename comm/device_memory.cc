@@ -1,5 +1,7 @@
 #include "comm/device_memory.h"
 
+#include <string>
+
 #include "comm/errors.h"
 #include "weightcast/config.h"
 
@@ -28,6 +30,13 @@ int cuda_device_count(std::string* why) {
   }
   if (n == 0 && why) *why = "no CUDA device";
   return n;
+}
+
+void cuda_set_device(int device) {
+  const cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    throw ConfigError("CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
+  }
 }
 
 void* cuda_alloc(std::size_t bytes) {
@@ -60,10 +69,19 @@ int cuda_device_count(std::string* why) {
   if (why) *why = "built without CUDA/NCCL";
   return 0;
 }
-void* cuda_alloc(std::size_t) { no_cuda(); }
+void cuda_set_device(int) {
+  no_cuda();
+}
+void* cuda_alloc(std::size_t) {
+  no_cuda();
+}
 void cuda_free(void*) noexcept {}
-void cuda_copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
-void cuda_copy_to_host(void*, const void*, std::size_t) { no_cuda(); }
+void cuda_copy_to_device(void*, const void*, std::size_t) {
+  no_cuda();
+}
+void cuda_copy_to_host(void*, const void*, std::size_t) {
+  no_cuda();
+}
 
 #endif
 

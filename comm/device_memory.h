@@ -12,6 +12,10 @@ namespace weightcast::comm {
 // when it is 0.
 int cuda_device_count(std::string* why = nullptr);
 
+// Makes `device` the calling thread's current device (where cuda_alloc allocates). ConfigError,
+// with the CUDA error text, when it does not exist or cannot be used.
+void cuda_set_device(int device);
+
 void* cuda_alloc(std::size_t bytes);  // ConfigError on failure
 void cuda_free(void* ptr) noexcept;
 void cuda_copy_to_device(void* dst, const void* src, std::size_t bytes);

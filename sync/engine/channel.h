@@ -51,6 +51,9 @@ struct ConnectOptions {
   comm::Millis init_timeout{60000};        // the whole join: store connection and rendezvous
   std::string bind_address = "127.0.0.1";  // the data-plane address this engine advertises
   std::string store_token;                 // the rendezvous store's token, if it has one
+  // NCCL: engine rank i drives CUDA device base_gpu_id + i (SGLang's --base-gpu-id), so an engine
+  // and a trainer, or two engines, can share a machine without sharing a GPU.
+  int base_gpu_id = 0;
   // Gloo chain tuning (comm::CommOptions).
   std::size_t chunk_bytes = 4u << 20;
   int chunks_in_flight = 4;

@@ -116,7 +116,7 @@ void Engine::fail_session_locked(std::uint64_t session_id, const std::string& re
   staging_.reset();
   session_names_.clear();
   session_.close();
-  updates_failed_ += 1;
+  counters_.update_failed();
   for (auto& [name, group] : groups_) {
     // A group with a bucket in flight cannot be left half-way through a broadcast; with
     // abort_groups (timeout) every group of the session goes, since its trainer is gone.
@@ -144,13 +144,10 @@ Reply Engine::continue_generation(const ContinueGenerationRequest&) {
 }
 
 Reply Engine::flush_cache() {
-  {
-    std::lock_guard probe_lock(probe_mu_);
-    probe_key_.clear();  // the probe's cached answer: the next probe reads the weights again
-  }
+  probe_cache_.drop();  // the probe's cached answer: the next probe reads the weights again
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
-  flushes_ += 1;
+  counters_.flushed();
   return ok_basic("cache flushed");
 }
 
@@ -215,13 +212,12 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
     return error_reply(failure_status(e), std::string("end_weight_update: commit failed: ") +
                                               e.what() + "; previous weights kept");
   }
-  if (session_.flush_requested()) flushes_ += 1;
+  if (session_.flush_requested()) counters_.flushed();
   staging_.reset();
   session_names_.clear();
   session_.close();
-  updates_ok_ += 1;
-  last_update_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+  counters_.update_ok(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count());
   EndWeightUpdateResponse response;
   response.message = opts_.legacy_finalize
                          ? "committed (legacy finalize: every resident tensor re-processed)"

@@ -29,6 +29,7 @@
 
 #include "comm/deadline.h"
 #include "sync/engine/channel.h"
+#include "sync/engine/engine_state.h"
 #include "sync/engine/group.h"
 #include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
@@ -146,16 +147,8 @@ class Engine {
   // Per group: (session id, next sequence) for requests that carry none; guarded by mu_.
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> arrivals_;
   comm::Deadline last_activity_;
-  // Counters for /metrics, guarded by mu_. bytes_retired_: received by groups since removed.
-  std::uint64_t updates_ok_ = 0;
-  std::uint64_t updates_failed_ = 0;
-  std::uint64_t bytes_retired_ = 0;
-  std::uint64_t flushes_ = 0;
-  double last_update_seconds_ = 0;
-  // Last probe result, keyed by the digests it was computed from; guarded by probe_mu_.
-  mutable std::mutex probe_mu_;
-  mutable std::string probe_key_;
-  mutable double probe_accept_length_ = -1;
+  EngineCounters counters_;         // for /metrics, guarded by mu_
+  mutable ProbeCache probe_cache_;  // /spec_accept_length's last answer (its own lock)
   std::condition_variable_any watchdog_cv_;
   std::jthread watchdog_;
 };

@@ -123,7 +123,7 @@ std::optional<Reply> Engine::claim_group_name(const std::string& name) {
             409, "group_name: group '" + name + "' is in use by the open session; abort it first");
       }
       old = it->second;
-      bytes_retired_ += old->bytes_received();
+      counters_.retire_group_bytes(old->bytes_received());
       groups_.erase(it);
     }
     joining_.insert(name);
@@ -167,7 +167,7 @@ Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupReques
                           /*abort_groups=*/false, 409);
       note = "; the open session was aborted and its staging discarded";
     }
-    bytes_retired_ += group->bytes_received();
+    counters_.retire_group_bytes(group->bytes_received());
     groups_.erase(it);
   }
   group->abort(409, "group '" + request.group_name + "' destroyed");

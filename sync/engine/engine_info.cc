@@ -45,10 +45,6 @@ void add_sglang_keys(Json& j, int tp_size, const std::optional<std::string>& alg
   j["internal_states"] = Json::array({Json::object({{"last_gen_throughput", 0.0}})});
 }
 
-void metric_header(std::ostringstream& os, const char* name, const char* type, const char* help) {
-  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
-}
-
 }  // namespace
 
 Reply Engine::health() const {
@@ -171,18 +167,9 @@ Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) c
 Reply Engine::metrics() const {
   std::ostringstream os;
   std::lock_guard lock(mu_);
-  metric_header(os, "weightcast_engine_updates_total", "counter",
-                "Weight update sessions by outcome.");
-  os << "weightcast_engine_updates_total{outcome=\"ok\"} " << updates_ok_ << '\n';
-  os << "weightcast_engine_updates_total{outcome=\"failed\"} " << updates_failed_ << '\n';
-  std::uint64_t bytes = bytes_retired_;
+  std::uint64_t bytes = counters_.bytes_retired();
   for (const auto& [name, group] : groups_) bytes += group->bytes_received();
-  metric_header(os, "weightcast_engine_bytes_received_total", "counter",
-                "Bucket bytes received on the data plane, summed over engine ranks.");
-  os << "weightcast_engine_bytes_received_total " << bytes << '\n';
-  metric_header(os, "weightcast_engine_last_update_duration_seconds", "gauge",
-                "From begin_weight_update to the commit of the last successful update.");
-  os << "weightcast_engine_last_update_duration_seconds " << last_update_seconds_ << '\n';
+  counters_.write(os, bytes);
   const std::string version = runners_->weight_version();
   metric_header(os, "weightcast_engine_weight_version_info", "gauge",
                 "The committed weight_version, as a label.");
@@ -206,15 +193,10 @@ Reply Engine::metrics() const {
   os << "weightcast_engine_session_open " << (session_.in_session() ? 1 : 0) << '\n';
   metric_header(os, "weightcast_engine_paused", "gauge", "1 while generation is paused.");
   os << "weightcast_engine_paused " << (session_.paused() ? 1 : 0) << '\n';
-  metric_header(os, "weightcast_engine_cache_flushes_total", "counter", "Cache flushes.");
-  os << "weightcast_engine_cache_flushes_total " << flushes_ << '\n';
-  {
-    std::lock_guard probe_lock(probe_mu_);
-    if (probe_accept_length_ >= 0) {
-      metric_header(os, "weightcast_engine_spec_accept_length", "gauge",
-                    "Speculative accept length at the last probe (GET /spec_accept_length).");
-      os << "weightcast_engine_spec_accept_length " << probe_accept_length_ << '\n';
-    }
+  if (const auto accept = probe_cache_.last()) {
+    metric_header(os, "weightcast_engine_spec_accept_length", "gauge",
+                  "Speculative accept length at the last probe (GET /spec_accept_length).");
+    os << "weightcast_engine_spec_accept_length " << *accept << '\n';
   }
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
   os << "weightcast_engine_groups " << groups_.size() << '\n';

@@ -1,4 +1,6 @@
 // GET /spec_accept_length: the speculative accept-length probe on the committed weights.
+#include <variant>
+
 #include "sync/engine/engine.h"
 #include "sync/model/layout.h"
 #include "sync/model/spec_probe.h"
@@ -34,8 +36,7 @@ Reply Engine::spec_accept_length() const {
   const RunnerChecksum draft = runners_->checksum(Runner::kDraft);
   const std::string key =
       target.weight_version + "/" + to_string(target.combined) + "/" + to_string(draft.combined);
-  std::lock_guard lock(probe_mu_);
-  if (key != probe_key_) {
+  const auto probed = probe_cache_.get(key, [&]() -> std::variant<Reply, double> {
     TensorMeta embed_meta, head_meta, fc_meta;
     std::vector<std::byte> embed, head, fc;
     if (!read_logical(*runners_, Runner::kTarget, kEmbed, embed_meta, embed) ||
@@ -56,12 +57,12 @@ Reply Engine::spec_accept_length() const {
                          "or dtypes do not fit together");
     }
     SpecProbeInput in{embed_meta.dtype, embed_meta.shape[0], embed_meta.shape[1], embed, head, fc};
-    probe_accept_length_ = run_spec_probe(in).accept_length;
-    probe_key_ = key;
-  }
+    return run_spec_probe(in).accept_length;
+  });
+  if (const auto* refusal = std::get_if<Reply>(&probed)) return *refusal;
   SpecAcceptLengthResponse response;
   response.message = "ok";
-  response.accept_length = probe_accept_length_;
+  response.accept_length = std::get<double>(probed);
   response.draft_tokens = SpecProbeOptions{}.draft_tokens;
   response.weight_version = target.weight_version;
   return {200, to_json_string(response)};

@@ -135,6 +135,7 @@ std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> eng
   comm_opts.size = ranks.world_size;
   comm_opts.timeout = options.timeout;
   comm_opts.bind_address = options.bind_address;
+  comm_opts.cuda_device = options.cuda_device;
 
   auto inits = send_inits(engines, ranks, options, *impl);
   std::exception_ptr join_error;

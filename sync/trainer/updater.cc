@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/engine_client.h"
@@ -179,6 +180,7 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.token = options_.store_token;
   opts.timeout = options_.group_timeout;
   opts.factory = options_.communicator_factory;
+  opts.cuda_device = options_.cuda_device;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
   std::vector<int> counts;
@@ -207,6 +209,10 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
   BucketSendOptions opts = options_.buckets;
   opts.memory =
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  // The staging buffer is allocated on the calling thread's current device: make it the group's.
+  if (opts.memory == comm::MemoryKind::kCuda && options_.cuda_device >= 0) {
+    comm::cuda_set_device(options_.cuda_device);
+  }
   opts.load_format = load_format();
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;

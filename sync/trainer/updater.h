@@ -52,6 +52,9 @@ struct UpdaterOptions {
   SelectorConfig selector_config;
 
   Backend backend = Backend::kGloo;
+  // NCCL: the CUDA device the source's buckets are staged on and its communicator drives (-1: the
+  // calling thread's current device). A trainer and an engine on one machine each take their own.
+  int cuda_device = -1;
   std::string group_prefix = "weightcast";  // groups are "<prefix>-pp_<stage>"
   // The address this process's store and data-plane endpoint bind; engines must reach it.
   std::string bind_address = "127.0.0.1";
