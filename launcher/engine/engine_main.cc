@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
                  "comma-separated master_address values init_weights_update_group may connect "
                  "to, compared as text (default: any)");
   app.add_option("--chunk-bytes", a.chunk_bytes, "Gloo chain chunk size")->capture_default_str();
+  app.add_option("--base-gpu-id", a.base_gpu_id,
+                 "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (a.max_buckets_ahead + 2 > a.http_threads) {

@@ -107,6 +107,11 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--step-interval-ms", o.step_interval_ms,
                  "time between updates, standing in for the training compute (tests, demos)")
       ->capture_default_str();
+  app.add_option("--cuda-device", o.cuda_device,
+                 "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
+                 "and an engine on one machine each take their own (the engine's --base-gpu-id)")
+      ->check(CLI::Range(-1, 1023))
+      ->capture_default_str();
   app.add_option("--delta", o.delta,
                  "auto: once every engine confirmed a version, send each bucket as a delta "
                  "against it when that is expected to arrive sooner on this link (keeps one base "
@@ -190,6 +195,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.group_timeout = Millis(o.group_timeout_ms);
   u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
   u.delta = sync::trainer::parse_delta_mode(o.delta);
+  u.cuda_device = o.cuda_device;
   u.delta_codec = sync::parse_delta_codec(o.delta_codec);
   u.probe_timeout = Millis(o.probe_timeout_ms);
   u.max_backoff_updates = o.probe_backoff_max_steps;

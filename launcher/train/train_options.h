@@ -59,6 +59,7 @@ struct TrainOptions {
   int probe_timeout_ms = 2000;
   int probe_backoff_max_steps = 16;
   int step_interval_ms = 0;    // pause between steps: the training compute (tests, demos)
+  int cuda_device = -1;        // nccl: each stage source's CUDA device (-1: the current one)
   std::string delta = "auto";  // off | auto (sync/trainer/delta_source.h)
   std::string delta_codec = "xor_zstd";
   std::string drift = "jump";  // jump (fill_tensor's step k) | realistic (sync/model/drift.h)
