@@ -198,6 +198,17 @@ Reply Engine::metrics() const {
                   "Speculative accept length at the last probe (GET /spec_accept_length).");
     os << "weightcast_engine_spec_accept_length " << *accept << '\n';
   }
+  const BlockPoolStats pool = runners_->block_pool()->stats();
+  metric_header(os, "weightcast_engine_pool_allocations_total", "counter",
+                "Receive-pool arenas mapped from the system (flat once updates reuse them).");
+  os << "weightcast_engine_pool_allocations_total " << pool.allocations << '\n';
+  metric_header(os, "weightcast_engine_pool_reuses_total", "counter",
+                "Bucket receive buffers served from pooled memory.");
+  os << "weightcast_engine_pool_reuses_total " << pool.reuses << '\n';
+  metric_header(os, "weightcast_engine_pool_bytes", "gauge",
+                "Receive-pool bytes: in use by weights and staging, or free for reuse.");
+  os << "weightcast_engine_pool_bytes{state=\"allocated\"} " << pool.allocated_bytes << '\n';
+  os << "weightcast_engine_pool_bytes{state=\"free\"} " << pool.free_bytes << '\n';
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
   os << "weightcast_engine_groups " << groups_.size() << '\n';
   return {200, os.str(), "text/plain; version=0.0.4"};

@@ -12,6 +12,7 @@
 #include "sync/model/drift.h"
 #include "sync/model/layout.h"
 #include "tests/faults/fault_support.h"
+#include "tests/support/engine_http.h"
 #include "tests/support/engine_launch.h"
 
 namespace weightcast::faults {
@@ -44,6 +45,14 @@ class DriftingWeights {
   std::vector<sync::trainer::HostTensor> tensors_;
   std::vector<sync::Drift> drifts_;
 };
+
+// weightcast_engine_pool_allocations_total of the engine at `url` (-1 when missing).
+double pool_allocations(const std::string& url) {
+  const std::string text = testing::EngineHttp(url).metrics();
+  const std::string name = "weightcast_engine_pool_allocations_total ";
+  const auto at = text.find("\n" + name);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + 1 + name.size()));
+}
 
 void expect_holds(const std::string& url, const DriftingWeights& w, const std::string& version) {
   const EngineState s = engine_state(url);
@@ -106,9 +115,12 @@ TEST(DeltaUpdate, RestartedEngineMakesTheNextUpdateFullThenDeltasResumeBitIdenti
   expect_holds(a.url(), w, "3");
   expect_holds(b_url, w, "3");
 
+  const double pooled = pool_allocations(a.url());
+  EXPECT_GT(pooled, 0) << "/metrics reports the receive pool";
   w.step(4);
   r = must_update(*updater, w, "4");
   EXPECT_EQ(r.delta_buckets, r.buckets) << "both engines confirmed version 3";
+  EXPECT_EQ(pool_allocations(a.url()), pooled) << "a delta update reuses the pooled blocks";
   expect_holds(a.url(), w, "4");
   expect_holds(b_url, w, "4");
 }
