@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
@@ -161,79 +163,94 @@ std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int r
   return std::make_shared<comm::PrefixStore>("bench", std::make_shared<comm::TcpStore>(co));
 }
 
-}  // namespace
-
-int run_broadcast_bench(const BroadcastBenchOptions& o) {
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  WC_ENFORCE_LT(o.root, size, "--root must name a rank");
-
-  std::unique_ptr<comm::TcpStoreServer> server;
-  auto store = connect_store(o, rank, server);
+comm::CommOptions comm_options(const BroadcastBenchOptions& o, std::shared_ptr<comm::Store> store,
+                               int rank, int size) {
   comm::CommOptions co;
-  co.store = store;
+  co.store = std::move(store);
   co.rank = rank;
   co.size = size;
   co.timeout = Millis(o.timeout_ms);
   co.bind_address = o.bind_address;
   co.chunk_bytes = o.chunk_bytes;
   co.chunks_in_flight = o.chunks_in_flight;
+  return co;
+}
 
+// gloo-chain or gloo-stock, on `gloo` (created on first use: both share one communicator).
+Backend gloo_backend(const std::string& name, std::shared_ptr<comm::GlooCommunicator>& gloo,
+                     const comm::CommOptions& co) {
+  if (!gloo) gloo = comm::create_gloo_communicator(co);
+  bool stock = name == "gloo-stock";
+  return {name, false, [g = gloo, stock](void* p, std::size_t n, int root) {
+            BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}};
+            stock ? g->broadcast_stock(b) : g->broadcast(b);
+          }};
+}
+
+Backend mpi_backend(const std::string& name) {
+  return {name, false, [](void* p, std::size_t n, int root) {
+            // MPI counts are int: large buffers go in <2 GiB pieces.
+            auto* c = static_cast<char*>(p);
+            for (std::size_t off = 0; off < n; off += (1u << 30)) {
+              int len = static_cast<int>(std::min<std::size_t>(1u << 30, n - off));
+              MPI_Bcast(c + off, len, MPI_BYTE, root, MPI_COMM_WORLD);
+            }
+          }};
+}
+
+// Empty (rank 0 says why) when there are fewer CUDA devices than ranks.
+std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOptions& co, int rank,
+                                    int size) {
+  std::string why;
+  int devices = comm::cuda_device_count(&why);
+  if (devices < size) {
+    if (rank == 0) {
+      std::printf("# nccl: skipped (needs %d CUDA devices, found %d: %s)\n", size, devices,
+                  why.c_str());
+    }
+    return std::nullopt;
+  }
+  auto nco = co;
+  nco.store = std::make_shared<comm::PrefixStore>("nccl", co.store);
+  nco.cuda_device = rank % devices;
+  std::shared_ptr<comm::Communicator> nccl = comm::create_communicator("nccl", nco);
+  return Backend{name, true, [c = nccl](void* p, std::size_t n, int root) {
+                   c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}});
+                 }};
+}
+
+std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::CommOptions& co,
+                                   int rank, int size) {
   std::shared_ptr<comm::GlooCommunicator> gloo;
-  std::shared_ptr<comm::Communicator> nccl;
   std::vector<Backend> backends;
   for (const auto& name : o.backends) {
     if (name == "gloo-chain" || name == "gloo-stock") {
-      if (!gloo) gloo = comm::create_gloo_communicator(co);
-      bool stock = name == "gloo-stock";
-      backends.push_back({name, false, [g = gloo, stock](void* p, std::size_t n, int root) {
-                            BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}};
-                            stock ? g->broadcast_stock(b) : g->broadcast(b);
-                          }});
+      backends.push_back(gloo_backend(name, gloo, co));
     } else if (name == "mpi-bcast") {
-      backends.push_back({name, false, [](void* p, std::size_t n, int root) {
-                            // MPI counts are int: large buffers go in <2 GiB pieces.
-                            auto* c = static_cast<char*>(p);
-                            for (std::size_t off = 0; off < n; off += (1u << 30)) {
-                              int len = static_cast<int>(std::min<std::size_t>(1u << 30, n - off));
-                              MPI_Bcast(c + off, len, MPI_BYTE, root, MPI_COMM_WORLD);
-                            }
-                          }});
+      backends.push_back(mpi_backend(name));
     } else if (name == "nccl") {
-      std::string why;
-      int devices = comm::cuda_device_count(&why);
-      if (devices < size) {
-        if (rank == 0) {
-          std::printf("# nccl: skipped (needs %d CUDA devices, found %d: %s)\n", size, devices,
-                      why.c_str());
-        }
-        continue;
-      }
-      auto nco = co;
-      nco.store = std::make_shared<comm::PrefixStore>("nccl", store);
-      nco.cuda_device = rank % devices;
-      nccl = comm::create_communicator("nccl", nco);
-      backends.push_back({name, true, [c = nccl](void* p, std::size_t n, int root) {
-                            c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}});
-                          }});
+      if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
       throw comm::ConfigError("unknown bench backend '" + name +
                               "' (gloo-chain, gloo-stock, mpi-bcast, nccl)");
     }
   }
+  return backends;
+}
 
-  BenchTable table("broadcast", {{"size(B)", 12, 0},
-                                 {"backend", 11, 0},
-                                 {"time(us)", 12, 1},
-                                 {"algbw(GB/s)", 12, 3},
-                                 {"busbw(GB/s)", 12, 3},
-                                 {"#wrong", 8, 0}});
-  if (rank == 0) {
-    table.note(detail_header(o, size));
-    table.note("busbw = algbw for broadcast (docs/performance.md)");
-    table.print_header();
-  }
+BenchTable broadcast_table() {
+  return BenchTable("broadcast", {{"size(B)", 12, 0},
+                                  {"backend", 11, 0},
+                                  {"time(us)", 12, 1},
+                                  {"algbw(GB/s)", 12, 3},
+                                  {"busbw(GB/s)", 12, 3},
+                                  {"#wrong", 8, 0}});
+}
+
+// Every size from --min-bytes to --max-bytes on every backend, a row each on rank 0; returns the
+// #wrong total (on rank 0).
+std::uint64_t sweep(const BroadcastBenchOptions& o, const std::vector<Backend>& backends, int rank,
+                    BenchTable& table) {
   std::uint64_t total_wrong = 0;
   std::unique_ptr<BenchBuffer> host_buf, dev_buf;
   std::uint64_t seed = 1;
@@ -250,6 +267,29 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
     }
     if (bytes > o.max_bytes / o.factor) break;
   }
+  return total_wrong;
+}
+
+}  // namespace
+
+int run_broadcast_bench(const BroadcastBenchOptions& o) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  WC_ENFORCE_LT(o.root, size, "--root must name a rank");
+
+  std::unique_ptr<comm::TcpStoreServer> server;
+  auto store = connect_store(o, rank, server);
+  const std::vector<Backend> backends =
+      make_backends(o, comm_options(o, store, rank, size), rank, size);
+
+  BenchTable table = broadcast_table();
+  if (rank == 0) {
+    table.note(detail_header(o, size));
+    table.note("busbw = algbw for broadcast (docs/performance.md)");
+    table.print_header();
+  }
+  const std::uint64_t total_wrong = sweep(o, backends, rank, table);
   if (rank == 0) {
     summarize(table, backends, total_wrong);
     table.write(o.output);

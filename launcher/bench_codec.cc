@@ -40,28 +40,80 @@ std::vector<std::vector<std::byte>> pack_all(const std::vector<sync::BucketPlan>
   return out;
 }
 
+// The model's tensors at step 0, then drifted one step at a time.
+struct DriftingModel {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<sync::Drift> drifts;
+
+  DriftingModel(const std::vector<sync::TensorMeta>& metas, double lr) : bytes(metas.size()) {
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      bytes[i].resize(metas[i].byte_count());
+      sync::fill_tensor(metas[i], 1, 0, bytes[i]);
+      drifts.emplace_back(metas[i].dtype, bytes[i], 1, lr);
+    }
+  }
+  // Moves to `step`; returns the percentage of elements that changed.
+  double advance(int step) {
+    std::size_t changed = 0;
+    std::size_t elements = 0;
+    for (std::size_t i = 0; i < drifts.size(); ++i) {
+      changed += drifts[i].step(static_cast<std::uint64_t>(step), bytes[i]);
+      elements += drifts[i].elements();
+    }
+    return 100.0 * static_cast<double>(changed) / static_cast<double>(elements);
+  }
+};
+
+// One codec over every bucket: bytes in and on the wire, seconds each way, buckets wrong.
+struct CodecResult {
+  double enc_s = 0;
+  double dec_s = 0;
+  std::uint64_t total = 0;
+  std::uint64_t wire = 0;
+  std::uint64_t wrong = 0;
+};
+
+CodecResult measure_codec(sync::DeltaCodec codec, const std::vector<std::vector<std::byte>>& base,
+                          const std::vector<std::vector<std::byte>>& next,
+                          std::vector<std::byte>& payload) {
+  sync::DeltaEncoder encoder(codec);
+  sync::DeltaDecoder decoder(codec);
+  CodecResult r;
+  for (std::size_t b = 0; b < next.size(); ++b) {
+    auto t = std::chrono::steady_clock::now();
+    const bool ok = encoder.encode(next[b], base[b], next[b].size() + 1024, payload);
+    r.enc_s += seconds_since(t);
+    r.total += next[b].size();
+    r.wire += payload.size();
+    std::vector<std::byte> out = base[b];
+    t = std::chrono::steady_clock::now();
+    decoder.decode(payload, out);
+    r.dec_s += seconds_since(t);
+    r.wrong += !ok || out != next[b];
+  }
+  return r;
+}
+
+BenchTable codec_table() {
+  return BenchTable("codec", {{"step", 5, 0},
+                              {"codec", 9, 0},
+                              {"changed%", 9, 2},
+                              {"bucket", 12, 0},
+                              {"payload", 12, 0},
+                              {"ratio", 8, 1},
+                              {"enc_GB/s", 9, 2},
+                              {"dec_GB/s", 9, 2},
+                              {"#wrong", 7, 0}});
+}
+
 }  // namespace
 
 int run_codec_bench(const CodecBenchOptions& o) {
   const auto metas = sync::hf_tensors(sync::model_spec_for_bytes(o.model_bytes));
   const auto plans = sync::plan_buckets(metas, o.bucket_bytes);
-  std::vector<std::vector<std::byte>> bytes(metas.size());
-  std::vector<sync::Drift> drifts;
   const double lr = o.lr > 0 ? o.lr : sync::kRealisticLr;
-  for (std::size_t i = 0; i < metas.size(); ++i) {
-    bytes[i].resize(metas[i].byte_count());
-    sync::fill_tensor(metas[i], 1, 0, bytes[i]);
-    drifts.emplace_back(metas[i].dtype, bytes[i], 1, lr);
-  }
-  BenchTable table("codec", {{"step", 5, 0},
-                             {"codec", 9, 0},
-                             {"changed%", 9, 2},
-                             {"bucket", 12, 0},
-                             {"payload", 12, 0},
-                             {"ratio", 8, 1},
-                             {"enc_GB/s", 9, 2},
-                             {"dec_GB/s", 9, 2},
-                             {"#wrong", 7, 0}});
+  DriftingModel model(metas, lr);
+  BenchTable table = codec_table();
   char head[200];
   std::snprintf(head, sizeof(head),
                 "weightcast-bench codec: model %s, %zu buckets of at most %s, drift lr %.2g, one "
@@ -70,43 +122,19 @@ int run_codec_bench(const CodecBenchOptions& o) {
                 format_bytes(o.bucket_bytes).c_str(), lr);
   table.note(head);
   table.print_header();
-  auto base = pack_all(plans, metas, bytes);
+  auto base = pack_all(plans, metas, model.bytes);
   std::uint64_t wrong_total = 0;
   std::vector<std::byte> payload;
   for (int step = 1; step <= o.steps; ++step) {
-    std::size_t changed = 0;
-    std::size_t elements = 0;
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      changed += drifts[i].step(static_cast<std::uint64_t>(step), bytes[i]);
-      elements += drifts[i].elements();
-    }
-    const auto next = pack_all(plans, metas, bytes);
-    const double pct = 100.0 * static_cast<double>(changed) / static_cast<double>(elements);
+    const double pct = model.advance(step);
+    const auto next = pack_all(plans, metas, model.bytes);
     for (sync::DeltaCodec codec : sync::kAllDeltaCodecs) {
-      sync::DeltaEncoder encoder(codec);
-      sync::DeltaDecoder decoder(codec);
-      double enc_s = 0;
-      double dec_s = 0;
-      std::uint64_t total = 0;
-      std::uint64_t wire = 0;
-      std::uint64_t wrong = 0;
-      for (std::size_t b = 0; b < plans.size(); ++b) {
-        auto t = std::chrono::steady_clock::now();
-        const bool ok = encoder.encode(next[b], base[b], next[b].size() + 1024, payload);
-        enc_s += seconds_since(t);
-        total += next[b].size();
-        wire += payload.size();
-        std::vector<std::byte> out = base[b];
-        t = std::chrono::steady_clock::now();
-        decoder.decode(payload, out);
-        dec_s += seconds_since(t);
-        wrong += !ok || out != next[b];
-      }
-      wrong_total += wrong;
-      table.add({std::uint64_t(step), std::string(sync::to_string(codec)), pct, total, wire,
-                 static_cast<double>(total) / static_cast<double>(wire),
-                 static_cast<double>(total) / enc_s / 1e9, static_cast<double>(total) / dec_s / 1e9,
-                 wrong});
+      const CodecResult r = measure_codec(codec, base, next, payload);
+      wrong_total += r.wrong;
+      table.add({std::uint64_t(step), std::string(sync::to_string(codec)), pct, r.total, r.wire,
+                 static_cast<double>(r.total) / static_cast<double>(r.wire),
+                 static_cast<double>(r.total) / r.enc_s / 1e9,
+                 static_cast<double>(r.total) / r.dec_s / 1e9, r.wrong});
     }
     base = next;
   }

@@ -11,13 +11,9 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
-#include "comm/gloo/gloo_communicator.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
 #include "launcher/bench_update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
@@ -156,37 +152,38 @@ void measure_broadcast(const HostsBenchOptions& o, const std::string& self, Benc
   }
 }
 
-// The end-to-end update between the namespaces: an engine in each receiver host, the update
-// bench as the source in host 0, the same links.
-void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
-                    double link, double chain_gbps) {
-  UpdateBenchOptions uo;
-  uo.model_bytes = o.update_model_bytes;
-  uo.bucket_bytes = o.update_bucket_bytes;
-  uo.chunk_bytes = o.chunk_bytes;
-  uo.iters = o.iters;
-  uo.timeout_ms = o.timeout_ms;
-  const TempFile spec_file = write_model_spec(uo.model_bytes);
-  const std::string& spec = spec_file.path();
-  const std::uint64_t model =
-      sync::total_bytes(sync::hf_tensors(sync::model_spec_for_bytes(uo.model_bytes)));
-  const bool both = o.update_drift == "realistic";
-  std::vector<std::unique_ptr<ChildProcess>> engines;
+// Engines of the hosts mode: one per receiving host in each set, and each set's URLs.
+struct HostEngines {
+  std::vector<std::unique_ptr<ChildProcess>> processes;
   std::string urls[2];  // the delta set (or the only one), the full set
-  for (int set = 0; set < (both ? 2 : 1); ++set) {
+};
+
+HostEngines start_host_engines(const HostsBenchOptions& o, const UpdateBenchOptions& uo,
+                               const std::string& self, const std::string& spec,
+                               std::uint64_t model, int sets) {
+  HostEngines engines;
+  for (int set = 0; set < sets; ++set) {
     for (int r = 1; r <= o.receivers; ++r) {
-      engines.push_back(std::make_unique<ChildProcess>(
+      engines.processes.push_back(std::make_unique<ChildProcess>(
           in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r)))));
-      urls[set] += (urls[set].empty() ? "" : ",") +
-                   engine_url(*engines.back(), std::chrono::milliseconds(o.timeout_ms));
+      engines.urls[set] +=
+          (engines.urls[set].empty() ? "" : ",") +
+          engine_url(*engines.processes.back(), std::chrono::milliseconds(o.timeout_ms));
     }
   }
-  const TempFile json_file("weightcast-bench-hosts-update", "");
-  const std::string& json = json_file.path();
+  return engines;
+}
+
+// The update bench as the source in host 0, writing its results to `json`; with `both`, on
+// drifted weights against the delta and the full set.
+std::vector<std::string> update_source_argv(const HostsBenchOptions& o,
+                                            const UpdateBenchOptions& uo, const std::string& self,
+                                            const HostEngines& engines, const std::string& json,
+                                            bool both) {
   std::vector<std::string> argv = {self,
                                    "update",
                                    "--engine-urls",
-                                   urls[0],
+                                   engines.urls[0],
                                    "--bind",
                                    host_addr(0),
                                    "--model-bytes",
@@ -204,16 +201,14 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
                                    json};
   if (both) {
     argv.insert(argv.end(), {"--drift", "realistic", "--delta", "auto", "--compare-full",
-                             "--full-engine-urls", urls[1]});
+                             "--full-engine-urls", engines.urls[1]});
   }
-  ChildProcess source(in_ns(host_ns(0), argv));
-  const int rc = source.wait_exit(std::chrono::milliseconds(o.timeout_ms) * (o.iters + 2));
-  std::ifstream in(json);
-  const auto result = nlohmann::json::parse(in, nullptr, false);
-  if (rc != 0 || result.is_discarded()) {
-    throw std::runtime_error("the update source in " + host_ns(0) + " failed (exit " +
-                             std::to_string(rc) + ")");
-  }
+  return argv;
+}
+
+// The source's rows and notes, in this table, against the link rate and the raw chain.
+void add_update_rows(BenchTable& table, const nlohmann::json& result, std::uint64_t model,
+                     double link, double chain_gbps) {
   for (const auto& row : result["rows"]) {
     const double gbps = row["GB/s"].get<double>();
     const std::string mode = row.contains("mode") ? row["mode"].get<std::string>() : "";
@@ -230,6 +225,35 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
     }
   }
   for (const auto& n : result["notes"]) table.note("source: " + n.get<std::string>());
+}
+
+// The end-to-end update between the namespaces: an engine in each receiver host, the update
+// bench as the source in host 0, the same links.
+void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
+                    double link, double chain_gbps) {
+  UpdateBenchOptions uo;
+  uo.model_bytes = o.update_model_bytes;
+  uo.bucket_bytes = o.update_bucket_bytes;
+  uo.chunk_bytes = o.chunk_bytes;
+  uo.iters = o.iters;
+  uo.timeout_ms = o.timeout_ms;
+  const TempFile spec_file = write_model_spec(uo.model_bytes);
+  const std::uint64_t model =
+      sync::total_bytes(sync::hf_tensors(sync::model_spec_for_bytes(uo.model_bytes)));
+  const bool both = o.update_drift == "realistic";
+  const HostEngines engines =
+      start_host_engines(o, uo, self, spec_file.path(), model, both ? 2 : 1);
+  const TempFile json_file("weightcast-bench-hosts-update", "");
+  ChildProcess source(
+      in_ns(host_ns(0), update_source_argv(o, uo, self, engines, json_file.path(), both)));
+  const int rc = source.wait_exit(std::chrono::milliseconds(o.timeout_ms) * (o.iters + 2));
+  std::ifstream in(json_file.path());
+  const auto result = nlohmann::json::parse(in, nullptr, false);
+  if (rc != 0 || result.is_discarded()) {
+    throw std::runtime_error("the update source in " + host_ns(0) + " failed (exit " +
+                             std::to_string(rc) + ")");
+  }
+  add_update_rows(table, result, model, link, chain_gbps);
 }
 
 }  // namespace
@@ -272,78 +296,6 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   for (const auto& row : table.rows()) {
     if (std::get<std::uint64_t>(row[5]) != 0) return 1;
   }
-  return 0;
-}
-
-int run_hosts_worker(const HostsWorkerOptions& o) {
-  std::unique_ptr<comm::TcpStoreServer> server;
-  int port = o.store_port;
-  if (o.rank == 0) {
-    comm::TcpStoreServerOptions so;
-    so.bind_address = o.bind_address;
-    server = std::make_unique<comm::TcpStoreServer>(so);
-    port = server->port();
-    std::printf("store-port %d\n", port);
-    std::fflush(stdout);
-  }
-  comm::TcpStoreOptions co;
-  co.host = o.store_host;
-  co.port = static_cast<std::uint16_t>(port);
-  co.connect_timeout = comm::Millis(o.timeout_ms);
-  auto store = std::make_shared<comm::PrefixStore>("hosts", std::make_shared<comm::TcpStore>(co));
-  comm::CommOptions opts;
-  opts.store = store;
-  opts.rank = o.rank;
-  opts.size = o.size;
-  opts.timeout = comm::Millis(o.timeout_ms);
-  opts.bind_address = o.bind_address;
-  opts.chunk_bytes = o.chunk_bytes;
-  opts.chunks_in_flight = o.chunks_in_flight;
-  auto comm_ = comm::create_gloo_communicator(opts);
-
-  std::vector<unsigned char> buf(o.bytes);
-  for (const std::string& backend : o.backends) {
-    const char* name = backend.c_str();
-    const bool stock = backend == "gloo-stock";
-    if (!stock && backend != "gloo-chain") {
-      throw std::invalid_argument("hosts-worker backends are gloo-chain and gloo-stock, not " +
-                                  backend);
-    }
-    auto run = [&] {
-      comm::BroadcastOptions b{buf.data(), buf.size(), 0, comm::MemoryKind::kHost, {}};
-      stock ? comm_->broadcast_stock(b) : comm_->broadcast(b);
-    };
-    std::mt19937_64 rng(42);
-    if (o.rank == 0) {
-      for (auto& c : buf) c = static_cast<unsigned char>(rng());
-    } else {
-      std::fill(buf.begin(), buf.end(), 0xA5);
-    }
-    run();  // warm-up and correctness pass
-    unsigned long long wrong = 0;
-    if (o.rank != 0) {
-      for (auto c : buf) wrong += c != static_cast<unsigned char>(rng());
-    }
-    comm_->barrier(comm::Millis(o.timeout_ms));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.iters; ++i) run();
-    comm_->barrier(comm::Millis(o.timeout_ms));  // the slowest receiver ends the measurement
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-        o.iters;
-    const std::string key = std::string("wrong/") + name + "/" + std::to_string(o.rank);
-    store->set(key, std::to_string(wrong), comm::Millis(o.timeout_ms));
-    if (o.rank == 0) {
-      unsigned long long total = 0;
-      for (int r = 1; r < o.size; ++r) {
-        total += std::stoull(store->get(std::string("wrong/") + name + "/" + std::to_string(r),
-                                        comm::Millis(o.timeout_ms)));
-      }
-      std::printf("result %s %.1f %llu\n", name, us, total);
-      std::fflush(stdout);
-    }
-  }
-  comm_->barrier(comm::Millis(o.timeout_ms));
   return 0;
 }
 

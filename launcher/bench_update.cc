@@ -1,21 +1,17 @@
 #include "launcher/bench_update.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
+#include "launcher/process_stats.h"
 #include "sync/model/checksum.h"
 #include "sync/model/drift.h"
 #include "sync/model/model.h"
@@ -26,43 +22,6 @@ namespace weightcast::launcher {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Peak resident set of a process in bytes (VmHWM), 0 when unreadable.
-std::uint64_t peak_rss(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmHWM:") {
-      std::uint64_t kib = 0;
-      in >> kib;
-      return kib << 10;
-    }
-    in.ignore(1 << 20, '\n');
-  }
-  return 0;
-}
-
-// CPU seconds (user + system) a process has used so far, 0 when unreadable.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close_paren = text.rfind(')');
-  if (close_paren == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close_paren + 2));
-  std::string f;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {
-    if (i == 14) utime = std::stoull(f);
-    if (i == 15) stime = std::stoull(f);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-std::uint64_t self_peak_rss() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<std::uint64_t>(ru.ru_maxrss) << 10;
-}
 
 // The raw data plane: one gloo-chain broadcast of `bytes` from a source to `receivers` processes
 // (bench hosts-worker on loopback), seconds per broadcast.
@@ -192,62 +151,6 @@ void note_memory(BenchTable& table, const std::vector<pid_t>& engines, std::uint
   table.note(buf);
 }
 
-}  // namespace
-
-TempFile::TempFile(const std::string& prefix, const std::string& text) {
-  std::string path = "/tmp/" + prefix + "-XXXXXX";
-  const int fd = mkstemp(path.data());
-  if (fd < 0) throw std::runtime_error("cannot create a temporary file " + path);
-  path_ = path;
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!ok) throw std::runtime_error("cannot write the temporary file " + path_);
-}
-
-TempFile::~TempFile() {
-  if (!path_.empty()) unlink(path_.c_str());
-}
-
-TempFile write_model_spec(std::uint64_t model_bytes) {
-  return TempFile("weightcast-bench-model",
-                  sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump());
-}
-
-std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
-                                            const std::string& spec_path, std::uint64_t model_bytes,
-                                            const std::string& host) {
-  auto slash = self.rfind('/');
-  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
-  return {dir + "/engine/weightcast-engine",
-          "--host",
-          host,
-          "--port",
-          "0",
-          "--ranks",
-          std::to_string(o.ranks_per_engine),
-          "--model",
-          spec_path,
-          "--seed",
-          "1",
-          "--max-bucket-bytes",
-          std::to_string(std::max(o.bucket_bytes, model_bytes)),
-          "--chunk-bytes",
-          std::to_string(o.chunk_bytes),
-          "--comm-timeout-ms",
-          std::to_string(o.timeout_ms),
-          "--session-timeout-ms",
-          std::to_string(o.timeout_ms)};
-}
-
-std::string engine_url(ChildProcess& engine, milliseconds timeout) {
-  const std::string l = engine.line(timeout, "weightcast-engine");
-  const auto at = l.find("http://");
-  if (at == std::string::npos) throw std::runtime_error("engine said: " + l);
-  return l.substr(at);
-}
-
-namespace {
-
 // One engine set and the updater that feeds it: "full" (--delta off), "auto" or "on".
 struct UpdateSet {
   std::string mode;
@@ -326,113 +229,159 @@ std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string&
   return sets;
 }
 
+BenchTable update_table() {
+  return BenchTable("update", {{"step", 6, 0},
+                               {"mode", 6, 0},
+                               {"seconds", 10, 3},
+                               {"GB/s", 9, 3},
+                               {"wire", 11, 0},
+                               {"changed%", 9, 2},
+                               {"buckets", 8, 0},
+                               {"delta_bkts", 10, 0},
+                               {"data(s)", 9, 3},
+                               {"commit(s)", 9, 3},
+                               {"outside%", 9, 1},
+                               {"http_wait%", 10, 1},
+                               {"src_peakRSS", 12, 0},
+                               {"#wrong", 7, 0}});
+}
+
+// One run of the bench: the engine sets, the weights of each step, the table and the totals.
+class UpdateBench {
+ public:
+  UpdateBench(const UpdateBenchOptions& o, const std::string& self)
+      : o_(o),
+        self_(self),
+        metas_(sync::hf_tensors(sync::model_spec_for_bytes(o.model_bytes))),
+        model_bytes_(sync::total_bytes(metas_)),
+        spec_file_(write_model_spec(o.model_bytes)),
+        sets_(make_sets(o, self, spec_file_.path(), model_bytes_)),
+        weights_(metas_, o.drift == "realistic", sync::kRealisticLr),
+        table_(update_table()) {}
+
+  int run() {
+    note_head();
+    table_.print_header();
+    for (int step = 1; step <= o_.iters; ++step) run_step(step);
+    note_memory_and_stop_engines();
+    if (o_.raw) measure_raw();
+    table_.write(o_.output);
+    return failed_ || total_wrong_ ? 1 : 0;
+  }
+
+ private:
+  void note_head() {
+    char head[320];
+    std::snprintf(
+        head, sizeof(head),
+        "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s (%zu "
+        "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
+        sets_[0].urls.size(), o_.ranks_per_engine, o_.delta.c_str(),
+        o_.compare_full ? " vs off" : "", format_bytes(model_bytes_).c_str(), metas_.size(),
+        format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str());
+    table_.note(head);
+  }
+
+  // Every set's update to the weights of `step`, then the delta-vs-full ratio when comparing.
+  void run_step(int step) {
+    const double changed = weights_.advance(step);
+    const auto tensors = weights_.views();
+    std::vector<double> seconds;
+    for (UpdateSet& set : sets_) seconds.push_back(update_set(set, step, changed, tensors));
+    if (sets_.size() == 2 && seconds[0] > 0 && seconds[1] > 0 && step > 1) {
+      note_delta_vs_full(step, seconds, changed);
+    }
+  }
+
+  // One set's update: a row, and the set's sums after the first step. Seconds, 0 when it failed.
+  double update_set(UpdateSet& set, int step, double changed,
+                    const std::vector<sync::trainer::NamedTensor>& tensors) {
+    const auto r = set.updater->update(tensors);
+    if (!r.ok) {
+      table_.note("update " + std::to_string(step) + " (" + set.mode + ") FAILED: " + r.error);
+      ++failed_;
+      return 0;
+    }
+    const std::uint64_t wrong =
+        wrong_tensors(set.urls, metas_, weights_.storage(), milliseconds(o_.timeout_ms));
+    total_wrong_ += wrong;
+    // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
+    const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
+    table_.add({std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
+                r.buckets, r.delta_buckets, r.phases.data, r.phases.commit,
+                100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
+                format_bytes(self_peak_rss()), wrong});
+    if (step > 1 || o_.iters == 1) {
+      set.seconds += r.seconds;
+      set.wire += r.wire_bytes;
+      set.ok += 1;
+    }
+    return r.seconds;
+  }
+
+  // The last two rows are this step's full and delta updates.
+  void note_delta_vs_full(int step, const std::vector<double>& seconds, double changed) {
+    char buf[200];
+    const auto& rows = table_.rows();
+    const auto wire_of = [&](std::size_t back) {
+      return std::get<std::uint64_t>(rows[rows.size() - back][4]);
+    };
+    std::snprintf(buf, sizeof(buf),
+                  "step %d: delta %s vs full: %.1fx less on the wire, %.2fx faster end to end "
+                  "(%.2f%% of elements changed)",
+                  step, sets_[1].mode.c_str(),
+                  static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
+                  seconds[0] / seconds[1], 100 * changed);
+    table_.note(buf);
+  }
+
+  void note_memory_and_stop_engines() {
+    std::vector<pid_t> pids;
+    for (auto& set : sets_) {
+      for (const auto& p : set.local.processes) pids.push_back(p->pid());
+    }
+    note_memory(table_, pids, model_bytes_, o_.bucket_bytes);
+    for (auto& set : sets_) set.local.processes.clear();
+  }
+
+  // The raw chain broadcast of the same bytes to as many ranks as the set under test has.
+  void measure_raw() {
+    const UpdateSet& main_set = sets_.back();
+    const double update_s = main_set.ok ? main_set.seconds / main_set.ok : 0;
+    const int receivers = static_cast<int>(main_set.urls.size()) * o_.ranks_per_engine;
+    const double raw_s = raw_chain_seconds(o_, self_, model_bytes_, receivers);
+    table_.add({std::string("raw"), std::string("-"), raw_s,
+                static_cast<double>(model_bytes_) / raw_s / 1e9, model_bytes_, 0.0,
+                std::uint64_t{1}, std::uint64_t{0}, raw_s, 0.0, 0.0, 0.0, std::string("-"),
+                std::uint64_t{0}});
+    if (!main_set.ok) return;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "update (%s) avg %.3f s (%.3f GB/s); raw gloo-chain of the same %s to %d ranks "
+                  "%.3f s; update / raw = %.2fx of raw throughput; #wrong total %llu",
+                  main_set.mode.c_str(), update_s,
+                  static_cast<double>(model_bytes_) / update_s / 1e9,
+                  format_bytes(model_bytes_).c_str(), receivers, raw_s, raw_s / update_s,
+                  static_cast<unsigned long long>(total_wrong_));
+    table_.note(buf);
+  }
+
+  const UpdateBenchOptions& o_;
+  const std::string& self_;
+  const std::vector<sync::TensorMeta> metas_;
+  const std::uint64_t model_bytes_;
+  const TempFile spec_file_;
+  std::vector<UpdateSet> sets_;
+  StepWeights weights_;
+  BenchTable table_;
+  int failed_ = 0;
+  std::uint64_t total_wrong_ = 0;
+};
+
 }  // namespace
 
 int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
-  const sync::ModelSpec spec = sync::model_spec_for_bytes(o.model_bytes);
-  const auto metas = sync::hf_tensors(spec);
-  const std::uint64_t model_bytes = sync::total_bytes(metas);
-  const TempFile spec_file = write_model_spec(o.model_bytes);
-  std::vector<UpdateSet> sets = make_sets(o, self, spec_file.path(), model_bytes);
-  StepWeights weights(metas, o.drift == "realistic", sync::kRealisticLr);
-
-  BenchTable table("update", {{"step", 6, 0},
-                              {"mode", 6, 0},
-                              {"seconds", 10, 3},
-                              {"GB/s", 9, 3},
-                              {"wire", 11, 0},
-                              {"changed%", 9, 2},
-                              {"buckets", 8, 0},
-                              {"delta_bkts", 10, 0},
-                              {"data(s)", 9, 3},
-                              {"commit(s)", 9, 3},
-                              {"outside%", 9, 1},
-                              {"http_wait%", 10, 1},
-                              {"src_peakRSS", 12, 0},
-                              {"#wrong", 7, 0}});
-  char head[320];
-  std::snprintf(
-      head, sizeof(head),
-      "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s (%zu "
-      "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
-      sets[0].urls.size(), o.ranks_per_engine, o.delta.c_str(), o.compare_full ? " vs off" : "",
-      format_bytes(model_bytes).c_str(), metas.size(), format_bytes(o.bucket_bytes).c_str(),
-      o.iters, o.drift.c_str(), o.delta_codec.c_str());
-  table.note(head);
-  table.print_header();
-  int failed = 0;
-  std::uint64_t total_wrong = 0;
-  for (int step = 1; step <= o.iters; ++step) {
-    const double changed = weights.advance(step);
-    const auto tensors = weights.views();
-    std::vector<double> seconds;
-    for (UpdateSet& set : sets) {
-      const auto r = set.updater->update(tensors);
-      if (!r.ok) {
-        table.note("update " + std::to_string(step) + " (" + set.mode + ") FAILED: " + r.error);
-        ++failed;
-        seconds.push_back(0);
-        continue;
-      }
-      const std::uint64_t wrong =
-          wrong_tensors(set.urls, metas, weights.storage(), milliseconds(o.timeout_ms));
-      total_wrong += wrong;
-      // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
-      const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
-      table.add({std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
-                 r.buckets, r.delta_buckets, r.phases.data, r.phases.commit,
-                 100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
-                 format_bytes(self_peak_rss()), wrong});
-      seconds.push_back(r.seconds);
-      if (step > 1 || o.iters == 1) {
-        set.seconds += r.seconds;
-        set.wire += r.wire_bytes;
-        set.ok += 1;
-      }
-    }
-    if (sets.size() == 2 && seconds[0] > 0 && seconds[1] > 0 && step > 1) {
-      char buf[200];
-      const auto& rows = table.rows();
-      const auto wire_of = [&](std::size_t back) {
-        return std::get<std::uint64_t>(rows[rows.size() - back][4]);
-      };
-      std::snprintf(buf, sizeof(buf),
-                    "step %d: delta %s vs full: %.1fx less on the wire, %.2fx faster end to end "
-                    "(%.2f%% of elements changed)",
-                    step, sets[1].mode.c_str(),
-                    static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
-                    seconds[0] / seconds[1], 100 * changed);
-      table.note(buf);
-    }
-  }
-  std::vector<pid_t> pids;
-  for (auto& set : sets) {
-    for (const auto& p : set.local.processes) pids.push_back(p->pid());
-  }
-  note_memory(table, pids, model_bytes, o.bucket_bytes);
-  for (auto& set : sets) set.local.processes.clear();
-  const UpdateSet& main_set = sets.back();
-  const double update_s = main_set.ok ? main_set.seconds / main_set.ok : 0;
-  if (o.raw) {
-    const int receivers = static_cast<int>(main_set.urls.size()) * o.ranks_per_engine;
-    const double raw_s = raw_chain_seconds(o, self, model_bytes, receivers);
-    table.add({std::string("raw"), std::string("-"), raw_s,
-               static_cast<double>(model_bytes) / raw_s / 1e9, model_bytes, 0.0, std::uint64_t{1},
-               std::uint64_t{0}, raw_s, 0.0, 0.0, 0.0, std::string("-"), std::uint64_t{0}});
-    if (main_set.ok) {
-      char buf[256];
-      std::snprintf(buf, sizeof(buf),
-                    "update (%s) avg %.3f s (%.3f GB/s); raw gloo-chain of the same %s to %d ranks "
-                    "%.3f s; update / raw = %.2fx of raw throughput; #wrong total %llu",
-                    main_set.mode.c_str(), update_s,
-                    static_cast<double>(model_bytes) / update_s / 1e9,
-                    format_bytes(model_bytes).c_str(), receivers, raw_s, raw_s / update_s,
-                    static_cast<unsigned long long>(total_wrong));
-      table.note(buf);
-    }
-  }
-  table.write(o.output);
-  return failed || total_wrong ? 1 : 0;
+  return UpdateBench(o, self).run();
 }
 
 }  // namespace weightcast::launcher

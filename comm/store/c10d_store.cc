@@ -23,36 +23,23 @@
 #include "comm/errors.h"
 #include "comm/store/c10d_protocol.h"
 #include "comm/store/c10d_store.h"
+#include "comm/store/c10d_store_impl.h"
 #include "comm/store/socket_io.h"
 
 namespace weightcast::comm {
 
 namespace proto = c10d_protocol;
+using c10d_client::kCancelBudget;
+using c10d_client::request;
 using proto::Generation;
 using proto::Query;
 
 namespace {
 
 constexpr Millis kProbeBudget{1000};
-constexpr Millis kCancelBudget{5000};  // CANCEL_WAIT is answered at once by a live server
 constexpr Millis kNamingBudget{1000};  // after a timeout, to find out which keys are missing
 constexpr std::size_t kMaxKeysNamed = 64;
 constexpr Millis kMaxBackoff{500};
-const std::string kInitKey = "init/";
-
-std::string wire_key(const std::string& key) {
-  check_key(key);
-  return "/" + key;  // torch's client prefixes every user key
-}
-
-proto::Request request(Query q, std::vector<std::string> keys = {},
-                       std::vector<std::string> values = {}) {
-  proto::Request r;
-  r.query = q;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
 
 std::string join(const std::vector<std::string>& keys) {
   std::string out;
@@ -61,6 +48,15 @@ std::string join(const std::vector<std::string>& keys) {
 }
 
 }  // namespace
+
+proto::Request c10d_client::request(Query q, std::vector<std::string> keys,
+                                    std::vector<std::string> values) {
+  proto::Request r;
+  r.query = q;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  return r;
+}
 
 std::string_view to_string(C10dProtocol protocol) {
   switch (protocol) {
@@ -73,81 +69,6 @@ std::string_view to_string(C10dProtocol protocol) {
   }
   return "unknown";
 }
-
-struct C10dStore::Impl {
-  C10dStoreOptions opts;
-  std::string peer;
-  std::timed_mutex mu;
-  net::Fd fd;  // invalid: reconnect before the next call
-  std::optional<Generation> gen;
-
-  void connect(Deadline deadline, bool retry);
-  bool try_generation(net::Fd& conn, Deadline deadline, std::string* why);
-  bool probe_torch1(int conn, Deadline deadline, bool* definitive);
-  bool handshake_torch2(int conn, Deadline deadline, std::string* why);
-
-  // Locks, connects if needed, runs f(deadline); any exception closes the connection.
-  template <typename F>
-  auto run(Millis timeout, const char* what, F&& f) {
-    const Deadline deadline = deadline_after(timeout);
-    std::unique_lock lock(mu, std::defer_lock);
-    if (!lock.try_lock_until(deadline)) {
-      throw TimeoutError(detail::concat("c10d store ", what, " at ", peer,
-                                        " timed out waiting for another call on this client"));
-    }
-    try {
-      if (!fd) connect(deadline, /*retry=*/false);
-      return f(deadline);
-    } catch (...) {
-      fd.reset();
-      throw;
-    }
-  }
-
-  [[noreturn]] void io_failed(const net::IoResult& r, const char* what) const {
-    if (r.io == net::Io::kTimeout) {
-      throw TimeoutError(
-          detail::concat("c10d store ", what, " at ", peer, " got no reply in time"));
-    }
-    throw PeerError(peer,
-                    detail::concat("c10d store connection lost during ", what, ": ", r.describe()));
-  }
-  void send(const proto::Request& req, Deadline deadline) {
-    const auto r = net::send_all(fd.get(), proto::encode_request(*gen, req), deadline);
-    if (!r.ok()) io_failed(r, proto::query_name(req.query));
-  }
-  void recv(char* buf, std::size_t n, Deadline deadline, const char* what) {
-    const auto r = net::recv_exact(fd.get(), buf, n, deadline);
-    if (!r.ok()) io_failed(r, what);
-  }
-  std::uint8_t recv_u8(Deadline deadline, const char* what) {
-    char b = 0;
-    recv(&b, 1, deadline, what);
-    return static_cast<std::uint8_t>(b);
-  }
-  std::int64_t recv_i64(Deadline deadline, const char* what) {
-    char b[8];
-    recv(b, sizeof(b), deadline, what);
-    return proto::read_i64(b);
-  }
-  std::string recv_bytes(Deadline deadline, const char* what);
-  std::int64_t exchange_i64(const proto::Request& req, Deadline deadline) {
-    send(req, deadline);
-    return recv_i64(deadline, proto::query_name(req.query));
-  }
-
-  // WAIT on wire keys; false when the deadline passed first (the connection stays usable for
-  // 2.x, which cancels; a 1.x one is closed, since its STOP_WAITING may still come).
-  bool wait_wire(const std::vector<std::string>& keys, Deadline deadline);
-  [[noreturn]] void wait_timed_out(const std::vector<std::string>& user_keys, Millis timeout);
-  std::vector<std::string> missing(const std::vector<std::string>& user_keys);
-  void require_torch2(const char* what) const {
-    if (gen != Generation::kTorch2) {
-      throw ConfigError(detail::concat("c10d store ", what, " needs the torch 2.x protocol; ", peer,
-                                       " is spoken to as torch 1.x"));
-    }
-  }
-};
 
 C10dStore::C10dStore(C10dStoreOptions opts) : impl_(std::make_unique<Impl>()) {
   if (opts.port == 0) throw ConfigError("c10d store client needs a port (got 0)");
@@ -306,115 +227,6 @@ std::vector<std::string> C10dStore::Impl::missing(const std::vector<std::string>
 void C10dStore::Impl::wait_timed_out(const std::vector<std::string>& user_keys, Millis timeout) {
   throw TimeoutError(detail::concat("c10d store at ", peer, ": key(s) ", join(missing(user_keys)),
                                     " not set within ", timeout.count(), " ms"));
-}
-
-std::int64_t C10dStore::join_as_worker(Millis timeout) {
-  return impl_->run(timeout, "ADD", [&](Deadline d) {
-    proto::Request req = request(Query::kAdd, {kInitKey});
-    req.delta = 1;
-    return impl_->exchange_i64(req, d);
-  });
-}
-
-void C10dStore::set(const std::string& key, std::string_view value, Millis timeout) {
-  auto req = request(Query::kSet, {wire_key(key)}, {std::string(value)});
-  check_value(value, impl_->opts.max_value_bytes);
-  impl_->run(timeout, "SET", [&](Deadline d) { impl_->send(req, d); });
-}
-
-std::string C10dStore::get(const std::string& key, Millis timeout) {
-  const std::string wire = wire_key(key);
-  return impl_->run(timeout, "GET", [&](Deadline d) {
-    if (!impl_->wait_wire({wire}, d)) impl_->wait_timed_out({key}, timeout);
-    impl_->send(request(Query::kGet, {wire}), deadline_after(kCancelBudget));
-    return impl_->recv_bytes(deadline_after(kCancelBudget), "GET");
-  });
-}
-
-void C10dStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  std::vector<std::string> wire;
-  for (const auto& k : keys) wire.push_back(wire_key(k));
-  if (wire.empty()) return;
-  impl_->run(timeout, "WAIT", [&](Deadline d) {
-    if (!impl_->wait_wire(wire, d)) impl_->wait_timed_out(keys, timeout);
-  });
-}
-
-std::int64_t C10dStore::add(const std::string& key, std::int64_t delta, Millis timeout) {
-  proto::Request req = request(Query::kAdd, {wire_key(key)});
-  req.delta = delta;
-  return impl_->run(timeout, "ADD", [&](Deadline d) { return impl_->exchange_i64(req, d); });
-}
-
-bool C10dStore::check(const std::string& key, Millis timeout) {
-  const auto req = request(Query::kCheck, {wire_key(key)});
-  return impl_->run(timeout, "CHECK", [&](Deadline d) {
-    impl_->send(req, d);
-    const std::uint8_t b = impl_->recv_u8(d, "CHECK");
-    if (b != proto::kCheckReady && b != proto::kCheckNotReady) {
-      throw PeerError(impl_->peer, detail::concat("c10d store CHECK answered ", int{b}));
-    }
-    return b == proto::kCheckReady;
-  });
-}
-
-std::string C10dStore::compare_set(const std::string& key, std::string_view expected,
-                                   std::string_view desired, Millis timeout) {
-  check_value(expected, impl_->opts.max_value_bytes);
-  check_value(desired, impl_->opts.max_value_bytes);
-  const auto req =
-      request(Query::kCompareSet, {wire_key(key)}, {std::string(expected), std::string(desired)});
-  return impl_->run(timeout, "COMPARE_SET", [&](Deadline d) {
-    impl_->send(req, d);
-    return impl_->recv_bytes(d, "COMPARE_SET");
-  });
-}
-
-bool C10dStore::delete_key(const std::string& key, Millis timeout) {
-  const auto req = request(Query::kDeleteKey, {wire_key(key)});
-  return impl_->run(timeout, "DELETE_KEY",
-                    [&](Deadline d) { return impl_->exchange_i64(req, d) == 1; });
-}
-
-std::int64_t C10dStore::num_keys(Millis timeout) {
-  return impl_->run(timeout, "GETNUMKEYS", [&](Deadline d) {
-    return impl_->exchange_i64(request(Query::kGetNumKeys), d);
-  });
-}
-
-void C10dStore::append(const std::string& key, std::string_view value, Millis timeout) {
-  impl_->require_torch2("APPEND");
-  check_value(value, impl_->opts.max_value_bytes);
-  const auto req = request(Query::kAppend, {wire_key(key)}, {std::string(value)});
-  impl_->run(timeout, "APPEND", [&](Deadline d) { impl_->send(req, d); });
-}
-
-std::vector<std::string> C10dStore::multi_get(const std::vector<std::string>& keys,
-                                              Millis timeout) {
-  impl_->require_torch2("MULTI_GET");
-  std::vector<std::string> wire;
-  for (const auto& k : keys) wire.push_back(wire_key(k));
-  if (wire.empty()) return {};
-  return impl_->run(timeout, "MULTI_GET", [&](Deadline d) {
-    if (!impl_->wait_wire(wire, d)) impl_->wait_timed_out(keys, timeout);  // as torch's multiGet
-    const Deadline io = deadline_after(kCancelBudget);
-    impl_->send(request(Query::kMultiGet, wire), io);
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < wire.size(); ++i) out.push_back(impl_->recv_bytes(io, "MULTI_GET"));
-    return out;
-  });
-}
-
-void C10dStore::multi_set(const std::vector<std::string>& keys,
-                          const std::vector<std::string>& values, Millis timeout) {
-  impl_->require_torch2("MULTI_SET");
-  WC_ENFORCE_EQ(keys.size(), values.size(), "multi_set needs one value per key");
-  std::vector<std::string> wire;
-  for (const auto& k : keys) wire.push_back(wire_key(k));
-  for (const auto& v : values) check_value(v, impl_->opts.max_value_bytes);
-  if (wire.empty()) return;
-  const auto req = request(Query::kMultiSet, std::move(wire), values);
-  impl_->run(timeout, "MULTI_SET", [&](Deadline d) { impl_->send(req, d); });
 }
 
 }  // namespace weightcast::comm

@@ -84,7 +84,9 @@ struct C10dStoreServer::Impl {
   // Decodes and answers every complete request in s.in; false drops the connection.
   bool process(Session& s);
   bool handle(Session& s, const proto::Request& req);
+  bool handle_add(Session& s, const proto::Request& req);
   bool handle_wait(Session& s, std::vector<std::string> keys);
+  void cancel_waits(Session& s);
   void answer_ready_waits(Session& s);
   bool flush(Session& s) {
     if (s.out.empty()) return true;
@@ -243,12 +245,7 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
       proto::append_bytes(&s.out, state.get(req.keys[0]).value_or(std::string()));
       return true;
     case Query::kAdd:
-      try {
-        proto::append_i64(&s.out, state.add(req.keys[0], req.delta));
-      } catch (const BadRequestError&) {
-        return false;  // not a counter, or overflow: torch has no error reply either
-      }
-      return true;
+      return handle_add(s, req);
     case Query::kCheck:
       proto::append_u8(&s.out,
                        state.has_all(req.keys) ? proto::kCheckReady : proto::kCheckNotReady);
@@ -273,9 +270,7 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
       for (std::size_t i = 0; i < req.keys.size(); ++i) state.set(req.keys[i], req.values[i]);
       return true;
     case Query::kCancelWait:
-      s.pending.clear();
-      state.unwatch(s.wake_fd);
-      proto::append_u8(&s.out, proto::kWaitCanceled);
+      cancel_waits(s);
       return true;
     case Query::kPing:
       proto::append_u32(&s.out, req.word);
@@ -287,6 +282,15 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
   return false;
 }
 
+bool C10dStoreServer::Impl::handle_add(Session& s, const proto::Request& req) {
+  try {
+    proto::append_i64(&s.out, state.add(req.keys[0], req.delta));
+  } catch (const BadRequestError&) {
+    return false;  // not a counter, or overflow: torch has no error reply either
+  }
+  return true;
+}
+
 bool C10dStoreServer::Impl::handle_wait(Session& s, std::vector<std::string> keys) {
   if (state.watch_unless_ready(keys, s.wake_fd)) {
     proto::append_u8(&s.out, proto::kStopWaiting);
@@ -295,6 +299,12 @@ bool C10dStoreServer::Impl::handle_wait(Session& s, std::vector<std::string> key
   if (s.pending.size() >= kMaxPendingWaits) return false;
   s.pending.push_back(std::move(keys));
   return true;
+}
+
+void C10dStoreServer::Impl::cancel_waits(Session& s) {
+  s.pending.clear();
+  state.unwatch(s.wake_fd);
+  proto::append_u8(&s.out, proto::kWaitCanceled);
 }
 
 void C10dStoreServer::Impl::answer_ready_waits(Session& s) {

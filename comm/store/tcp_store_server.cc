@@ -6,6 +6,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "comm/errors.h"
 #include "comm/store/connection_server.h"
@@ -40,6 +43,18 @@ struct TcpStoreServer::Impl {
 
   void refuse_over_limit(int fd);
   void serve(int fd);
+  // Reads one request frame; empty when the connection is to end (refused, stalled or closed).
+  // Before HELLO (`authed` false) only a frame the size of a HELLO is read.
+  std::optional<proto::Request> read_request(int fd, bool greeted, bool authed);
+  // Checks HELLO's protocol and token and acknowledges it; false ends the connection.
+  bool hello(int fd, const proto::Request& req);
+  // Answers an authenticated request; false ends the connection.
+  bool answer(int fd, const proto::Request& req);
+  // Replies with an error and ends the connection; the drain keeps the reply from being lost.
+  void refuse(int fd, proto::Status status, std::string message) {
+    send(fd, {status, std::move(message), {}});
+    net::shutdown_and_drain(fd, kCloseLinger, stopping);
+  }
   // Answers `req`; sets *drop when the connection must be abandoned without a reply.
   proto::Response handle(const proto::Request& req, int fd, bool* drop);
   proto::Response wait_for(const std::vector<std::string>& keys, std::uint32_t timeout_ms, int fd,
@@ -113,78 +128,93 @@ void TcpStoreServer::Impl::refuse_over_limit(int fd) {
 void TcpStoreServer::Impl::serve(int fd) {
   bool authed = opts.token.empty();
   bool greeted = false;  // until a first frame arrives, silence counts against io_timeout
-  // Replies with an error and ends the connection; the drain keeps the reply from being lost.
-  auto refuse = [&](proto::Status status, std::string message) {
-    send(fd, {status, std::move(message), {}});
-    net::shutdown_and_drain(fd, kCloseLinger, stopping);
-  };
   while (!stopping->load()) {
-    // A client that has spoken may idle between calls; a silent new one must not hold a slot.
-    const Deadline idle = greeted ? Deadline::max() : deadline_after(opts.io_timeout);
-    if (!net::wait_readable(fd, idle, stopping).ok()) return;
-    const Deadline frame_deadline = deadline_after(opts.io_timeout);
-    char header[proto::kFrameHeaderBytes];
-    auto r = net::recv_exact(fd, header, sizeof(header), frame_deadline, stopping);
-    if (r.io == net::Io::kTimeout) ++dropped_stalled;
-    if (!r.ok()) return;
-    const std::uint32_t length = proto::decode_frame_length({header, sizeof(header)});
-    if (!authed && length > proto::kMaxHelloBodyBytes) {
-      ++auth_failures;
-      return refuse(proto::Status::kUnauthorized,
-                    detail::concat("unauthorized (missing token): a frame of ", length,
-                                   " bytes before HELLO"));
-    }
-    if (auto check = proto::check_request_frame_length(length, limits); !check.ok()) {
-      ++rejected_frames;
-      return refuse(check.status, std::move(check.error));
-    }
-    std::string body;
-    r = net::recv_append(fd, &body, length, frame_deadline, stopping);
-    if (r.io == net::Io::kTimeout) ++dropped_stalled;
-    if (!r.ok()) return;
-    auto decoded = proto::decode_request_body(body, limits);
-    body = std::string();
-    if (!decoded.ok()) {
-      ++rejected_frames;
-      return refuse(decoded.status, std::move(decoded.error));
-    }
-    const proto::Request& req = decoded.value;
-    if (req.op == proto::Op::kHello) {
-      if (req.keys[0] != proto::kProtocolName) {
-        ++rejected_frames;
-        return refuse(proto::Status::kBadRequest,
-                      detail::concat("HELLO: protocol '", req.keys[0], "' is not '",
-                                     proto::kProtocolName, "'"));
-      }
-      if (!opts.token.empty()) {
-        if (req.value.empty()) {
-          ++auth_failures;
-          return refuse(proto::Status::kUnauthorized, "unauthorized (missing token)");
-        }
-        if (!proto::constant_time_equal(req.value, opts.token)) {
-          ++auth_failures;
-          return refuse(proto::Status::kForbidden, "forbidden (wrong token)");
-        }
-      }
+    const std::optional<proto::Request> req = read_request(fd, greeted, authed);
+    if (!req) return;
+    if (req->op == proto::Op::kHello) {
+      if (!hello(fd, *req)) return;
       authed = true;
       greeted = true;
-      if (!send(fd, {})) return;
       continue;
     }
     if (!authed) {
       ++auth_failures;
-      return refuse(proto::Status::kUnauthorized, "unauthorized (missing token)");
+      return refuse(fd, proto::Status::kUnauthorized, "unauthorized (missing token)");
     }
     greeted = true;
-    bool drop = false;
-    proto::Response resp = handle(req, fd, &drop);
-    if (drop) return;
-    if (!send(fd, resp)) return;
-    if (!proto::keeps_connection(resp.status)) {
-      net::shutdown_and_drain(fd, kCloseLinger, stopping);
-      return;
+    if (!answer(fd, *req)) return;
+  }
+}
+
+std::optional<proto::Request> TcpStoreServer::Impl::read_request(int fd, bool greeted,
+                                                                 bool authed) {
+  // A client that has spoken may idle between calls; a silent new one must not hold a slot.
+  const Deadline idle = greeted ? Deadline::max() : deadline_after(opts.io_timeout);
+  if (!net::wait_readable(fd, idle, stopping).ok()) return std::nullopt;
+  const Deadline frame_deadline = deadline_after(opts.io_timeout);
+  char header[proto::kFrameHeaderBytes];
+  auto r = net::recv_exact(fd, header, sizeof(header), frame_deadline, stopping);
+  if (r.io == net::Io::kTimeout) ++dropped_stalled;
+  if (!r.ok()) return std::nullopt;
+  const std::uint32_t length = proto::decode_frame_length({header, sizeof(header)});
+  if (!authed && length > proto::kMaxHelloBodyBytes) {
+    ++auth_failures;
+    refuse(
+        fd, proto::Status::kUnauthorized,
+        detail::concat("unauthorized (missing token): a frame of ", length, " bytes before HELLO"));
+    return std::nullopt;
+  }
+  if (auto check = proto::check_request_frame_length(length, limits); !check.ok()) {
+    ++rejected_frames;
+    refuse(fd, check.status, std::move(check.error));
+    return std::nullopt;
+  }
+  std::string body;
+  r = net::recv_append(fd, &body, length, frame_deadline, stopping);
+  if (r.io == net::Io::kTimeout) ++dropped_stalled;
+  if (!r.ok()) return std::nullopt;
+  auto decoded = proto::decode_request_body(body, limits);
+  if (!decoded.ok()) {
+    ++rejected_frames;
+    refuse(fd, decoded.status, std::move(decoded.error));
+    return std::nullopt;
+  }
+  return std::move(decoded.value);
+}
+
+bool TcpStoreServer::Impl::hello(int fd, const proto::Request& req) {
+  if (req.keys[0] != proto::kProtocolName) {
+    ++rejected_frames;
+    refuse(
+        fd, proto::Status::kBadRequest,
+        detail::concat("HELLO: protocol '", req.keys[0], "' is not '", proto::kProtocolName, "'"));
+    return false;
+  }
+  if (!opts.token.empty()) {
+    if (req.value.empty()) {
+      ++auth_failures;
+      refuse(fd, proto::Status::kUnauthorized, "unauthorized (missing token)");
+      return false;
+    }
+    if (!proto::constant_time_equal(req.value, opts.token)) {
+      ++auth_failures;
+      refuse(fd, proto::Status::kForbidden, "forbidden (wrong token)");
+      return false;
     }
   }
+  return send(fd, {});
+}
+
+bool TcpStoreServer::Impl::answer(int fd, const proto::Request& req) {
+  bool drop = false;
+  proto::Response resp = handle(req, fd, &drop);
+  if (drop) return false;
+  if (!send(fd, resp)) return false;
+  if (!proto::keeps_connection(resp.status)) {
+    net::shutdown_and_drain(fd, kCloseLinger, stopping);
+    return false;
+  }
+  return true;
 }
 
 proto::Response TcpStoreServer::Impl::handle(const proto::Request& req, int fd, bool* drop) {

@@ -22,6 +22,14 @@ namespace {
 
 using weightcast::launcher::EngineArgs;
 using weightcast::launcher::RunnerArgs;
+using weightcast::sync::engine::Engine;
+using weightcast::sync::engine::HttpServer;
+
+// The parsed command line: the engine's arguments and what main turns into options itself.
+struct CommandLine {
+  EngineArgs args;
+  std::string allowed_masters;  // comma-separated, as typed
+};
 
 void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
   app.add_option("--" + name + "-filter", r.filter,
@@ -37,11 +45,8 @@ void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
                      "--model/--seed");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  EngineArgs a;
-  CLI::App app{"weightcast-engine: a rollout engine that receives weight updates"};
+// Where the engine listens, who may call it, and how many ranks it has.
+void add_server_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--host", a.host, "address to bind (HTTP, and the data plane by default)")
       ->capture_default_str();
   app.add_option("--port", a.port, "HTTP port; 0 picks an ephemeral one")
@@ -53,6 +58,10 @@ int main(int argc, char** argv) {
                  "engine ranks (TP size); each is a member of every weight update group")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+}
+
+// The runners and their initial weights.
+void add_model_options(CLI::App& app, EngineArgs& a) {
   app.add_flag("--draft", a.draft, "hold a draft runner (speculative decoding) besides the target");
   add_runner_options(app, "target", a.target);
   add_runner_options(app, "draft", a.draft_runner);
@@ -67,6 +76,9 @@ int main(int argc, char** argv) {
                "of every covered runner (reproduces the double-shuffle bug)");
   app.add_option("--speculative-algorithm", a.speculative_algorithm,
                  "reported in /server_info (default EAGLE with --draft, else none)");
+}
+
+void add_timeout_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--init-timeout-ms", a.init_timeout_ms, "deadline to join a group")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
@@ -83,6 +95,10 @@ int main(int argc, char** argv) {
                  "take to arrive")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
+}
+
+// Sizes checked before allocating, and the HTTP worker pool.
+void add_limit_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--max-bucket-bytes", a.max_bucket_bytes,
                  "largest bucket accepted, checked before allocating (K/M/G suffixes)")
       ->capture_default_str();
@@ -97,65 +113,98 @@ int main(int argc, char** argv) {
                  "bucket requests that may wait for an earlier bucket (must be < --http-threads)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  app.add_option("--comm-address", a.comm_address,
+}
+
+// The weight update groups' data plane and rendezvous.
+void add_data_plane_options(CLI::App& app, CommandLine& c) {
+  app.add_option("--comm-address", c.args.comm_address,
                  "data-plane address to bind and advertise (default: --host)");
-  app.add_option("--store-token", a.store_token, "token of the trainers' rendezvous store");
-  std::string allowed_masters;
-  app.add_option("--allowed-master-addresses", allowed_masters,
+  app.add_option("--store-token", c.args.store_token, "token of the trainers' rendezvous store");
+  app.add_option("--allowed-master-addresses", c.allowed_masters,
                  "comma-separated master_address values init_weights_update_group may connect "
                  "to, compared as text (default: any)");
-  app.add_option("--chunk-bytes", a.chunk_bytes, "Gloo chain chunk size")->capture_default_str();
-  app.add_option("--base-gpu-id", a.base_gpu_id,
+  app.add_option("--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size")
+      ->capture_default_str();
+  app.add_option("--base-gpu-id", c.args.base_gpu_id,
                  "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)")
       ->capture_default_str();
+}
+
+void add_options(CLI::App& app, CommandLine& c) {
+  add_server_options(app, c.args);
+  add_model_options(app, c.args);
+  add_timeout_options(app, c.args);
+  add_limit_options(app, c.args);
+  add_data_plane_options(app, c);
+}
+
+// Signals are taken by one thread with sigwait, so no handler runs inside library code.
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// The engine's options with --allowed-master-addresses applied; throws comm::ConfigError.
+weightcast::sync::engine::EngineOptions engine_options(const CommandLine& c) {
+  auto options = weightcast::launcher::make_engine_options(c.args);
+  for (auto item : weightcast::launcher::split_csv(c.allowed_masters)) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) options.allowed_master_addresses.push_back(item);
+  }
+  if (!c.allowed_masters.empty() && options.allowed_master_addresses.empty()) {
+    throw weightcast::comm::ConfigError("--allowed-master-addresses: no address given");
+  }
+  return options;
+}
+
+// Until stopped, waits for SIGINT/SIGTERM among `signals`; one shuts the engine and server down.
+std::jthread watch_stop_signals(const sigset_t& signals, Engine& engine, HttpServer& server) {
+  return std::jthread([&signals, &engine, &server](std::stop_token stop) {
+    const timespec period{0, 200 * 1000 * 1000};
+    while (!stop.stop_requested()) {
+      if (sigtimedwait(&signals, nullptr, &period) > 0) {
+        engine.shutdown();
+        server.stop();
+        return;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CommandLine c;
+  CLI::App app{"weightcast-engine: a rollout engine that receives weight updates"};
+  add_options(app, c);
   CLI11_PARSE(app, argc, argv);
+  const EngineArgs& a = c.args;
 
   if (a.max_buckets_ahead + 2 > a.http_threads) {
     std::fprintf(stderr, "weightcast-engine: --max-buckets-ahead %d needs --http-threads >= %d\n",
                  a.max_buckets_ahead, a.max_buckets_ahead + 2);
     return 2;
   }
+  const sigset_t signals = block_stop_signals();
 
-  // Signals are taken by one thread with sigwait, so no handler runs inside library code.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  std::unique_ptr<weightcast::sync::engine::Engine> engine;
-  std::unique_ptr<weightcast::sync::engine::HttpServer> server;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<HttpServer> server;
   try {
-    auto options = weightcast::launcher::make_engine_options(a);
-    for (auto item : weightcast::launcher::split_csv(allowed_masters)) {
-      item.erase(0, item.find_first_not_of(' '));
-      item.erase(item.find_last_not_of(' ') + 1);
-      if (!item.empty()) options.allowed_master_addresses.push_back(item);
-    }
-    if (!allowed_masters.empty() && options.allowed_master_addresses.empty()) {
-      throw weightcast::comm::ConfigError("--allowed-master-addresses: no address given");
-    }
-    engine = std::make_unique<weightcast::sync::engine::Engine>(
-        std::move(options), weightcast::launcher::make_runners(a));
-    server = std::make_unique<weightcast::sync::engine::HttpServer>(
-        weightcast::sync::engine::engine_routes(*engine),
-        weightcast::launcher::make_server_options(a));
+    auto options = engine_options(c);
+    engine = std::make_unique<Engine>(std::move(options), weightcast::launcher::make_runners(a));
+    server = std::make_unique<HttpServer>(weightcast::sync::engine::engine_routes(*engine),
+                                          weightcast::launcher::make_server_options(a));
   } catch (const weightcast::comm::Error& e) {
     std::fprintf(stderr, "weightcast-engine: %s\n", e.what());
     return 2;
   }
 
-  std::jthread waiter([&](std::stop_token stop) {
-    const timespec period{0, 200 * 1000 * 1000};
-    while (!stop.stop_requested()) {
-      if (sigtimedwait(&signals, nullptr, &period) > 0) {
-        engine->shutdown();
-        server->stop();
-        return;
-      }
-    }
-  });
-
+  std::jthread waiter = watch_stop_signals(signals, *engine, *server);
   std::printf("weightcast-engine listening on %s\n", server->url().c_str());
   std::fflush(stdout);
   server->run();

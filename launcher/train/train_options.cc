@@ -9,7 +9,10 @@
 
 namespace weightcast::launcher::train {
 
-void add_options(CLI::App& app, TrainOptions& o) {
+namespace {
+
+// The trainer's parallel layout and the engines it updates.
+void add_parallelism_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--tp", o.tp, "tensor-parallel size")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -19,6 +22,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--engines", o.engines, "engine URLs, comma separated (order fixes rank offsets)")
       ->delimiter(',')
       ->required();
+}
+
+// The model: a preset or config.json, per-field overrides, the generator seed.
+void add_model_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--model", o.model,
                  "model preset (tiny, small, qwen3-0.6b, qwen3-8b) or an HF config.json path")
       ->capture_default_str();
@@ -33,6 +40,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--dtype", o.dtype, "override torch_dtype (bfloat16, float32, ...)");
   app.add_option("--seed", o.seed, "generator seed; engines must start from the same")
       ->capture_default_str();
+}
+
+// How many updates, how they are bucketed and sent, and the credentials they carry.
+void add_transfer_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "training steps, one weight update each")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
@@ -44,9 +55,18 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)")
       ->check(CLI::IsMember({"gloo", "nccl"}))
       ->capture_default_str();
+  app.add_option("--cuda-device", o.cuda_device,
+                 "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
+                 "and an engine on one machine each take their own (the engine's --base-gpu-id)")
+      ->check(CLI::Range(-1, 1023))
+      ->capture_default_str();
   app.add_option("--token", o.token, "bearer token of the engines' routes");
   app.add_option("--store-token", o.store_token,
                  "token of the stage sources' rendezvous stores (engines: --store-token)");
+}
+
+// What each update covers and how it is checked afterwards.
+void add_selection_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--selector", o.selector,
                  "session scope: auto (the decision function), all, target or draft")
       ->check(CLI::IsMember({"auto", "all", "target", "draft"}))
@@ -61,6 +81,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
                "with --verify: run every step even after a mismatch (exit 1 at the end)");
   app.add_flag("--probe-accept-length", o.probe_accept_length,
                "after each update, report every engine's speculative accept length");
+}
+
+// How the engines are reached and spoken to.
+void add_engine_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--group-prefix", o.group_prefix, "groups are <prefix>-pp_<stage>")
       ->capture_default_str();
   app.add_option("--bind-address", o.bind_address,
@@ -80,6 +104,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--pause-mode", o.pause_mode, "pause_generation mode")
       ->check(CLI::IsMember({"abort", "retract", "in_place"}))
       ->capture_default_str();
+}
+
+// Deadlines, and the simulated slow link.
+void add_timeout_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "TCP connect to an engine")
       ->capture_default_str();
   app.add_option("--request-timeout-ms", o.request_timeout_ms, "answer of a control route")
@@ -93,6 +121,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--bucket-delay-ms", o.bucket_delay_ms,
                  "sleep after each bucket, to simulate a slow link (tests, demos)")
       ->capture_default_str();
+}
+
+// What an engine failing an update does to the step, and how it is re-admitted.
+void add_failure_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--on-engine-failure", o.on_engine_failure,
                  "an engine failing an update: fail (the step fails) or drop (the engine leaves "
                  "the set, the step completes on the others; it is probed and re-admitted)")
@@ -104,13 +136,12 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--probe-backoff-max-steps", o.probe_backoff_max_steps,
                  "with drop: most steps between two probes of an engine that keeps failing")
       ->capture_default_str();
+}
+
+// The simulated training: time between steps, how weights drift, and delta updates.
+void add_step_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--step-interval-ms", o.step_interval_ms,
                  "time between updates, standing in for the training compute (tests, demos)")
-      ->capture_default_str();
-  app.add_option("--cuda-device", o.cuda_device,
-                 "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
-                 "and an engine on one machine each take their own (the engine's --base-gpu-id)")
-      ->check(CLI::Range(-1, 1023))
       ->capture_default_str();
   app.add_option("--delta", o.delta,
                  "auto: once every engine confirmed a version, send each bucket as a delta "
@@ -130,6 +161,19 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--drift-lr", o.drift_lr, "realistic drift's step size (0: the default rate)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+}
+
+}  // namespace
+
+void add_options(CLI::App& app, TrainOptions& o) {
+  add_parallelism_options(app, o);
+  add_model_options(app, o);
+  add_transfer_options(app, o);
+  add_selection_options(app, o);
+  add_engine_options(app, o);
+  add_timeout_options(app, o);
+  add_failure_options(app, o);
+  add_step_options(app, o);
 }
 
 sync::ModelSpec resolve_model(const TrainOptions& o) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,43 +86,47 @@ std::unique_ptr<PyUpdater> make_updater(std::vector<std::string> engines, const 
   return std::make_unique<PyUpdater>(std::move(engines), updater_options(s), verify);
 }
 
-void bind_updater(py::module_& m) {
-  py::class_<PyUpdater>(m, "DistributedUpdater",
-                        "Pushes a trainer's weights to rollout engines, one update per call.")
-      .def(py::init([](std::vector<std::string> engines, std::string backend,
-                       std::optional<std::string> selector, std::size_t bucket_bytes,
-                       std::size_t max_in_flight, std::optional<std::string> token,
-                       std::optional<std::string> store_token, std::string bind_address,
-                       std::string group_prefix, std::string pause_mode, double connect_timeout,
-                       double request_timeout, double group_timeout, double update_timeout,
-                       bool verify, double bucket_delay, std::string delta) {
-             Settings s{std::move(selector),
-                        std::move(backend),
-                        bucket_bytes,
-                        max_in_flight,
-                        std::move(token),
-                        std::move(store_token),
-                        std::move(bind_address),
-                        std::move(group_prefix),
-                        std::move(pause_mode),
-                        connect_timeout,
-                        request_timeout,
-                        group_timeout,
-                        update_timeout,
-                        bucket_delay,
-                        std::move(delta)};
-             return make_updater(std::move(engines), s, verify);
-           }),
-           py::kw_only(), py::arg("engines"), py::arg("backend") = "gloo",
-           py::arg("selector") = py::none(), py::arg("bucket_bytes") = wt::kDefaultBucketBytes,
-           py::arg("max_in_flight") = 2, py::arg("token") = py::none(),
-           py::arg("store_token") = py::none(), py::arg("bind_address") = "127.0.0.1",
-           py::arg("group_prefix") = "weightcast", py::arg("pause_mode") = "abort",
-           py::arg("connect_timeout") = 5.0, py::arg("request_timeout") = 60.0,
-           py::arg("group_timeout") = 120.0, py::arg("update_timeout") = 300.0,
-           py::arg("verify") = false, py::arg("bucket_delay") = 0.0, py::arg("delta") = "auto")
-      .def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
-           "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
+// DistributedUpdater(...)'s keyword arguments, in the order bind_constructor declares them.
+std::unique_ptr<PyUpdater> construct_updater(
+    std::vector<std::string> engines, std::string backend, std::optional<std::string> selector,
+    std::size_t bucket_bytes, std::size_t max_in_flight, std::optional<std::string> token,
+    std::optional<std::string> store_token, std::string bind_address, std::string group_prefix,
+    std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
+    double update_timeout, bool verify, double bucket_delay, std::string delta) {
+  Settings s{std::move(selector),
+             std::move(backend),
+             bucket_bytes,
+             max_in_flight,
+             std::move(token),
+             std::move(store_token),
+             std::move(bind_address),
+             std::move(group_prefix),
+             std::move(pause_mode),
+             connect_timeout,
+             request_timeout,
+             group_timeout,
+             update_timeout,
+             bucket_delay,
+             std::move(delta)};
+  return make_updater(std::move(engines), s, verify);
+}
+
+void bind_constructor(py::class_<PyUpdater>& c) {
+  c.def(py::init(&construct_updater), py::kw_only(), py::arg("engines"),
+        py::arg("backend") = "gloo", py::arg("selector") = py::none(),
+        py::arg("bucket_bytes") = wt::kDefaultBucketBytes, py::arg("max_in_flight") = 2,
+        py::arg("token") = py::none(), py::arg("store_token") = py::none(),
+        py::arg("bind_address") = "127.0.0.1", py::arg("group_prefix") = "weightcast",
+        py::arg("pause_mode") = "abort", py::arg("connect_timeout") = 5.0,
+        py::arg("request_timeout") = 60.0, py::arg("group_timeout") = 120.0,
+        py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
+        py::arg("delta") = "auto");
+}
+
+// update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.
+void bind_methods(py::class_<PyUpdater>& c) {
+  c.def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
+        "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
       .def("open_session", &PyUpdater::open_session, py::arg("version") = py::none(),
            "Coordinator of a pipeline-parallel update (stage 0's source): pauses the engines and "
            "opens the session; returns its token for the other stage sources.")
@@ -136,8 +141,12 @@ void bind_updater(py::module_& m) {
            "Coordinator: drops the open session; the engines keep their previous weights.")
       .def("verify", &PyUpdater::verify,
            "Checks the engines against the last update (needs verify=True).")
-      .def("close", &PyUpdater::close, "Asks the engines to leave this updater's groups.")
-      .def_property_readonly("closed", &PyUpdater::closed)
+      .def("close", &PyUpdater::close, "Asks the engines to leave this updater's groups.");
+}
+
+// The read-only properties, and the context manager (leaving it closes the updater).
+void bind_properties(py::class_<PyUpdater>& c) {
+  c.def_property_readonly("closed", &PyUpdater::closed)
       .def_property_readonly("selector", &PyUpdater::selector)
       .def_property_readonly("engines", &PyUpdater::engines)
       .def_property_readonly(
@@ -150,6 +159,14 @@ void bind_updater(py::module_& m) {
         u.close();
         return false;
       });
+}
+
+void bind_updater(py::module_& m) {
+  py::class_<PyUpdater> c(m, "DistributedUpdater",
+                          "Pushes a trainer's weights to rollout engines, one update per call.");
+  bind_constructor(c);
+  bind_methods(c);
+  bind_properties(c);
 }
 
 }  // namespace

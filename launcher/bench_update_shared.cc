@@ -1,0 +1,66 @@
+// The pieces of the update bench (bench_update.h) that the hosts mode shares: temporary files,
+// the model spec engines load, an engine's command line, and the URL an engine prints.
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "launcher/bench_update.h"
+#include "sync/model/model.h"
+
+namespace weightcast::launcher {
+
+TempFile::TempFile(const std::string& prefix, const std::string& text) {
+  std::string path = "/tmp/" + prefix + "-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file " + path);
+  path_ = path;
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) throw std::runtime_error("cannot write the temporary file " + path_);
+}
+
+TempFile::~TempFile() {
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+TempFile write_model_spec(std::uint64_t model_bytes) {
+  return TempFile("weightcast-bench-model",
+                  sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump());
+}
+
+std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
+                                            const std::string& spec_path, std::uint64_t model_bytes,
+                                            const std::string& host) {
+  auto slash = self.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
+  return {dir + "/engine/weightcast-engine",
+          "--host",
+          host,
+          "--port",
+          "0",
+          "--ranks",
+          std::to_string(o.ranks_per_engine),
+          "--model",
+          spec_path,
+          "--seed",
+          "1",
+          "--max-bucket-bytes",
+          std::to_string(std::max(o.bucket_bytes, model_bytes)),
+          "--chunk-bytes",
+          std::to_string(o.chunk_bytes),
+          "--comm-timeout-ms",
+          std::to_string(o.timeout_ms),
+          "--session-timeout-ms",
+          std::to_string(o.timeout_ms)};
+}
+
+std::string engine_url(ChildProcess& engine, std::chrono::milliseconds timeout) {
+  const std::string l = engine.line(timeout, "weightcast-engine");
+  const auto at = l.find("http://");
+  if (at == std::string::npos) throw std::runtime_error("engine said: " + l);
+  return l.substr(at);
+}
+
+}  // namespace weightcast::launcher
