@@ -51,6 +51,8 @@ struct Settings {
   double connect_timeout = 5, request_timeout = 60, group_timeout = 120, update_timeout = 300;
   double bucket_delay = 0;
   std::string delta = "auto";
+  std::string on_engine_failure = "fail";
+  double probe_timeout = 2;
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -77,6 +79,8 @@ wt::UpdaterOptions updater_options(const Settings& s) {
   if (s.bucket_delay < 0) throw comm::ConfigError("bucket_delay must be >= 0");
   o.buckets.bucket_delay = comm::Millis(static_cast<std::int64_t>(s.bucket_delay * 1000.0));
   o.delta = wt::parse_delta_mode(s.delta);
+  o.on_engine_failure = wt::parse_engine_failure_policy(s.on_engine_failure);
+  o.probe_timeout = millis(s.probe_timeout, "probe_timeout");
   return o;
 }
 
@@ -92,7 +96,8 @@ std::unique_ptr<PyUpdater> construct_updater(
     std::size_t bucket_bytes, std::size_t max_in_flight, std::optional<std::string> token,
     std::optional<std::string> store_token, std::string bind_address, std::string group_prefix,
     std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
-    double update_timeout, bool verify, double bucket_delay, std::string delta) {
+    double update_timeout, bool verify, double bucket_delay, std::string delta,
+    std::string on_engine_failure, double probe_timeout) {
   Settings s{std::move(selector),
              std::move(backend),
              bucket_bytes,
@@ -107,7 +112,9 @@ std::unique_ptr<PyUpdater> construct_updater(
              group_timeout,
              update_timeout,
              bucket_delay,
-             std::move(delta)};
+             std::move(delta),
+             std::move(on_engine_failure),
+             probe_timeout};
   return make_updater(std::move(engines), s, verify);
 }
 
@@ -120,7 +127,8 @@ void bind_constructor(py::class_<PyUpdater>& c) {
         py::arg("pause_mode") = "abort", py::arg("connect_timeout") = 5.0,
         py::arg("request_timeout") = 60.0, py::arg("group_timeout") = 120.0,
         py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
-        py::arg("delta") = "auto");
+        py::arg("delta") = "auto", py::arg("on_engine_failure") = "fail",
+        py::arg("probe_timeout") = 2.0);
 }
 
 // update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.

@@ -148,6 +148,33 @@ bool PyUpdater::prepare(wt::UpdateReport& report) {
 
 void PyUpdater::run_update(const Job& job, Outcome& out) {
   wt::DistributedUpdater& u = *updater_;
+  // The elastic engine set (on_engine_failure="drop"): dropped engines due a probe are probed
+  // first; a failed attempt drops the engines that do not answer and the update is redone on the
+  // others, at most once per engine. Under "fail" there is one attempt.
+  try {
+    u.prepare_update();
+  } catch (const comm::ConfigError&) {
+    throw;
+  } catch (const comm::Error&) {
+    // A probe that could not be made leaves the engine out; the update goes on without it.
+  }
+  std::vector<wt::UpdateReport::Dropped> dropped;
+  for (std::size_t attempt = 0;; ++attempt) {
+    out = Outcome{};
+    run_attempt(job, out);
+    wt::UpdateReport& report = out.report.base;
+    report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
+    if (report.ok || interrupted_ || out.changed || attempt + 1 >= u.engines().size() ||
+        !u.drop_failed(report)) {
+      u.note_membership(report);
+      return;
+    }
+    dropped = std::move(report.dropped);
+  }
+}
+
+void PyUpdater::run_attempt(const Job& job, Outcome& out) {
+  wt::DistributedUpdater& u = *updater_;
   wt::UpdateReport& report = out.report.base;
   const auto start = std::chrono::steady_clock::now();
   if (!prepare(report)) return;

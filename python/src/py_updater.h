@@ -82,6 +82,8 @@ class PyUpdater {
   // On the worker thread, without the GIL.
   Outcome run(const Job& job);
   void run_update(const Job& job, Outcome& out);
+  // One attempt: open, send, commit (and verify), or the abort path.
+  void run_attempt(const Job& job, Outcome& out);
   bool prepare(sync::trainer::UpdateReport& report);
   // Runs `fn` on a worker thread (SIGINT blocked there) and waits, handling signals.
   void run_on_worker(const std::function<void()>& fn);

@@ -69,6 +69,16 @@ void bind_report(py::module_& m) {
       .def_property_readonly("failures",
                              [](const Report& r) { return failures_list(r.base.failures); })
       .def_property_readonly("needs_reload", field(&sync::trainer::UpdateReport::needs_reload))
+      .def_property_readonly("dropped",
+                             [](const Report& r) {
+                               std::vector<std::pair<std::string, std::string>> out;
+                               for (const auto& d : r.base.dropped)
+                                 out.emplace_back(d.engine, d.why);
+                               return out;
+                             })
+      .def_property_readonly("engines_current",
+                             field(&sync::trainer::UpdateReport::engines_current))
+      .def_property_readonly("out", field(&sync::trainer::UpdateReport::out))
       .def_property_readonly("verified", [](const Report& r) { return r.verified; })
       .def("__str__", [](const Report& r) { return sync::trainer::summary(r.base); })
       .def("__repr__", [](const Report& r) {
