@@ -47,10 +47,10 @@ Engine::~Engine() {
   watchdog_.request_stop();
   watchdog_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  std::map<std::string, std::shared_ptr<Group>> groups;
+  GroupTable::Groups groups;
   {
     std::lock_guard lock(mu_);
-    groups.swap(groups_);
+    groups = groups_.take_all();
     if (staging_) staging_->discard();
   }
   groups.clear();  // each Group aborts and joins its threads
@@ -61,7 +61,7 @@ void Engine::shutdown() {
   if (session_.in_session()) {
     fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true, 503);
   }
-  for (auto& [name, group] : groups_) group->abort(503, "engine shutting down");
+  for (auto& [name, group] : groups_.all()) group->abort(503, "engine shutting down");
 }
 
 void Engine::touch() {
@@ -95,9 +95,7 @@ void Engine::watchdog_loop(std::stop_token stop) {
       continue;
     }
     // A bucket in flight is bounded by the group's collective timeout, not by this one.
-    bool busy = false;
-    for (const auto& [name, group] : groups_) busy = busy || group->busy();
-    if (busy) {
+    if (groups_.any_busy()) {
       last_activity_ = comm::Clock::now();
       continue;
     }
@@ -117,7 +115,7 @@ void Engine::fail_session_locked(std::uint64_t session_id, const std::string& re
   session_names_.clear();
   session_.close();
   counters_.update_failed();
-  for (auto& [name, group] : groups_) {
+  for (auto& [name, group] : groups_.all()) {
     // A group with a bucket in flight cannot be left half-way through a broadcast; with
     // abort_groups (timeout) every group of the session goes, since its trainer is gone.
     if (group->busy() || (abort_groups && group->used_in(session_id))) {
@@ -194,7 +192,7 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
     return refused(*refusal);
   }
   last_activity_ = comm::Clock::now();
-  for (const auto& [name, group] : groups_) {
+  for (const auto& [name, group] : groups_.all()) {
     if (group->busy()) {
       return error_reply(409, "end_weight_update: buckets of group '" + name +
                                   "' are still in flight; wait for their responses");

@@ -31,6 +31,7 @@
 #include "sync/engine/channel.h"
 #include "sync/engine/engine_state.h"
 #include "sync/engine/group.h"
+#include "sync/engine/group_table.h"
 #include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
@@ -110,8 +111,6 @@ class Engine {
                     const std::string& reason);
   // The bucket's sequence: its own, or (absent, SGLang/Miles) the next in arrival order on its
   // group within session `session_id`.
-  std::uint64_t next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
-                                     std::uint64_t session_id);
   // A bucket request accepted and queued on its group.
   struct SubmittedBucket {
     std::shared_ptr<BucketJob> job;
@@ -142,10 +141,7 @@ class Engine {
   std::shared_ptr<Staging> staging_;
   std::set<std::string> session_names_;  // tensor names sent in the open session
   std::chrono::steady_clock::time_point session_start_;
-  std::map<std::string, std::shared_ptr<Group>> groups_;
-  std::set<std::string> joining_;  // group names with an init in progress
-  // Per group: (session id, next sequence) for requests that carry none; guarded by mu_.
-  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> arrivals_;
+  GroupTable groups_;  // joined groups, names being joined, arrival order (under mu_)
   comm::Deadline last_activity_;
   EngineCounters counters_;         // for /metrics, guarded by mu_
   mutable ProbeCache probe_cache_;  // /spec_accept_length's last answer (its own lock)

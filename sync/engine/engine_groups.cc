@@ -111,22 +111,17 @@ std::optional<Reply> Engine::claim_group_name(const std::string& name) {
   std::shared_ptr<Group> old;
   {
     std::lock_guard lock(mu_);
-    if (joining_.count(name)) {
+    if (groups_.joining(name)) {
       return error_reply(409, "group_name: group '" + name + "' is already being joined");
     }
-    auto it = groups_.find(name);
-    if (it != groups_.end()) {
-      // Re-init replaces a group (the recovery path), but not one the open session relies on.
-      if (it->second->busy() ||
-          (session_.in_session() && it->second->used_in(session_.session_id()))) {
-        return error_reply(
-            409, "group_name: group '" + name + "' is in use by the open session; abort it first");
-      }
-      old = it->second;
-      counters_.retire_group_bytes(old->bytes_received());
-      groups_.erase(it);
+    // Re-init replaces a group (the recovery path), but not one the open session relies on.
+    if (auto existing = groups_.find(name);
+        existing &&
+        (existing->busy() || (session_.in_session() && existing->used_in(session_.session_id())))) {
+      return error_reply(
+          409, "group_name: group '" + name + "' is in use by the open session; abort it first");
     }
-    joining_.insert(name);
+    old = groups_.begin_join(name);
   }
   old.reset();  // aborts and joins the replaced group's threads
   return std::nullopt;
@@ -141,10 +136,12 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
   auto formed = form_group(opts_, runners_->block_pool(), spec);
 
   std::lock_guard lock(mu_);
-  joining_.erase(name);
   last_activity_ = comm::Clock::now();
-  if (auto* failure = std::get_if<Reply>(&formed)) return *failure;
-  groups_[name] = std::get<std::shared_ptr<Group>>(std::move(formed));
+  if (auto* failure = std::get_if<Reply>(&formed)) {
+    groups_.end_join(name, nullptr);
+    return *failure;
+  }
+  groups_.end_join(name, std::get<std::shared_ptr<Group>>(std::move(formed)));
   return ok_basic("joined group '" + name + "' as ranks " + std::to_string(spec.rank_offset) +
                   ".." + std::to_string(spec.rank_offset + opts_.rank_count - 1) + " of " +
                   std::to_string(spec.world_size));
@@ -156,19 +153,17 @@ Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupReques
   {
     std::lock_guard lock(mu_);
     last_activity_ = comm::Clock::now();
-    auto it = groups_.find(request.group_name);
-    if (it == groups_.end()) {
+    group = groups_.find(request.group_name);
+    if (!group) {
       return error_reply(409, "group_name: no group '" + request.group_name + "' is joined");
     }
-    group = it->second;
     if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
       fail_session_locked(session_.session_id(),
                           "group '" + request.group_name + "' destroyed during the session",
                           /*abort_groups=*/false, 409);
       note = "; the open session was aborted and its staging discarded";
     }
-    counters_.retire_group_bytes(group->bytes_received());
-    groups_.erase(it);
+    groups_.remove(request.group_name);
   }
   group->abort(409, "group '" + request.group_name + "' destroyed");
   group.reset();
@@ -234,15 +229,15 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
     return *refusal;
   }
   last_activity_ = comm::Clock::now();
-  auto it = groups_.find(request.group_name);
-  if (it == groups_.end()) {
+  std::shared_ptr<Group> group = groups_.find(request.group_name);
+  if (!group) {
     return Refusal{409, "group_name: no group '" + request.group_name +
                             "' is joined; call init_weights_update_group first"};
   }
-  SubmittedBucket out{nullptr, it->second, session_.session_id(), 0};
+  SubmittedBucket out{nullptr, std::move(group), session_.session_id(), 0};
   std::vector<std::vector<Runner>> destinations;
   if (auto refusal = check_bucket_locked(request, destinations)) return *refusal;
-  out.sequence = next_sequence_locked(request, out.session_id);
+  out.sequence = groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, out.sequence, opts_.max_bucket_bytes);
   if (auto* refusal = std::get_if<Refusal>(&planned)) return *refusal;
   BucketPlan plan = std::get<BucketPlan>(std::move(planned));
@@ -256,8 +251,7 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
                                         staging_, request.load_format == LoadFormat::kPerTensor,
                                         std::move(delta));
   if (auto refusal = out.group->submit(out.job)) return *refusal;
-  std::uint64_t& next = arrivals_[request.group_name].second;
-  next = std::max(next, out.sequence + 1);
+  groups_.queued(request.group_name, out.sequence);
   for (const auto& meta : request.tensors) session_names_.insert(meta.name);
   if (request.weight_version) session_.set_version(*request.weight_version);
   if (request.flush_cache) session_.request_flush();
@@ -333,16 +327,6 @@ std::variant<Refusal, std::shared_ptr<const DeltaSpec>> Engine::delta_spec_locke
     return fill_delta_base(*runners, plan, destinations, expected, base, bucket);
   };
   return std::shared_ptr<const DeltaSpec>(std::move(spec));
-}
-
-std::uint64_t Engine::next_sequence_locked(const UpdateWeightsFromDistributedRequest& request,
-                                           std::uint64_t session_id) {
-  auto& [arrival_session, next] = arrivals_[request.group_name];
-  if (arrival_session != session_id) {
-    arrival_session = session_id;
-    next = 0;
-  }
-  return request.sequence.value_or(next);
 }
 
 Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,

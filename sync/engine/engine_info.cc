@@ -92,7 +92,7 @@ Reply Engine::server_info() const {
   j["in_session"] = session_.in_session();
   j["legacy_finalize"] = opts_.legacy_finalize;
   Json groups = Json::array();
-  for (const auto& [name, group] : groups_) {
+  for (const auto& [name, group] : groups_.all()) {
     groups.push_back({{"group_name", name},
                       {"backend", to_string(group->spec().backend)},
                       {"rank_offset", group->spec().rank_offset},
@@ -167,9 +167,7 @@ Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) c
 Reply Engine::metrics() const {
   std::ostringstream os;
   std::lock_guard lock(mu_);
-  std::uint64_t bytes = counters_.bytes_retired();
-  for (const auto& [name, group] : groups_) bytes += group->bytes_received();
-  counters_.write(os, bytes);
+  counters_.write(os, groups_.bytes_received());
   const std::string version = runners_->weight_version();
   metric_header(os, "weightcast_engine_weight_version_info", "gauge",
                 "The committed weight_version, as a label.");

@@ -27,9 +27,6 @@ class EngineCounters {
   }
   void update_failed() { updates_failed_ += 1; }
   void flushed() { flushes_ += 1; }
-  // Bytes received by a group that is being removed, so the total never goes back.
-  void retire_group_bytes(std::uint64_t bytes) { bytes_retired_ += bytes; }
-  std::uint64_t bytes_retired() const { return bytes_retired_; }
 
   // The update and flush counters in Prometheus text; `bytes_received` is the data plane's total.
   void write(std::ostream& os, std::uint64_t bytes_received) const;
@@ -37,7 +34,6 @@ class EngineCounters {
  private:
   std::uint64_t updates_ok_ = 0;
   std::uint64_t updates_failed_ = 0;
-  std::uint64_t bytes_retired_ = 0;
   std::uint64_t flushes_ = 0;
   double last_update_seconds_ = 0;
 };
