@@ -24,6 +24,13 @@ inline Millis remaining(Deadline deadline) {
   return std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
 }
 
-inline bool expired(Deadline deadline) { return Clock::now() >= deadline; }
+inline bool expired(Deadline deadline) {
+  return Clock::now() >= deadline;
+}
+
+// Seconds from `start` to now (for reports and timings).
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 }  // namespace weightcast::comm

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/deadline.h"
 #include "launcher/cli_util.h"
 #include "sync/model/bucket.h"
 #include "sync/model/delta.h"
@@ -15,9 +16,7 @@ namespace weightcast::launcher {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using comm::seconds_since;
 
 // The model's buckets as the source packs them, from per-tensor bytes.
 std::vector<std::vector<std::byte>> pack_all(const std::vector<sync::BucketPlan>& plans,

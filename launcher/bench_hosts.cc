@@ -103,28 +103,18 @@ void measure_broadcast(const HostsBenchOptions& o, const std::string& self, Benc
                        double link, std::map<std::string, double>& gbps) {
   const int hosts = o.receivers + 1;
   auto worker = [&](int rank, int port) {
-    return in_ns(host_ns(rank), {self,
-                                 "hosts-worker",
-                                 "--rank",
-                                 std::to_string(rank),
-                                 "--size",
-                                 std::to_string(hosts),
-                                 "--bind",
-                                 host_addr(rank),
-                                 "--store-host",
-                                 host_addr(0),
-                                 "--store-port",
-                                 std::to_string(port),
-                                 "--bytes",
-                                 std::to_string(o.bytes),
-                                 "--iters",
-                                 std::to_string(o.iters),
-                                 "--chunk-bytes",
-                                 std::to_string(o.chunk_bytes),
-                                 "--in-flight",
-                                 std::to_string(o.chunks_in_flight),
-                                 "--timeout-ms",
-                                 std::to_string(o.timeout_ms)});
+    HostsWorkerOptions w;
+    w.rank = rank;
+    w.size = hosts;
+    w.bind_address = host_addr(rank);
+    w.store_host = host_addr(0);
+    w.store_port = port;
+    w.bytes = o.bytes;
+    w.iters = o.iters;
+    w.chunk_bytes = o.chunk_bytes;
+    w.chunks_in_flight = o.chunks_in_flight;
+    w.timeout_ms = o.timeout_ms;
+    return in_ns(host_ns(rank), hosts_worker_argv(self, w));
   };
   const std::chrono::milliseconds timeout(o.timeout_ms);
   ChildProcess root(worker(0, 0));

@@ -53,4 +53,8 @@ struct HostsWorkerOptions {
 
 int run_hosts_worker(const HostsWorkerOptions& opts);
 
+// The command line that starts `self` (weightcast-bench) as the hosts worker `w` describes: the
+// one place that mirrors the hosts-worker flags (bench_main.cc parses them back).
+std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsWorkerOptions& w);
+
 }  // namespace weightcast::launcher

@@ -112,4 +112,33 @@ int run_hosts_worker(const HostsWorkerOptions& o) {
   return 0;
 }
 
+std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsWorkerOptions& w) {
+  std::string backends;
+  for (const auto& b : w.backends) backends += (backends.empty() ? "" : ",") + b;
+  return {self,
+          "hosts-worker",
+          "--rank",
+          std::to_string(w.rank),
+          "--size",
+          std::to_string(w.size),
+          "--bind",
+          w.bind_address,
+          "--store-host",
+          w.store_host,
+          "--store-port",
+          std::to_string(w.store_port),
+          "--bytes",
+          std::to_string(w.bytes),
+          "--iters",
+          std::to_string(w.iters),
+          "--chunk-bytes",
+          std::to_string(w.chunk_bytes),
+          "--in-flight",
+          std::to_string(w.chunks_in_flight),
+          "--timeout-ms",
+          std::to_string(w.timeout_ms),
+          "--backends",
+          backends};
+}
+
 }  // namespace weightcast::launcher

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "launcher/bench_hosts.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
 #include "launcher/process_stats.h"
@@ -28,28 +29,18 @@ using std::chrono::milliseconds;
 double raw_chain_seconds(const UpdateBenchOptions& o, const std::string& self, std::uint64_t bytes,
                          int receivers) {
   auto args = [&](int rank, int port) {
-    return std::vector<std::string>{self,
-                                    "hosts-worker",
-                                    "--rank",
-                                    std::to_string(rank),
-                                    "--size",
-                                    std::to_string(receivers + 1),
-                                    "--bind",
-                                    "127.0.0.1",
-                                    "--store-host",
-                                    "127.0.0.1",
-                                    "--store-port",
-                                    std::to_string(port),
-                                    "--bytes",
-                                    std::to_string(bytes),
-                                    "--iters",
-                                    std::to_string(o.iters),
-                                    "--chunk-bytes",
-                                    std::to_string(o.chunk_bytes),
-                                    "--backends",
-                                    "gloo-chain",
-                                    "--timeout-ms",
-                                    std::to_string(o.timeout_ms)};
+    HostsWorkerOptions w;
+    w.rank = rank;
+    w.size = receivers + 1;
+    w.bind_address = "127.0.0.1";
+    w.store_host = "127.0.0.1";
+    w.store_port = port;
+    w.bytes = bytes;
+    w.iters = o.iters;
+    w.chunk_bytes = o.chunk_bytes;
+    w.timeout_ms = o.timeout_ms;
+    w.backends = {"gloo-chain"};
+    return hosts_worker_argv(self, w);
   };
   const milliseconds timeout(o.timeout_ms);
   ChildProcess root(args(0, 0));
@@ -286,21 +277,21 @@ class UpdateBench {
   void run_step(int step) {
     const double changed = weights_.advance(step);
     const auto tensors = weights_.views();
-    std::vector<double> seconds;
-    for (UpdateSet& set : sets_) seconds.push_back(update_set(set, step, changed, tensors));
-    if (sets_.size() == 2 && seconds[0] > 0 && seconds[1] > 0 && step > 1) {
-      note_delta_vs_full(step, seconds, changed);
+    std::vector<sync::trainer::UpdateReport> reports;
+    for (UpdateSet& set : sets_) reports.push_back(update_set(set, step, changed, tensors));
+    if (sets_.size() == 2 && reports[0].ok && reports[1].ok && step > 1) {
+      note_delta_vs_full(step, reports[0], reports[1], changed);
     }
   }
 
-  // One set's update: a row, and the set's sums after the first step. Seconds, 0 when it failed.
-  double update_set(UpdateSet& set, int step, double changed,
-                    const std::vector<sync::trainer::NamedTensor>& tensors) {
-    const auto r = set.updater->update(tensors);
+  // One set's update: a row, and the set's sums after the first step. Returns its report.
+  sync::trainer::UpdateReport update_set(UpdateSet& set, int step, double changed,
+                                         const std::vector<sync::trainer::NamedTensor>& tensors) {
+    auto r = set.updater->update(tensors);
     if (!r.ok) {
       table_.note("update " + std::to_string(step) + " (" + set.mode + ") FAILED: " + r.error);
       ++failed_;
-      return 0;
+      return r;
     }
     const std::uint64_t wrong =
         wrong_tensors(set.urls, metas_, weights_.storage(), milliseconds(o_.timeout_ms));
@@ -316,22 +307,18 @@ class UpdateBench {
       set.wire += r.wire_bytes;
       set.ok += 1;
     }
-    return r.seconds;
+    return r;
   }
 
-  // The last two rows are this step's full and delta updates.
-  void note_delta_vs_full(int step, const std::vector<double>& seconds, double changed) {
+  void note_delta_vs_full(int step, const sync::trainer::UpdateReport& full,
+                          const sync::trainer::UpdateReport& delta, double changed) {
     char buf[200];
-    const auto& rows = table_.rows();
-    const auto wire_of = [&](std::size_t back) {
-      return std::get<std::uint64_t>(rows[rows.size() - back][4]);
-    };
     std::snprintf(buf, sizeof(buf),
                   "step %d: delta %s vs full: %.1fx less on the wire, %.2fx faster end to end "
                   "(%.2f%% of elements changed)",
                   step, sets_[1].mode.c_str(),
-                  static_cast<double>(wire_of(2)) / static_cast<double>(wire_of(1)),
-                  seconds[0] / seconds[1], 100 * changed);
+                  static_cast<double>(full.wire_bytes) / static_cast<double>(delta.wire_bytes),
+                  full.seconds / delta.seconds, 100 * changed);
     table_.note(buf);
   }
 

@@ -214,8 +214,7 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
   staging_.reset();
   session_names_.clear();
   session_.close();
-  counters_.update_ok(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count());
+  counters_.update_ok(comm::seconds_since(session_start_));
   EndWeightUpdateResponse response;
   response.message = opts_.legacy_finalize
                          ? "committed (legacy finalize: every resident tensor re-processed)"

@@ -126,8 +126,7 @@ class Engine {
   std::optional<Reply> claim_group_name(const std::string& name);
   // The delta of a bucket request, checked against the committed version, with its base filler.
   std::variant<Refusal, std::shared_ptr<const DeltaSpec>> delta_spec_locked(
-      const BucketDelta& delta, const BucketPlan& plan,
-      const std::vector<std::vector<Runner>>& destinations) const;
+      const BucketDelta& delta) const;
   std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
                                              std::vector<std::vector<Runner>>& destinations) const;
   void watchdog_loop(std::stop_token stop);

@@ -243,7 +243,7 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
   BucketPlan plan = std::get<BucketPlan>(std::move(planned));
   std::shared_ptr<const DeltaSpec> delta;
   if (request.delta) {
-    auto made = delta_spec_locked(*request.delta, plan, destinations);
+    auto made = delta_spec_locked(*request.delta);
     if (auto* refusal = std::get_if<Refusal>(&made)) return *refusal;
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
@@ -299,8 +299,7 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
 }
 
 std::variant<Refusal, std::shared_ptr<const DeltaSpec>> Engine::delta_spec_locked(
-    const BucketDelta& delta, const BucketPlan& plan,
-    const std::vector<std::vector<Runner>>& destinations) const {
+    const BucketDelta& delta) const {
   const std::string held = runners_->weight_version();
   if (delta.base_version != held) {
     return Refusal{409, "delta.base_version: the delta is against weight_version '" +
@@ -322,10 +321,12 @@ std::variant<Refusal, std::shared_ptr<const DeltaSpec>> Engine::delta_spec_locke
   auto spec = std::make_shared<DeltaSpec>();
   spec->codec = delta.codec;
   spec->wire_bytes = delta.wire_bytes;
-  spec->fill_base = [runners = runners_.get(), plan, destinations, expected = std::move(expected),
-                     base = delta.base_version](std::span<std::byte> bucket) {
-    return fill_delta_base(*runners, plan, destinations, expected, base, bucket);
-  };
+  spec->fill_base =
+      [runners = runners_.get(), expected = std::move(expected), base = delta.base_version](
+          const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
+          std::span<std::byte> bucket) {
+        return fill_delta_base(*runners, plan, destinations, expected, base, bucket);
+      };
   return std::shared_ptr<const DeltaSpec>(std::move(spec));
 }
 

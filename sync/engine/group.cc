@@ -113,6 +113,7 @@ struct Group::Rank {
   RecvBuffer buffers[2];
   bool buffer_busy[2] = {false, false};
   std::deque<Unpack> unpack_queue;
+  std::unique_ptr<DeltaDecoder> decoder;  // delta buckets; the unpack thread's alone
 };
 
 Group::Group(GroupSpec spec, std::vector<std::unique_ptr<BucketChannel>> channels,
@@ -318,12 +319,16 @@ void Group::apply_delta(int r, BucketJob& job, int slot) {
   const DeltaSpec& delta = *job.delta();
   auto block = pool_->acquire(job.plan().total_bytes);
   const std::span<std::byte> bucket(block->data(), job.plan().total_bytes);
-  std::optional<std::string> refusal = delta.fill_base(bucket);
+  std::optional<std::string> refusal = delta.fill_base(job.plan(), job.destinations(), bucket);
   int status = 409;
   if (!refusal) {
+    Rank& rank = *ranks_[static_cast<std::size_t>(r)];
+    // One decoder per rank, kept across buckets (its context and scratch are reused).
+    if (!rank.decoder || rank.decoder->codec() != delta.codec) {
+      rank.decoder = std::make_unique<DeltaDecoder>(delta.codec);
+    }
     try {
-      DeltaDecoder(delta.codec)
-          .decode(ranks_[static_cast<std::size_t>(r)]->buffers[slot].take_wire(), bucket);
+      rank.decoder->decode(rank.buffers[slot].take_wire(), bucket);
     } catch (const comm::BadRequestError& e) {
       refusal = e.what();
       status = 400;

@@ -47,13 +47,16 @@ struct JobResult {
 };
 
 // A bucket that travels as a delta (sync/model/delta.h): `wire_bytes` of payload arrive instead
-// of the bucket, and each rank applies them to the base that fill_base writes into its buffer
-// (sync/engine/delta_base.h); fill_base returns a refusal message when the engine does not hold
-// the base.
+// of the bucket, and each rank applies them to the base that fill_base writes into its buffer for
+// the job's plan and destinations (sync/engine/delta_base.h); fill_base returns a refusal message
+// when the engine does not hold the base.
 struct DeltaSpec {
+  using FillBase = std::function<std::optional<std::string>(
+      const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
+      std::span<std::byte> bucket)>;
   DeltaCodec codec = DeltaCodec::kXorZstd;
   std::size_t wire_bytes = 0;
-  std::function<std::optional<std::string>(std::span<std::byte> bucket)> fill_base;
+  FillBase fill_base;
 };
 
 // One bucket request: what to receive and where each tensor goes.

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/model/bucket.h"
 
@@ -14,12 +15,10 @@ namespace weightcast::sync::engine {
 
 namespace {
 
+using comm::seconds_since;
+
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // The raw staged tensors as fresh resident tensors, after checking that every engine rank staged

@@ -19,9 +19,7 @@ namespace weightcast::sync::trainer {
 
 namespace {
 
-double seconds_since(comm::Clock::time_point start) {
-  return std::chrono::duration<double>(comm::Clock::now() - start).count();
-}
+using comm::seconds_since;
 
 // A device buffer for the NCCL path, freed on scope exit.
 struct DeviceBuffer {
@@ -54,6 +52,8 @@ class Sender {
   // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
   void collect_oldest(comm::Deadline deadline);
   void broadcast(const BucketPlan& plan, std::span<std::byte> bucket, comm::Deadline deadline);
+  // Where the communicator reads `bytes`: in place (host), or copied into the device buffer.
+  std::byte* on_device(std::span<std::byte> bytes);
   // A delta payload: one broadcast of its bytes.
   void broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline);
   // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
@@ -156,13 +156,15 @@ void Sender::collect_oldest(comm::Deadline deadline) {
   result_.http_wait_seconds += seconds_since(start);
 }
 
+std::byte* Sender::on_device(std::span<std::byte> bytes) {
+  if (options_.memory != comm::MemoryKind::kCuda) return bytes.data();
+  comm::cuda_copy_to_device(device_->ptr, bytes.data(), bytes.size());
+  return static_cast<std::byte*>(device_->ptr);
+}
+
 void Sender::broadcast(const BucketPlan& plan, std::span<std::byte> bucket,
                        comm::Deadline deadline) {
-  std::byte* data = bucket.data();
-  if (options_.memory == comm::MemoryKind::kCuda) {
-    comm::cuda_copy_to_device(device_->ptr, bucket.data(), bucket.size());
-    data = static_cast<std::byte*>(device_->ptr);
-  }
+  std::byte* data = on_device(bucket);
   const auto start = comm::Clock::now();
   if (options_.load_format == LoadFormat::kPerTensor) {
     // One collective per tensor, as a torch trainer's dist.broadcast per tensor.
@@ -191,11 +193,7 @@ bool Sender::issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline d
 }
 
 void Sender::broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline) {
-  std::byte* data = payload.data();
-  if (options_.memory == comm::MemoryKind::kCuda) {
-    comm::cuda_copy_to_device(device_->ptr, payload.data(), payload.size());
-    data = static_cast<std::byte*>(device_->ptr);
-  }
+  std::byte* data = on_device(payload);
   const auto start = comm::Clock::now();
   broadcast_bytes(data, payload.size(), deadline);
   result_.broadcast_seconds += seconds_since(start);

@@ -1,10 +1,10 @@
 #include "sync/trainer/delta_source.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <utility>
 
+#include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
 
@@ -67,10 +67,9 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   std::optional<BucketDelta> delta;
   if (deltas_ && plan.total_bytes > 0 && worth_encoding()) {
     const auto limit = static_cast<std::size_t>(max_ratio_ * static_cast<double>(plan.total_bytes));
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = comm::Clock::now();
     const bool encoded = encoder_.encode(packed, {base, plan.total_bytes}, limit, payload);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = comm::seconds_since(start);
     const double bytes = static_cast<double>(plan.total_bytes);
     const double rate = bytes / std::max(seconds, 1e-9);
     const double ratio = encoded ? static_cast<double>(payload.size()) / bytes : 1.0;
@@ -119,12 +118,6 @@ void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
 void DeltaSource::finish(bool all_sent, const std::string& version) {
   if (keep_base_ && all_sent && next_ == plans_.size()) version_ = version;
   deltas_ = false;
-}
-
-std::size_t DeltaSource::base_bytes() const {
-  std::size_t sum = 0;
-  for (const BucketPlan& plan : plans_) sum += plan.total_bytes;
-  return sum;
 }
 
 }  // namespace weightcast::sync::trainer

@@ -73,7 +73,6 @@ class DeltaSource {
   void note_full_broadcast(std::size_t bytes, double seconds);
 
   const std::optional<std::string>& version() const { return version_; }
-  std::size_t base_bytes() const;
 
  private:
   static constexpr std::uint64_t kProbeUpdates = 16;

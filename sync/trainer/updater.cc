@@ -16,10 +16,6 @@ namespace weightcast::sync::trainer {
 
 namespace detail {
 
-double seconds_since(comm::Clock::time_point start) {
-  return std::chrono::duration<double>(comm::Clock::now() - start).count();
-}
-
 std::uint64_t numeric_version(const std::string& text) {
   std::uint64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -30,8 +26,8 @@ std::uint64_t numeric_version(const std::string& text) {
 
 namespace {
 
+using comm::seconds_since;
 using detail::numeric_version;
-using detail::seconds_since;
 
 std::vector<std::unique_ptr<EngineApi>> make_clients(const std::vector<std::string>& urls,
                                                      const UpdaterOptions& options) {

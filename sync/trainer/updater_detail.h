@@ -1,16 +1,12 @@
-// Small helpers shared by the files of DistributedUpdater (updater.cc, updater_session.cc).
+// A helper shared by the files of DistributedUpdater (updater.cc, updater_session.cc).
 // Lifetime/threading: pure functions.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "comm/deadline.h"
-
 namespace weightcast::sync::trainer::detail {
 
-// Seconds from `start` to now.
-double seconds_since(comm::Clock::time_point start);
 // An engine's weight_version as a number, when it is one ("3"); anything else counts as 0.
 std::uint64_t numeric_version(const std::string& text);
 

@@ -2,6 +2,7 @@
 // commit (update_weight_version -> end -> continue) and the abort path (updater.h).
 #include <algorithm>
 
+#include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/updater.h"
@@ -9,8 +10,8 @@
 
 namespace weightcast::sync::trainer {
 
+using comm::seconds_since;
 using detail::numeric_version;
-using detail::seconds_since;
 
 std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report,
                                                               std::optional<std::string> version) {
