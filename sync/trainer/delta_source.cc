@@ -24,14 +24,12 @@ DeltaSource::DeltaSource(DeltaCodec codec, DeltaMode mode, double max_ratio)
 
 bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
                         const std::optional<std::string>& delta_base) {
-  ++updates_;
-  keep_base_ = base_pays_its_keep();
+  if (mode_ == DeltaMode::kAuto && link_rate_.load() > 0 && encode_rate_ <= 0) calibrate();
+  keep_base_ = pays();
   deltas_ = keep_base_ && delta_base && version_ && *delta_base == *version_ && plans == plans_ &&
             !buckets_.empty();
-  probe_ = deltas_ && mode_ == DeltaMode::kAuto;  // the first bucket re-measures the encoder
   if (!keep_base_) {
-    // kAuto on a link faster than the encoder: no base is kept (no copy per bucket, no memory)
-    // until the next probe comes near.
+    // kAuto on a link faster than the encoder: no base is kept (no copy per bucket, no memory).
     buckets_.clear();
     plans_.clear();
     version_.reset();
@@ -65,7 +63,7 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   next_ = k + 1;
   std::byte* base = buckets_[k].get();
   std::optional<BucketDelta> delta;
-  if (deltas_ && plan.total_bytes > 0 && worth_encoding()) {
+  if (deltas_ && plan.total_bytes > 0 && pays()) {
     const auto limit = static_cast<std::size_t>(max_ratio_ * static_cast<double>(plan.total_bytes));
     const auto start = comm::Clock::now();
     const bool encoded = encoder_.encode(packed, {base, plan.total_bytes}, limit, payload);
@@ -89,23 +87,30 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
 }
 
 bool DeltaSource::pays() const {
+  if (mode_ != DeltaMode::kAuto) return true;
   const double link = link_rate_.load();
-  if (link <= 0 || encode_rate_ <= 0) return true;  // nothing measured yet: measure
+  if (link <= 0 || encode_rate_ <= 0) return true;  // nothing measured yet: keep the base
   // Time of a delta (encode, then its payload on the link) against the full bucket on the link.
   return 1.0 / encode_rate_ + payload_ratio_ / link < 1.0 / link;
 }
 
-bool DeltaSource::base_pays_its_keep() const {
-  if (mode_ != DeltaMode::kAuto || pays()) return true;
-  // Every kProbeUpdates-th update re-measures: the one before keeps the base to encode against.
-  const std::uint64_t phase = updates_ % kProbeUpdates;
-  return phase == 0 || phase == kProbeUpdates - 1;
-}
-
-bool DeltaSource::worth_encoding() {
-  if (mode_ != DeltaMode::kAuto) return true;
-  const bool probe = std::exchange(probe_, false);
-  return probe || pays();
+void DeltaSource::calibrate() {
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  std::vector<std::byte> base(kBytes);
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (std::size_t i = 0; i < kBytes; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(base.data() + i, &x, 8);
+  }
+  std::vector<std::byte> next = base;
+  for (std::size_t w = 0; w < kBytes / 2; w += 50) next[2 * w] ^= std::byte{1};  // 2% of words
+  std::vector<std::byte> payload;
+  const auto start = comm::Clock::now();
+  const bool encoded = encoder_.encode(next, base, kBytes, payload);
+  encode_rate_ = static_cast<double>(kBytes) / std::max(comm::seconds_since(start), 1e-9);
+  payload_ratio_ = encoded ? static_cast<double>(payload.size()) / kBytes : 1.0;
 }
 
 void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
