@@ -1,6 +1,7 @@
 #include "launcher/train/trainer_rank.h"
 
 #include <cinttypes>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "launcher/cli_util.h"
 #include "launcher/train/engine_queries.h"
 #include "launcher/train/rank_messages.h"
+#include "launcher/train/stage_gather.h"
 #include "launcher/train/step_line.h"
 #include "sync/model/drift.h"
 #include "sync/trainer/engine_calls.h"
@@ -48,6 +50,15 @@ class Rank {
     stage_comm_ = mpi::stage_group(topo_, MPI_COMM_WORLD, mpi_deadline());
     sources_comm_ = mpi::split(MPI_COMM_WORLD, topo_.is_stage_source() ? 0 : 1, topo_.pp_rank(),
                                mpi_deadline());
+    // The stage's TP gather in groups of about a bucket, so that on the source it overlaps the
+    // broadcast of the buckets already gathered (a thread of its own needs MPI_THREAD_MULTIPLE).
+    const bool whole = o.tp_gather == "whole";
+    gather_ = std::make_unique<StageGather>(
+        params_, o.tp, topo_.tp_rank(),
+        whole ? SIZE_MAX : updater_options(o, {}).buckets.bucket_bytes);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    threaded_gather_ = !whole && provided == MPI_THREAD_MULTIPLE;
   }
 
   int run() {
@@ -221,22 +232,23 @@ class Rank {
   // --drift realistic: this rank's shards as fp32 masters, and their bytes at the last step.
   std::unique_ptr<sync::Drift> drift_;
   std::vector<std::byte> drifted_;
+  std::unique_ptr<StageGather> gather_;
+  bool threaded_gather_ = false;
   bool has_draft_ = false;  // some engine holds a draft runner (coordinator only)
 };
 
 int Rank::run_step(int step) {
   std::vector<std::byte> mine;
   if (topo_.dp_rank() == 0) mine = shards_at(step);
-  mpi::GatheredBytes gathered =
-      mpi::gatherv_bytes(stage_comm_.get(), 0, std::move(mine), mpi_deadline());
   RankStatus line;
   if (topo_.is_stage_source()) {
-    // Stage ranks 0 .. tp-1 are the dp-0 replicas of TP ranks 0 .. tp-1.
-    std::vector<std::span<const std::byte>> blocks;
-    for (int r = 0; r < o_.tp; ++r) blocks.push_back(gathered.block(r));
-    std::vector<HostTensor> tensors = assemble_hf(params_, blocks);
-    gathered = {};
-    line = run_sources(step, tensors);
+    // Stage ranks 0 .. tp-1 are the dp-0 replicas of TP ranks 0 .. tp-1. The buckets go out as
+    // their tensors arrive (send_own_stage awaits each); a gather that failed ends the job.
+    gather_->start(stage_comm_.get(), std::move(mine), mpi_deadline(), threaded_gather_);
+    line = run_sources(step, gather_->tensors());
+    gather_->finish();
+  } else {
+    gather_->contribute(stage_comm_.get(), mine, mpi_deadline());
   }
   line = broadcast_status(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
   if (coordinator()) {
@@ -253,7 +265,10 @@ StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
     updater_->adopt(*session);  // the coordinator's engine set for this attempt
     updater_->ensure_group(topo_.pp_rank());
     const auto views_of = views(tensors);
-    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), views_of);
+    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), views_of,
+                                          [this](const std::string& name, comm::Deadline deadline) {
+                                            gather_->await(name, deadline);
+                                          });
     outcome.sent = true;
     if (o_.verify && outcome.result.ok) outcome.digests = sent_digests(views_of);
   } catch (const EngineCallError& e) {

@@ -1,8 +1,6 @@
 #include "sync/engine/engine.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <random>
 
 #include "comm/errors.h"
 
@@ -18,18 +16,10 @@ Reply refused(const Refusal& refusal) {
   return error_reply(refusal.status, refusal.message);
 }
 
-std::string random_instance_id() {
-  std::random_device device;
-  const std::uint64_t value = (std::uint64_t{device()} << 32) ^ device();
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 }  // namespace
 
 Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
-    : opts_(std::move(opts)), runners_(std::move(runners)), instance_id_(random_instance_id()) {
+    : opts_(std::move(opts)), runners_(std::move(runners)) {
   WC_ENFORCE(runners_ != nullptr);
   WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count,
                 "runner set built for another rank count");
@@ -164,7 +154,7 @@ Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
   response.session_id = session_.token();
   response.holder = request.holder.value_or("");
   response.weight_version = runners_->weight_version();
-  response.instance_id = instance_id_;
+  response.runner_digest = to_string(runners_->covered_digest(request.selector));
   return {200, to_json_string(response)};
 }
 
@@ -223,6 +213,7 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
   for (const auto& c : commits) {
     response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
   }
+  response.runner_digest = to_string(runners_->covered_digest(selector));
   return {200, to_json_string(response)};
 }
 

@@ -133,8 +133,6 @@ class Engine {
 
   const EngineOptions opts_;
   const std::unique_ptr<RunnerSet> runners_;
-  // Random per engine start, answered by begin: a trainer tells a restarted engine by it.
-  const std::string instance_id_;
   mutable std::mutex mu_;
   SessionMachine session_;
   std::shared_ptr<Staging> staging_;

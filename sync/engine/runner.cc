@@ -273,6 +273,20 @@ void RunnerSet::set_weight_version(std::string version) {
   version_ = std::move(version);
 }
 
+Digest RunnerSet::covered_digest(Selector selector) const {
+  std::shared_lock lock(mu_);
+  std::vector<NamedDigest> runners;
+  for (const Slot& slot : slots_) {
+    if (!covers(selector, slot.config.id)) continue;
+    std::vector<NamedDigest> tensors;
+    tensors.reserve(slot.tensors.size());
+    for (const auto& [name, tensor] : slot.tensors) tensors.push_back({name, tensor.digest});
+    runners.push_back(
+        {std::string(to_string(slot.config.id)), combined_digest(std::move(tensors))});
+  }
+  return combined_digest(std::move(runners));
+}
+
 RunnerChecksum RunnerSet::checksum(Runner id, bool recompute) const {
   std::shared_lock lock(mu_);
   const Slot& slot = get(id);

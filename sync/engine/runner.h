@@ -120,6 +120,11 @@ class RunnerSet {
   // (every resident byte is read, under the shared lock).
   RunnerChecksum checksum(Runner id, bool recompute = false) const;
   double digest_age_seconds(Runner id) const;
+  // One digest of what the runners `selector` covers hold: each held runner's combined digest
+  // (stored per-tensor digests), combined under the runner's name. Cheap (no byte is read); the
+  // `runner_digest` of begin/end_weight_update, by which a trainer knows an engine still holds
+  // exactly the last commit (delta updates).
+  Digest covered_digest(Selector selector) const;
   std::size_t tensor_count(Runner id) const;
 
   // Read access by name for probes that use the weights. Returns false when absent.

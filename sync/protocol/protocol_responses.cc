@@ -130,7 +130,7 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   for (auto [key, field] :
        {std::pair{"session_id", &out.session_id}, std::pair{"holder", &out.holder},
         std::pair{"weight_version", &out.weight_version},
-        std::pair{"instance_id", &out.instance_id}}) {
+        std::pair{"runner_digest", &out.runner_digest}}) {
     if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
   }
   return out;
@@ -165,6 +165,9 @@ EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
   out.runners = read_unique_list<RunnerUpdateStats>(
       r, "runners", limits, read_runner_stats,
       [](const RunnerUpdateStats& s) { return std::string(to_string(s.runner)); });
+  if (const Json* f = r.optional("runner_digest")) {
+    out.runner_digest = wire::as_text(*f, "runner_digest", limits.max_string_length);
+  }
   return out;
 }
 
@@ -228,7 +231,7 @@ std::string to_json_string(const BeginWeightUpdateResponse& response) {
   if (!response.session_id.empty()) j["session_id"] = response.session_id;
   if (!response.holder.empty()) j["holder"] = response.holder;
   if (!response.weight_version.empty()) j["weight_version"] = response.weight_version;
-  if (!response.instance_id.empty()) j["instance_id"] = response.instance_id;
+  if (!response.runner_digest.empty()) j["runner_digest"] = response.runner_digest;
   return wire::dump(j);
 }
 
@@ -250,6 +253,7 @@ std::string to_json_string(const EndWeightUpdateResponse& response) {
                        {"tensors_transformed", s.tensors_transformed}});
   }
   j["runners"] = std::move(runners);
+  if (!response.runner_digest.empty()) j["runner_digest"] = response.runner_digest;
   return wire::dump(j);
 }
 

@@ -41,9 +41,11 @@ struct BeginWeightUpdateResponse {
   std::string session_id;
   std::string holder;
   std::string weight_version;
-  // Ours: which process answered (random per engine start), so a trainer can tell an engine that
-  // restarted from one that kept the weights it committed (delta updates). Empty: not sent.
-  std::string instance_id;
+  // Ours: the digest of the covered runners' committed weights (their per-tensor digests,
+  // combined), so a trainer can tell an engine that still holds exactly what the last update
+  // committed from one that restarted or was written behind its back (delta updates). Empty: not
+  // sent (engines that are not ours).
+  std::string runner_digest;
   bool operator==(const BeginWeightUpdateResponse&) const = default;
 };
 
@@ -63,6 +65,8 @@ struct EndWeightUpdateResponse {
   std::string message;
   std::string weight_version;
   std::vector<RunnerUpdateStats> runners;  // unique runners
+  // Ours: runner_digest (as in BeginWeightUpdateResponse) after the commit. Empty: not sent.
+  std::string runner_digest;
   bool operator==(const EndWeightUpdateResponse&) const = default;
 };
 

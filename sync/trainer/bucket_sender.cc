@@ -59,6 +59,8 @@ class Sender {
   // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
   void broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline);
   void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
+  // The bytes of a planned tensor, once options_.await_tensor says they are there.
+  std::span<const std::byte> tensor_bytes(const BucketEntry& entry) const;
   // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
   void fail();
   void record(EngineFailure failure);
@@ -202,11 +204,16 @@ void Sender::broadcast_payload(std::span<std::byte> payload, comm::Deadline dead
 void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) {
   const auto start = comm::Clock::now();
   for (const BucketEntry& entry : plan.entries) {
-    const auto bytes = bytes_of_.at(entry.meta.name);
+    const auto bytes = tensor_bytes(entry);
     // The root only reads its buffer.
     broadcast_bytes(const_cast<std::byte*>(bytes.data()), bytes.size(), deadline);
   }
   result_.broadcast_seconds += seconds_since(start);
+}
+
+std::span<const std::byte> Sender::tensor_bytes(const BucketEntry& entry) const {
+  if (options_.await_tensor) options_.await_tensor(entry.meta.name, deadline_);
+  return bytes_of_.at(entry.meta.name);
 }
 
 void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {
@@ -279,7 +286,7 @@ void Sender::send_all() {
   // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
   const std::vector<BucketPlan> none;
   BucketPacker packer(
-      unpacked ? none : plans_, [&](const BucketEntry& e) { return bytes_of_.at(e.meta.name); }, 2,
+      unpacked ? none : plans_, [&](const BucketEntry& e) { return tensor_bytes(e); }, 2,
       options_.pack_buffers, std::move(after_pack));
   for (std::uint64_t k = 0; k < n && !failed_; ++k) {
     try {

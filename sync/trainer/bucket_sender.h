@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,6 +60,11 @@ struct BucketSendOptions {
   // sent; buckets go out as deltas against it when the session's delta_base() is its version.
   // Null: every bucket in full and no base kept. Must outlive the call.
   DeltaSource* delta = nullptr;
+  // Tensors whose bytes are still being produced while earlier buckets go out (the trainer's TP
+  // gather, launcher/train/stage_gather.h): called with a tensor's name, on the thread about to
+  // read its bytes (the packer's, or the sender's for unpacked sends), and returns once they are
+  // all there; throws to fail the send. Null: every tensor's bytes are there at the call.
+  std::function<void(const std::string& name, comm::Deadline deadline)> await_tensor;
 };
 
 struct BucketSendResult {

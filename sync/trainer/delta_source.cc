@@ -89,9 +89,14 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
 bool DeltaSource::pays() const {
   if (mode_ != DeltaMode::kAuto) return true;
   const double link = link_rate_.load();
-  if (link <= 0 || encode_rate_ <= 0) return true;  // nothing measured yet: keep the base
-  // Time of a delta (encode, then its payload on the link) against the full bucket on the link.
-  return 1.0 / encode_rate_ + payload_ratio_ / link < 1.0 / link;
+  // Nothing measured yet (the first update): no base, and the full broadcasts measure the link.
+  if (link <= 0 || encode_rate_ <= 0 || decode_rate_ <= 0) return false;
+  // Time of a delta (encode, its payload on the link, the engines' decode) against the full
+  // bucket on the link, with a margin: near the crossover a delta's CPU work competes with the
+  // data plane (on one host it is the data plane), so a wrong guess for deltas costs more than a
+  // wrong guess for full buckets, which forgoes at most the margin.
+  constexpr double kMargin = 0.8;
+  return 1.0 / encode_rate_ + 1.0 / decode_rate_ + payload_ratio_ / link < kMargin / link;
 }
 
 void DeltaSource::calibrate() {
@@ -111,6 +116,15 @@ void DeltaSource::calibrate() {
   const bool encoded = encoder_.encode(next, base, kBytes, payload);
   encode_rate_ = static_cast<double>(kBytes) / std::max(comm::seconds_since(start), 1e-9);
   payload_ratio_ = encoded ? static_cast<double>(payload.size()) / kBytes : 1.0;
+  // The engines run the same decoder: its rate here stands for theirs (rebuilding and hashing the
+  // base costs them about as much again, which the margin in pays() covers).
+  decode_rate_ = encode_rate_;
+  if (encoded) {
+    DeltaDecoder decoder(encoder_.codec());
+    const auto decode_start = comm::Clock::now();
+    decoder.decode(payload, base);
+    decode_rate_ = static_cast<double>(kBytes) / std::max(comm::seconds_since(decode_start), 1e-9);
+  }
 }
 
 void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {

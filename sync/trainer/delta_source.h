@@ -35,14 +35,18 @@ namespace weightcast::sync::trainer {
 // Whether an updater sends deltas. kAuto (the default) keeps a base per stage and sends a bucket
 // as a delta when every engine holds the base and the delta is expected to arrive sooner: the
 // source times its full broadcasts (the link) and its encodes, and encodes only while
-// encode rate > link rate / (1 - payload ratio), so fast links (loopback, NVLink) keep full
-// buckets and slow ones (hosts, WAN) get deltas. Before any delta was encoded, the encoder is
-// measured once on a small synthetic slice (8 MiB, 2% of its words changed, a few milliseconds);
-// real encodes then refine both rates. Where deltas do not pay no base is kept at all (no copy
-// per bucket, no memory), and should the link become slow enough, the next update keeps one again
-// and the one after sends deltas.
-// kOn sends a delta whenever one is smaller (tests, measurements). kOff sends every bucket in
-// full and keeps no base.
+// 1/encode rate + 1/decode rate + payload ratio/link rate < 0.8/link rate (a delta's CPU work
+// and payload against 80% of the full bucket's time on the link), so fast links (loopback,
+// NVLink) keep full buckets and slow ones (hosts, WAN) get deltas. The first update keeps no base:
+// it is full anyway (no engine holds a base yet) and it measures the link, so a fast link never
+// pays for a base. Then the encoder and decoder are measured once on a small synthetic slice (8
+// MiB, 2% of its words changed, a few milliseconds), and only where deltas pay does the next update
+// keep a base (a copy per bucket), so the third update is the first that can send deltas; real
+// encodes then refine both rates. Where deltas stop paying the base is dropped (no copy, no
+// memory), and should the link become slow enough, the next update keeps one again and the one
+// after sends deltas. kOn keeps a base from the first update and sends a delta whenever one is
+// smaller (tests, measurements): deltas from the second update. kOff sends every bucket in full and
+// keeps no base.
 enum class DeltaMode { kOff, kAuto, kOn };
 // "off", "auto" or "on"; anything else throws comm::ConfigError quoting it.
 DeltaMode parse_delta_mode(std::string_view text);
@@ -77,7 +81,7 @@ class DeltaSource {
   const std::optional<std::string>& version() const { return version_; }
 
  private:
-  // kAuto: whether a delta is expected to arrive sooner than the full bucket (true while the link
+  // kAuto: whether a delta is expected to arrive sooner than the full bucket (false while the link
   // is not measured yet); kOn, kOff: true.
   bool pays() const;
   // Measures the encoder on a synthetic slice, once, before the first real encode.
@@ -88,6 +92,7 @@ class DeltaSource {
   const double max_ratio_;
   std::atomic<double> link_rate_{0};  // bytes/s of full broadcasts, latest weighted most
   double encode_rate_ = 0;            // bucket bytes/s of encodes
+  double decode_rate_ = 0;            // bucket bytes/s of a decode, measured here once
   double payload_ratio_ = 1;          // payload / bucket of recent encodes
   bool keep_base_ = true;             // this update keeps the base up to date
   std::vector<BucketPlan> plans_;

@@ -231,21 +231,22 @@ void append_shard(const MegatronParam& param, int tp, int tp_rank, const HfBytes
   }
 }
 
-std::vector<HostTensor> to_hf(const MegatronParam& param,
-                              std::span<const std::span<const std::byte>> shards) {
+void write_hf(const MegatronParam& param, std::span<const std::span<const std::byte>> shards,
+              std::span<HostTensor> out) {
   WC_ENFORCE(!shards.empty(), "no shards for ", param.name);
+  WC_ENFORCE_EQ(out.size(), param.parts.size(), "HF tensors of ", param.name);
   const std::size_t t = shards.size();
   const std::size_t expected = shard_bytes(param, static_cast<int>(t));
   const std::size_t used = param.split == TpSplit::kReplicated ? 1 : t;
   for (std::size_t r = 0; r < used; ++r) {
     WC_ENFORCE_EQ(shards[r].size(), expected, "shard ", r, " of ", param.name);
   }
-  std::vector<HostTensor> out;
   std::size_t part_offset = 0;  // within each shard: where the current part's slice starts
-  for (const auto& part : param.parts) {
-    HostTensor tensor{part, std::vector<std::byte>(part.byte_count())};
-    std::byte* dst = tensor.bytes.data();
+  for (std::size_t p = 0; p < param.parts.size(); ++p) {
+    const TensorMeta& part = param.parts[p];
     const std::size_t full = part.byte_count();
+    WC_ENFORCE_EQ(out[p].bytes.size(), full, "bytes of ", part.name);
+    std::byte* dst = out[p].bytes.data();
     switch (param.split) {
       case TpSplit::kReplicated:
         if (full > 0) std::memcpy(dst, shards[0].data() + part_offset, full);
@@ -272,8 +273,23 @@ std::vector<HostTensor> to_hf(const MegatronParam& param,
         break;
       }
     }
-    out.push_back(std::move(tensor));
   }
+}
+
+std::vector<HostTensor> allocate_hf(std::span<const MegatronParam> params) {
+  std::vector<HostTensor> out;
+  for (const auto& param : params) {
+    for (const auto& part : param.parts) {
+      out.push_back({part, std::vector<std::byte>(part.byte_count())});
+    }
+  }
+  return out;
+}
+
+std::vector<HostTensor> to_hf(const MegatronParam& param,
+                              std::span<const std::span<const std::byte>> shards) {
+  std::vector<HostTensor> out = allocate_hf({&param, 1});
+  write_hf(param, shards, out);
   return out;
 }
 
@@ -293,13 +309,14 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
   return out;
 }
 
-std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
-                                    std::span<const std::span<const std::byte>> blocks) {
+void assemble_hf_into(std::span<const MegatronParam> params,
+                      std::span<const std::span<const std::byte>> blocks,
+                      std::span<HostTensor> out) {
   const int tp = static_cast<int>(blocks.size());
   WC_ENFORCE_GE(tp, 1);
   std::vector<std::size_t> offset(blocks.size(), 0);
   std::vector<std::span<const std::byte>> shards(blocks.size());
-  std::vector<HostTensor> out;
+  std::size_t next = 0;  // the first HF tensor of the current param in `out`
   for (const auto& param : params) {
     const std::size_t bytes = shard_bytes(param, tp);
     const std::size_t ranks = param.split == TpSplit::kReplicated ? 1 : blocks.size();
@@ -309,11 +326,20 @@ std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
       shards[r] = blocks[r].subspan(offset[r], bytes);
       offset[r] += bytes;
     }
-    for (auto& t : to_hf(param, shards)) out.push_back(std::move(t));
+    WC_ENFORCE_LE(next + param.parts.size(), out.size(), "HF tensors for ", param.name);
+    write_hf(param, shards, out.subspan(next, param.parts.size()));
+    next += param.parts.size();
   }
+  WC_ENFORCE_EQ(next, out.size(), "HF tensors left unwritten");
   for (std::size_t r = 0; r < blocks.size(); ++r) {
     WC_ENFORCE_EQ(offset[r], blocks[r].size(), "block of tp rank ", r, " too long");
   }
+}
+
+std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
+                                    std::span<const std::span<const std::byte>> blocks) {
+  std::vector<HostTensor> out = allocate_hf(params);
+  assemble_hf_into(params, blocks, out);
   return out;
 }
 

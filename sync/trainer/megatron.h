@@ -85,6 +85,12 @@ void append_shard(const MegatronParam& param, int tp, int tp_rank, const HfBytes
 // rank r's, exactly shard_bytes() long; for a replicated param only shards[0] is read).
 std::vector<HostTensor> to_hf(const MegatronParam& param,
                               std::span<const std::span<const std::byte>> shards);
+// The same into `out`, one HostTensor per part with its bytes already sized (allocate_hf()).
+void write_hf(const MegatronParam& param, std::span<const std::span<const std::byte>> shards,
+              std::span<HostTensor> out);
+// The HF tensors of `params`, in order, with zeroed bytes of their size: what the *_into and
+// write_hf functions fill.
+std::vector<HostTensor> allocate_hf(std::span<const MegatronParam> params);
 
 // What TP rank `tp_rank` contributes to its stage source's gather at training step `step`: the
 // shard of each of `params`, back to back in order, cut from the generator's full HF tensors
@@ -97,5 +103,10 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
 // r (blocks.size() is the TP size). EnforceError when a block has the wrong size.
 std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
                                     std::span<const std::span<const std::byte>> blocks);
+// The same into `out` = allocate_hf(params) (or tensors of the same metas and sizes), so a
+// source can fill its tensors part by part, in place, while it sends the earlier ones.
+void assemble_hf_into(std::span<const MegatronParam> params,
+                      std::span<const std::span<const std::byte>> blocks,
+                      std::span<HostTensor> out);
 
 }  // namespace weightcast::sync::trainer

@@ -195,8 +195,9 @@ void DistributedUpdater::start_report(UpdateReport& report,
   report.version = version ? *version : std::to_string(committed_version_ + 1);
 }
 
-BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, int stage,
-                                                std::span<const NamedTensor> tensors) {
+BucketSendResult DistributedUpdater::send_stage(
+    const UpdateSession& session, int stage, std::span<const NamedTensor> tensors,
+    std::function<void(const std::string&, comm::Deadline)> await_tensor) {
   WC_ENFORCE(session.selector() == selector_, "a session with selector ",
              to_string(session.selector()), " on an updater with selector ", to_string(selector_));
   const auto index = static_cast<std::size_t>(stage);
@@ -210,6 +211,7 @@ BucketSendResult DistributedUpdater::send_stage(const UpdateSession& session, in
     comm::cuda_set_device(options_.cuda_device);
   }
   opts.load_format = load_format();
+  opts.await_tensor = std::move(await_tensor);
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
   if (options_.delta != DeltaMode::kOff && !common_) {

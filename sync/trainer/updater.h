@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -156,8 +157,10 @@ class DistributedUpdater {
                                             std::optional<std::string> version = {});
   // Sends one stage's tensors on its group (ensure_group(stage) first). Never throws for engine
   // or data-plane failures: they are in the result.
-  BucketSendResult send_stage(const UpdateSession& session, int stage,
-                              std::span<const NamedTensor> tensors);
+  // `await_tensor`: see BucketSendOptions (tensors still being produced as buckets go out).
+  BucketSendResult send_stage(
+      const UpdateSession& session, int stage, std::span<const NamedTensor> tensors,
+      std::function<void(const std::string&, comm::Deadline)> await_tensor = nullptr);
   // Adds a stage's result to `report`; on failure runs the abort path.
   void record(const BucketSendResult& result, UpdateReport& report);
   // Commits: update_weight_version -> end -> continue on every engine. On failure runs the
@@ -206,13 +209,12 @@ class DistributedUpdater {
   // it refused our begin because someone else holds a session there.
   std::vector<std::string> session_ids_;
   std::vector<char> busy_;
-  // Delta updates: per stage, the base of what this process sent; per engine, the instance id
-  // its begin answered in the update in progress; and the last update committed on every member.
+  // Delta updates: per stage, the base of what this process sent; and the last update committed
+  // on every member, with the runner digest each member's end_weight_update answered.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
-  std::vector<std::string> instance_ids_;
   struct Commit {
     std::string version;
-    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, instance id
+    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, runner digest
   };
   std::optional<Commit> last_commit_;
   // Whether every member's begin answer shows the last commit still in place.

@@ -62,8 +62,6 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
     return std::nullopt;
   }
   UpdateSession session(selector_, report.version, session_ids_);
-  instance_ids_.clear();
-  for (const auto& answer : answers) instance_ids_.push_back(answer.instance_id);
   if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
   // Until this update commits everywhere, no member is known to hold a common version.
   last_commit_.reset();
@@ -76,9 +74,9 @@ bool DistributedUpdater::members_hold_last_commit(
   if (options_.delta == DeltaMode::kOff || common_ || !last_commit_) return false;
   if (last_commit_->members.size() != members_.size()) return false;
   for (std::size_t e = 0; e < members_.size(); ++e) {
-    const auto& [engine, instance] = last_commit_->members[e];
-    if (engine != members_[e] || answers[e].instance_id.empty() ||
-        answers[e].instance_id != instance || answers[e].weight_version != last_commit_->version) {
+    const auto& [engine, digest] = last_commit_->members[e];
+    if (engine != members_[e] || digest.empty() || answers[e].runner_digest != digest ||
+        answers[e].weight_version != last_commit_->version) {
       return false;
     }
   }
@@ -92,16 +90,19 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
       member_ptrs_, "POST /update_weight_version", [&session](EngineApi& engine, std::size_t e) {
         engine.update_weight_version({session.version(), false, session.session_id(e)});
       });
+  std::vector<std::string> digests(member_ptrs_.size());
   if (failures.empty()) {
-    failures = on_all_engines(
-        member_ptrs_, "POST /end_weight_update", [&session](EngineApi& engine, std::size_t e) {
-          const auto answer = engine.end_weight_update({session.session_id(e)});
-          if (answer.weight_version != session.version()) {
-            throw EngineError(engine.url(), "POST /end_weight_update", 200,
-                              "committed version '" + answer.weight_version + "', expected '" +
-                                  session.version() + "'");
-          }
-        });
+    failures = on_all_engines(member_ptrs_, "POST /end_weight_update",
+                              [&session, &digests](EngineApi& engine, std::size_t e) {
+                                const auto answer =
+                                    engine.end_weight_update({session.session_id(e)});
+                                digests[e] = answer.runner_digest;
+                                if (answer.weight_version != session.version()) {
+                                  throw EngineError(engine.url(), "POST /end_weight_update", 200,
+                                                    "committed version '" + answer.weight_version +
+                                                        "', expected '" + session.version() + "'");
+                                }
+                              });
   }
   report.phases.commit = seconds_since(t);
   if (!failures.empty()) {
@@ -112,11 +113,11 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   committed_version_ =
       std::max(committed_version_ + 1, numeric_version(session.version()));  // explicit: as given
   session_ids_.clear();  // committed: the sessions are closed
-  // Every member now holds this version (delta updates check it again at the next begin).
+  // Every member now holds this version, with the digest it answered (delta updates check both
+  // again at the next begin).
   last_commit_ = Commit{session.version(), {}};
   for (std::size_t e = 0; e < members_.size(); ++e) {
-    last_commit_->members.emplace_back(members_[e],
-                                       e < instance_ids_.size() ? instance_ids_[e] : "");
+    last_commit_->members.emplace_back(members_[e], e < digests.size() ? digests[e] : "");
   }
   for (std::size_t e : set_.committed()) report.readmitted.push_back(engines_[e]->url());
   t = comm::Clock::now();

@@ -50,14 +50,21 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
   for (Selector s : kAllSelectors) {
     BeginWeightUpdateResponse b{true, "opened", s, "", "", "", ""};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
-    b = {true, "opened",          s, "0123456789abcdef0123456789abcdef", "host:42 weightcast",
-         "7",  "5f3a9c0e12b4d678"};
+    b = {true,
+         "opened",
+         s,
+         "0123456789abcdef0123456789abcdef",
+         "host:42 weightcast",
+         "7",
+         "5f3a9c0e12b4d6785f3a9c0e12b4d678"};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
   }
   EndWeightUpdateResponse end{
-      true, "committed", "step-9", {{Runner::kTarget, 291, 291}, {Runner::kDraft, 0, 12}}};
+      true, "committed", "step-9", {{Runner::kTarget, 291, 291}, {Runner::kDraft, 0, 12}}, ""};
   EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
   end.runners.clear();
+  EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
+  end.runner_digest = "00112233445566778899aabbccddeeff";
   EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
 
   ServerInfoResponse info = sample_server_info();

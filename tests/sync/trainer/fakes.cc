@@ -215,7 +215,7 @@ EndWeightUpdateResponse FakeEngine::end_weight_update(const EndWeightUpdateReque
   staged_.clear();
   if (staged_version_) info_.weight_version = *staged_version_;
   session_.reset();
-  return {true, "", info_.weight_version, {}};
+  return {true, "", info_.weight_version, {}, ""};
 }
 
 BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) {

@@ -1,0 +1,133 @@
+#include "launcher/train/stage_gather.h"
+
+#include <algorithm>
+#include <span>
+#include <utility>
+
+#include "comm/errors.h"
+#include "comm/mpi/mpi_helpers.h"
+
+namespace weightcast::launcher::train {
+
+namespace {
+
+using sync::trainer::MegatronParam;
+using sync::trainer::TpSplit;
+
+// Bytes TP rank `tp_rank` puts in its rank_shards() for `param`: replicated params come from TP
+// rank 0 only.
+std::size_t contributed_bytes(const MegatronParam& param, int tp, int tp_rank) {
+  if (param.split == TpSplit::kReplicated) return tp_rank == 0 ? param.byte_count() : 0;
+  return sync::trainer::shard_bytes(param, tp);
+}
+
+}  // namespace
+
+StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
+                         std::size_t group_bytes)
+    : params_(std::move(params)), tp_(tp) {
+  WC_ENFORCE_GE(tp, 1);
+  WC_ENFORCE(tp_rank >= 0 && tp_rank < tp, "tp_rank ", tp_rank, " of ", tp);
+  WC_ENFORCE_GT(group_bytes, std::size_t{0});
+  Group g;
+  std::size_t full = 0;  // full bytes of the params in g
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    const MegatronParam& param = params_[p];
+    if (p > g.first_param && full + param.byte_count() > group_bytes) {
+      groups_.push_back(g);
+      g = Group{p, p, g.end_tensor, g.end_tensor, g.offset + g.bytes, 0};
+      full = 0;
+    }
+    g.end_param = p + 1;
+    g.end_tensor += param.parts.size();
+    g.bytes += contributed_bytes(param, tp, tp_rank);
+    full += param.byte_count();
+  }
+  if (g.end_param > g.first_param) groups_.push_back(g);
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    for (std::size_t p = groups_[i].first_param; p < groups_[i].end_param; ++p) {
+      for (const auto& part : params_[p].parts) group_of_.emplace(part.name, i);
+    }
+  }
+}
+
+StageGather::~StageGather() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
+                             comm::Deadline deadline) {
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    const Group& g = groups_[i];
+    WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of group ", i);
+    std::vector<std::byte> send(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
+                                mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
+    const comm::mpi::GatheredBytes gathered =
+        comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+    std::vector<std::span<const std::byte>> blocks;
+    for (int r = 0; r < tp_; ++r) blocks.push_back(gathered.block(r));
+    sync::trainer::assemble_hf_into(
+        std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks,
+        std::span(tensors_).subspan(g.first_tensor, g.end_tensor - g.first_tensor));
+    {
+      std::lock_guard lock(mu_);
+      filled_ = i + 1;
+    }
+    cv_.notify_all();
+  }
+}
+
+void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadline deadline,
+                        bool threaded) {
+  WC_ENFORCE(!thread_.joinable(), "finish() the previous step first");
+  if (tensors_.empty()) tensors_ = sync::trainer::allocate_hf(params_);  // reused step after step
+  {
+    std::lock_guard lock(mu_);
+    filled_ = 0;
+    error_ = nullptr;
+  }
+  if (!threaded) {
+    gather_all(stage, mine, deadline);
+    return;
+  }
+  thread_ = std::thread([this, stage, mine = std::move(mine), deadline] {
+    try {
+      gather_all(stage, mine, deadline);
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      error_ = std::current_exception();
+    }
+    cv_.notify_all();
+  });
+}
+
+void StageGather::contribute(MPI_Comm stage, const std::vector<std::byte>& mine,
+                             comm::Deadline deadline) {
+  for (const Group& g : groups_) {
+    std::vector<std::byte> send;
+    if (!mine.empty()) {
+      WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of a gather group");
+      send.assign(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
+                  mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
+    }
+    comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+  }
+}
+
+void StageGather::await(const std::string& name, comm::Deadline deadline) {
+  const auto it = group_of_.find(name);
+  if (it == group_of_.end()) throw comm::ConfigError("no tensor '" + name + "' in this stage");
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return filled_ > it->second || error_ != nullptr; });
+  if (filled_ > it->second) return;
+  if (error_) std::rethrow_exception(error_);
+  throw comm::TimeoutError("tensor '" + name + "' was not gathered in time");
+}
+
+void StageGather::finish() {
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace weightcast::launcher::train

@@ -1,0 +1,82 @@
+// StageGather: one training step's TP shards of a pipeline stage, gathered to the stage source in
+// groups of about one bucket each (an MPI gatherv per group), so the source's broadcast of the
+// buckets already gathered overlaps the gather of the next ones (docs/performance.md, "TP gather
+// overlapped with the broadcast").
+//
+// The groups are consecutive Megatron params of at most `group_bytes` (a larger param is a group
+// of its own), the same on every rank: each rank cuts its shard bytes (rank_shards(): the params
+// back to back) into the same groups and every rank of the stage communicator calls one gatherv
+// per group, in order. The source (stage rank 0) runs them on a thread of its own (start()) and
+// fills its HF tensors in place, group by group; await() blocks until a tensor is filled. Every
+// other rank contributes in its calling thread (contribute()). Without MPI_THREAD_MULTIPLE the
+// source gathers every group inside start() instead: no overlap, the same bytes.
+// Lifetime: one per rank, reused step after step (the tensors' buffers stay allocated); finish()
+// joins the step's thread. Threading: start/contribute/finish from the rank's main thread,
+// await() from any thread.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "sync/trainer/megatron.h"
+#include "sync/trainer/tensors.h"
+
+namespace weightcast::launcher::train {
+
+class StageGather {
+ public:
+  // `params`: the stage's (every rank passes the same); `tp_rank` this rank's, `dp_rank` 0 for
+  // the replicas that contribute bytes (the others send empty blocks).
+  StageGather(std::vector<sync::trainer::MegatronParam> params, int tp, int tp_rank,
+              std::size_t group_bytes);
+  ~StageGather();
+  StageGather(const StageGather&) = delete;
+  StageGather& operator=(const StageGather&) = delete;
+
+  // Source: gathers `mine` (this rank's rank_shards()) and every other rank's blocks group by
+  // group into tensors(), on a thread when `threaded`, else before returning.
+  void start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadline deadline, bool threaded);
+  // Any other rank of the stage: sends `mine` (empty for dp > 0 replicas) group by group.
+  void contribute(MPI_Comm stage, const std::vector<std::byte>& mine, comm::Deadline deadline);
+  // Source: returns once the tensor `name` is filled; rethrows the gather's error; throws
+  // comm::TimeoutError when `deadline` passes first, comm::ConfigError for an unknown name.
+  void await(const std::string& name, comm::Deadline deadline);
+  // Source: joins the step's thread and rethrows its error (a gather that timed out leaves the
+  // stage communicator unusable: the caller ends the job, as for any MPI timeout).
+  void finish();
+
+  // Source: the stage's HF tensors, in order; complete once finish() returned.
+  std::vector<sync::trainer::HostTensor>& tensors() { return tensors_; }
+  std::size_t groups() const { return groups_.size(); }
+
+ private:
+  struct Group {
+    std::size_t first_param = 0, end_param = 0;    // params [first, end)
+    std::size_t first_tensor = 0, end_tensor = 0;  // HF tensors [first, end)
+    std::size_t offset = 0, bytes = 0;             // this rank's slice of its shard bytes
+  };
+  void gather_all(MPI_Comm stage, const std::vector<std::byte>& mine, comm::Deadline deadline);
+
+  const std::vector<sync::trainer::MegatronParam> params_;
+  const int tp_;
+  std::vector<Group> groups_;
+  std::vector<sync::trainer::HostTensor> tensors_;
+  std::unordered_map<std::string, std::size_t> group_of_;  // HF tensor name -> group
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t filled_ = 0;  // groups [0, filled_) are in tensors_
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace weightcast::launcher::train
