@@ -239,19 +239,18 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
 }
 
 BenchTable broadcast_table() {
-  return BenchTable("broadcast", {{"size(B)", 12, 0},
-                                  {"backend", 11, 0},
-                                  {"time(us)", 12, 1},
-                                  {"algbw(GB/s)", 12, 3},
-                                  {"busbw(GB/s)", 12, 3},
-                                  {"#wrong", 8, 0}});
+  return BenchTable("broadcast",
+                    {{"size(B)", 12, 0},
+                     {"backend", 11, 0},
+                     {"time(us)", 12, 1},
+                     {"algbw(GB/s)", 12, 3},
+                     {"busbw(GB/s)", 12, 3}},
+                    /*wrong_width=*/8);
 }
 
-// Every size from --min-bytes to --max-bytes on every backend, a row each on rank 0; returns the
-// #wrong total (on rank 0).
-std::uint64_t sweep(const BroadcastBenchOptions& o, const std::vector<Backend>& backends, int rank,
-                    BenchTable& table) {
-  std::uint64_t total_wrong = 0;
+// Every size from --min-bytes to --max-bytes on every backend, a row each on rank 0.
+void sweep(const BroadcastBenchOptions& o, const std::vector<Backend>& backends, int rank,
+           BenchTable& table) {
   std::unique_ptr<BenchBuffer> host_buf, dev_buf;
   std::uint64_t seed = 1;
   for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
@@ -261,13 +260,11 @@ std::uint64_t sweep(const BroadcastBenchOptions& o, const std::vector<Backend>& 
       Row row = measure(b, *buf, bytes, o, rank, seed++);
       if (rank == 0) {
         const double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
-        table.add({bytes, b.name, row.time_us, algbw, algbw, row.wrong});
-        total_wrong += row.wrong;
+        table.add({bytes, b.name, row.time_us, algbw, algbw}, row.wrong);
       }
     }
     if (bytes > o.max_bytes / o.factor) break;
   }
-  return total_wrong;
 }
 
 }  // namespace
@@ -286,10 +283,10 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
   BenchTable table = broadcast_table();
   if (rank == 0) {
     table.note(detail_header(o, size));
-    table.note("busbw = algbw for broadcast (docs/performance.md)");
-    table.print_header();
+    table.begin("busbw = algbw for broadcast (docs/performance.md)");
   }
-  const std::uint64_t total_wrong = sweep(o, backends, rank, table);
+  sweep(o, backends, rank, table);
+  const std::uint64_t total_wrong = table.wrong();  // rank 0 holds the rows
   if (rank == 0) {
     summarize(table, backends, total_wrong);
     table.write(o.output);

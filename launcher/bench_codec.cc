@@ -101,8 +101,7 @@ BenchTable codec_table() {
                               {"payload", 12, 0},
                               {"ratio", 8, 1},
                               {"enc_GB/s", 9, 2},
-                              {"dec_GB/s", 9, 2},
-                              {"#wrong", 7, 0}});
+                              {"dec_GB/s", 9, 2}});
 }
 
 }  // namespace
@@ -119,26 +118,24 @@ int run_codec_bench(const CodecBenchOptions& o) {
                 "core each way",
                 format_bytes(sync::total_bytes(metas)).c_str(), plans.size(),
                 format_bytes(o.bucket_bytes).c_str(), lr);
-  table.note(head);
-  table.print_header();
+  table.begin(head);
   auto base = pack_all(plans, metas, model.bytes);
-  std::uint64_t wrong_total = 0;
   std::vector<std::byte> payload;
   for (int step = 1; step <= o.steps; ++step) {
     const double pct = model.advance(step);
     const auto next = pack_all(plans, metas, model.bytes);
     for (sync::DeltaCodec codec : sync::kAllDeltaCodecs) {
       const CodecResult r = measure_codec(codec, base, next, payload);
-      wrong_total += r.wrong;
       table.add({std::uint64_t(step), std::string(sync::to_string(codec)), pct, r.total, r.wire,
                  static_cast<double>(r.total) / static_cast<double>(r.wire),
                  static_cast<double>(r.total) / r.enc_s / 1e9,
-                 static_cast<double>(r.total) / r.dec_s / 1e9, r.wrong});
+                 static_cast<double>(r.total) / r.dec_s / 1e9},
+                r.wrong);
     }
     base = next;
   }
   table.write(o.output);
-  return wrong_total ? 1 : 0;
+  return table.wrong() ? 1 : 0;
 }
 
 }  // namespace weightcast::launcher

@@ -19,6 +19,7 @@
 #include "launcher/bench_codec.h"
 #include "launcher/bench_hosts.h"
 #include "launcher/bench_update.h"
+#include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "launcher/mpi_launch.h"
 
@@ -55,10 +56,10 @@ CLI::Option* bytes_option(CLI::App& mode, const std::string& name, std::uint64_t
       ->default_str(format_bytes(target));
 }
 
-template <typename T>
-CLI::Option* ranged(CLI::App& mode, const std::string& name, T& target, const std::string& help,
-                    T low, T high) {
-  return mode.add_option(name, target, help)->check(CLI::Range(low, high))->capture_default_str();
+// The gloo-chain pipeline of the modes that run it: chunk size and chunks in flight.
+void add_chain_options(CLI::App& mode, std::uint64_t& chunk_bytes, int& chunks_in_flight) {
+  bytes_option(mode, "--chunk-bytes", chunk_bytes, "gloo-chain chunk size");
+  ranged(mode, "--in-flight", chunks_in_flight, "gloo-chain chunks in flight per link", 1, 64);
 }
 
 CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
@@ -73,11 +74,9 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   ranged(*bc, "--factor", bo.factor, "size multiplier per row", 2, 16);
   ranged(*bc, "--warmup", bo.warmup, "untimed iterations per row", 0, 1000);
   ranged(*bc, "--iters", bo.iters, "timed iterations per row", 1, 100000);
-  bc->add_option("--root", bo.root, "broadcast root rank")->capture_default_str();
-  bytes_option(*bc, "--chunk-bytes", bo.chunk_bytes, "gloo-chain chunk size");
-  ranged(*bc, "--in-flight", bo.chunks_in_flight, "gloo-chain chunks in flight per link", 1, 64);
-  bc->add_option("--bind", bo.bind_address, "address the store and Gloo bind")
-      ->capture_default_str();
+  with_default(*bc, "--root", bo.root, "broadcast root rank");
+  add_chain_options(*bc, bo.chunk_bytes, bo.chunks_in_flight);
+  with_default(*bc, "--bind", bo.bind_address, "address the store and Gloo bind");
   ranged(*bc, "--timeout-ms", bo.timeout_ms, "deadline of every collective", 1, 3600000);
   add_output_options(*bc, bo.output);
   return bc;
@@ -87,20 +86,17 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
   auto* hs = app.add_subcommand(
       "hosts", "chain vs stock Gloo between network namespaces with shaped links (needs root)");
   ranged(*hs, "--receivers", ho.receivers, "receiving hosts", 1, 16);
-  hs->add_option("--rate", ho.rate, "tc tbf rate of every host link (kbit/mbit/gbit)")
-      ->capture_default_str();
+  with_default(*hs, "--rate", ho.rate, "tc tbf rate of every host link (kbit/mbit/gbit)");
   bytes_option(*hs, "--bytes", ho.bytes, "bytes per broadcast");
   ranged(*hs, "--iters", ho.iters, "timed broadcasts per backend (and updates)", 1, 1000);
-  bytes_option(*hs, "--chunk-bytes", ho.chunk_bytes, "gloo-chain chunk size");
-  ranged(*hs, "--in-flight", ho.chunks_in_flight, "gloo-chain chunks in flight per link", 1, 64);
+  add_chain_options(*hs, ho.chunk_bytes, ho.chunks_in_flight);
   bytes_option(*hs, "--update-model-bytes", ho.update_model_bytes,
                "also time the end-to-end update of a model of this size (0: off)");
   bytes_option(*hs, "--update-bucket-bytes", ho.update_bucket_bytes, "bucket size of that update");
-  hs->add_option("--update-drift", ho.update_drift,
-                 "weights of that update: jump, or realistic (then full and delta updates of the "
-                 "same steps on two engine sets, one after the other)")
-      ->check(CLI::IsMember({"jump", "realistic"}))
-      ->capture_default_str();
+  one_of(*hs, "--update-drift", ho.update_drift,
+         "weights of that update: jump, or realistic (then full and delta updates of the "
+         "same steps on two engine sets, one after the other)",
+         {"jump", "realistic"});
   add_output_options(*hs, ho.output);
   return hs;
 }
@@ -139,25 +135,21 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
   up->add_option_function<std::string>(
       "--engine-urls", [&uo](const std::string& text) { uo.engine_urls = split_csv(text); },
       "update these running engines (comma list) instead of starting --engines");
-  up->add_option("--bind", uo.bind_address, "address the source's store and data plane bind")
-      ->capture_default_str();
+  with_default(*up, "--bind", uo.bind_address, "address the source's store and data plane bind");
   up->add_flag("!--no-raw", uo.raw, "skip the raw chain broadcast comparison");
-  up->add_option("--drift", uo.drift,
-                 "weights per step: jump (every element changes) or realistic (fp32 masters "
-                 "drift and round to bf16: a few percent change)")
-      ->check(CLI::IsMember({"jump", "realistic"}))
-      ->capture_default_str();
-  up->add_option("--delta", uo.delta,
-                 "delta updates: auto (when the link is slow enough to pay), on (whenever "
-                 "smaller) or off (full buckets)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
+  one_of(*up, "--drift", uo.drift,
+         "weights per step: jump (every element changes) or realistic (fp32 masters "
+         "drift and round to bf16: a few percent change)",
+         {"jump", "realistic"});
+  one_of(*up, "--delta", uo.delta,
+         "delta updates: auto (when the link is slow enough to pay), on (whenever "
+         "smaller) or off (full buckets)",
+         {"auto", "on", "off"});
   up->add_flag("--compare-full", uo.compare_full,
                "also feed the same steps to a second engine set with --delta off, for "
                "delta-vs-full ratios");
-  up->add_option("--delta-codec", uo.delta_codec, "delta payload codec (sync/model/delta.h)")
-      ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))
-      ->capture_default_str();
+  one_of(*up, "--delta-codec", uo.delta_codec, "delta payload codec (sync/model/delta.h)",
+         {"xor_zstd", "xor_lz4", "sparse"});
   up->add_option_function<std::string>(
       "--full-engine-urls",
       [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },
@@ -223,9 +215,7 @@ int main(int argc, char** argv) {
   auto* hs = add_hosts(app, ho);
   auto* hw = add_hosts_worker(app, wo);
   auto* up = add_update(app, uo);
-  app.add_option("--max-seconds", max_seconds, "abort the whole run after this long")
-      ->check(CLI::Range(1, 86400))
-      ->capture_default_str();
+  ranged(app, "--max-seconds", max_seconds, "abort the whole run after this long", 1, 86400);
   try {
     app.parse(argc, argv);
     if (bo.min_bytes == 0 || bo.min_bytes > bo.max_bytes) {

@@ -42,8 +42,10 @@ void write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-BenchTable::BenchTable(std::string mode, std::vector<BenchColumn> columns)
-    : mode_(std::move(mode)), columns_(std::move(columns)) {}
+BenchTable::BenchTable(std::string mode, std::vector<BenchColumn> columns, int wrong_width)
+    : mode_(std::move(mode)), columns_(std::move(columns)) {
+  columns_.push_back({"#wrong", wrong_width, 0});
+}
 
 void BenchTable::note(const std::string& text) {
   notes_.push_back(text);
@@ -59,7 +61,14 @@ void BenchTable::print_header() const {
   std::fflush(stdout);
 }
 
-void BenchTable::add(std::vector<Cell> cells) {
+void BenchTable::begin(const std::string& head) {
+  note(head);
+  print_header();
+}
+
+void BenchTable::add(std::vector<Cell> cells, std::uint64_t wrong) {
+  cells.emplace_back(wrong);
+  wrong_ += wrong;
   WC_ENFORCE_EQ(cells.size(), columns_.size(), "cells in a bench row");
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const std::string text = cell_text(cells[i], columns_[i].precision);

@@ -1,7 +1,8 @@
 // The benchmark harness every weightcast-bench mode prints and saves its results through: an
 // nccl-tests-style table printed row by row as results come in, the "# ..." notes around it, and
 // on request the same rows as CSV (--csv FILE) and JSON (--json FILE) for plots and tooling
-// (scripts/plot-bench.py). Plus the fill/check byte patterns the modes use to count #wrong.
+// (scripts/plot-bench.py). Every table ends in a "#wrong" column, which it totals for the mode's
+// exit status. Plus the fill/check byte patterns the modes use to count #wrong.
 //
 // JSON: {"mode": ..., "columns": [...], "rows": [{column: value, ...}, ...], "notes": [...]};
 // numbers stay numbers. CSV: a header row, then one line per row, notes omitted.
@@ -31,13 +32,19 @@ class BenchTable {
  public:
   using Cell = std::variant<std::string, double, std::uint64_t>;
 
-  BenchTable(std::string mode, std::vector<BenchColumn> columns);
+  // `columns` are followed by the "#wrong" column, `wrong_width` wide.
+  BenchTable(std::string mode, std::vector<BenchColumn> columns, int wrong_width = 7);
 
   // "# text" on stdout, kept for the JSON notes.
   void note(const std::string& text);
   void print_header() const;
-  // Prints the row (cells in column order; their count must match) and keeps it.
-  void add(std::vector<Cell> cells);
+  // The mode's first note, then the header.
+  void begin(const std::string& head);
+  // Prints the row (cells in column order, their count matching the columns, then `wrong`) and
+  // keeps it.
+  void add(std::vector<Cell> cells, std::uint64_t wrong);
+  // The sum of the "#wrong" column so far.
+  std::uint64_t wrong() const { return wrong_; }
   // Writes the CSV and/or JSON files `out` names. Throws std::runtime_error naming the file on
   // failure.
   void write(const BenchOutput& out) const;
@@ -49,6 +56,7 @@ class BenchTable {
   std::vector<BenchColumn> columns_;
   std::vector<std::vector<Cell>> rows_;
   std::vector<std::string> notes_;
+  std::uint64_t wrong_ = 0;
 };
 
 // Pseudo-random bytes from `seed` (the sender's data), and the count of bytes of `got` that

@@ -233,8 +233,7 @@ BenchTable update_table() {
                                {"commit(s)", 9, 3},
                                {"outside%", 9, 1},
                                {"http_wait%", 10, 1},
-                               {"src_peakRSS", 12, 0},
-                               {"#wrong", 7, 0}});
+                               {"src_peakRSS", 12, 0}});
 }
 
 // One run of the bench: the engine sets, the weights of each step, the table and the totals.
@@ -251,17 +250,17 @@ class UpdateBench {
         table_(update_table()) {}
 
   int run() {
-    note_head();
-    table_.print_header();
+    begin_table();
     for (int step = 1; step <= o_.iters; ++step) run_step(step);
     note_memory_and_stop_engines();
     if (o_.raw) measure_raw();
     table_.write(o_.output);
-    return failed_ || total_wrong_ ? 1 : 0;
+    return failed_ || table_.wrong() ? 1 : 0;
   }
 
  private:
-  void note_head() {
+  // The head note, then the table's header.
+  void begin_table() {
     char head[320];
     std::snprintf(
         head, sizeof(head),
@@ -270,7 +269,7 @@ class UpdateBench {
         sets_[0].urls.size(), o_.ranks_per_engine, o_.delta.c_str(),
         o_.compare_full ? " vs off" : "", format_bytes(model_bytes_).c_str(), metas_.size(),
         format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str());
-    table_.note(head);
+    table_.begin(head);
   }
 
   // Every set's update to the weights of `step`, then the delta-vs-full ratio when comparing.
@@ -295,13 +294,13 @@ class UpdateBench {
     }
     const std::uint64_t wrong =
         wrong_tensors(set.urls, metas_, weights_.storage(), milliseconds(o_.timeout_ms));
-    total_wrong_ += wrong;
     // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
     const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
     table_.add({std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
                 r.buckets, r.delta_buckets, r.phases.data, r.phases.commit,
                 100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
-                format_bytes(self_peak_rss()), wrong});
+                format_bytes(self_peak_rss())},
+               wrong);
     if (step > 1 || o_.iters == 1) {
       set.seconds += r.seconds;
       set.wire += r.wire_bytes;
@@ -339,8 +338,8 @@ class UpdateBench {
     const double raw_s = raw_chain_seconds(o_, self_, model_bytes_, receivers);
     table_.add({std::string("raw"), std::string("-"), raw_s,
                 static_cast<double>(model_bytes_) / raw_s / 1e9, model_bytes_, 0.0,
-                std::uint64_t{1}, std::uint64_t{0}, raw_s, 0.0, 0.0, 0.0, std::string("-"),
-                std::uint64_t{0}});
+                std::uint64_t{1}, std::uint64_t{0}, raw_s, 0.0, 0.0, 0.0, std::string("-")},
+               0);
     if (!main_set.ok) return;
     char buf[256];
     std::snprintf(buf, sizeof(buf),
@@ -349,7 +348,7 @@ class UpdateBench {
                   main_set.mode.c_str(), update_s,
                   static_cast<double>(model_bytes_) / update_s / 1e9,
                   format_bytes(model_bytes_).c_str(), receivers, raw_s, raw_s / update_s,
-                  static_cast<unsigned long long>(total_wrong_));
+                  static_cast<unsigned long long>(table_.wrong()));
     table_.note(buf);
   }
 
@@ -362,7 +361,6 @@ class UpdateBench {
   StepWeights weights_;
   BenchTable table_;
   int failed_ = 0;
-  std::uint64_t total_wrong_ = 0;
 };
 
 }  // namespace

@@ -123,14 +123,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     check_args(opts);
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
-    suspects_ = binomial_tree_peers(opts_.rank, opts_.size, opts.root);
-    run_collective("gloo stock broadcast", timeout, [&] {
-      ::gloo::BroadcastOptions o(context_);
-      o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
-      o.setRoot(opts.root);
-      o.setTimeout(timeout);
-      ::gloo::broadcast(o);
-    });
+    tree_broadcast("gloo stock broadcast", opts, timeout, std::nullopt);
   }
 
   void barrier(Millis timeout) override {
@@ -155,15 +148,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     const std::uint32_t tag = next_torch_tag_++;
     if (opts_.size == 1) return;
-    suspects_ = binomial_tree_peers(opts_.rank, opts_.size, opts.root);
-    run_collective("gloo broadcast (torch-compatible)", timeout, [&] {
-      ::gloo::BroadcastOptions o(context_);
-      o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
-      o.setRoot(opts.root);
-      o.setTag(tag);
-      o.setTimeout(timeout);
-      ::gloo::broadcast(o);
-    });
+    tree_broadcast("gloo broadcast (torch-compatible)", opts, timeout, tag);
   }
 
   void abort() override {
@@ -173,6 +158,20 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   bool aborted() const override { return failed_.load(); }
 
  private:
+  // gloo::broadcast of `opts`' buffer (a binomial tree), with the collective tag `tag` if given.
+  void tree_broadcast(const char* what, const BroadcastOptions& opts, Millis timeout,
+                      std::optional<std::uint32_t> tag) {
+    suspects_ = binomial_tree_peers(opts_.rank, opts_.size, opts.root);
+    run_collective(what, timeout, [&] {
+      ::gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<std::uint8_t*>(opts.buffer), opts.bytes);
+      o.setRoot(opts.root);
+      if (tag) o.setTag(*tag);
+      o.setTimeout(timeout);
+      ::gloo::broadcast(o);
+    });
+  }
+
   void check_args(const BroadcastOptions& opts) const {
     check_broadcast_options(*this, opts);
     WC_ENFORCE(opts.memory == MemoryKind::kHost,

@@ -38,6 +38,17 @@ std::string describe(const char* op, int root) {
   return std::string(op) + " (root " + std::to_string(root) + ")";
 }
 
+// Runs `op` until it completes or `deadline` passes (detail::run_bounded, which throws on failure
+// and keeps a stranded operation alive), then returns what `take` makes of the completed op.
+template <typename Op, typename Take>
+auto run_to_end(std::unique_ptr<Op> op, Deadline deadline, const std::string& what, MPI_Comm comm,
+                Take take) {
+  Op& done = *op;
+  std::unique_ptr<PendingOp> pending = std::move(op);
+  detail::run_bounded(pending, deadline, what, comm);
+  return take(done);
+}
+
 class BarrierOp : public PendingOp {
  public:
   explicit BarrierOp(MPI_Comm comm) : comm_(comm) {
@@ -197,11 +208,9 @@ GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::vector<std::byte> send
                             Deadline deadline) {
   const CommInfo info = info_of(comm);
   enforce_root(root, info);
-  auto op = std::make_unique<GathervOp>(comm, root, info.rank, info.size, std::move(send));
-  GathervOp* gather = op.get();
-  std::unique_ptr<PendingOp> pending = std::move(op);
-  detail::run_bounded(pending, deadline, describe("gatherv_bytes", root), comm);
-  return gather->take_result();
+  return run_to_end(std::make_unique<GathervOp>(comm, root, info.rank, info.size, std::move(send)),
+                    deadline, describe("gatherv_bytes", root), comm,
+                    [](GathervOp& op) { return op.take_result(); });
 }
 
 void barrier(MPI_Comm comm, Deadline deadline) {
@@ -213,20 +222,16 @@ void barrier(MPI_Comm comm, Deadline deadline) {
 std::string broadcast_string(MPI_Comm comm, int root, std::string value, Deadline deadline) {
   const CommInfo info = info_of(comm);
   enforce_root(root, info);
-  auto op = std::make_unique<BroadcastStringOp>(comm, root, info.rank == root, std::move(value));
-  BroadcastStringOp* bcast = op.get();
-  std::unique_ptr<PendingOp> pending = std::move(op);
-  detail::run_bounded(pending, deadline, describe("broadcast_string", root), comm);
-  return bcast->take_value();
+  return run_to_end(
+      std::make_unique<BroadcastStringOp>(comm, root, info.rank == root, std::move(value)),
+      deadline, describe("broadcast_string", root), comm,
+      [](BroadcastStringOp& op) { return op.take_value(); });
 }
 
 Comm duplicate(MPI_Comm parent, Deadline deadline) {
   info_of(parent);
-  auto op = std::make_unique<DupOp>(parent);
-  DupOp* dup = op.get();
-  std::unique_ptr<PendingOp> pending = std::move(op);
-  detail::run_bounded(pending, deadline, "communicator duplicate", parent);
-  return Comm(dup->release());
+  return run_to_end(std::make_unique<DupOp>(parent), deadline, "communicator duplicate", parent,
+                    [](DupOp& op) { return Comm(op.release()); });
 }
 
 }  // namespace weightcast::comm::mpi

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include <mutex>
-#include <thread>
 
 #include "comm/errors.h"
 #include "comm/store/c10d_protocol.h"
@@ -39,7 +38,6 @@ namespace {
 constexpr Millis kProbeBudget{1000};
 constexpr Millis kNamingBudget{1000};  // after a timeout, to find out which keys are missing
 constexpr std::size_t kMaxKeysNamed = 64;
-constexpr Millis kMaxBackoff{500};
 
 std::string join(const std::vector<std::string>& keys) {
   std::string out;
@@ -90,8 +88,7 @@ std::size_t C10dStore::max_value_bytes() const {
 }
 
 void C10dStore::Impl::connect(Deadline deadline, bool retry) {
-  Millis backoff{10};
-  std::string why = "no attempt finished";
+  net::ConnectRetry pacing(peer, "c10d store", "c10d store", opts.connect_timeout, deadline, retry);
   while (true) {
     bool timed_out = false;
     std::string attempt;
@@ -100,16 +97,7 @@ void C10dStore::Impl::connect(Deadline deadline, bool retry) {
       fd = std::move(conn);
       return;
     }
-    why = attempt;
-    if (!retry) {
-      throw PeerError(peer, detail::concat("cannot reconnect to the c10d store: ", why));
-    }
-    if (expired(deadline)) {
-      throw TimeoutError(detail::concat("could not connect to the c10d store at ", peer, " within ",
-                                        opts.connect_timeout.count(), " ms: ", why));
-    }
-    std::this_thread::sleep_for(std::min(backoff, remaining(deadline)));
-    backoff = std::min(backoff * 2, kMaxBackoff);
+    pacing.failed(attempt);
   }
 }
 

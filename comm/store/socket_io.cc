@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "comm/errors.h"
 
@@ -28,6 +29,7 @@ constexpr int kSendFlags = 0;
 
 constexpr std::size_t kRecvChunk = 64 * 1024;
 constexpr std::size_t kDrainBudget = 1 << 20;
+constexpr Millis kMaxBackoff{500};  // the longest sleep between two connection attempts
 
 void configure(int fd) {
   int one = 1;
@@ -79,6 +81,13 @@ AddrInfoPtr resolve(const std::string& host, std::uint16_t port, bool passive, s
   return AddrInfoPtr(res);
 }
 
+// A close-on-exec socket for the address `a`, or an invalid Fd with `error` set.
+Fd open_socket(const addrinfo& a, std::string* error) {
+  Fd fd(::socket(a.ai_family, a.ai_socktype | SOCK_CLOEXEC, a.ai_protocol));
+  if (!fd) *error = detail::concat("socket: ", std::strerror(errno));
+  return fd;
+}
+
 }  // namespace
 
 void Fd::reset(int fd) {
@@ -112,11 +121,8 @@ Fd listen_on(const std::string& host, std::uint16_t port, std::uint16_t* bound_p
   auto addrs = resolve(host, port, /*passive=*/true, error);
   if (!addrs) return {};
   for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd) {
-      *error = detail::concat("socket: ", std::strerror(errno));
-      continue;
-    }
+    Fd fd = open_socket(*a, error);
+    if (!fd) continue;
     // Lets a restarted server take its port back while old connections sit in TIME_WAIT; it
     // never allows two listeners on one port.
     int one = 1;
@@ -159,11 +165,8 @@ Fd connect_once(const std::string& host, std::uint16_t port, Deadline deadline, 
   auto addrs = resolve(host, port, /*passive=*/false, error);
   if (!addrs) return {};
   for (addrinfo* a = addrs.get(); a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd) {
-      *error = detail::concat("socket: ", std::strerror(errno));
-      continue;
-    }
+    Fd fd = open_socket(*a, error);
+    if (!fd) continue;
     configure(fd.get());
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
     if (errno != EINPROGRESS) {
@@ -183,6 +186,19 @@ Fd connect_once(const std::string& host, std::uint16_t port, Deadline deadline, 
     *error = std::strerror(so_error);
   }
   return {};
+}
+
+void ConnectRetry::failed(const std::string& why) {
+  if (!retry_) {
+    throw PeerError(std::string(peer_),
+                    detail::concat("cannot reconnect to the ", server_, ": ", why));
+  }
+  if (expired(deadline_)) {
+    throw TimeoutError(detail::concat("could not connect to the ", store_, " at ", peer_,
+                                      " within ", connect_timeout_.count(), " ms: ", why));
+  }
+  std::this_thread::sleep_for(std::min(backoff_, remaining(deadline_)));
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
 
 IoResult wait_readable(int fd, Deadline deadline, const std::atomic<bool>* stop) {

@@ -1,8 +1,8 @@
 // Socket helpers for the TCP store (internal to comm/store): an owning fd, name resolution,
-// listen/connect, and send/receive bounded by a deadline. Sockets are non-blocking and every wait
-// is a poll() with a timeout, so no call blocks past its deadline; a stop flag, when given, is
-// checked at least every kStopPollSlice so server threads notice stop() promptly. Writes never
-// raise SIGPIPE (MSG_NOSIGNAL, or SO_NOSIGPIPE where that is the mechanism).
+// listen/connect, the store clients' connect retry, and send/receive bounded by a deadline. Sockets
+// are non-blocking and every wait is a poll() with a timeout, so no call blocks past its deadline;
+// a stop flag, when given, is checked at least every kStopPollSlice so server threads notice stop()
+// promptly. Writes never raise SIGPIPE (MSG_NOSIGNAL, or SO_NOSIGPIPE where that is the mechanism).
 // Lifetime: Fd closes on destruction. Threading: functions are reentrant; an Fd has one owner.
 #pragma once
 
@@ -69,6 +69,34 @@ Fd accept_one(int listener, int* err);
 // an invalid Fd and describes the last error in *error (and *timed_out when the deadline passed).
 Fd connect_once(const std::string& host, std::uint16_t port, Deadline deadline, std::string* error,
                 bool* timed_out);
+
+// The pacing and final errors of a store client's connect-and-retry loop. After each failed
+// attempt, failed(why) throws PeerError("cannot reconnect to the <server>: <why>") when the loop
+// does not retry, TimeoutError("could not connect to the <store> at <peer> within <ms> ms: <why>")
+// once the deadline has passed, and otherwise sleeps before the next attempt (10 ms, doubling up
+// to 500 ms, never past the deadline).
+class ConnectRetry {
+ public:
+  // `server` and `store` name the server in the two errors; `connect_timeout` is the budget the
+  // timeout error reports.
+  ConnectRetry(std::string_view peer, std::string_view server, std::string_view store,
+               Millis connect_timeout, Deadline deadline, bool retry)
+      : peer_(peer),
+        server_(server),
+        store_(store),
+        connect_timeout_(connect_timeout),
+        deadline_(deadline),
+        retry_(retry) {}
+
+  void failed(const std::string& why);
+
+ private:
+  std::string_view peer_, server_, store_;
+  Millis connect_timeout_;
+  Deadline deadline_;
+  bool retry_;
+  Millis backoff_{10};
+};
 
 // Waits until `fd` is readable (data or EOF), the deadline passes or *stop becomes true.
 IoResult wait_readable(int fd, Deadline deadline, const std::atomic<bool>* stop = nullptr);

@@ -3,7 +3,6 @@
 // the next call reconnects, so a late reply can never be read as the answer to a later request.
 #include <algorithm>
 #include <mutex>
-#include <thread>
 
 #include "comm/errors.h"
 #include "comm/store/socket_io.h"
@@ -18,7 +17,6 @@ namespace {
 
 // Room for the server's reply after it spends the whole timeout waiting for a key.
 constexpr Millis kReplyMargin{2000};
-constexpr Millis kMaxBackoff{500};
 // Timeouts travel as u32 milliseconds; clamping also keeps deadline arithmetic from overflowing.
 constexpr Millis kMaxTimeout{UINT32_MAX};
 
@@ -70,7 +68,7 @@ std::size_t TcpStore::max_value_bytes() const {
 }
 
 void TcpStore::Impl::connect(Deadline deadline, bool retry) {
-  Millis backoff{10};
+  net::ConnectRetry pacing(peer, "store server", "store", opts.connect_timeout, deadline, retry);
   std::string why;  // the most telling failure so far, for the final error
   while (true) {
     bool timed_out = false;
@@ -89,15 +87,7 @@ void TcpStore::Impl::connect(Deadline deadline, bool retry) {
     if (!retry && timed_out) {
       throw TimeoutError(detail::concat("reconnecting to the store at ", peer, ": ", why));
     }
-    if (!retry) {
-      throw PeerError(peer, detail::concat("cannot reconnect to the store server: ", why));
-    }
-    if (expired(deadline)) {
-      throw TimeoutError(detail::concat("could not connect to the store at ", peer, " within ",
-                                        opts.connect_timeout.count(), " ms: ", why));
-    }
-    std::this_thread::sleep_for(std::min(backoff, remaining(deadline)));
-    backoff = std::min(backoff * 2, kMaxBackoff);
+    pacing.failed(why);
   }
 }
 

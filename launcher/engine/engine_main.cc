@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "launcher/engine/engine_setup.h"
 #include "sync/engine/http/routes.h"
@@ -21,7 +22,10 @@
 namespace {
 
 using weightcast::launcher::EngineArgs;
+using weightcast::launcher::one_of;
+using weightcast::launcher::ranged;
 using weightcast::launcher::RunnerArgs;
+using weightcast::launcher::with_default;
 using weightcast::sync::engine::Engine;
 using weightcast::sync::engine::HttpServer;
 
@@ -32,13 +36,11 @@ struct CommandLine {
 };
 
 void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
-  app.add_option("--" + name + "-filter", r.filter,
-                 "comma-separated fnmatch globs of the tensor names the " + name +
-                     " runner loads (empty: none)")
-      ->capture_default_str();
-  app.add_option("--" + name + "-layout", r.layout, "post-load layout: none or shuffle")
-      ->check(CLI::IsMember({"none", "shuffle"}))
-      ->capture_default_str();
+  with_default(app, "--" + name + "-filter", r.filter,
+               "comma-separated fnmatch globs of the tensor names the " + name +
+                   " runner loads (empty: none)");
+  one_of(app, "--" + name + "-layout", r.layout, "post-load layout: none or shuffle",
+         {"none", "shuffle"});
   app.add_option("--" + name + "-safetensors", r.safetensors,
                  "initial weights of the " + name +
                      " runner from a safetensors file instead of "
@@ -47,17 +49,12 @@ void add_runner_options(CLI::App& app, const std::string& name, RunnerArgs& r) {
 
 // Where the engine listens, who may call it, and how many ranks it has.
 void add_server_options(CLI::App& app, EngineArgs& a) {
-  app.add_option("--host", a.host, "address to bind (HTTP, and the data plane by default)")
-      ->capture_default_str();
-  app.add_option("--port", a.port, "HTTP port; 0 picks an ephemeral one")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+  with_default(app, "--host", a.host, "address to bind (HTTP, and the data plane by default)");
+  ranged(app, "--port", a.port, "HTTP port; 0 picks an ephemeral one", 0, 65535);
   app.add_option("--token", a.token,
                  "bearer token required on every route but /health and /metrics");
-  app.add_option("--ranks,--tp-size", a.ranks,
-                 "engine ranks (TP size); each is a member of every weight update group")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  ranged(app, "--ranks,--tp-size", a.ranks,
+         "engine ranks (TP size); each is a member of every weight update group", 1, 64);
 }
 
 // The runners and their initial weights.
@@ -65,12 +62,10 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
   app.add_flag("--draft", a.draft, "hold a draft runner (speculative decoding) besides the target");
   add_runner_options(app, "target", a.target);
   add_runner_options(app, "draft", a.draft_runner);
-  app.add_option("--model", a.model, "model preset (tiny, small, ...) or an HF config.json path")
-      ->capture_default_str();
-  app.add_option("--seed", a.seed, "seed of the deterministic initial weights (step 0)")
-      ->capture_default_str();
-  app.add_option("--weight-version", a.weight_version, "initial weight_version")
-      ->capture_default_str();
+  with_default(app, "--model", a.model,
+               "model preset (tiny, small, ...) or an HF config.json path");
+  with_default(app, "--seed", a.seed, "seed of the deterministic initial weights (step 0)");
+  with_default(app, "--weight-version", a.weight_version, "initial weight_version");
   app.add_flag("--legacy-finalize", a.legacy_finalize,
                "old finalize: end_weight_update re-applies the layout to every resident tensor "
                "of every covered runner (reproduces the double-shuffle bug)");
@@ -79,40 +74,28 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
 }
 
 void add_timeout_options(CLI::App& app, EngineArgs& a) {
-  app.add_option("--init-timeout-ms", a.init_timeout_ms, "deadline to join a group")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
-  app.add_option("--comm-timeout-ms", a.comm_timeout_ms, "deadline of each bucket's broadcast")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
-  app.add_option("--session-timeout-ms", a.session_timeout_ms,
-                 "an update session without a request for this long is aborted; generation "
-                 "paused with no session and no request for this long is resumed")
-      ->check(CLI::Range(1, 86400000))
-      ->capture_default_str();
-  app.add_option("--http-timeout-ms", a.http_timeout_ms,
-                 "HTTP socket read/write timeout, and the most one request (head and body) may "
-                 "take to arrive")
-      ->check(CLI::Range(1, 3600000))
-      ->capture_default_str();
+  ranged(app, "--init-timeout-ms", a.init_timeout_ms, "deadline to join a group", 1, 3600000);
+  ranged(app, "--comm-timeout-ms", a.comm_timeout_ms, "deadline of each bucket's broadcast", 1,
+         3600000);
+  ranged(app, "--session-timeout-ms", a.session_timeout_ms,
+         "an update session without a request for this long is aborted; generation "
+         "paused with no session and no request for this long is resumed",
+         1, 86400000);
+  ranged(app, "--http-timeout-ms", a.http_timeout_ms,
+         "HTTP socket read/write timeout, and the most one request (head and body) may "
+         "take to arrive",
+         1, 3600000);
 }
 
 // Sizes checked before allocating, and the HTTP worker pool.
 void add_limit_options(CLI::App& app, EngineArgs& a) {
-  app.add_option("--max-bucket-bytes", a.max_bucket_bytes,
-                 "largest bucket accepted, checked before allocating (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("--max-body-bytes", a.max_body_bytes, "largest HTTP body accepted")
-      ->capture_default_str();
-  app.add_option("--max-file-bytes", a.max_file_bytes, "largest safetensors file accepted")
-      ->capture_default_str();
-  app.add_option("--http-threads", a.http_threads, "HTTP worker threads")
-      ->check(CLI::Range(4, 1024))
-      ->capture_default_str();
-  app.add_option("--max-buckets-ahead", a.max_buckets_ahead,
-                 "bucket requests that may wait for an earlier bucket (must be < --http-threads)")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
+  with_default(app, "--max-bucket-bytes", a.max_bucket_bytes,
+               "largest bucket accepted, checked before allocating (K/M/G suffixes)");
+  with_default(app, "--max-body-bytes", a.max_body_bytes, "largest HTTP body accepted");
+  with_default(app, "--max-file-bytes", a.max_file_bytes, "largest safetensors file accepted");
+  ranged(app, "--http-threads", a.http_threads, "HTTP worker threads", 4, 1024);
+  ranged(app, "--max-buckets-ahead", a.max_buckets_ahead,
+         "bucket requests that may wait for an earlier bucket (must be < --http-threads)", 1, 1000);
 }
 
 // The weight update groups' data plane and rendezvous.
@@ -123,11 +106,9 @@ void add_data_plane_options(CLI::App& app, CommandLine& c) {
   app.add_option("--allowed-master-addresses", c.allowed_masters,
                  "comma-separated master_address values init_weights_update_group may connect "
                  "to, compared as text (default: any)");
-  app.add_option("--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size")
-      ->capture_default_str();
-  app.add_option("--base-gpu-id", c.args.base_gpu_id,
-                 "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)")
-      ->capture_default_str();
+  with_default(app, "--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size");
+  with_default(app, "--base-gpu-id", c.args.base_gpu_id,
+               "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)");
 }
 
 void add_options(CLI::App& app, CommandLine& c) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
+#include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "sync/protocol/protocol_enums.h"
 
@@ -13,12 +14,8 @@ namespace {
 
 // The trainer's parallel layout and the engines it updates.
 void add_parallelism_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--tp", o.tp, "tensor-parallel size")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  app.add_option("--pp", o.pp, "pipeline-parallel size (one group per stage)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  ranged(app, "--tp", o.tp, "tensor-parallel size", 1, 1024);
+  ranged(app, "--pp", o.pp, "pipeline-parallel size (one group per stage)", 1, 1024);
   app.add_option("--engines", o.engines, "engine URLs, comma separated (order fixes rank offsets)")
       ->delimiter(',')
       ->required();
@@ -26,9 +23,8 @@ void add_parallelism_options(CLI::App& app, TrainOptions& o) {
 
 // The model: a preset or config.json, per-field overrides, the generator seed.
 void add_model_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--model", o.model,
-                 "model preset (tiny, small, qwen3-0.6b, qwen3-8b) or an HF config.json path")
-      ->capture_default_str();
+  with_default(app, "--model", o.model,
+               "model preset (tiny, small, qwen3-0.6b, qwen3-8b) or an HF config.json path");
   app.add_option("--vocab-size", o.vocab_size, "override vocab_size");
   app.add_option("--hidden-size", o.hidden_size, "override hidden_size");
   app.add_option("--num-layers", o.num_layers, "override num_hidden_layers");
@@ -38,28 +34,19 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--intermediate-size", o.intermediate_size, "override intermediate_size");
   app.add_option("--mtp-layers", o.mtp_layers, "override num_nextn_predict_layers (trained MTP)");
   app.add_option("--dtype", o.dtype, "override torch_dtype (bfloat16, float32, ...)");
-  app.add_option("--seed", o.seed, "generator seed; engines must start from the same")
-      ->capture_default_str();
+  with_default(app, "--seed", o.seed, "generator seed; engines must start from the same");
 }
 
 // How many updates, how they are bucketed and sent, and the credentials they carry.
 void add_transfer_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--steps", o.steps, "training steps, one weight update each")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  app.add_option("--bucket-bytes", o.bucket_bytes, "largest bucket (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  app.add_option("--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
-  app.add_option("--cuda-device", o.cuda_device,
-                 "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
-                 "and an engine on one machine each take their own (the engine's --base-gpu-id)")
-      ->check(CLI::Range(-1, 1023))
-      ->capture_default_str();
+  ranged(app, "--steps", o.steps, "training steps, one weight update each", 1, 1000000);
+  with_default(app, "--bucket-bytes", o.bucket_bytes, "largest bucket (K/M/G suffixes)");
+  ranged(app, "--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine", 1, 64);
+  one_of(app, "--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)", {"gloo", "nccl"});
+  ranged(app, "--cuda-device", o.cuda_device,
+         "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
+         "and an engine on one machine each take their own (the engine's --base-gpu-id)",
+         -1, 1023);
   app.add_option("--token", o.token, "bearer token of the engines' routes");
   app.add_option("--store-token", o.store_token,
                  "token of the stage sources' rendezvous stores (engines: --store-token)");
@@ -67,15 +54,13 @@ void add_transfer_options(CLI::App& app, TrainOptions& o) {
 
 // What each update covers and how it is checked afterwards.
 void add_selection_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--selector", o.selector,
-                 "session scope: auto (the decision function), all, target or draft")
-      ->check(CLI::IsMember({"auto", "all", "target", "draft"}))
-      ->capture_default_str();
+  one_of(app, "--selector", o.selector,
+         "session scope: auto (the decision function), all, target or draft",
+         {"auto", "all", "target", "draft"});
   app.add_option("--speculative-algorithm", o.speculative_algorithm,
                  "for --selector auto; default: what the engines report");
-  app.add_option("--conversion", o.conversion, "weight conversion mode: raw or bridge")
-      ->check(CLI::IsMember({"raw", "bridge"}))
-      ->capture_default_str();
+  one_of(app, "--conversion", o.conversion, "weight conversion mode: raw or bridge",
+         {"raw", "bridge"});
   app.add_flag("--verify", o.verify, "check every engine's runner digests after each update");
   app.add_flag("--keep-going", o.keep_going,
                "with --verify: run every step even after a mismatch (exit 1 at the end)");
@@ -85,11 +70,9 @@ void add_selection_options(CLI::App& app, TrainOptions& o) {
 
 // How the engines are reached and spoken to.
 void add_engine_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--group-prefix", o.group_prefix, "groups are <prefix>-pp_<stage>")
-      ->capture_default_str();
-  app.add_option("--bind-address", o.bind_address,
-                 "address of the stage sources' stores and data plane, as engines reach it")
-      ->capture_default_str();
+  with_default(app, "--group-prefix", o.group_prefix, "groups are <prefix>-pp_<stage>");
+  with_default(app, "--bind-address", o.bind_address,
+               "address of the stage sources' stores and data plane, as engines reach it");
   app.add_option("--engine-flavor", o.engine_flavor,
                  "engine dialect: auto (detected per engine), weightcast or sglang")
       ->check(CLI::IsMember({"auto", "weightcast", "sglang"}));
@@ -101,63 +84,49 @@ void add_engine_options(CLI::App& app, TrainOptions& o) {
                  "generation of the torch store hosted for groups with SGLang engines: torch2 "
                  "(current SGLang) or torch1 (torch 1.x peers)")
       ->check(CLI::IsMember({"torch1", "torch2"}));
-  app.add_option("--pause-mode", o.pause_mode, "pause_generation mode")
-      ->check(CLI::IsMember({"abort", "retract", "in_place"}))
-      ->capture_default_str();
+  one_of(app, "--pause-mode", o.pause_mode, "pause_generation mode",
+         {"abort", "retract", "in_place"});
 }
 
 // Deadlines, and the simulated slow link.
 void add_timeout_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--connect-timeout-ms", o.connect_timeout_ms, "TCP connect to an engine")
-      ->capture_default_str();
-  app.add_option("--request-timeout-ms", o.request_timeout_ms, "answer of a control route")
-      ->capture_default_str();
-  app.add_option("--update-timeout-ms", o.update_timeout_ms, "one stage's data phase")
-      ->capture_default_str();
-  app.add_option("--group-timeout-ms", o.group_timeout_ms, "group setup and each collective")
-      ->capture_default_str();
-  app.add_option("--mpi-timeout-ms", o.mpi_timeout_ms, "waits between trainer ranks")
-      ->capture_default_str();
-  app.add_option("--bucket-delay-ms", o.bucket_delay_ms,
-                 "sleep after each bucket, to simulate a slow link (tests, demos)")
-      ->capture_default_str();
+  with_default(app, "--connect-timeout-ms", o.connect_timeout_ms, "TCP connect to an engine");
+  with_default(app, "--request-timeout-ms", o.request_timeout_ms, "answer of a control route");
+  with_default(app, "--update-timeout-ms", o.update_timeout_ms, "one stage's data phase");
+  with_default(app, "--group-timeout-ms", o.group_timeout_ms, "group setup and each collective");
+  with_default(app, "--mpi-timeout-ms", o.mpi_timeout_ms, "waits between trainer ranks");
+  with_default(app, "--bucket-delay-ms", o.bucket_delay_ms,
+               "sleep after each bucket, to simulate a slow link (tests, demos)");
 }
 
 // What an engine failing an update does to the step, and how it is re-admitted.
 void add_failure_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--on-engine-failure", o.on_engine_failure,
-                 "an engine failing an update: fail (the step fails) or drop (the engine leaves "
-                 "the set, the step completes on the others; it is probed and re-admitted)")
-      ->check(CLI::IsMember({"fail", "drop"}))
-      ->capture_default_str();
-  app.add_option("--probe-timeout-ms", o.probe_timeout_ms,
-                 "with drop: each /health probe of an engine")
-      ->capture_default_str();
-  app.add_option("--probe-backoff-max-steps", o.probe_backoff_max_steps,
-                 "with drop: most steps between two probes of an engine that keeps failing")
-      ->capture_default_str();
+  one_of(app, "--on-engine-failure", o.on_engine_failure,
+         "an engine failing an update: fail (the step fails) or drop (the engine leaves "
+         "the set, the step completes on the others; it is probed and re-admitted)",
+         {"fail", "drop"});
+  with_default(app, "--probe-timeout-ms", o.probe_timeout_ms,
+               "with drop: each /health probe of an engine");
+  with_default(app, "--probe-backoff-max-steps", o.probe_backoff_max_steps,
+               "with drop: most steps between two probes of an engine that keeps failing");
 }
 
 // The simulated training: time between steps, how weights drift, and delta updates.
 void add_step_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--step-interval-ms", o.step_interval_ms,
-                 "time between updates, standing in for the training compute (tests, demos)")
-      ->capture_default_str();
-  app.add_option("--delta", o.delta,
-                 "auto: once every engine confirmed a version, send each bucket as a delta "
-                 "against it when that is expected to arrive sooner on this link (keeps one base "
-                 "copy per stage); on: whenever a delta is smaller; off: always in full")
-      ->check(CLI::IsMember({"off", "auto", "on"}))
-      ->capture_default_str();
-  app.add_option("--delta-codec", o.delta_codec, "delta payload codec")
-      ->check(CLI::IsMember({"xor_zstd", "xor_lz4", "sparse"}))
-      ->capture_default_str();
-  app.add_option("--drift", o.drift,
-                 "how weights change per step: jump (every element redrawn: the generator's "
-                 "step k) or realistic (fp32 masters moved by an optimizer-like step and rounded "
-                 "to the dtype; a few percent of elements change)")
-      ->check(CLI::IsMember({"jump", "realistic"}))
-      ->capture_default_str();
+  with_default(app, "--step-interval-ms", o.step_interval_ms,
+               "time between updates, standing in for the training compute (tests, demos)");
+  one_of(app, "--delta", o.delta,
+         "auto: once every engine confirmed a version, send each bucket as a delta "
+         "against it when that is expected to arrive sooner on this link (keeps one base "
+         "copy per stage); on: whenever a delta is smaller; off: always in full",
+         {"off", "auto", "on"});
+  one_of(app, "--delta-codec", o.delta_codec, "delta payload codec",
+         {"xor_zstd", "xor_lz4", "sparse"});
+  one_of(app, "--drift", o.drift,
+         "how weights change per step: jump (every element redrawn: the generator's "
+         "step k) or realistic (fp32 masters moved by an optimizer-like step and rounded "
+         "to the dtype; a few percent of elements change)",
+         {"jump", "realistic"});
   app.add_option("--drift-lr", o.drift_lr, "realistic drift's step size (0: the default rate)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

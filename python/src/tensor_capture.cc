@@ -1,5 +1,7 @@
 #include "tensor_capture.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -29,39 +31,16 @@ std::optional<sync::DType> dtype_from_format(std::string_view format, Py_ssize_t
     format.remove_prefix(1);  // native or little endian (this is a little-endian build)
   }
   if (format.size() != 1) return std::nullopt;
-  sync::DType dtype;
-  switch (format[0]) {
-    case 'f':
-      dtype = sync::DType::kFloat32;
-      break;
-    case 'd':
-      dtype = sync::DType::kFloat64;
-      break;
-    case 'e':
-      dtype = sync::DType::kFloat16;
-      break;
-    case 'b':
-      dtype = sync::DType::kInt8;
-      break;
-    case 'B':
-      dtype = sync::DType::kUInt8;
-      break;
-    case 'h':
-      dtype = sync::DType::kInt16;
-      break;
-    case 'i':
-      dtype = sync::DType::kInt32;
-      break;
-    case 'l':
-    case 'q':
-      dtype = itemsize == 4 ? sync::DType::kInt32 : sync::DType::kInt64;
-      break;
-    case '?':
-      dtype = sync::DType::kBool;
-      break;
-    default:
-      return std::nullopt;
-  }
+  using enum sync::DType;
+  // 'l' and 'q' are C long and long long: their size says which integer type they are.
+  const sync::DType wide = itemsize == 4 ? kInt32 : kInt64;
+  const std::pair<char, sync::DType> kFormats[] = {
+      {'f', kFloat32}, {'d', kFloat64}, {'e', kFloat16}, {'b', kInt8}, {'B', kUInt8},
+      {'h', kInt16},   {'i', kInt32},   {'l', wide},     {'q', wide},  {'?', kBool}};
+  const auto* match = std::find_if(std::begin(kFormats), std::end(kFormats),
+                                   [&](const auto& f) { return f.first == format[0]; });
+  if (match == std::end(kFormats)) return std::nullopt;
+  const sync::DType dtype = match->second;
   if (static_cast<Py_ssize_t>(sync::element_size(dtype)) != itemsize) return std::nullopt;
   return dtype;
 }

@@ -30,16 +30,22 @@ def pipeline_update(updater, named_tensors, *, stage, stages, group=None, versio
         return box[0]
 
     coordinator = stage == 0
-    opened = None
-    if coordinator:
-        try:
-            opened = ("ok", updater.open_session(version))
-        except BaseException as e:
-            share(("failed", f"opening the session failed: {e}"), 0)
-            raise
-    status, token = share(opened, 0)
-    if status != "ok":
-        raise UpdateError(token)
+
+    def agreed(what, action):
+        # action() on the coordinator, its value shared with every source; each raises if it failed.
+        outcome = None
+        if coordinator:
+            try:
+                outcome = ("ok", action())
+            except BaseException as e:
+                share(("failed", f"{what} failed: {e}"), 0)
+                raise
+        status, value = share(outcome, 0)
+        if status != "ok":
+            raise UpdateError(value)
+        return value
+
+    token = agreed("opening the session", lambda: updater.open_session(version))
 
     results = []
     for s in range(stages):
@@ -51,16 +57,13 @@ def pipeline_update(updater, named_tensors, *, stage, stages, group=None, versio
         if not result.ok:
             break
 
-    outcome, report = None, None
-    if coordinator:
-        try:
-            # A failed last result makes finish() abort the session and raise its exception.
-            report = updater.finish(token, results)
-            outcome = ("ok", str(report))
-        except BaseException as e:
-            share(("failed", f"update failed: {e}"), 0)
-            raise
-    status, text = share(outcome, 0)
-    if status != "ok":
-        raise UpdateError(text)
+    report = None
+
+    def finish():
+        # A failed last result makes finish() abort the session and raise its exception.
+        nonlocal report
+        report = updater.finish(token, results)
+        return str(report)
+
+    agreed("update", finish)
     return report
