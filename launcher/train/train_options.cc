@@ -130,12 +130,11 @@ void add_step_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--drift-lr", o.drift_lr, "realistic drift's step size (0: the default rate)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--tp-gather", o.tp_gather,
-                 "overlap: gather the TP shards to the stage source in groups of about a bucket, "
-                 "each group's buckets broadcast while the next is gathered; whole: one gather "
-                 "of the whole stage before the first bucket (the way to measure the overlap)")
-      ->check(CLI::IsMember({"overlap", "whole"}))
-      ->capture_default_str();
+  one_of(app, "--tp-gather", o.tp_gather,
+         "overlap: gather the TP shards to the stage source in groups of about a bucket, each "
+         "group's buckets broadcast while the next is gathered; whole: one gather of the whole "
+         "stage before the first bucket (the way to measure the overlap)",
+         {"overlap", "whole"});
 }
 
 }  // namespace
