@@ -139,13 +139,7 @@ TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead)
   });
 
   const auto options = updater_options(TrainerConfig{});
-  std::vector<FaultyEngine*> faulty;
-  std::vector<std::unique_ptr<sync::trainer::EngineApi>> apis;
-  for (const auto& url : urls) {
-    auto f = std::make_unique<FaultyEngine>(engine_client(url, options));
-    faulty.push_back(f.get());
-    apis.push_back(std::move(f));
-  }
+  auto [faulty, apis] = faulty_clients(urls, options);
   // Engine B's faults, armed per attempt: fail the commit phase, or its fourth bucket.
   std::atomic<int> arm{0};  // 0: none, 1: commit, 2: data phase
   std::atomic<int> bucket_calls{0};

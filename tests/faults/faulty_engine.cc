@@ -1,5 +1,7 @@
 #include "tests/faults/faulty_engine.h"
 
+#include "tests/faults/fault_support.h"
+
 namespace weightcast::faults {
 
 using sync::trainer::EngineError;
@@ -101,6 +103,17 @@ std::string FaultyEngine::metrics() {
 }
 sync::SpecAcceptLengthResponse FaultyEngine::spec_accept_length() {
   return run("GET /spec_accept_length", [&] { return inner_->spec_accept_length(); });
+}
+
+FaultyClients faulty_clients(const std::vector<std::string>& urls,
+                             const sync::trainer::UpdaterOptions& options) {
+  FaultyClients out;
+  for (const auto& url : urls) {
+    auto f = std::make_unique<FaultyEngine>(engine_client(url, options));
+    out.faulty.push_back(f.get());
+    out.apis.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace weightcast::faults

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sync/trainer/engine_api.h"
+#include "sync/trainer/updater.h"
 
 namespace weightcast::faults {
 
@@ -69,5 +70,14 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   mutable std::mutex mu_;
   std::vector<CallRecord> calls_;
 };
+
+// For each URL an engine client (engine_client() of fault_support.h) inside a FaultyEngine:
+// `apis` to hand to the updater, and `faulty`, the same engines in URL order, to arm.
+struct FaultyClients {
+  std::vector<FaultyEngine*> faulty;
+  std::vector<std::unique_ptr<sync::trainer::EngineApi>> apis;
+};
+FaultyClients faulty_clients(const std::vector<std::string>& urls,
+                             const sync::trainer::UpdaterOptions& options);
 
 }  // namespace weightcast::faults

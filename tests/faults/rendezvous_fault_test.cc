@@ -131,13 +131,7 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
   tc.data_timeout = 4000ms;
   auto options = updater_options(tc);
   RefusingPort refusing;
-  std::vector<FaultyEngine*> faulty;
-  std::vector<std::unique_ptr<sync::trainer::EngineApi>> apis;
-  for (const auto& url : urls) {
-    auto f = std::make_unique<FaultyEngine>(engine_client(url, options));
-    faulty.push_back(f.get());
-    apis.push_back(std::move(f));
-  }
+  auto [faulty, apis] = faulty_clients(urls, options);
   if (is(kind, kWrongWorldSize)) {
     faulty[0]->rewrite_init = [](sync::InitWeightsUpdateGroupRequest& r) { r.world_size += 1; };
   } else if (is(kind, kUnreachableStore)) {

@@ -90,13 +90,7 @@ TEST(Soak, InitUpdateDestroyCyclesWithFaultsKeepTheEngineFlat) {
     SCOPED_TRACE("cycle " + std::to_string(cycle));
     const Fault fault = fault_of(cycle);
     std::vector<std::string> urls = {measured.url(), peer->url()};
-    std::vector<FaultyEngine*> f;
-    std::vector<std::unique_ptr<sync::trainer::EngineApi>> apis;
-    for (const auto& url : urls) {
-      auto e = std::make_unique<FaultyEngine>(engine_client(url, options));
-      f.push_back(e.get());
-      apis.push_back(std::move(e));
-    }
+    auto [f, apis] = faulty_clients(urls, options);
     std::atomic<int> bucket_calls{0};
     const pid_t peer_pid = peer->pid();
     if (fault == Fault::kKillPeer || fault == Fault::kStopPeer) {

@@ -16,6 +16,7 @@
 #include "tests/interop/torch_python.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
+#include "tests/sync/trainer/train_launch.h"
 
 namespace weightcast::interop {
 namespace {
@@ -24,29 +25,19 @@ using Json = nlohmann::json;
 using std::chrono::seconds;
 using weightcast::testing::Subprocess;
 
-struct TestEngine {
-  std::unique_ptr<Subprocess> process;
-  std::string url;
-};
+using sync::trainer::testing::TestEngine;
 
 // The test engine, with a target that keeps the bytes as sent (so its digests are those of the
 // sent bytes) beside the shuffled frozen draft.
 TestEngine start_engine(int ranks) {
   auto argv =
       testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5, {"--init-timeout-ms", "30000"});
-  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] == "--target-layout") argv[i + 1] = "none";
-  }
-  TestEngine e{std::make_unique<Subprocess>(argv), ""};
-  e.url = testing::wait_for_engine_url(*e.process, seconds(30));
-  return e;
+  testing::set_flag_value(argv, "--target-layout", "none");
+  return sync::trainer::testing::start_engine_process(argv);
 }
 
 sync::trainer::EngineClient client(const std::string& url) {
-  sync::trainer::EngineClientOptions o;
-  o.connect_timeout = std::chrono::milliseconds(2000);
-  o.request_timeout = std::chrono::milliseconds(10000);
-  return sync::trainer::EngineClient(url, o);
+  return sync::trainer::testing::test_client(url);
 }
 
 // The JSON lines the trainer printed, one per step.

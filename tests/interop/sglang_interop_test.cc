@@ -22,31 +22,24 @@
 #include "tests/interop/torch_python.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
+#include "tests/sync/trainer/train_launch.h"
 
 namespace weightcast::interop {
 namespace {
 
 using Json = nlohmann::json;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 using weightcast::testing::Subprocess;
 
-struct Peer {
-  std::unique_ptr<Subprocess> process;
-  std::string url;
-};
+using Peer = sync::trainer::testing::TestEngine;
 
 // A weightcast engine whose target keeps the bytes as sent (its digests are the sent bytes').
 Peer start_weightcast(int ranks) {
   auto argv =
       testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5,
                                 {"--init-timeout-ms", "30000", "--session-timeout-ms", "60000"});
-  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] == "--target-layout") argv[i + 1] = "none";
-  }
-  Peer p{std::make_unique<Subprocess>(argv), ""};
-  p.url = testing::wait_for_engine_url(*p.process, seconds(30));
-  return p;
+  testing::set_flag_value(argv, "--target-layout", "none");
+  return sync::trainer::testing::start_engine_process(argv);
 }
 
 Peer start_sglang(const std::string& digests, const std::string& fault = "none") {
@@ -62,20 +55,6 @@ Peer start_sglang(const std::string& digests, const std::string& fault = "none")
   return p;
 }
 
-std::vector<std::string> mpirun_flags() {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : std::string(WEIGHTCAST_MPIRUN_FLAGS) + "|") {
-    if (c == '|' || c == ' ') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  return out;
-}
-
 struct TrainRun {
   int code = -1;
   std::string output;
@@ -85,18 +64,15 @@ struct TrainRun {
 // mpirun -np <np> weightcast-train <args>, bounded by `limit`; stderr folded into stdout.
 TrainRun train(int np, const std::vector<Peer*>& engines, const std::vector<std::string>& args,
                seconds limit) {
-  std::string urls;
-  for (const auto* e : engines) urls += (urls.empty() ? "" : ",") + e->url;
-  std::string command = "exec " + std::string(WEIGHTCAST_MPIEXEC);
-  for (const auto& f : mpirun_flags()) command += " " + f;
-  command += " -np " + std::to_string(np) + " " + WEIGHTCAST_TRAIN_BIN +
-             " --model tiny --seed 5 --torch-store torch1 --engines " + urls;
-  for (const auto& a : args) command += " " + a;
+  std::vector<std::string> urls;
+  for (const auto* e : engines) urls.push_back(e->url);
+  std::vector<std::string> train_args = {"--torch-store", "torch1"};
+  train_args.insert(train_args.end(), args.begin(), args.end());
   const auto start = std::chrono::steady_clock::now();
-  Subprocess trainer({"/bin/sh", "-c", command + " 2>&1"});
+  const auto trainer = sync::trainer::testing::start_trainer(np, urls, train_args);
   TrainRun run;
-  run.output = trainer.drain(limit);
-  run.code = trainer.wait(seconds(10)).value_or(-1);
+  run.output = trainer->drain(limit);
+  run.code = trainer->wait(seconds(10)).value_or(-1);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
 }
@@ -113,10 +89,7 @@ double mean_gbps(const std::string& output) {
 }
 
 sync::trainer::EngineClient client(const std::string& url) {
-  sync::trainer::EngineClientOptions o;
-  o.connect_timeout = milliseconds(2000);
-  o.request_timeout = milliseconds(10000);
-  return sync::trainer::EngineClient(url, o);
+  return sync::trainer::testing::test_client(url);
 }
 
 std::string temp_path(const std::string& name) {

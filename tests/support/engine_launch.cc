@@ -1,5 +1,6 @@
 #include "tests/support/engine_launch.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace weightcast::testing {
@@ -22,6 +23,12 @@ std::vector<std::string> test_engine_argv(const std::string& binary, int ranks, 
                                    "shuffle"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
+}
+
+void set_flag_value(std::vector<std::string>& argv, const std::string& flag,
+                    const std::string& value) {
+  const auto at = std::find(argv.begin(), argv.end(), flag);
+  if (at != argv.end() && at + 1 != argv.end()) *(at + 1) = value;
 }
 
 std::string wait_for_engine_url(Subprocess& engine, std::chrono::milliseconds timeout) {

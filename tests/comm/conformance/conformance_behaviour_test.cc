@@ -43,6 +43,36 @@ std::string test_label(const BackendSpec& spec) {
   return spec.name + "/" + info->name();
 }
 
+// Runs `body(rank, communicator)` on `world` ranks of a fresh group of the backend (a store of its
+// own for the test), and fails the test on any rank's error.
+template <typename Body>
+void run_group(const BackendSpec& spec, int world, Body body) {
+  auto store = case_store(test_label(spec));
+  auto errors = run_ranks(world, [&](int rank) {
+    auto c = spec.create(rank_options(spec, store, rank, world));
+    body(rank, *c);
+  });
+  expect_no_rank_errors(errors);
+}
+
+// Two ranks: rank 0, the root, joins and then stays silent until rank 1's `receive` has returned,
+// so only abort() or a deadline can end a broadcast rank 1 waits in.
+template <typename Receive>
+void with_silent_root(const BackendSpec& spec, Receive receive) {
+  std::promise<void> receiver_done;
+  auto done = receiver_done.get_future().share();
+  run_group(spec, 2, [&](int rank, Communicator& c) {
+    if (rank == 0) {
+      if (done.wait_for(kConformanceTimeout) != std::future_status::ready) {
+        throw std::runtime_error("receiver never finished");
+      }
+      return;
+    }
+    receive(c);
+    receiver_done.set_value();
+  });
+}
+
 }  // namespace
 
 // No rank leaves the barrier before the last one has entered it, and it can be reused.
@@ -50,24 +80,21 @@ TEST_P(CommBehaviourConformance, BarrierWaitsForTheLastRank) {
   const BackendSpec& spec = *GetParam().backend;
   constexpr int kWorld = 3;
   WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
-  auto store = case_store(test_label(spec));
   std::atomic<int> entered{0};
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+  run_group(spec, kWorld, [&](int rank, Communicator& c) {
     for (int round = 1; round <= 2; ++round) {
       // The last rank dawdles: a barrier that does not wait lets the others see it missing.
       if (rank == kWorld - 1) std::this_thread::sleep_for(milliseconds(100));
       entered.fetch_add(1);
-      c->barrier(kConformanceTimeout);
+      c.barrier(kConformanceTimeout);
       const int seen = entered.load();
       if (seen < round * kWorld) {
         throw std::runtime_error("left barrier round " + std::to_string(round) + " after only " +
                                  std::to_string(seen) + " entries");
       }
-      c->barrier(kConformanceTimeout);  // nobody starts the next round before all have checked
+      c.barrier(kConformanceTimeout);  // nobody starts the next round before all have checked
     }
   });
-  expect_no_rank_errors(errors);
 }
 
 // Misuse throws EnforceError on the calling rank and leaves the communicator usable.
@@ -75,21 +102,18 @@ TEST_P(CommBehaviourConformance, MisuseIsEnforceErrorAndKeepsTheGroup) {
   const BackendSpec& spec = *GetParam().backend;
   constexpr int kWorld = 2;
   WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
-  auto store = case_store(test_label(spec));
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+  run_group(spec, kWorld, [&](int, Communicator& c) {
     RankBuffer buf(spec, 64);
     buf.upload(random_bytes(64, seed_of(test_label(spec))));
-    EXPECT_THROW(c->broadcast(bcast(buf.get(), 64, -1, spec)), comm::EnforceError);
-    EXPECT_THROW(c->broadcast(bcast(buf.get(), 64, kWorld, spec)), comm::EnforceError);
-    EXPECT_THROW(c->broadcast(bcast(nullptr, 64, 0, spec)), comm::EnforceError);
+    EXPECT_THROW(c.broadcast(bcast(buf.get(), 64, -1, spec)), comm::EnforceError);
+    EXPECT_THROW(c.broadcast(bcast(buf.get(), 64, kWorld, spec)), comm::EnforceError);
+    EXPECT_THROW(c.broadcast(bcast(nullptr, 64, 0, spec)), comm::EnforceError);
     auto zero_timeout = bcast(buf.get(), 64, 0, spec);
     zero_timeout.timeout = milliseconds(0);
-    EXPECT_THROW(c->broadcast(zero_timeout), comm::EnforceError);
-    EXPECT_FALSE(c->aborted());
-    c->broadcast(bcast(buf.get(), 64, 0, spec));  // still a working group
+    EXPECT_THROW(c.broadcast(zero_timeout), comm::EnforceError);
+    EXPECT_FALSE(c.aborted());
+    c.broadcast(bcast(buf.get(), 64, 0, spec));  // still a working group
   });
-  expect_no_rank_errors(errors);
 }
 
 // After abort() (twice: idempotent) every call throws at once.
@@ -97,83 +121,53 @@ TEST_P(CommBehaviourConformance, AbortThenCallsThrow) {
   const BackendSpec& spec = *GetParam().backend;
   constexpr int kWorld = 2;
   WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
-  auto store = case_store(test_label(spec));
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+  run_group(spec, kWorld, [&](int, Communicator& c) {
     RankBuffer buf(spec, 16);
-    c->abort();
-    c->abort();
-    EXPECT_TRUE(c->aborted());
-    EXPECT_THROW(c->broadcast(bcast(buf.get(), 16, 0, spec)), comm::Error);
-    EXPECT_THROW(c->barrier(milliseconds(1000)), comm::Error);
+    c.abort();
+    c.abort();
+    EXPECT_TRUE(c.aborted());
+    EXPECT_THROW(c.broadcast(bcast(buf.get(), 16, 0, spec)), comm::Error);
+    EXPECT_THROW(c.barrier(milliseconds(1000)), comm::Error);
   });
-  expect_no_rank_errors(errors);
 }
 
 // abort() from another thread wakes a broadcast blocked on a root that never sends.
 TEST_P(CommBehaviourConformance, AbortWakesABlockedBroadcast) {
   const BackendSpec& spec = *GetParam().backend;
-  constexpr int kWorld = 2;
-  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
-  auto store = case_store(test_label(spec));
-  std::promise<void> receiver_done;
-  auto done = receiver_done.get_future().share();
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
-    if (rank == 0) {
-      // The root stays connected but silent, so only abort() can end the receiver's wait.
-      if (done.wait_for(kConformanceTimeout) != std::future_status::ready) {
-        throw std::runtime_error("receiver never finished");
-      }
-      return;
-    }
+  WC_SKIP_UNLESS_RUNNABLE(spec, 2);
+  with_silent_root(spec, [&](Communicator& c) {
     RankBuffer buf(spec, 4096);
     std::thread watchdog([&] {
       std::this_thread::sleep_for(milliseconds(200));
-      c->abort();
+      c.abort();
     });
     const auto start = Clock::now();
-    EXPECT_THROW(c->broadcast(bcast(buf.get(), 4096, 0, spec)), comm::Error);
+    EXPECT_THROW(c.broadcast(bcast(buf.get(), 4096, 0, spec)), comm::Error);
     const auto waited = Clock::now() - start;
     watchdog.join();
-    receiver_done.set_value();
-    EXPECT_TRUE(c->aborted());
+    EXPECT_TRUE(c.aborted());
     EXPECT_LT(waited, kConformanceTimeout / 2) << "abort() did not wake the broadcast";
   });
-  expect_no_rank_errors(errors);
 }
 
 // A broadcast whose root never sends ends with TimeoutError near its deadline; the communicator
 // is then aborted and the next call throws the same kind at once.
 TEST_P(CommBehaviourConformance, TimeoutIsTypedAndAborts) {
   const BackendSpec& spec = *GetParam().backend;
-  constexpr int kWorld = 2;
   constexpr milliseconds kTimeout{300};
-  WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
-  auto store = case_store(test_label(spec));
-  std::promise<void> receiver_done;
-  auto done = receiver_done.get_future().share();
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
-    if (rank == 0) {
-      if (done.wait_for(kConformanceTimeout) != std::future_status::ready) {
-        throw std::runtime_error("receiver never finished");
-      }
-      return;
-    }
+  WC_SKIP_UNLESS_RUNNABLE(spec, 2);
+  with_silent_root(spec, [&](Communicator& c) {
     RankBuffer buf(spec, 4096);
     auto b = bcast(buf.get(), 4096, 0, spec);
     b.timeout = kTimeout;
     const auto start = Clock::now();
-    EXPECT_THROW(c->broadcast(b), comm::TimeoutError);
+    EXPECT_THROW(c.broadcast(b), comm::TimeoutError);
     const auto waited = Clock::now() - start;
-    EXPECT_TRUE(c->aborted());
-    EXPECT_THROW(c->broadcast(b), comm::TimeoutError);
-    receiver_done.set_value();
+    EXPECT_TRUE(c.aborted());
+    EXPECT_THROW(c.broadcast(b), comm::TimeoutError);
     EXPECT_GE(waited, kTimeout / 2) << "gave up long before the deadline";
     EXPECT_LT(waited, kConformanceTimeout / 2) << "ignored the per-call timeout";
   });
-  expect_no_rank_errors(errors);
 }
 
 // One communicator carries many collectives in a row, with changing roots and sizes.
@@ -182,10 +176,8 @@ TEST_P(CommBehaviourConformance, SequentialBroadcastsWithChangingRoots) {
   constexpr int kWorld = 3;
   WC_SKIP_UNLESS_RUNNABLE(spec, kWorld);
   const std::string label = test_label(spec);
-  auto store = case_store(label);
   const std::vector<std::size_t> sizes = {kManyChunksBytes, 1, 4093, 0, 2 * kManyChunksBytes, 7};
-  auto errors = run_ranks(kWorld, [&](int rank) {
-    auto c = spec.create(rank_options(spec, store, rank, kWorld));
+  run_group(spec, kWorld, [&](int rank, Communicator& c) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const int root = static_cast<int>(i % kWorld);
       const auto want = random_bytes(sizes[i], seed_of(label + std::to_string(i)));
@@ -195,7 +187,7 @@ TEST_P(CommBehaviourConformance, SequentialBroadcastsWithChangingRoots) {
         for (auto& b : init) b = static_cast<std::uint8_t>(~b);
       }
       buf.upload(init);
-      c->broadcast(bcast(sizes[i] == 0 ? nullptr : buf.get(), sizes[i], root, spec));
+      c.broadcast(bcast(sizes[i] == 0 ? nullptr : buf.get(), sizes[i], root, spec));
       const long at = first_mismatch(buf.download(), want);
       if (at != -1) {
         throw std::runtime_error("broadcast " + std::to_string(i) + " (root " +
@@ -203,7 +195,6 @@ TEST_P(CommBehaviourConformance, SequentialBroadcastsWithChangingRoots) {
       }
     }
   });
-  expect_no_rank_errors(errors);
 }
 
 }  // namespace weightcast::testing

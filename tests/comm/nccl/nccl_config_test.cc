@@ -36,6 +36,15 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// A broadcast of `host` (ordinary host memory) labelled as `memory`.
+BroadcastOptions host_buffer_as(std::vector<char>& host, MemoryKind memory) {
+  BroadcastOptions opts;
+  opts.buffer = host.data();
+  opts.bytes = host.size();
+  opts.memory = memory;
+  return opts;
+}
+
 TEST(NcclConfig, BackendIsListedWhenBuilt) {
   const auto backends = available_backends();
   EXPECT_NE(std::find(backends.begin(), backends.end(), "nccl"), backends.end());
@@ -47,10 +56,7 @@ TEST(NcclConfig, LinkedLibraryIsRecentEnough) {
 
 TEST(NcclConfig, HostMemoryKindIsRefused) {
   std::vector<char> host(64);
-  BroadcastOptions opts;
-  opts.buffer = host.data();
-  opts.bytes = host.size();
-  opts.memory = MemoryKind::kHost;
+  BroadcastOptions opts = host_buffer_as(host, MemoryKind::kHost);
   try {
     nccl_detail::check_device_buffer(opts, 0);
     FAIL() << "a host buffer was accepted";
@@ -64,11 +70,8 @@ TEST(NcclConfig, HostMemoryKindIsRefused) {
 TEST(NcclConfig, HostPointerLabelledCudaIsRefused) {
   // Without a GPU, CUDA cannot vouch for the pointer; with one, it reports unregistered memory.
   std::vector<char> host(64);
-  BroadcastOptions opts;
-  opts.buffer = host.data();
-  opts.bytes = host.size();
-  opts.memory = MemoryKind::kCuda;
-  EXPECT_THROW(nccl_detail::check_device_buffer(opts, 0), EnforceError);
+  EXPECT_THROW(nccl_detail::check_device_buffer(host_buffer_as(host, MemoryKind::kCuda), 0),
+               EnforceError);
 }
 
 TEST(NcclConfig, NonexistentDeviceOrdinalIsConfigError) {

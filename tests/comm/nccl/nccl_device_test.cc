@@ -161,54 +161,53 @@ TEST(NcclDevice, TwoRanksOnOneGpuAreRefused) {
   EXPECT_GE(config_errors.load(), 1) << "NCCL's duplicate-GPU refusal should be a ConfigError";
 }
 
-TEST(NcclDevice, SilentRootTimesOutTheBroadcast) {
-  REQUIRE_CUDA_DEVICES(2);
+// Two ranks with `timeout`: rank 0, the root, never broadcasts; it waits until rank 1's `receive`
+// (given rank 1's communicator and a 16 MiB device buffer) has returned.
+template <typename Receive>
+void with_silent_root(milliseconds timeout, Receive receive) {
   auto store = std::make_shared<MemoryStore>();
   std::atomic<bool> receiver_done{false};
   const auto errors = run_ranks(2, [&](int rank) {
-    auto comm = create_communicator("nccl", options(store, rank, 2, milliseconds(5000)));
-    if (rank == 0) {  // the root never broadcasts; it waits until the receiver gave up
-      while (!receiver_done) std::this_thread::sleep_for(milliseconds(10));
-      return;
-    }
-    DeviceBuffer buffer(rank, 16 << 20);
-    BroadcastOptions opts = device_broadcast(buffer, 0);
-    opts.timeout = milliseconds(1000);
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_THROW(comm->broadcast(opts), TimeoutError);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(20000));
-    EXPECT_TRUE(comm->aborted());
-    EXPECT_THROW(comm->broadcast(opts), TimeoutError) << "later calls fail the same way";
-    receiver_done = true;
-  });
-  rethrow_first(errors);
-}
-
-TEST(NcclDevice, AbortFromAnotherThreadEndsABlockedBroadcast) {
-  REQUIRE_CUDA_DEVICES(2);
-  auto store = std::make_shared<MemoryStore>();
-  std::atomic<bool> receiver_done{false};
-  const auto errors = run_ranks(2, [&](int rank) {
-    auto comm = create_communicator("nccl", options(store, rank, 2, milliseconds(60000)));
+    auto comm = create_communicator("nccl", options(store, rank, 2, timeout));
     if (rank == 0) {
       while (!receiver_done) std::this_thread::sleep_for(milliseconds(10));
       return;
     }
     DeviceBuffer buffer(rank, 16 << 20);
-    std::thread watchdog([&] {
-      std::this_thread::sleep_for(milliseconds(300));
-      comm->abort();
-      comm->abort();  // idempotent
-    });
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_THROW(comm->broadcast(device_broadcast(buffer, 0)), Error);
-    watchdog.join();
-    // Well before the 60 s timeout: abort() ended the wait, not the deadline.
-    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(30000));
-    EXPECT_TRUE(comm->aborted());
+    receive(*comm, buffer);
     receiver_done = true;
   });
   rethrow_first(errors);
+}
+
+TEST(NcclDevice, SilentRootTimesOutTheBroadcast) {
+  REQUIRE_CUDA_DEVICES(2);
+  with_silent_root(milliseconds(5000), [](Communicator& comm, DeviceBuffer& buffer) {
+    BroadcastOptions opts = device_broadcast(buffer, 0);
+    opts.timeout = milliseconds(1000);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(comm.broadcast(opts), TimeoutError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(20000));
+    EXPECT_TRUE(comm.aborted());
+    EXPECT_THROW(comm.broadcast(opts), TimeoutError) << "later calls fail the same way";
+  });
+}
+
+TEST(NcclDevice, AbortFromAnotherThreadEndsABlockedBroadcast) {
+  REQUIRE_CUDA_DEVICES(2);
+  with_silent_root(milliseconds(60000), [](Communicator& comm, DeviceBuffer& buffer) {
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      comm.abort();
+      comm.abort();  // idempotent
+    });
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(comm.broadcast(device_broadcast(buffer, 0)), Error);
+    watchdog.join();
+    // Well before the 60 s timeout: abort() ended the wait, not the deadline.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(30000));
+    EXPECT_TRUE(comm.aborted());
+  });
 }
 
 TEST(NcclDevice, AbortIsIdempotentAndFailsLaterCalls) {

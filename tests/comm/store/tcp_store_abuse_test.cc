@@ -30,9 +30,16 @@ std::string frame(const std::string& body) {
   return u32le(static_cast<std::uint32_t>(body.size())) + body;
 }
 
-void expect_still_serves(const TcpStoreServer& server) {
+// Options of a client of `server` on loopback, with `token`.
+TcpStoreOptions client_of(const TcpStoreServer& server, std::string token = "") {
   TcpStoreOptions o;
   o.port = server.port();
+  o.token = std::move(token);
+  return o;
+}
+
+void expect_still_serves(const TcpStoreServer& server) {
+  TcpStoreOptions o = client_of(server);
   o.connect_timeout = 2s;
   TcpStore client(o);
   client.set("still", "serving", 1s);
@@ -129,12 +136,23 @@ TEST(TcpStoreAbuseTest, HalfFramesThenSilenceAreDroppedAfterIoTimeout) {
   EXPECT_TRUE(silent.closed_within(5s));
   EXPECT_EQ(server.stats().dropped_stalled, 2u);
   // An idle but complete client is not a stalled frame: it keeps its connection.
-  TcpStoreOptions o;
-  o.port = server.port();
-  TcpStore idle(o);
+  TcpStore idle(client_of(server));
   std::this_thread::sleep_for(600ms);
   idle.set("after-idle", "ok", 1s);
   EXPECT_EQ(idle.get("after-idle", 1s), "ok");
+}
+
+// `frame` sent on a fresh connection to `port` is answered with `status` and `message`, and the
+// server closes the connection.
+void expect_refused(std::uint16_t port, const std::string& frame, proto::Status status,
+                    const std::string& message) {
+  RawClient client(port);
+  ASSERT_TRUE(client.send(frame));
+  auto reply = client.read_response(3s);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, status);
+  EXPECT_EQ(reply->message, message);
+  EXPECT_TRUE(client.closed_within(3s));
 }
 
 TEST(TcpStoreAbuseTest, TokenServerRefusesRequestsBeforeHelloAndSilentPeers) {
@@ -142,28 +160,14 @@ TEST(TcpStoreAbuseTest, TokenServerRefusesRequestsBeforeHelloAndSilentPeers) {
   sopts.token = "tok";
   sopts.io_timeout = 300ms;
   TcpStoreServer server(sopts);
-  {
-    RawClient skip_hello(server.port());
-    proto::Request set;
-    set.op = proto::Op::kSet;
-    set.keys = {"k"};
-    set.value = "v";
-    ASSERT_TRUE(skip_hello.send(proto::encode_request(set)));
-    auto reply = skip_hello.read_response(3s);
-    ASSERT_TRUE(reply);
-    EXPECT_EQ(reply->status, proto::Status::kUnauthorized);
-    EXPECT_EQ(reply->message, "unauthorized (missing token)");
-    EXPECT_TRUE(skip_hello.closed_within(3s));
-  }
-  {
-    RawClient wrong(server.port());
-    ASSERT_TRUE(wrong.send(testing::hello_frame("tok-but-longer")));
-    auto reply = wrong.read_response(3s);
-    ASSERT_TRUE(reply);
-    EXPECT_EQ(reply->status, proto::Status::kForbidden);
-    EXPECT_EQ(reply->message, "forbidden (wrong token)");
-    EXPECT_TRUE(wrong.closed_within(3s));
-  }
+  proto::Request set;  // skips the HELLO
+  set.op = proto::Op::kSet;
+  set.keys = {"k"};
+  set.value = "v";
+  expect_refused(server.port(), proto::encode_request(set), proto::Status::kUnauthorized,
+                 "unauthorized (missing token)");
+  expect_refused(server.port(), testing::hello_frame("tok-but-longer"), proto::Status::kForbidden,
+                 "forbidden (wrong token)");
   {
     // Within the server's frame limit but far beyond any HELLO: refused before it is read.
     RawClient big(server.port());
@@ -179,10 +183,7 @@ TEST(TcpStoreAbuseTest, TokenServerRefusesRequestsBeforeHelloAndSilentPeers) {
     RawClient silent(server.port());  // never authenticates: must not hold a slot forever
     EXPECT_TRUE(silent.closed_within(5s));
   }
-  TcpStoreOptions o;
-  o.port = server.port();
-  o.token = "tok";
-  TcpStore client(o);
+  TcpStore client(client_of(server, "tok"));
   EXPECT_FALSE(client.check("k", 1s));  // the unauthenticated SET changed nothing
 }
 
@@ -190,9 +191,7 @@ TEST(TcpStoreAbuseTest, WritingToPeersThatLeftDoesNotRaiseSigpipe) {
   // Restore the default action so a SIGPIPE would end this test binary.
   std::signal(SIGPIPE, SIG_DFL);
   TcpStoreServer server({});
-  TcpStoreOptions o;
-  o.port = server.port();
-  TcpStore client(o);
+  TcpStore client(client_of(server));
   for (int round = 0; round < 3; ++round) {
     // A WAIT, then CHECKs, then the peer closes. The set wakes the WAIT; the server answers into
     // the closed socket (the peer resets it) and then writes the next CHECK reply into the reset
@@ -218,9 +217,7 @@ TEST(TcpStoreAbuseTest, WritingToPeersThatLeftDoesNotRaiseSigpipe) {
 TEST(TcpStoreAbuseTest, ClientSeesPeerErrorWhenTheServerGoesAway) {
   std::signal(SIGPIPE, SIG_DFL);
   TcpStoreServer server({});
-  TcpStoreOptions o;
-  o.port = server.port();
-  TcpStore client(o);
+  TcpStore client(client_of(server));
   client.set("k", "v", 1s);
   server.stop();
   const std::string peer = "127.0.0.1:" + std::to_string(server.port());

@@ -36,6 +36,19 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// Connecting with `o` must fail with E: its message ("" and a failure naming `accepted` when the
+// connection was made instead).
+template <typename E>
+std::string connect_error(const TcpStoreOptions& o, const std::string& accepted) {
+  try {
+    TcpStore c(o);
+    ADD_FAILURE() << accepted;
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A socket bound to an ephemeral loopback port that does not listen: connecting is refused, and
 // nobody else can take the port while it is held. SO_REUSEADDR lets a server bind it later.
 struct HeldPort {
@@ -69,25 +82,12 @@ TEST(TcpStoreTest, TokenAcceptedOnlyWhenCorrectWithDistinctRefusals) {
   good.set("k", "v", 1s);
   EXPECT_EQ(good.get("k", 1s), "v");
 
-  std::string missing, wrong, wrong_same_length;
-  try {
-    TcpStore c(client_for(server));
-    ADD_FAILURE() << "missing token accepted";
-  } catch (const ConfigError& e) {
-    missing = e.what();
-  }
-  try {
-    TcpStore c(client_for(server, "not-the-token-at-all"));
-    ADD_FAILURE() << "wrong token accepted";
-  } catch (const ConfigError& e) {
-    wrong = e.what();
-  }
-  try {
-    TcpStore c(client_for(server, "s3cret-tokeN"));
-    ADD_FAILURE() << "wrong token of the same length accepted";
-  } catch (const ConfigError& e) {
-    wrong_same_length = e.what();
-  }
+  const std::string missing =
+      connect_error<ConfigError>(client_for(server), "missing token accepted");
+  const std::string wrong = connect_error<ConfigError>(client_for(server, "not-the-token-at-all"),
+                                                       "wrong token accepted");
+  const std::string wrong_same_length = connect_error<ConfigError>(
+      client_for(server, "s3cret-tokeN"), "wrong token of the same length accepted");
   EXPECT_TRUE(contains(missing, "missing token")) << missing;
   EXPECT_TRUE(contains(wrong, "wrong token")) << wrong;
   EXPECT_TRUE(contains(wrong_same_length, "wrong token")) << wrong_same_length;
@@ -164,15 +164,11 @@ TEST(TcpStoreTest, ConnectToAPortNobodyListensOnTimesOutInBounds) {
   o.port = held.port;
   o.connect_timeout = 500ms;
   const auto start = std::chrono::steady_clock::now();
-  try {
-    TcpStore c(o);
-    FAIL() << "connected to a port nobody listens on";
-  } catch (const TimeoutError& e) {
-    const auto elapsed = std::chrono::steady_clock::now() - start;
-    EXPECT_GE(elapsed, 250ms);
-    EXPECT_LE(elapsed, 1000ms);
-    EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(held.port))) << e.what();
-  }
+  const std::string what = connect_error<TimeoutError>(o, "connected to a port nobody listens on");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 250ms);
+  EXPECT_LE(elapsed, 1000ms);
+  EXPECT_TRUE(contains(what, "127.0.0.1:" + std::to_string(held.port))) << what;
 }
 
 TEST(TcpStoreTest, ClientRetriesUntilTheServerStarts) {
@@ -203,12 +199,8 @@ TEST(TcpStoreTest, ConnectionsOverTheLimitAreRefused) {
   TcpStore b(client_for(server));
   auto o = client_for(server);
   o.connect_timeout = 400ms;
-  try {
-    TcpStore c(o);
-    FAIL() << "a third connection was served";
-  } catch (const TimeoutError& e) {
-    EXPECT_TRUE(contains(e.what(), "limit")) << e.what();
-  }
+  const std::string what = connect_error<TimeoutError>(o, "a third connection was served");
+  EXPECT_TRUE(contains(what, "limit")) << what;
   EXPECT_GE(server.stats().refused, 1u);
   a.reset();  // frees a slot; a new client gets it
   o.connect_timeout = 5s;
@@ -308,12 +300,8 @@ TEST(TcpStoreTest, SomethingElseOnThePortIsAPeerErrorNotAHang) {
   TcpStoreOptions o;
   o.port = port;
   o.connect_timeout = 5s;
-  try {
-    TcpStore c(o);
-    ADD_FAILURE() << "an HTTP server was taken for a store";
-  } catch (const PeerError& e) {
-    EXPECT_TRUE(contains(e.what(), "not a weightcast store server")) << e.what();
-  }
+  const std::string what = connect_error<PeerError>(o, "an HTTP server was taken for a store");
+  EXPECT_TRUE(contains(what, "not a weightcast store server")) << what;
   http.join();
 }
 

@@ -17,6 +17,13 @@ TensorMeta bytes_tensor(std::string name, std::int64_t bytes) {
   return TensorMeta{std::move(name), DType::kUInt8, {bytes}};
 }
 
+// The plan of uint8 tensors of these names and byte counts, at a bucket limit of 1024 bytes.
+std::vector<BucketPlan> plan_bytes(const std::vector<std::pair<std::string, std::int64_t>>& sizes) {
+  std::vector<TensorMeta> metas;
+  for (const auto& [name, bytes] : sizes) metas.push_back(bytes_tensor(name, bytes));
+  return plan_buckets(metas, 1024);
+}
+
 std::vector<std::size_t> offsets(const BucketPlan& plan) {
   std::vector<std::size_t> out;
   for (const auto& e : plan.entries) out.push_back(e.offset);
@@ -29,10 +36,7 @@ TEST(PlanBuckets, EmptyModelHasNoBuckets) {
 }
 
 TEST(PlanBuckets, AlignsOffsetsAndSplitsAtTheLimit) {
-  const std::vector<TensorMeta> metas = {bytes_tensor("a", 100), bytes_tensor("b", 100),
-                                         bytes_tensor("c", 600), bytes_tensor("d", 300),
-                                         bytes_tensor("e", 1024)};
-  const auto plans = plan_buckets(metas, 1024);
+  const auto plans = plan_bytes({{"a", 100}, {"b", 100}, {"c", 600}, {"d", 300}, {"e", 1024}});
   // a at 0, b at 256 (padding counted); c would end at 512 + 600 > 1024 and opens bucket 1;
   // d would end at 768 + 300; e (exactly the limit) would end at 512 + 1024.
   ASSERT_EQ(plans.size(), 4u);
@@ -49,10 +53,7 @@ TEST(PlanBuckets, AlignsOffsetsAndSplitsAtTheLimit) {
 }
 
 TEST(PlanBuckets, ExactFitStaysAndOversizeTensorIsAlone) {
-  const std::vector<TensorMeta> metas = {bytes_tensor("a", 256), bytes_tensor("b", 768),
-                                         bytes_tensor("big", 5000), bytes_tensor("c", 10),
-                                         bytes_tensor("d", 10)};
-  const auto plans = plan_buckets(metas, 1024);
+  const auto plans = plan_bytes({{"a", 256}, {"b", 768}, {"big", 5000}, {"c", 10}, {"d", 10}});
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(offsets(plans[0]), (std::vector<std::size_t>{0, 256}));
   EXPECT_EQ(plans[0].total_bytes, 1024u);  // ends exactly at the limit: fits

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/errors.h"
+#include "tests/support/names.h"
 
 namespace weightcast::sync {
 namespace {
@@ -175,12 +176,8 @@ TEST(Shuffle, CopyOntoItselfEqualsInPlace) {
 }
 
 TEST(Layout, ParseAndApply) {
-  EXPECT_EQ(parse_layout("none"), Layout::kNone);
-  EXPECT_EQ(parse_layout("shuffle"), Layout::kShuffle);
-  EXPECT_EQ(to_string(Layout::kShuffle), "shuffle");
-  EXPECT_EQ(to_string(Layout::kNone), "none");
-  EXPECT_THROW(parse_layout("Shuffle"), comm::BadRequestError);
-  EXPECT_THROW(parse_layout(""), comm::BadRequestError);
+  testing::expect_names(parse_layout, {{"none", Layout::kNone}, {"shuffle", Layout::kShuffle}},
+                        {"Shuffle", ""});
 
   const TensorMeta meta{"w", DType::kBFloat16, {32, 64}};
   const Bytes w = random_bytes(meta.byte_count(), 9);

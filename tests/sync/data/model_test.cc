@@ -177,30 +177,22 @@ TEST(ModelSpec, JsonErrorsNameTheField) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   };
-  auto j = base;
-  j.erase("hidden_size");
-  expect_error(j, "hidden_size");
-  j = base;
-  j["vocab_size"] = "1024";
-  expect_error(j, "vocab_size");
-  j = base;
-  j["num_hidden_layers"] = 2.5;
-  expect_error(j, "num_hidden_layers");
-  j = base;
-  j["intermediate_size"] = -1;
-  expect_error(j, "intermediate_size");
-  j = base;
-  j["num_key_value_heads"] = 3;
-  expect_error(j, "num_key_value_heads");
-  j = base;
-  j["torch_dtype"] = "float4";
-  expect_error(j, "torch_dtype");
-  j = base;
-  j["tie_word_embeddings"] = 1;
-  expect_error(j, "tie_word_embeddings");
-  j = base;
-  j["hidden_size"] = std::uint64_t{1} << 63;
-  expect_error(j, "hidden_size");
+  auto missing = base;
+  missing.erase("hidden_size");
+  expect_error(missing, "hidden_size");
+  // One field of the valid config set to a wrong value each.
+  const std::pair<std::string, nlohmann::json> wrong[] = {{"vocab_size", "1024"},
+                                                          {"num_hidden_layers", 2.5},
+                                                          {"intermediate_size", -1},
+                                                          {"num_key_value_heads", 3},
+                                                          {"torch_dtype", "float4"},
+                                                          {"tie_word_embeddings", 1},
+                                                          {"hidden_size", std::uint64_t{1} << 63}};
+  for (const auto& [field, value] : wrong) {
+    auto j = base;
+    j[field] = value;
+    expect_error(j, field);
+  }
   expect_error(nlohmann::json::array(), "object");
 }
 

@@ -14,17 +14,10 @@ bool in_session(State s) {
   return s == State::kSession || s == State::kSessionPaused;
 }
 const char* name(State s) {
-  switch (s) {
-    case State::kIdle:
-      return "idle";
-    case State::kIdlePaused:
-      return "idle+paused";
-    case State::kSession:
-      return "session(target)";
-    case State::kSessionPaused:
-      return "session(target)+paused";
-  }
-  return "?";
+  // In the order of State's members.
+  constexpr const char* kNames[] = {"idle", "idle+paused", "session(target)",
+                                    "session(target)+paused"};
+  return kNames[static_cast<int>(s)];
 }
 
 class StateTableTest : public EngineHttpFixture {

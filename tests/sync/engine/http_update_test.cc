@@ -13,6 +13,18 @@ using namespace std::chrono_literals;
 
 class UpdateTest : public EngineHttpFixture {
  protected:
+  // Opens a session for `selector` and sends it one bucket: the first target tensor of step 1.
+  void begin_with_one_bucket(Selector selector) {
+    ASSERT_EQ(post("/begin_weight_update",
+                   R"({"selector":")" + std::string(to_string(selector)) + R"("})")
+                  .first,
+              200);
+    ASSERT_EQ(
+        post("/update_weights_from_distributed", bucket_body(0, {target_weights(1)[0]}, selector))
+            .first,
+        200);
+  }
+
   // One whole update of the target tensors at `step` in two buckets whose requests are sent in
   // reverse order from two threads. Returns the end status.
   int update(Selector selector, std::uint64_t step, const std::string& version) {
@@ -117,11 +129,7 @@ TEST_F(UpdateTest, WatchdogAbortsAnIdleSession) {
   start(opts);
   join("g");
   const Snapshot before = snapshot();
-  ASSERT_EQ(post("/begin_weight_update", R"({"selector":"all"})").first, 200);
-  ASSERT_EQ(post("/update_weights_from_distributed",
-                 bucket_body(0, {target_weights(1)[0]}, Selector::kAll))
-                .first,
-            200);
+  ASSERT_NO_FATAL_FAILURE(begin_with_one_bucket(Selector::kAll));
   const auto deadline = comm::deadline_after(comm::Millis(10000));
   while (engine_->in_session() && !comm::expired(deadline)) std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(engine_->in_session());
@@ -136,11 +144,7 @@ TEST_F(UpdateTest, DestroyingAGroupInUseAbortsTheSession) {
   start();
   join("g");
   const Snapshot before = snapshot();
-  ASSERT_EQ(post("/begin_weight_update", R"({"selector":"target"})").first, 200);
-  ASSERT_EQ(post("/update_weights_from_distributed",
-                 bucket_body(0, {target_weights(1)[0]}, Selector::kTarget))
-                .first,
-            200);
+  ASSERT_NO_FATAL_FAILURE(begin_with_one_bucket(Selector::kTarget));
   auto [st, body] = post("/destroy_weights_update_group", R"({"group_name":"g"})");
   EXPECT_EQ(st, 200);
   EXPECT_NE(body.value("message", "").find("aborted"), std::string::npos);

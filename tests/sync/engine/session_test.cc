@@ -1,6 +1,9 @@
 // SessionMachine: every (state, operation) pair, and refusals that change nothing.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+
 #include "sync/engine/session.h"
 
 namespace weightcast::sync::engine {
@@ -53,39 +56,47 @@ TEST(SessionMachine, IdleRefusesPayloadAndEndWith409AndStaysIdle) {
   EXPECT_EQ(snap(m), before);
 }
 
-TEST(SessionMachine, InSessionRefusesBeginWith409ForEverySelectorPair) {
-  for (Selector open : kAllSelectors) {
-    for (Selector again : kAllSelectors) {
-      SessionMachine m;
-      ASSERT_FALSE(m.begin(open));
-      m.set_version("v7");
-      const Snapshot before = snap(m);
-      auto refusal = m.begin(again);
-      ASSERT_TRUE(refusal);
-      EXPECT_EQ(refusal->status, 409);
-      EXPECT_EQ(snap(m), before);
-    }
-  }
+// Every pair of selectors: a session opened with the first, then a request that brings the second.
+class SelectorPair : public ::testing::TestWithParam<std::tuple<Selector, Selector>> {
+ protected:
+  void SetUp() override { ASSERT_FALSE(m.begin(open())); }
+  Selector open() const { return std::get<0>(GetParam()); }
+  Selector requested() const { return std::get<1>(GetParam()); }
+
+  SessionMachine m;
+};
+
+TEST_P(SelectorPair, InSessionBeginIsRefusedWith409) {
+  m.set_version("v7");
+  const Snapshot before = snap(m);
+  auto refusal = m.begin(requested());
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->status, 409);
+  EXPECT_EQ(snap(m), before);
 }
 
-TEST(SessionMachine, PayloadSelectorMustEqualTheSessionSelector) {
-  for (Selector open : kAllSelectors) {
-    for (Selector payload : kAllSelectors) {
-      SessionMachine m;
-      ASSERT_FALSE(m.begin(open));
-      const Snapshot before = snap(m);
-      auto refusal = m.check_payload(payload);
-      if (payload == open) {
-        EXPECT_FALSE(refusal);
-      } else {
-        ASSERT_TRUE(refusal);
-        EXPECT_EQ(refusal->status, 409);
-        EXPECT_NE(refusal->message.find("selector"), std::string::npos);
-      }
-      EXPECT_EQ(snap(m), before);
-    }
+TEST_P(SelectorPair, PayloadSelectorMustEqualTheSessionSelector) {
+  const Snapshot before = snap(m);
+  auto refusal = m.check_payload(requested());
+  if (requested() == open()) {
+    EXPECT_FALSE(refusal);
+  } else {
+    ASSERT_TRUE(refusal);
+    EXPECT_EQ(refusal->status, 409);
+    EXPECT_NE(refusal->message.find("selector"), std::string::npos);
   }
+  EXPECT_EQ(snap(m), before);
 }
+
+std::string pair_name(const ::testing::TestParamInfo<std::tuple<Selector, Selector>>& param) {
+  return std::string(to_string(std::get<0>(param.param))) + "_then_" +
+         std::string(to_string(std::get<1>(param.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySelectorPair, SelectorPair,
+                         ::testing::Combine(::testing::ValuesIn(kAllSelectors),
+                                            ::testing::ValuesIn(kAllSelectors)),
+                         pair_name);
 
 TEST(SessionMachine, EndAllowedInSessionAndCloseReturnsToIdle) {
   SessionMachine m;

@@ -11,7 +11,6 @@
 namespace weightcast::sync::trainer {
 namespace {
 
-using testing::FakeCommunicator;
 using testing::FakeEngine;
 using testing::FakeWire;
 
@@ -49,13 +48,7 @@ struct Elastic {
     UpdaterOptions o;
     o.selector = Selector::kTarget;
     o.on_engine_failure = policy;
-    o.communicator_factory = [this](std::string_view, const comm::CommOptions& opts) {
-      std::lock_guard lock(wire.mu);
-      wire.aborted = false;
-      return std::make_unique<FakeCommunicator>(wire, opts.size);
-    };
-    o.buckets.bucket_bytes = 4096;
-    o.buckets.failure_grace = comm::Millis(2000);
+    testing::use_fake_data_plane(o, wire);
     updater = std::make_unique<DistributedUpdater>(std::move(engines), std::move(o));
     updater->connect();  // all engines are up when training starts
   }
@@ -66,12 +59,6 @@ struct Elastic {
     return n;
   }
 };
-
-std::map<std::string, std::vector<std::byte>> as_map(const std::vector<HostTensor>& tensors) {
-  std::map<std::string, std::vector<std::byte>> out;
-  for (const auto& t : tensors) out[t.meta.name] = t.bytes;
-  return out;
-}
 
 TEST(Elastic, FailedEngineIsDroppedAndTheUpdateCompletesOnTheOthers) {
   Elastic f;
@@ -86,8 +73,8 @@ TEST(Elastic, FailedEngineIsDroppedAndTheUpdateCompletesOnTheOthers) {
   EXPECT_TRUE(report.degraded());
   EXPECT_EQ(report.out, std::vector<std::string>{kC});
   EXPECT_EQ(report.engines_current, 2u);
-  EXPECT_EQ(f.a->committed(), as_map(tensors));
-  EXPECT_EQ(f.b->committed(), as_map(tensors));
+  EXPECT_EQ(f.a->committed(), testing::as_map(tensors));
+  EXPECT_EQ(f.b->committed(), testing::as_map(tensors));
   EXPECT_EQ(f.a->version(), "1");
   // The redo ran on a group of a new epoch, sized without c: no stale member can join it.
   ASSERT_EQ(f.a->inits.size(), 2u);
@@ -121,7 +108,7 @@ TEST(Elastic, DroppedEngineThatAnswersIsReadmittedWithAFullUpdate) {
   EXPECT_TRUE(report.dropped.empty());
   EXPECT_FALSE(report.degraded());
   EXPECT_EQ(report.engines_current, 3u);
-  EXPECT_EQ(f.c->committed(), as_map(tensors));
+  EXPECT_EQ(f.c->committed(), testing::as_map(tensors));
   EXPECT_EQ(f.c->version(), "2");
   EXPECT_EQ(f.c->inits.back().group_name, "weightcast-pp_0-e2");
   // Its stale session was aborted (by its id) before our new begin.

@@ -11,45 +11,25 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "tests/sync/trainer/http_test_server.h"
 
 namespace weightcast::sync::trainer {
 namespace {
 
-class Server {
- public:
-  Server() {
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() is a no-op until the accept loop runs, so wait for it (bounded).
-    for (int i = 0; i < 500 && !server_.is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  ~Server() { stop(); }
-  void stop() {
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  httplib::Server& http() { return server_; }
+using testing::fast_client_options;
+using testing::HttpTestServer;
 
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-EngineClientOptions fast(std::string token = "") {
-  EngineClientOptions o;
-  o.token = std::move(token);
-  o.connect_timeout = comm::Millis(1000);
-  o.request_timeout = comm::Millis(2000);
-  o.data_timeout = comm::Millis(2000);
-  return o;
+// An engine's checksum answer: a digest of 32 'a's.
+WeightsChecksumResponse checksum(Runner runner, std::string version) {
+  WeightsChecksumResponse r;
+  r.runner = runner;
+  r.weight_version = std::move(version);
+  r.digest = std::string(32, 'a');
+  return r;
 }
 
 TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
-  Server s;
+  HttpTestServer s;
   std::string auth, body;
   s.http().Post("/begin_weight_update", [&](const httplib::Request& req, httplib::Response& res) {
     auth = req.get_header_value("Authorization");
@@ -58,7 +38,7 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
         to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "", "", ""}),
         "application/json");
   });
-  EngineClient client(s.url() + "/", fast("s3cret"));
+  EngineClient client(s.url() + "/", fast_client_options("s3cret"));
   EXPECT_EQ(client.url(), s.url());
   const auto answer = client.begin_weight_update({Selector::kTarget});
   EXPECT_EQ(answer.selector, Selector::kTarget);
@@ -67,7 +47,7 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
 }
 
 TEST(EngineClient, ReadsServerInfoAndChecksums) {
-  Server s;
+  HttpTestServer s;
   ServerInfoResponse info;
   info.version = "0.1.0";
   info.rank_count = 2;
@@ -79,33 +59,25 @@ TEST(EngineClient, ReadsServerInfoAndChecksums) {
   std::string runner;
   s.http().Get("/weights_checksum", [&](const httplib::Request& req, httplib::Response& res) {
     runner = req.get_param_value("runner");
-    WeightsChecksumResponse r;
-    r.runner = Runner::kDraft;
-    r.weight_version = "4";
-    r.digest = std::string(32, 'a');
-    res.set_content(to_json_string(r), "application/json");
+    res.set_content(to_json_string(checksum(Runner::kDraft, "4")), "application/json");
   });
-  EngineClient client(s.url(), fast());
+  EngineClient client(s.url(), fast_client_options());
   EXPECT_EQ(client.server_info(), info);
   EXPECT_EQ(client.weights_checksum(Runner::kDraft).runner, Runner::kDraft);
   EXPECT_EQ(runner, "draft");
 }
 
 TEST(EngineClient, RecomputedChecksumIsAskedForAndMustBeConfirmed) {
-  Server s;
+  HttpTestServer s;
   std::string recompute;
   bool confirm = true;
   s.http().Get("/weights_checksum", [&](const httplib::Request& req, httplib::Response& res) {
     recompute = req.get_param_value("recompute");
-    WeightsChecksumResponse r;
-    r.runner = Runner::kTarget;
-    r.weight_version = "1";
-    r.digest = std::string(32, 'a');
-    auto body = nlohmann::json::parse(to_json_string(r));
+    auto body = nlohmann::json::parse(to_json_string(checksum(Runner::kTarget, "1")));
     if (confirm) body["recomputed"] = true;
     res.set_content(body.dump(), "application/json");
   });
-  EngineClient client(s.url(), fast());
+  EngineClient client(s.url(), fast_client_options());
   EXPECT_EQ(client.weights_checksum(Runner::kTarget, /*recompute=*/true).digest,
             std::string(32, 'a'));
   EXPECT_EQ(recompute, "1");
@@ -122,13 +94,13 @@ TEST(EngineClient, RecomputedChecksumIsAskedForAndMustBeConfirmed) {
 }
 
 TEST(EngineClient, ErrorsNameEngineRouteAndEngineMessage) {
-  Server s;
+  HttpTestServer s;
   s.http().Post("/update_weights_from_distributed", [](const httplib::Request&,
                                                        httplib::Response& res) {
     res.status = 409;
     res.set_content(to_json_string(BasicResponse{false, "selector differs"}), "application/json");
   });
-  EngineClient client(s.url(), fast());
+  EngineClient client(s.url(), fast_client_options());
   UpdateWeightsFromDistributedRequest req;
   req.tensors = {TensorMeta{"w", DType::kFloat32, {2}}};
   try {
@@ -146,23 +118,23 @@ TEST(EngineClient, ErrorsNameEngineRouteAndEngineMessage) {
 }
 
 TEST(EngineClient, SuccessFalseIsAnError) {
-  Server s;
+  HttpTestServer s;
   s.http().Post("/pause_generation", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(to_json_string(BasicResponse{false, "busy"}), "application/json");
   });
-  EngineClient client(s.url(), fast());
+  EngineClient client(s.url(), fast_client_options());
   EXPECT_THROW(client.pause_generation({}), EngineError);
 }
 
 TEST(EngineClient, SlowAnswerIsATimeout) {
-  Server s;
+  HttpTestServer s;
   std::atomic<bool> release{false};
   s.http().Post("/end_weight_update", [&](const httplib::Request&, httplib::Response& res) {
     for (int i = 0; i < 100 && !release; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     res.set_content(to_json_string(EndWeightUpdateResponse{}), "application/json");
   });
-  EngineClientOptions o = fast();
+  EngineClientOptions o = fast_client_options();
   o.request_timeout = comm::Millis(300);
   EngineClient client(s.url(), o);
   const auto start = std::chrono::steady_clock::now();
@@ -180,11 +152,11 @@ TEST(EngineClient, SlowAnswerIsATimeout) {
 TEST(EngineClient, ClosedPortIsAnUnreachableEngine) {
   std::string url;
   {
-    Server s;
+    HttpTestServer s;
     url = s.url();
     s.stop();
   }
-  EngineClient client(url, fast());
+  EngineClient client(url, fast_client_options());
   try {
     client.health();
     FAIL() << "expected EngineError";
@@ -195,18 +167,18 @@ TEST(EngineClient, ClosedPortIsAnUnreachableEngine) {
 }
 
 TEST(EngineClient, OversizedAnswerIsRefused) {
-  Server s;
+  HttpTestServer s;
   s.http().Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(4096, 'x'), "text/plain");
   });
-  EngineClientOptions o = fast();
+  EngineClientOptions o = fast_client_options();
   o.limits.max_body_bytes = 1024;
   EngineClient client(s.url(), o);
   EXPECT_THROW(client.metrics(), EngineError);
 }
 
 TEST(EngineClient, RejectsUrlsWithoutScheme) {
-  EXPECT_THROW(EngineClient("127.0.0.1:30000", fast()), comm::ConfigError);
+  EXPECT_THROW(EngineClient("127.0.0.1:30000", fast_client_options()), comm::ConfigError);
 }
 
 }  // namespace

@@ -242,4 +242,14 @@ WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner, bool) {
   return r;
 }
 
+void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire) {
+  options.communicator_factory = [&wire](std::string_view, const comm::CommOptions& o) {
+    std::lock_guard lock(wire.mu);
+    wire.aborted = false;
+    return std::make_unique<FakeCommunicator>(wire, o.size);
+  };
+  options.buckets.bucket_bytes = 4096;
+  options.buckets.failure_grace = comm::Millis(2000);
+}
+
 }  // namespace weightcast::sync::trainer::testing

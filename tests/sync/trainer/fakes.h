@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "sync/model/bucket.h"
 #include "sync/trainer/engine_api.h"
+#include "sync/trainer/updater.h"
 
 namespace weightcast::sync::trainer::testing {
 
@@ -135,5 +136,9 @@ class FakeEngine final : public EngineApi {
   int open_buckets_ = 0;
   int max_open_buckets_ = 0;
 };
+
+// Points `options` at the fake data plane: a FakeCommunicator on `wire` for every group (a new
+// group after a failed update is healthy again), 4 KiB buckets and a failure grace of 2 s.
+void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire);
 
 }  // namespace weightcast::sync::trainer::testing

@@ -10,6 +10,7 @@
 #include "comm/errors.h"
 #include "sync/trainer/engine_client.h"
 #include "sync/trainer/sglang_answers.h"
+#include "tests/sync/trainer/http_test_server.h"
 
 namespace weightcast::sync::trainer {
 namespace {
@@ -18,57 +19,39 @@ namespace {
 class SglangLike {
  public:
   SglangLike() {
+    httplib::Server& http = server_.http();
     auto json = [](const char* body) {
       return [body](const httplib::Request&, httplib::Response& res) {
         res.set_content(body, "application/json");
       };
     };
-    s_.Get("/get_server_info", json(R"({"tp_size":4,"dp_size":1,"weight_version":"7",
+    http.Get("/get_server_info", json(R"({"tp_size":4,"dp_size":1,"weight_version":"7",
                                         "speculative_algorithm":"EAGLE","version":"0.5"})"));
-    s_.Post("/pause_generation",
-            json(R"({"message":"Generation paused successfully.","status":"ok"})"));
-    s_.Get("/flush_cache", [](const httplib::Request&, httplib::Response& res) {
+    http.Post("/pause_generation",
+              json(R"({"message":"Generation paused successfully.","status":"ok"})"));
+    http.Get("/flush_cache", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("Cache flushed.\n", "text/plain");
     });
-    s_.Post("/begin_weight_update", json(R"({"success":true,"message":"begin"})"));
-    s_.Post("/update_weights_from_distributed",
-            [this](const httplib::Request& req, httplib::Response& res) {
-              last_bucket = req.body;
-              res.set_content(R"({"success":false,"message":"load failed"})", "application/json");
-            });
-    s_.Post("/end_weight_update", json(R"({"success":true,"message":"end"})"));
-    s_.Get("/get_weight_version", json(R"({"weight_version":"8"})"));
-    s_.Get("/health", [](const httplib::Request&, httplib::Response&) {});
-    port_ = s_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { s_.listen_after_bind(); });
-    for (int i = 0; i < 500 && !s_.is_running(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    http.Post("/begin_weight_update", json(R"({"success":true,"message":"begin"})"));
+    http.Post("/update_weights_from_distributed",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                last_bucket = req.body;
+                res.set_content(R"({"success":false,"message":"load failed"})", "application/json");
+              });
+    http.Post("/end_weight_update", json(R"({"success":true,"message":"end"})"));
+    http.Get("/get_weight_version", json(R"({"weight_version":"8"})"));
+    http.Get("/health", [](const httplib::Request&, httplib::Response&) {});
   }
-  ~SglangLike() {
-    s_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return server_.url(); }
   std::string last_bucket;
 
  private:
-  httplib::Server s_;
-  int port_ = 0;
-  std::thread thread_;
+  testing::HttpTestServer server_;
 };
-
-EngineClientOptions fast() {
-  EngineClientOptions o;
-  o.connect_timeout = comm::Millis(1000);
-  o.request_timeout = comm::Millis(2000);
-  o.data_timeout = comm::Millis(2000);
-  return o;
-}
 
 TEST(SglangClient, DetectsTheFlavorAndReadsSGLangsAnswers) {
   SglangLike s;
-  EngineClient client(s.url(), fast());
+  EngineClient client(s.url(), testing::fast_client_options());
   EXPECT_EQ(client.flavor(), EngineFlavor::kWeightcast);  // not known before server_info
   const ServerInfoResponse info = client.server_info();
   EXPECT_EQ(client.flavor(), EngineFlavor::kSglang);
@@ -86,7 +69,7 @@ TEST(SglangClient, DetectsTheFlavorAndReadsSGLangsAnswers) {
 
 TEST(SglangClient, SuccessFalseInA2xxIsAFailureNamingTheEngine) {
   SglangLike s;
-  EngineClientOptions o = fast();
+  EngineClientOptions o = testing::fast_client_options();
   o.flavor = EngineFlavor::kSglang;
   EngineClient client(s.url(), o);
   UpdateWeightsFromDistributedRequest req;
@@ -106,7 +89,7 @@ TEST(SglangClient, SuccessFalseInA2xxIsAFailureNamingTheEngine) {
 
 TEST(SglangClient, AForcedWeightcastFlavorIsNeverTakenForSGLang) {
   SglangLike s;
-  EngineClientOptions o = fast();
+  EngineClientOptions o = testing::fast_client_options();
   o.flavor = EngineFlavor::kWeightcast;
   EngineClient client(s.url(), o);
   EXPECT_THROW(client.server_info(), EngineError);  // 404 on /server_info

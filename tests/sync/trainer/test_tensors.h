@@ -1,7 +1,9 @@
 // Random named tensors for the trainer's unit tests (deterministic per seed).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,6 +33,14 @@ inline std::vector<HostTensor> random_tensors(std::uint32_t seed, int count,
     for (auto& b : t.bytes) b = static_cast<std::byte>(rng() & 0xff);
     out.push_back(std::move(t));
   }
+  return out;
+}
+
+// The tensors as FakeEngine::committed() lists them: name -> bytes.
+inline std::map<std::string, std::vector<std::byte>> as_map(
+    const std::vector<HostTensor>& tensors) {
+  std::map<std::string, std::vector<std::byte>> out;
+  for (const auto& t : tensors) out[t.meta.name] = t.bytes;
   return out;
 }
 

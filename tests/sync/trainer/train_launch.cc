@@ -30,8 +30,11 @@ std::vector<std::string> mpirun_flags() {
 TestEngine start_engine(int ranks, const std::vector<std::string>& extra, int seed, int port) {
   auto argv = weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks,
                                                     static_cast<std::uint64_t>(seed), extra);
-  const auto flag = std::find(argv.begin(), argv.end(), "--port");
-  if (flag != argv.end() && flag + 1 != argv.end()) *(flag + 1) = std::to_string(port);
+  weightcast::testing::set_flag_value(argv, "--port", std::to_string(port));
+  return start_engine_process(argv);
+}
+
+TestEngine start_engine_process(const std::vector<std::string>& argv) {
   TestEngine e{std::make_unique<weightcast::testing::Subprocess>(argv), ""};
   e.url = weightcast::testing::wait_for_engine_url(*e.process, std::chrono::seconds(30));
   return e;

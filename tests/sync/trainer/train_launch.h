@@ -19,6 +19,9 @@ struct TestEngine {
   std::string url;
 };
 
+// Starts the engine command line `argv` and waits for its URL.
+TestEngine start_engine_process(const std::vector<std::string>& argv);
+
 // An engine of `ranks` ranks (tests/support/engine_launch.h), `extra` flags appended; waits for
 // its URL. `port` 0: an ephemeral one; else that port (a restart on the port the engine's
 // previous process bound).

@@ -12,7 +12,6 @@
 namespace weightcast::sync::trainer {
 namespace {
 
-using testing::FakeCommunicator;
 using testing::FakeEngine;
 using testing::FakeWire;
 
@@ -33,13 +32,7 @@ struct Fixture {
     b = eb.get();
     engines.push_back(std::move(ea));
     engines.push_back(std::move(eb));
-    options.communicator_factory = [this](std::string_view, const comm::CommOptions& o) {
-      std::lock_guard lock(wire.mu);
-      wire.aborted = false;  // a new group after a failed update is healthy again
-      return std::make_unique<FakeCommunicator>(wire, o.size);
-    };
-    options.buckets.bucket_bytes = 4096;
-    options.buckets.failure_grace = comm::Millis(2000);
+    testing::use_fake_data_plane(options, wire);
     updater = std::make_unique<DistributedUpdater>(std::move(engines), std::move(options));
   }
 
@@ -50,12 +43,6 @@ struct Fixture {
   }
 };
 
-std::map<std::string, std::vector<std::byte>> as_map(const std::vector<HostTensor>& tensors) {
-  std::map<std::string, std::vector<std::byte>> out;
-  for (const auto& t : tensors) out[t.meta.name] = t.bytes;
-  return out;
-}
-
 TEST(Updater, DeliversEveryTensorToEveryEngine) {
   Fixture f;
   const auto tensors = testing::random_tensors(1, 40, 900);
@@ -65,8 +52,8 @@ TEST(Updater, DeliversEveryTensorToEveryEngine) {
   EXPECT_EQ(report.selector, Selector::kTarget);
   EXPECT_EQ(report.tensors, 40u);
   EXPECT_GT(report.buckets, 3u);
-  EXPECT_EQ(f.a->committed(), as_map(tensors));
-  EXPECT_EQ(f.b->committed(), as_map(tensors));
+  EXPECT_EQ(f.a->committed(), testing::as_map(tensors));
+  EXPECT_EQ(f.b->committed(), testing::as_map(tensors));
   EXPECT_EQ(f.a->version(), "1");
   EXPECT_EQ(f.b->version(), "1");
   for (const auto& req : f.b->bucket_requests()) {
@@ -111,38 +98,37 @@ TEST(Updater, StepsRunInProtocolOrderOnEachEngine) {
 
 // A begin refused with 409 means another client holds a session there: the updater aborts its
 // own session elsewhere (by id) and leaves the busy engine entirely alone (no abort, no resume).
-TEST(Updater, BusyEngineIsLeftAloneAndOurOtherSessionsAreAbortedById) {
-  Fixture f;
-  f.b->fail_route("POST /begin_weight_update", 409);
+// B refuses begin_weight_update with `status`: the update fails naming B and the route, our
+// session on A is aborted and never ended, B (where we opened nothing) is not aborted, and A keeps
+// its version. Returns the report for the checks that depend on the status.
+UpdateReport begin_refused_by_b(Fixture& f, int status) {
+  f.b->fail_route("POST /begin_weight_update", status);
   const auto report = f.updater->update(views(testing::random_tensors(3, 5, 100)));
   EXPECT_FALSE(report.ok);
   EXPECT_EQ(report.failed_engine, kB);
   EXPECT_EQ(report.failed_route, "POST /begin_weight_update");
-  EXPECT_NE(report.error.find("engine busy"), std::string::npos) << report.error;
   EXPECT_NE(report.error.find(kB), std::string::npos) << report.error;
   EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /abort_weight_update"), -1);
-  EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /continue_generation"), -1);
   EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /abort_weight_update"), -1);
-  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /continue_generation"), -1);
   EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /end_weight_update"), -1);
   EXPECT_EQ(f.a->version(), "0");
+  return report;
+}
+
+TEST(Updater, BusyEngineIsLeftAloneAndOurOtherSessionsAreAbortedById) {
+  Fixture f;
+  const auto report = begin_refused_by_b(f, 409);
+  EXPECT_NE(report.error.find("engine busy"), std::string::npos) << report.error;
+  EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /continue_generation"), -1);
+  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /continue_generation"), -1);
 }
 
 TEST(Updater, BeginFailureAbortsOurSessionsAndResumesEveryEngine) {
   Fixture f;
-  f.b->fail_route("POST /begin_weight_update", 500);
-  const auto report = f.updater->update(views(testing::random_tensors(3, 5, 100)));
-  EXPECT_FALSE(report.ok);
-  EXPECT_EQ(report.failed_engine, kB);
-  EXPECT_EQ(report.failed_route, "POST /begin_weight_update");
-  EXPECT_NE(report.error.find(kB), std::string::npos) << report.error;
-  EXPECT_NE(f.wire.index_of(std::string(kA) + " POST /abort_weight_update"), -1);
+  begin_refused_by_b(f, 500);
   // B opened nothing of ours: nothing to abort there, but it is resumed.
-  EXPECT_EQ(f.wire.index_of(std::string(kB) + " POST /abort_weight_update"), -1);
   EXPECT_NE(f.wire.index_of(std::string(kB) + " POST /continue_generation"), -1);
-  EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /end_weight_update"), -1);
   EXPECT_EQ(f.wire.index_of(std::string(kA) + " POST /update_weights_from_distributed 0"), -1);
-  EXPECT_EQ(f.a->version(), "0");
 }
 
 TEST(Updater, UnreachableEngineMidDataIsBlamedAndNobodyCommits) {
@@ -165,7 +151,7 @@ TEST(Updater, UnreachableEngineMidDataIsBlamedAndNobodyCommits) {
   ASSERT_TRUE(retry.ok) << retry.error;
   EXPECT_EQ(retry.version, "1");
   EXPECT_EQ(f.a->inits.size(), 2u);
-  EXPECT_EQ(f.b->committed(), as_map(tensors));
+  EXPECT_EQ(f.b->committed(), testing::as_map(tensors));
 }
 
 TEST(Updater, CommitFailureTakesTheAbortPath) {
