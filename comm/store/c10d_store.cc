@@ -19,6 +19,7 @@
 
 #include <mutex>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "comm/store/c10d_protocol.h"
 #include "comm/store/c10d_store.h"
@@ -57,15 +58,11 @@ proto::Request c10d_client::request(Query q, std::vector<std::string> keys,
 }
 
 std::string_view to_string(C10dProtocol protocol) {
-  switch (protocol) {
-    case C10dProtocol::kAuto:
-      return "auto";
-    case C10dProtocol::kTorch1:
-      return "torch1";
-    case C10dProtocol::kTorch2:
-      return "torch2";
-  }
-  return "unknown";
+  static constexpr auto kNames =
+      enum_names<C10dProtocol>("c10d protocol", {{C10dProtocol::kAuto, "auto"},
+                                                 {C10dProtocol::kTorch1, "torch1"},
+                                                 {C10dProtocol::kTorch2, "torch2"}});
+  return kNames.name_or(protocol, "unknown");
 }
 
 C10dStore::C10dStore(C10dStoreOptions opts) : impl_(std::make_unique<Impl>()) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 
 namespace weightcast::comm::net {
@@ -96,19 +97,13 @@ void Fd::reset(int fd) {
 }
 
 std::string IoResult::describe() const {
-  switch (io) {
-    case Io::kOk:
-      return "ok";
-    case Io::kTimeout:
-      return "timed out";
-    case Io::kClosed:
-      return "connection closed by peer";
-    case Io::kStopped:
-      return "stopped";
-    case Io::kError:
-      return std::strerror(err);
-  }
-  return "unknown";
+  static constexpr auto kNames =
+      enum_names<Io>("I/O result", {{Io::kOk, "ok"},
+                                    {Io::kTimeout, "timed out"},
+                                    {Io::kClosed, "connection closed by peer"},
+                                    {Io::kStopped, "stopped"}});
+  if (io == Io::kError) return std::strerror(err);
+  return std::string(kNames.name_or(io, "unknown"));
 }
 
 std::string endpoint(std::string_view host, std::uint16_t port) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "comm/store.h"
 
@@ -114,44 +115,27 @@ std::string check_shape(const Request& r) {
 
 }  // namespace
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kHello:
-      return "HELLO";
-    case Op::kSet:
-      return "SET";
-    case Op::kGet:
-      return "GET";
-    case Op::kWait:
-      return "WAIT";
-    case Op::kAdd:
-      return "ADD";
-    case Op::kCheck:
-      return "CHECK";
-  }
-  return "UNKNOWN";
+std::string_view op_name(Op op) {
+  static constexpr auto kNames = enum_names<Op>("store op", {{Op::kHello, "HELLO"},
+                                                             {Op::kSet, "SET"},
+                                                             {Op::kGet, "GET"},
+                                                             {Op::kWait, "WAIT"},
+                                                             {Op::kAdd, "ADD"},
+                                                             {Op::kCheck, "CHECK"}});
+  return kNames.name_or(op, "UNKNOWN");
 }
 
-const char* status_name(Status status) {
-  switch (status) {
-    case Status::kOk:
-      return "ok";
-    case Status::kTimeout:
-      return "timeout";
-    case Status::kBadRequest:
-      return "bad request";
-    case Status::kUnauthorized:
-      return "unauthorized";
-    case Status::kTooLarge:
-      return "too large";
-    case Status::kForbidden:
-      return "forbidden";
-    case Status::kRejected:
-      return "rejected";
-    case Status::kUnavailable:
-      return "unavailable";
-  }
-  return "unknown status";
+std::string_view status_name(Status status) {
+  static constexpr auto kNames =
+      enum_names<Status>("store status", {{Status::kOk, "ok"},
+                                          {Status::kTimeout, "timeout"},
+                                          {Status::kBadRequest, "bad request"},
+                                          {Status::kUnauthorized, "unauthorized"},
+                                          {Status::kTooLarge, "too large"},
+                                          {Status::kForbidden, "forbidden"},
+                                          {Status::kRejected, "rejected"},
+                                          {Status::kUnavailable, "unavailable"}});
+  return kNames.name_or(status, "unknown status");
 }
 
 bool keeps_connection(Status status) {

@@ -63,8 +63,8 @@ enum class Status : std::uint8_t {
   kUnavailable = 7,   // server at its connection limit or stopping; connection closed
 };
 
-const char* op_name(Op op);
-const char* status_name(Status status);
+std::string_view op_name(Op op);
+std::string_view status_name(Status status);
 // Whether the server keeps the connection open after answering with `status`.
 bool keeps_connection(Status status);
 

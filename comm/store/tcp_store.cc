@@ -129,7 +129,7 @@ TcpStore::Impl::Handshake TcpStore::Impl::handshake(net::Fd& conn, Deadline dead
 // stored fd; callers decide whether the connection survives.
 proto::Response TcpStore::Impl::exchange(int conn, const proto::Request& req, Deadline deadline) {
   const std::string frame = proto::encode_request(req);
-  const char* what = proto::op_name(req.op);
+  const std::string_view what = proto::op_name(req.op);
   auto fail = [&](const net::IoResult& r) {
     if (r.io == net::Io::kTimeout) {
       throw TimeoutError(detail::concat("store ", what, " at ", peer, " got no reply in time"));

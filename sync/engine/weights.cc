@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 
 namespace weightcast::sync::engine {
@@ -16,27 +17,19 @@ namespace {
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;
 
 // safetensors dtype codes.
-constexpr std::array<std::pair<std::string_view, DType>, 12> kCodes = {{
-    {"F32", DType::kFloat32},
-    {"F16", DType::kFloat16},
-    {"BF16", DType::kBFloat16},
-    {"F64", DType::kFloat64},
-    {"F8_E4M3", DType::kFloat8E4M3Fn},
-    {"F8_E5M2", DType::kFloat8E5M2},
-    {"I8", DType::kInt8},
-    {"U8", DType::kUInt8},
-    {"I16", DType::kInt16},
-    {"I32", DType::kInt32},
-    {"I64", DType::kInt64},
-    {"BOOL", DType::kBool},
-}};
-
-std::string_view code_of(DType dtype) {
-  for (const auto& [code, d] : kCodes) {
-    if (d == dtype) return code;
-  }
-  return "?";
-}
+constexpr auto kCodes =
+    comm::enum_names<DType>("safetensors dtype", {{DType::kFloat32, "F32"},
+                                                  {DType::kFloat16, "F16"},
+                                                  {DType::kBFloat16, "BF16"},
+                                                  {DType::kFloat64, "F64"},
+                                                  {DType::kFloat8E4M3Fn, "F8_E4M3"},
+                                                  {DType::kFloat8E5M2, "F8_E5M2"},
+                                                  {DType::kInt8, "I8"},
+                                                  {DType::kUInt8, "U8"},
+                                                  {DType::kInt16, "I16"},
+                                                  {DType::kInt32, "I32"},
+                                                  {DType::kInt64, "I64"},
+                                                  {DType::kBool, "BOOL"}});
 
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
   throw comm::ConfigError("safetensors file '" + path + "': " + what);
@@ -92,10 +85,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   try {
     validate_tensor_name(name, "name");
     const std::string code = value.at("dtype").get<std::string>();
-    auto it =
-        std::find_if(kCodes.begin(), kCodes.end(), [&](const auto& p) { return p.first == code; });
-    if (it == kCodes.end()) bad_file(path, where + ": unsupported dtype '" + code + "'");
-    Entry e{TensorMeta{name, it->second, value.at("shape").get<std::vector<std::int64_t>>()}, 0, 0};
+    const auto dtype = kCodes.find(code);
+    if (!dtype) bad_file(path, where + ": unsupported dtype '" + code + "'");
+    Entry e{TensorMeta{name, *dtype, value.at("shape").get<std::vector<std::int64_t>>()}, 0, 0};
     const auto offsets = value.at("data_offsets").get<std::vector<std::uint64_t>>();
     if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size) {
       bad_file(path, where + ": data_offsets outside the data");
@@ -171,7 +163,7 @@ void save_safetensors(const std::string& path, const std::vector<RawTensor>& ten
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
     WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "tensor '", t.meta.name, "'");
-    header[t.meta.name] = {{"dtype", code_of(t.meta.dtype)},
+    header[t.meta.name] = {{"dtype", kCodes.name_or(t.meta.dtype, "?")},
                            {"shape", t.meta.shape},
                            {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();

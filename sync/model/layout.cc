@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "sync/protocol/protocol_text.h"
 
@@ -126,23 +127,17 @@ void check_copy_spans(std::span<const std::byte> src, std::span<std::byte> dst) 
              "shuffle source and destination partially overlap");
 }
 
+constexpr auto kLayouts =
+    comm::enum_names<Layout>("layout", {{Layout::kNone, "none"}, {Layout::kShuffle, "shuffle"}});
+
 }  // namespace
 
 Layout parse_layout(std::string_view text) {
-  if (text == "none") return Layout::kNone;
-  if (text == "shuffle") return Layout::kShuffle;
-  throw comm::BadRequestError("unknown layout " + sync::quoted(text) + " (valid: none, shuffle)");
+  return sync::parse_name(kLayouts, text);
 }
 
 std::string_view to_string(Layout layout) {
-  switch (layout) {
-    case Layout::kNone:
-      return "none";
-    case Layout::kShuffle:
-      return "shuffle";
-  }
-  WC_ENFORCE(false, "invalid Layout value ", static_cast<int>(layout));
-  return {};
+  return kLayouts.name(layout);
 }
 
 bool shuffle_moves(std::span<const std::int64_t> shape, std::size_t element_size) {

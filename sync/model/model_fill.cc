@@ -24,6 +24,7 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "comm/errors.h"
 #include "sync/model/model.h"
@@ -96,15 +97,45 @@ void fill_words(std::byte* out, std::size_t bytes, std::uint64_t base_key, std::
   }
 }
 
-template <typename U, int M, U kBase>
+// A floating dtype's bits: lane type U, M mantissa bits, exponent bias kBias, and kFillBase, the
+// lowest biased exponent float_word gives it (kFillBase + 7 stays normal and finite).
+template <DType D, typename U, int M, int kBias, U kFillBase>
+struct FloatFormat {
+  static constexpr DType kDType = D;
+  using Lane = U;
+  static constexpr int kMantissa = M;
+  static constexpr int kExponentBias = kBias;
+  static constexpr U kBase = kFillBase;
+};
+
+using FloatFormats = std::tuple<FloatFormat<DType::kFloat64, std::uint64_t, 52, 1023, 1015>,
+                                FloatFormat<DType::kFloat32, std::uint32_t, 23, 127, 119>,
+                                FloatFormat<DType::kBFloat16, std::uint16_t, 7, 127, 119>,
+                                FloatFormat<DType::kFloat16, std::uint16_t, 10, 15, 7>,
+                                FloatFormat<DType::kFloat8E4M3Fn, std::uint8_t, 3, 7, 1>,
+                                FloatFormat<DType::kFloat8E5M2, std::uint8_t, 2, 15, 7>>;
+
+// Calls `f(FloatFormat{})` with the format of `dtype`; false (and no call) for a non-float dtype.
+template <typename F>
+bool with_float_format(DType dtype, F&& f) {
+  return std::apply(
+      [&](auto... format) { return ((format.kDType == dtype && (f(format), true)) || ...); },
+      FloatFormats{});
+}
+
+template <typename F>
 void fill_float(std::byte* out, std::size_t bytes, std::uint64_t base_key, std::uint64_t step_key) {
-  fill_words<float_word<U, M, kBase>>(out, bytes, base_key, step_key, drift_mask<U, M>());
+  using U = typename F::Lane;
+  fill_words<float_word<U, F::kMantissa, F::kBase>>(out, bytes, base_key, step_key,
+                                                    drift_mask<U, F::kMantissa>());
 }
 
 // See the file comment: 1.0 on the diagonal of the first h columns, the rest divided by 2^6
 // (an exponent decrement, exact and still normal for every exponent float_word produces).
-template <typename U, int M, int kBias>
+template <typename F>
 void make_near_identity(std::byte* out, std::int64_t rows, std::int64_t cols) {
+  using U = typename F::Lane;
+  constexpr int M = F::kMantissa;
   constexpr U kExpMask = static_cast<U>(((U{1} << (8 * sizeof(U) - 1)) - 1) & ~((U{1} << M) - 1));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < cols; ++c) {
@@ -112,7 +143,7 @@ void make_near_identity(std::byte* out, std::int64_t rows, std::int64_t cols) {
       std::byte* at = out + (r * cols + c) * static_cast<std::int64_t>(sizeof(U));
       std::memcpy(&v, at, sizeof(U));
       if (r == c) {
-        v = static_cast<U>(U{kBias} << M);
+        v = static_cast<U>(U{F::kExponentBias} << M);
       } else {
         v = static_cast<U>((v & ~kExpMask) | ((v & kExpMask) - (U{6} << M)));
       }
@@ -121,21 +152,31 @@ void make_near_identity(std::byte* out, std::int64_t rows, std::int64_t cols) {
   }
 }
 
+// Integer and bool tensors: the step stream alone.
+void fill_integer(DType dtype, std::byte* out, std::size_t bytes, std::uint64_t step_key) {
+  switch (dtype) {
+    case DType::kInt64:
+    case DType::kInt32:
+    case DType::kInt16:
+    case DType::kInt8:
+    case DType::kUInt8:
+      return fill_words<raw_word>(out, bytes, 0, step_key, ~0ull);
+    case DType::kBool:
+      return fill_words<bool_word>(out, bytes, 0, step_key, ~0ull);
+    default:
+      WC_ENFORCE(false, "invalid DType value ", static_cast<int>(dtype));
+  }
+}
+
 void structure_draft_fc(const TensorMeta& meta, std::byte* out) {
   if (meta.name != std::string(kDraftPrefix) + "fc.weight" || meta.shape.size() != 2) return;
   const auto rows = meta.shape[0], cols = meta.shape[1];
-  switch (meta.dtype) {
-    case DType::kBFloat16:
-      return make_near_identity<std::uint16_t, 7, 127>(out, rows, cols);
-    case DType::kFloat16:
-      return make_near_identity<std::uint16_t, 10, 15>(out, rows, cols);
-    case DType::kFloat32:
-      return make_near_identity<std::uint32_t, 23, 127>(out, rows, cols);
-    case DType::kFloat64:
-      return make_near_identity<std::uint64_t, 52, 1023>(out, rows, cols);
-    default:
-      return;  // 8-bit floats and integers keep the plain random fill
-  }
+  with_float_format(meta.dtype, [&](auto format) {
+    // 8-bit floats (like integers) keep the plain random fill.
+    if constexpr (sizeof(typename decltype(format)::Lane) > 1) {
+      make_near_identity<decltype(format)>(out, rows, cols);
+    }
+  });
 }
 
 }  // namespace
@@ -149,38 +190,9 @@ void fill_tensor(const TensorMeta& meta, std::uint64_t seed, std::uint64_t step,
       mix64(XXH3_64bits_withSeed(meta.name.data(), meta.name.size(), seed));
   const std::uint64_t step_key = mix64(base_key ^ mix64(step + 1));
   std::byte* p = out.data();
-  switch (meta.dtype) {
-    case DType::kFloat64:
-      fill_float<std::uint64_t, 52, 1015>(p, bytes, base_key, step_key);
-      break;
-    case DType::kFloat32:
-      fill_float<std::uint32_t, 23, 119>(p, bytes, base_key, step_key);
-      break;
-    case DType::kBFloat16:
-      fill_float<std::uint16_t, 7, 119>(p, bytes, base_key, step_key);
-      break;
-    case DType::kFloat16:
-      fill_float<std::uint16_t, 10, 7>(p, bytes, base_key, step_key);
-      break;
-    case DType::kFloat8E4M3Fn:
-      fill_float<std::uint8_t, 3, 1>(p, bytes, base_key, step_key);
-      break;
-    case DType::kFloat8E5M2:
-      fill_float<std::uint8_t, 2, 7>(p, bytes, base_key, step_key);
-      break;
-    case DType::kInt64:
-    case DType::kInt32:
-    case DType::kInt16:
-    case DType::kInt8:
-    case DType::kUInt8:
-      fill_words<raw_word>(p, bytes, 0, step_key, ~0ull);
-      break;
-    case DType::kBool:
-      fill_words<bool_word>(p, bytes, 0, step_key, ~0ull);
-      break;
-    default:
-      WC_ENFORCE(false, "invalid DType value ", static_cast<int>(meta.dtype));
-  }
+  const bool is_float = with_float_format(
+      meta.dtype, [&](auto format) { fill_float<decltype(format)>(p, bytes, base_key, step_key); });
+  if (!is_float) fill_integer(meta.dtype, p, bytes, step_key);
   structure_draft_fc(meta, p);
 }
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <string>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "sync/protocol/protocol_text.h"
 
@@ -30,19 +31,20 @@ constexpr std::array<DTypeInfo, 12> kInfo = {{
     {DType::kBool, "bool", 1},
 }};
 
+// The canonical names of kInfo, for parsing and the list of valid names.
+constexpr auto kNames = [] {
+  std::array<std::pair<DType, std::string_view>, kInfo.size()> entries{};
+  for (std::size_t i = 0; i < kInfo.size(); ++i) entries[i] = {kInfo[i].dtype, kInfo[i].name};
+  return comm::EnumNames<DType, kInfo.size()>("dtype", entries);
+}();
+
 // torch module attributes that are aliases of the dtypes above.
-struct Alias {
-  std::string_view name;
-  DType dtype;
-};
-constexpr std::array<Alias, 6> kAliases = {{
-    {"half", DType::kFloat16},
-    {"float", DType::kFloat32},
-    {"double", DType::kFloat64},
-    {"short", DType::kInt16},
-    {"int", DType::kInt32},
-    {"long", DType::kInt64},
-}};
+constexpr auto kAliases = comm::enum_names<DType>("dtype alias", {{DType::kFloat16, "half"},
+                                                                  {DType::kFloat32, "float"},
+                                                                  {DType::kFloat64, "double"},
+                                                                  {DType::kInt16, "short"},
+                                                                  {DType::kInt32, "int"},
+                                                                  {DType::kInt64, "long"}});
 
 // info() indexes kInfo by enum value, so the table must list the enum in declaration order.
 constexpr bool in_enum_order() {
@@ -53,12 +55,7 @@ constexpr bool in_enum_order() {
 }
 static_assert(in_enum_order());
 
-constexpr std::array<DType, kInfo.size()> make_all() {
-  std::array<DType, kInfo.size()> out{};
-  for (std::size_t i = 0; i < kInfo.size(); ++i) out[i] = kInfo[i].dtype;
-  return out;
-}
-constexpr std::array<DType, kInfo.size()> kAll = make_all();
+constexpr std::array<DType, kInfo.size()> kAll = kNames.values();
 
 const DTypeInfo& info(DType dtype) {
   const auto index = static_cast<std::size_t>(dtype);
@@ -75,18 +72,9 @@ std::span<const DType> all_dtypes() {
 DType parse_dtype(std::string_view text) {
   std::string_view name = text;
   if (name.starts_with("torch.")) name.remove_prefix(6);
-  for (const auto& i : kInfo) {
-    if (name == i.name) return i.dtype;
-  }
-  for (const auto& a : kAliases) {
-    if (name == a.name) return a.dtype;
-  }
-  std::string valid;
-  for (const auto& i : kInfo) {
-    if (!valid.empty()) valid += ", ";
-    valid += i.name;
-  }
-  throw comm::BadRequestError("unknown dtype " + quoted(text) + " (valid: " + valid + ")");
+  if (auto dtype = kNames.find(name)) return *dtype;
+  if (auto dtype = kAliases.find(name)) return *dtype;
+  throw comm::BadRequestError("unknown dtype " + quoted(text) + " (valid: " + kNames.list() + ")");
 }
 
 std::string_view to_string(DType dtype) {

@@ -2,39 +2,61 @@
 // backend a weight update group uses, how pause_generation treats running requests, how a group
 // meets, how bucket tensors travel and how a delta bucket is encoded.
 //
-// Each parse_* accepts exactly the wire spelling and throws comm::BadRequestError quoting the
-// value and listing the valid ones; to_string gives the wire spelling back.
+// Each enum has one table of wire spellings (comm/enum_names.h). Each parse_* accepts exactly the
+// wire spelling and throws comm::BadRequestError quoting the value and listing the valid ones;
+// to_string gives the wire spelling back.
 // Lifetime/threading: plain values and pure functions; safe from any thread.
 #pragma once
 
 #include <array>
 #include <string_view>
 
+#include "comm/enum_names.h"
+#include "sync/protocol/protocol_text.h"
+
 namespace weightcast::sync {
 
 // "nccl" (CUDA device buffers) or "gloo" (host buffers over TCP). SGLang passes any
 // torch.distributed backend name through; we accept the two we implement.
 enum class Backend { kNccl, kGloo };
-inline constexpr std::array<Backend, 2> kAllBackends = {Backend::kNccl, Backend::kGloo};
-Backend parse_backend(std::string_view text);
-std::string_view to_string(Backend backend);
+inline constexpr auto kBackendNames =
+    comm::enum_names<Backend>("backend", {{Backend::kNccl, "nccl"}, {Backend::kGloo, "gloo"}});
+inline constexpr std::array<Backend, 2> kAllBackends = kBackendNames.values();
+inline Backend parse_backend(std::string_view text) {
+  return parse_name(kBackendNames, text);
+}
+inline std::string_view to_string(Backend backend) {
+  return kBackendNames.name(backend);
+}
 
 // SGLang's pause modes: "abort" returns running requests, "retract" moves them back to the
 // waiting queue, "in_place" keeps them (and their KV cache) where they are.
 enum class PauseMode { kAbort, kRetract, kInPlace };
-inline constexpr std::array<PauseMode, 3> kAllPauseModes = {PauseMode::kAbort, PauseMode::kRetract,
-                                                            PauseMode::kInPlace};
-PauseMode parse_pause_mode(std::string_view text);
-std::string_view to_string(PauseMode mode);
+inline constexpr auto kPauseModeNames =
+    comm::enum_names<PauseMode>("pause mode", {{PauseMode::kAbort, "abort"},
+                                               {PauseMode::kRetract, "retract"},
+                                               {PauseMode::kInPlace, "in_place"}});
+inline constexpr std::array<PauseMode, 3> kAllPauseModes = kPauseModeNames.values();
+inline PauseMode parse_pause_mode(std::string_view text) {
+  return parse_name(kPauseModeNames, text);
+}
+inline std::string_view to_string(PauseMode mode) {
+  return kPauseModeNames.name(mode);
+}
 
 // How an engine meets its group (init_weights_update_group's optional "rendezvous"):
 // "weightcast" (our token-checked store, chain broadcast) or "torch" (a torch c10d TCPStore,
 // a group torch.distributed members can join). Absent on the wire: the engine detects it.
 enum class Rendezvous { kWeightcast, kTorch };
-inline constexpr std::array<Rendezvous, 2> kAllRendezvous = {Rendezvous::kWeightcast,
-                                                             Rendezvous::kTorch};
-Rendezvous parse_rendezvous(std::string_view text);
-std::string_view to_string(Rendezvous rendezvous);
+inline constexpr auto kRendezvousNames = comm::enum_names<Rendezvous>(
+    "rendezvous", {{Rendezvous::kWeightcast, "weightcast"}, {Rendezvous::kTorch, "torch"}});
+inline constexpr std::array<Rendezvous, 2> kAllRendezvous = kRendezvousNames.values();
+inline Rendezvous parse_rendezvous(std::string_view text) {
+  return parse_name(kRendezvousNames, text);
+}
+inline std::string_view to_string(Rendezvous rendezvous) {
+  return kRendezvousNames.name(rendezvous);
+}
 
 // How a bucket request's tensors travel (update_weights_from_distributed's "load_format"):
 //   kPerTensor        absent on the wire: one broadcast per tensor, in `names` order (Miles);
@@ -45,16 +67,32 @@ std::string_view to_string(Rendezvous rendezvous);
 enum class LoadFormat { kPerTensor, kFlattenedBucket, kWeightcastBucket };
 inline constexpr std::array<LoadFormat, 3> kAllLoadFormats = {
     LoadFormat::kPerTensor, LoadFormat::kFlattenedBucket, LoadFormat::kWeightcastBucket};
-// "flattened_bucket" or "weightcast_bucket" (kPerTensor has no spelling: the field is absent).
-LoadFormat parse_load_format(std::string_view text);
-std::string_view to_string(LoadFormat format);  // kPerTensor: "per_tensor" (for messages)
+// The formats with a wire spelling (kPerTensor has none: the field is absent).
+inline constexpr auto kBucketFormatNames = comm::enum_names<LoadFormat>(
+    "load format", {{LoadFormat::kFlattenedBucket, "flattened_bucket"},
+                    {LoadFormat::kWeightcastBucket, "weightcast_bucket"}});
+// "flattened_bucket" or "weightcast_bucket".
+inline LoadFormat parse_load_format(std::string_view text) {
+  return parse_name(kBucketFormatNames, text, ", or absent for one broadcast per tensor");
+}
+// kPerTensor: "per_tensor" (for messages).
+inline std::string_view to_string(LoadFormat format) {
+  return format == LoadFormat::kPerTensor ? "per_tensor" : kBucketFormatNames.name(format);
+}
 
 // How a delta bucket's payload is encoded (the bucket request's "delta.codec"; the codecs are in
 // sync/model/delta.h): "xor_zstd", "xor_lz4" or "sparse".
 enum class DeltaCodec { kXorZstd, kXorLz4, kSparse };
-inline constexpr std::array<DeltaCodec, 3> kAllDeltaCodecs = {
-    DeltaCodec::kXorZstd, DeltaCodec::kXorLz4, DeltaCodec::kSparse};
-DeltaCodec parse_delta_codec(std::string_view text);
-std::string_view to_string(DeltaCodec codec);
+inline constexpr auto kDeltaCodecNames =
+    comm::enum_names<DeltaCodec>("delta codec", {{DeltaCodec::kXorZstd, "xor_zstd"},
+                                                 {DeltaCodec::kXorLz4, "xor_lz4"},
+                                                 {DeltaCodec::kSparse, "sparse"}});
+inline constexpr std::array<DeltaCodec, 3> kAllDeltaCodecs = kDeltaCodecNames.values();
+inline DeltaCodec parse_delta_codec(std::string_view text) {
+  return parse_name(kDeltaCodecNames, text);
+}
+inline std::string_view to_string(DeltaCodec codec) {
+  return kDeltaCodecNames.name_or(codec, "?");
+}
 
 }  // namespace weightcast::sync

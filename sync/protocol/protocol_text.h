@@ -1,5 +1,6 @@
 // Text checks shared by the protocol vocabulary: quoting untrusted values for error messages,
-// UTF-8 validation, and the rule for identifiers (tensor names, group names, versions).
+// parsing enum names, UTF-8 validation, and the rule for identifiers (tensor names, group names,
+// versions).
 //
 // Lifetime/threading: pure functions; safe from any thread.
 #pragma once
@@ -7,6 +8,9 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+
+#include "comm/enum_names.h"
+#include "comm/errors.h"
 
 namespace weightcast::sync {
 
@@ -25,6 +29,16 @@ inline std::string quoted(std::string& text) {
 }
 inline std::string quoted(const char* text) {
   return quoted(std::string_view(text));
+}
+
+// The value of `names` spelled exactly `text`. Anything else throws Error (by default
+// comm::BadRequestError): "unknown <kind> 'text' (valid: <names><also>)".
+template <typename Error = comm::BadRequestError, typename E, std::size_t N>
+E parse_name(const comm::EnumNames<E, N>& names, std::string_view text,
+             std::string_view also = {}) {
+  if (auto value = names.find(text)) return *value;
+  throw Error("unknown " + std::string(names.kind()) + " " + quoted(text) +
+              " (valid: " + names.list() + std::string(also) + ")");
 }
 
 // Offset of the first byte that is not part of well-formed UTF-8 (overlong forms, surrogates

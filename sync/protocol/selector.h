@@ -13,23 +13,39 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/enum_names.h"
+#include "sync/protocol/protocol_text.h"
+
 namespace weightcast::sync {
 
 enum class Selector { kAll, kTarget, kDraft };
 enum class Runner { kTarget, kDraft };
 
-inline constexpr std::array<Selector, 3> kAllSelectors = {Selector::kAll, Selector::kTarget,
-                                                          Selector::kDraft};
-inline constexpr std::array<Runner, 2> kAllRunners = {Runner::kTarget, Runner::kDraft};
+// Wire spellings: "all", "target", "draft" (exact, lower case).
+inline constexpr auto kSelectorNames = comm::enum_names<Selector>(
+    "selector",
+    {{Selector::kAll, "all"}, {Selector::kTarget, "target"}, {Selector::kDraft, "draft"}});
+inline constexpr auto kRunnerNames =
+    comm::enum_names<Runner>("runner", {{Runner::kTarget, "target"}, {Runner::kDraft, "draft"}});
 
-// "all", "target", "draft" (exact, lower case). Anything else throws comm::BadRequestError that
-// quotes the value and lists the valid spellings.
-Selector parse_selector(std::string_view text);
-std::string_view to_string(Selector selector);
+inline constexpr std::array<Selector, 3> kAllSelectors = kSelectorNames.values();
+inline constexpr std::array<Runner, 2> kAllRunners = kRunnerNames.values();
 
-// "target", "draft". Anything else throws comm::BadRequestError like parse_selector().
-Runner parse_runner(std::string_view text);
-std::string_view to_string(Runner runner);
+// Anything but a wire spelling throws comm::BadRequestError that quotes the value and lists the
+// valid spellings.
+inline Selector parse_selector(std::string_view text) {
+  return parse_name(kSelectorNames, text);
+}
+inline std::string_view to_string(Selector selector) {
+  return kSelectorNames.name(selector);
+}
+
+inline Runner parse_runner(std::string_view text) {
+  return parse_name(kRunnerNames, text);
+}
+inline std::string_view to_string(Runner runner) {
+  return kRunnerNames.name(runner);
+}
 
 // Whether a session or payload with `selector` may touch `runner`: kAll covers both runners,
 // kTarget and kDraft cover only the runner of the same name.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "comm/enum_names.h"
 #include "sync/protocol/protocol_text.h"
 #include "sync/trainer/sglang_answers.h"
 
@@ -44,6 +45,10 @@ std::string transport_error(httplib::Error error) {
   }
 }
 
+constexpr auto kFlavors = comm::enum_names<EngineFlavor>(
+    "engine flavor",
+    {{EngineFlavor::kWeightcast, "weightcast"}, {EngineFlavor::kSglang, "sglang"}});
+
 std::string normalize_url(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
   const auto scheme = url.find("://");
@@ -57,13 +62,11 @@ std::string normalize_url(std::string url) {
 }  // namespace
 
 std::string_view to_string(EngineFlavor flavor) {
-  return flavor == EngineFlavor::kSglang ? "sglang" : "weightcast";
+  return kFlavors.name(flavor);
 }
 
 EngineFlavor parse_engine_flavor(std::string_view text) {
-  if (text == "weightcast") return EngineFlavor::kWeightcast;
-  if (text == "sglang") return EngineFlavor::kSglang;
-  throw comm::ConfigError("engine flavor " + quoted(text) + ": expected weightcast or sglang");
+  return parse_name<comm::ConfigError>(kFlavors, text);
 }
 
 EngineError::EngineError(std::string engine, std::string route, int status,
@@ -155,6 +158,31 @@ BasicResponse EngineClient::lenient(std::string_view method, const std::string& 
                  std::string(method) + " " + route);
 }
 
+BasicResponse EngineClient::flavored(std::string_view method, const std::string& route,
+                                     const std::string& body, comm::Millis read_timeout) const {
+  if (sglang_) return lenient(method, route, body, read_timeout);
+  return basic(method, route, body, read_timeout);
+}
+
+template <typename Response>
+Response EngineClient::typed(Response (*parse)(std::string_view, const ProtocolLimits&),
+                             std::string_view method, const std::string& route,
+                             const std::string& body) const {
+  return checked(parse(call(method, route, body, options_.request_timeout), options_.limits), url_,
+                 std::string(method) + " " + route);
+}
+
+template <typename Response, typename Fill>
+Response EngineClient::typed_post(Response (*parse)(std::string_view, const ProtocolLimits&),
+                                  const std::string& route, const std::string& body,
+                                  Fill sglang_fill) const {
+  if (!sglang_) return typed(parse, "POST", route, body);
+  Response out;
+  out.message = lenient("POST", route, body, options_.request_timeout).message;
+  sglang_fill(out);
+  return out;
+}
+
 std::string EngineClient::sglang_weight_version() const {
   std::optional<std::string> version;
   try {
@@ -174,17 +202,13 @@ std::string EngineClient::sglang_weight_version() const {
 }
 
 BasicResponse EngineClient::health() {
-  if (sglang_) return lenient("GET", "/health", "", options_.request_timeout);
-  return basic("GET", "/health", "", options_.request_timeout);
+  return flavored("GET", "/health", "", options_.request_timeout);
 }
 
 ServerInfoResponse EngineClient::server_info() {
   if (!sglang_) {
     try {
-      return checked(
-          parse_server_info_response(call("GET", "/server_info", "", options_.request_timeout),
-                                     options_.limits),
-          url_, "GET /server_info");
+      return typed(parse_server_info_response, "GET", "/server_info");
     } catch (const EngineError& e) {
       // Only an engine that does not know the route is taken for SGLang; a forced weightcast
       // flavor never is.
@@ -208,10 +232,7 @@ BasicResponse EngineClient::destroy_weights_update_group(
 }
 
 BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
-  if (sglang_) {
-    return lenient("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
-  }
-  return basic("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
+  return flavored("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::flush_cache() {
@@ -222,61 +243,29 @@ BasicResponse EngineClient::flush_cache() {
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
-  if (sglang_) {
-    // SGLang does not echo the selector; the session has the one it was asked for.
-    auto answer =
-        lenient("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout);
-    BeginWeightUpdateResponse out;
-    out.message = answer.message;
-    out.selector = req.selector;
-    return out;
-  }
-  return checked(
-      parse_begin_weight_update_response(
-          call("POST", "/begin_weight_update", to_json_string(req), options_.request_timeout),
-          options_.limits),
-      url_, "POST /begin_weight_update");
+  // SGLang does not echo the selector; the session has the one it was asked for.
+  return typed_post(parse_begin_weight_update_response, "/begin_weight_update", to_json_string(req),
+                    [&](auto& out) { out.selector = req.selector; });
 }
 
 BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
-  if (sglang_) {
-    return lenient("POST", "/update_weights_from_distributed", to_json_string(req),
-                   options_.data_timeout);
-  }
-  return basic("POST", "/update_weights_from_distributed", to_json_string(req),
-               options_.data_timeout);
+  return flavored("POST", "/update_weights_from_distributed", to_json_string(req),
+                  options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
-  if (sglang_) {
-    return lenient("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
-  }
-  return basic("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
+  return flavored("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateRequest& req) {
-  if (sglang_) {
-    // No version or runner stats in SGLang's answer: the version is read back.
-    auto answer =
-        lenient("POST", "/end_weight_update", to_json_string(req), options_.request_timeout);
-    EndWeightUpdateResponse out;
-    out.message = answer.message;
-    out.weight_version = sglang_weight_version();
-    return out;
-  }
-  return checked(
-      parse_end_weight_update_response(
-          call("POST", "/end_weight_update", to_json_string(req), options_.request_timeout),
-          options_.limits),
-      url_, "POST /end_weight_update");
+  // No version or runner stats in SGLang's answer: the version is read back.
+  return typed_post(parse_end_weight_update_response, "/end_weight_update", to_json_string(req),
+                    [&](auto& out) { out.weight_version = sglang_weight_version(); });
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
-  if (sglang_) {
-    return lenient("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
-  }
-  return basic("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
+  return flavored("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
 }
 
 BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& req) {
@@ -313,10 +302,7 @@ std::string EngineClient::metrics() {
 }
 
 SpecAcceptLengthResponse EngineClient::spec_accept_length() {
-  return checked(
-      parse_spec_accept_length_response(
-          call("GET", "/spec_accept_length", "", options_.request_timeout), options_.limits),
-      url_, "GET /spec_accept_length");
+  return typed(parse_spec_accept_length_response, "GET", "/spec_accept_length");
 }
 
 }  // namespace weightcast::sync::trainer

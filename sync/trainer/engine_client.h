@@ -73,6 +73,20 @@ class EngineClient final : public EngineApi {
   // SGLang's answers: any 2xx is success unless a JSON body says "success": false.
   BasicResponse lenient(std::string_view method, const std::string& route, const std::string& body,
                         comm::Millis read_timeout) const;
+  // Routes both flavors serve: lenient() for SGLang, basic() for weightcast.
+  BasicResponse flavored(std::string_view method, const std::string& route, const std::string& body,
+                         comm::Millis read_timeout) const;
+  // call() (with request_timeout) for routes answered with a `Response` that `parse` reads;
+  // success=false throws EngineError.
+  template <typename Response>
+  Response typed(Response (*parse)(std::string_view, const ProtocolLimits&),
+                 std::string_view method, const std::string& route,
+                 const std::string& body = "") const;
+  // POST: typed() from weightcast; from SGLang, which answers with a message only, lenient() and
+  // `sglang_fill(response)` completes the rest.
+  template <typename Response, typename Fill>
+  Response typed_post(Response (*parse)(std::string_view, const ProtocolLimits&),
+                      const std::string& route, const std::string& body, Fill sglang_fill) const;
   // SGLang's committed version: /get_weight_version, else /model_info.
   std::string sglang_weight_version() const;
 

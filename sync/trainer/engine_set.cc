@@ -3,24 +3,27 @@
 #include <algorithm>
 #include <utility>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
+#include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync::trainer {
 
 namespace {
 // Commits in a row after which an engine's earlier drops are forgiven.
 constexpr int kStableCommits = 4;
+
+constexpr auto kPolicies = comm::enum_names<EngineFailurePolicy>(
+    "on-engine-failure policy",
+    {{EngineFailurePolicy::kFail, "fail"}, {EngineFailurePolicy::kDrop, "drop"}});
 }  // namespace
 
 std::string_view to_string(EngineFailurePolicy policy) {
-  return policy == EngineFailurePolicy::kDrop ? "drop" : "fail";
+  return kPolicies.name(policy);
 }
 
 EngineFailurePolicy parse_engine_failure_policy(std::string_view text) {
-  if (text == "fail") return EngineFailurePolicy::kFail;
-  if (text == "drop") return EngineFailurePolicy::kDrop;
-  throw comm::ConfigError("on-engine-failure: expected 'fail' or 'drop', got '" +
-                          std::string(text) + "'");
+  return parse_name<comm::ConfigError>(kPolicies, text);
 }
 
 EngineSet::EngineSet(std::size_t engines, int max_backoff_steps)

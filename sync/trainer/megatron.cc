@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 
 namespace weightcast::sync::trainer {
@@ -109,17 +110,12 @@ std::size_t row_bytes(const TensorMeta& meta) {
 }  // namespace
 
 std::string_view to_string(TpSplit split) {
-  switch (split) {
-    case TpSplit::kReplicated:
-      return "replicated";
-    case TpSplit::kDim0:
-      return "dim0";
-    case TpSplit::kDim1:
-      return "dim1";
-    case TpSplit::kFusedDim0:
-      return "fused-dim0";
-  }
-  return "?";
+  static constexpr auto kNames =
+      comm::enum_names<TpSplit>("tensor-parallel split", {{TpSplit::kReplicated, "replicated"},
+                                                          {TpSplit::kDim0, "dim0"},
+                                                          {TpSplit::kDim1, "dim1"},
+                                                          {TpSplit::kFusedDim0, "fused-dim0"}});
+  return kNames.name_or(split, "?");
 }
 
 std::vector<std::int64_t> MegatronParam::shape() const {

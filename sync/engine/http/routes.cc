@@ -34,6 +34,9 @@ const Route* RouteTable::find(std::string_view path) const {
 
 namespace {
 
+const std::vector<Method> kPost{Method::kPost};
+const std::vector<Method> kGet{Method::kGet};
+
 // Parses the body with the protocol's strict reader and calls the engine; malformed input is a
 // 400 naming the field, before the engine sees anything.
 template <typename Parse, typename Call>
@@ -48,51 +51,42 @@ Handler parsed(const ProtocolLimits& limits, Parse parse, Call call) {
   };
 }
 
-}  // namespace
-
-namespace {
-
-const std::vector<Method> kPost{Method::kPost};
-const std::vector<Method> kGet{Method::kGet};
+// A token-checked POST route: `parse` reads the body, then the engine's `call` takes it.
+template <typename Body>
+Route post_route(std::string path, Engine* e, const ProtocolLimits& limits,
+                 Body (*parse)(std::string_view, const ProtocolLimits&),
+                 Reply (Engine::*call)(const Body&)) {
+  return {std::move(path), kPost, Auth::kToken,
+          parsed(limits, parse, [e, call](const Body& body) { return (e->*call)(body); })};
+}
 
 // The routes that change the engine: groups, generation, the update session.
 void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limits) {
-  table.add({"/init_weights_update_group", kPost, Auth::kToken,
-             parsed(limits, parse_init_weights_update_group,
-                    [e](const auto& r) { return e->init_weights_update_group(r); })});
-  table.add({"/destroy_weights_update_group", kPost, Auth::kToken,
-             parsed(limits, parse_destroy_weights_update_group,
-                    [e](const auto& r) { return e->destroy_weights_update_group(r); })});
-  table.add({"/pause_generation", kPost, Auth::kToken,
-             parsed(limits, parse_pause_generation,
-                    [e](const auto& r) { return e->pause_generation(r); })});
-  table.add({"/continue_generation", kPost, Auth::kToken,
-             parsed(limits, parse_continue_generation,
-                    [e](const auto& r) { return e->continue_generation(r); })});
+  const auto post = [&](std::string path, auto parse, auto call) {
+    table.add(post_route(std::move(path), e, limits, parse, call));
+  };
+  post("/init_weights_update_group", parse_init_weights_update_group,
+       &Engine::init_weights_update_group);
+  post("/destroy_weights_update_group", parse_destroy_weights_update_group,
+       &Engine::destroy_weights_update_group);
+  post("/pause_generation", parse_pause_generation, &Engine::pause_generation);
+  post("/continue_generation", parse_continue_generation, &Engine::continue_generation);
+  // GET as Miles sends it to SGLang, POST as our trainer does; no fields either way.
   table.add({"/flush_cache",
              {Method::kGet, Method::kPost},
              Auth::kToken,
              parsed(limits, parse_flush_cache, [e](const auto&) { return e->flush_cache(); })});
-  table.add({"/begin_weight_update", kPost, Auth::kToken,
-             parsed(limits, parse_begin_weight_update,
-                    [e](const auto& r) { return e->begin_weight_update(r); })});
-  table.add({"/update_weights_from_distributed", kPost, Auth::kToken,
-             parsed(limits, parse_update_weights_from_distributed,
-                    [e](const auto& r) { return e->update_weights_from_distributed(r); })});
-  table.add({"/update_weight_version", kPost, Auth::kToken,
-             parsed(limits, parse_update_weight_version,
-                    [e](const auto& r) { return e->update_weight_version(r); })});
-  table.add({"/end_weight_update", kPost, Auth::kToken,
-             parsed(limits, parse_end_weight_update,
-                    [e](const auto& r) { return e->end_weight_update(r); })});
+  post("/begin_weight_update", parse_begin_weight_update, &Engine::begin_weight_update);
+  post("/update_weights_from_distributed", parse_update_weights_from_distributed,
+       &Engine::update_weights_from_distributed);
+  post("/update_weight_version", parse_update_weight_version, &Engine::update_weight_version);
+  post("/end_weight_update", parse_end_weight_update, &Engine::end_weight_update);
   // Ours: the trainer's abort path. Like end, it takes no fields.
-  table.add({"/abort_weight_update", kPost, Auth::kToken,
-             parsed(limits, parse_abort_weight_update,
-                    [e](const auto& r) { return e->abort_weight_update(r); })});
+  post("/abort_weight_update", parse_abort_weight_update, &Engine::abort_weight_update);
 }
 
 // GET /weights_checksum?runner=NAME[&recompute=1]
-Reply weights_checksum_route(Engine* e, const Request& request) {
+Reply weights_checksum_route(const Engine* e, const Request& request) {
   auto it = request.query.find("runner");
   if (it == request.query.end()) {
     return error_reply(400, "runner: missing required query parameter");
@@ -108,26 +102,27 @@ Reply weights_checksum_route(Engine* e, const Request& request) {
   return e->weights_checksum(it->second, recompute);
 }
 
+// A GET route answered by the engine's `call` alone.
+Route read_route(std::string path, Auth auth, const Engine* e, Reply (Engine::*call)() const) {
+  return {std::move(path), kGet, auth, [e, call](const Request&) { return (e->*call)(); }};
+}
+
 // The routes that only read.
-void add_read_routes(RouteTable& table, Engine* e) {
-  table.add({"/health", kGet, Auth::kPublic, [e](const Request&) { return e->health(); }});
+void add_read_routes(RouteTable& table, const Engine* e) {
+  table.add(read_route("/health", Auth::kPublic, e, &Engine::health));
   // SGLang's names for what Miles and SGLang clients poll; token-checked like every read but
   // /health (with no token configured every route is open, as in SGLang without an API key).
-  table.add({"/health_generate", kGet, Auth::kToken, [e](const Request&) { return e->health(); }});
-  table.add({"/get_weight_version", kGet, Auth::kToken,
-             [e](const Request&) { return e->weight_version_info(); }});
-  table.add({"/model_info", kGet, Auth::kToken, [e](const Request&) { return e->model_info(); }});
-  table.add(
-      {"/get_model_info", kGet, Auth::kToken, [e](const Request&) { return e->model_info(); }});
-  table.add({"/server_info", kGet, Auth::kToken, [e](const Request&) { return e->server_info(); }});
+  table.add(read_route("/health_generate", Auth::kToken, e, &Engine::health));
+  table.add(read_route("/get_weight_version", Auth::kToken, e, &Engine::weight_version_info));
+  table.add(read_route("/model_info", Auth::kToken, e, &Engine::model_info));
+  table.add(read_route("/get_model_info", Auth::kToken, e, &Engine::model_info));
+  table.add(read_route("/server_info", Auth::kToken, e, &Engine::server_info));
   // SGLang serves the same document under both names.
-  table.add(
-      {"/get_server_info", kGet, Auth::kToken, [e](const Request&) { return e->server_info(); }});
+  table.add(read_route("/get_server_info", Auth::kToken, e, &Engine::server_info));
   table.add({"/weights_checksum", kGet, Auth::kToken,
              [e](const Request& request) { return weights_checksum_route(e, request); }});
-  table.add({"/spec_accept_length", kGet, Auth::kToken,
-             [e](const Request&) { return e->spec_accept_length(); }});
-  table.add({"/metrics", kGet, Auth::kPublic, [e](const Request&) { return e->metrics(); }});
+  table.add(read_route("/spec_accept_length", Auth::kToken, e, &Engine::spec_accept_length));
+  table.add(read_route("/metrics", Auth::kPublic, e, &Engine::metrics));
 }
 
 }  // namespace
