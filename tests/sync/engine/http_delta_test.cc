@@ -43,6 +43,28 @@ class DeltaTest : public EngineHttpFixture {
     return to_json_string(r);
   }
 
+  // A session in which a delta of drifted() against `base` at `base_version` is sent: it must be
+  // refused with 409 and apply nothing. Returns the refusal's message and the engine's state
+  // before and after.
+  struct Refusal {
+    std::string message;
+    Snapshot before, after;
+  };
+  Refusal refused(const std::vector<RawTensor>& base, const std::string& base_version) {
+    start();
+    join("g");
+    begin_target();
+    Refusal out;
+    out.before = snapshot();
+    auto [status, body] =
+        post("/update_weights_from_distributed", delta_body(drifted(), base, base_version));
+    EXPECT_EQ(status, 409) << body.dump();
+    out.message = body.value("message", "");
+    out.after = snapshot();
+    EXPECT_EQ(out.after.target_digest, out.before.target_digest) << "nothing was applied";
+    return out;
+  }
+
   // Opens a target session and returns the runner digest its answer carries.
   std::string begin_target() {
     auto [status, body] = post("/begin_weight_update", R"({"selector":"target"})");
@@ -86,34 +108,17 @@ TEST_F(DeltaTest, ADeltaCommitsExactlyWhatTheBucketInFullCommits) {
 }
 
 TEST_F(DeltaTest, ADeltaAgainstBytesTheEngineDoesNotHoldIsRefusedNamingBothDigests) {
-  start();
-  join("g");
-  begin_target();
-  const Snapshot before = snapshot();
-  auto [status, body] =
-      post("/update_weights_from_distributed", delta_body(drifted(), target_weights(7), "v0"));
-  EXPECT_EQ(status, 409) << body.dump();
-  const std::string message = body.value("message", "");
+  const auto [message, before, after] = refused(target_weights(7), "v0");
   EXPECT_NE(message.find("the engine holds digest"), std::string::npos) << message;
   EXPECT_NE(message.find("computed against digest"), std::string::npos) << message;
-  const Snapshot after = snapshot();
-  EXPECT_EQ(after.target_digest, before.target_digest) << "nothing was applied";
   EXPECT_EQ(after.weight_version, before.weight_version);
   EXPECT_FALSE(after.in_session) << "the session is aborted";
 }
 
 TEST_F(DeltaTest, ADeltaAgainstAnotherVersionIsRefusedNamingBothVersions) {
-  start();
-  join("g");
-  begin_target();
-  const Snapshot before = snapshot();
-  auto [status, body] =
-      post("/update_weights_from_distributed", delta_body(drifted(), target_weights(0), "v9"));
-  EXPECT_EQ(status, 409) << body.dump();
-  const std::string message = body.value("message", "");
+  const auto [message, before, after] = refused(target_weights(0), "v9");
   EXPECT_NE(message.find("'v0'"), std::string::npos) << message;
   EXPECT_NE(message.find("'v9'"), std::string::npos) << message;
-  EXPECT_EQ(snapshot().target_digest, before.target_digest) << "nothing was applied";
 }
 
 TEST_F(DeltaTest, RunnerDigestCoversTheSelectedRunnersAndAnAbortKeepsIt) {
