@@ -52,14 +52,13 @@ std::optional<JobResult> BucketJob::wait(comm::Deadline deadline) const {
 // Where one bucket of one rank lands. Host ranks receive straight into a pool block, which rank
 // 0's staging then keeps as the tensors' memory (no copy). Device ranks receive into a device
 // buffer reused across buckets and copy it into a pool block for staging. A delta payload lands
-// in `wire` (host, reused across buckets; device ranks copy it there).
+// in a pool block too (device ranks copy it there), so deltas need no memory beyond the pool.
 struct Group::RecvBuffer {
   comm::MemoryKind kind = comm::MemoryKind::kHost;
   std::shared_ptr<const Block> block;
   void* device = nullptr;
   std::size_t device_capacity = 0;
   std::size_t size = 0;
-  std::vector<std::byte> wire;
 
   ~RecvBuffer() { comm::cuda_free(device); }
 
@@ -83,19 +82,13 @@ struct Group::RecvBuffer {
     return device_buffer(bytes);
   }
 
-  void* prepare_wire(std::size_t bytes) {
-    size = bytes;
-    if (kind != comm::MemoryKind::kHost) return device_buffer(bytes);
-    if (wire.size() < bytes) wire.resize(bytes);
-    return wire.data();
-  }
-
-  std::span<const std::byte> take_wire() {
+  // The payload received by prepare(), as host bytes in a pool block.
+  std::span<const std::byte> take_payload(BlockPool& pool) {
     if (kind != comm::MemoryKind::kHost) {
-      if (wire.size() < size) wire.resize(size);
-      comm::cuda_copy_to_host(wire.data(), device, size);
+      block = pool.acquire(size);
+      comm::cuda_copy_to_host(block->data(), device, size);
     }
-    return {wire.data(), size};
+    return {block->data(), size};
   }
 
   // The received bucket in a host block, handed over to the caller.
@@ -271,7 +264,7 @@ void Group::receive_loop(int r) {
     const std::size_t total = job->wire_bytes();
     try {
       if (job->delta()) {
-        rank.channel->receive(rank.buffers[slot].prepare_wire(total), total, opts_.comm_timeout);
+        rank.channel->receive(rank.buffers[slot].prepare(*pool_, total), total, opts_.comm_timeout);
       } else if (void* data = rank.buffers[slot].prepare(*pool_, total); job->per_tensor()) {
         // One broadcast per tensor, each into its place: the unpack below is the same.
         for (const BucketEntry& entry : job->plan().entries) {
@@ -328,7 +321,7 @@ void Group::apply_delta(int r, BucketJob& job, int slot) {
       rank.decoder = std::make_unique<DeltaDecoder>(delta.codec);
     }
     try {
-      rank.decoder->decode(rank.buffers[slot].take_wire(), bucket);
+      rank.decoder->decode(rank.buffers[slot].take_payload(*pool_), bucket);
     } catch (const comm::BadRequestError& e) {
       refusal = e.what();
       status = 400;
