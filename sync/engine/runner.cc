@@ -274,17 +274,12 @@ void RunnerSet::set_weight_version(std::string version) {
 }
 
 Digest RunnerSet::covered_digest(Selector selector) const {
-  std::shared_lock lock(mu_);
-  std::vector<NamedDigest> runners;
-  for (const Slot& slot : slots_) {
-    if (!covers(selector, slot.config.id)) continue;
-    std::vector<NamedDigest> tensors;
-    tensors.reserve(slot.tensors.size());
-    for (const auto& [name, tensor] : slot.tensors) tensors.push_back({name, tensor.digest});
-    runners.push_back(
-        {std::string(to_string(slot.config.id)), combined_digest(std::move(tensors))});
+  std::vector<NamedDigest> covered;
+  for (Runner id : runners()) {
+    if (covers(selector, id))
+      covered.push_back({std::string(to_string(id)), checksum(id).combined});
   }
-  return combined_digest(std::move(runners));
+  return combined_digest(std::move(covered));
 }
 
 RunnerChecksum RunnerSet::checksum(Runner id, bool recompute) const {
