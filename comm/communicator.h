@@ -44,6 +44,10 @@ struct CommOptions {
   // Gloo chain broadcast: bytes per chunk and chunks kept in flight on each link.
   std::size_t chunk_bytes = 4u << 20;
   int chunks_in_flight = 4;
+  // Gloo: broadcasts of at most this many bytes skip Gloo and go down the chain's eager ring (one
+  // TCP connection per rank to the next, progressed in the calling thread); 0 turns it off. Every
+  // member must use the same value, like chunk_bytes.
+  std::size_t eager_max_bytes = 16u << 20;
 
   // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
   int cuda_device = -1;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -117,10 +118,38 @@ std::string detail_header(const BroadcastBenchOptions& o, int size) {
   return buf;
 }
 
+using BandwidthBySize = std::map<std::string, std::map<std::uint64_t, double>>;
+
+// The small-buffer target: below 16 MiB, the chain's worst ratio against each peer and the
+// geometric mean of its ratios over those sizes.
+void note_small_ratios(BenchTable& table, const BandwidthBySize& bw) {
+  constexpr std::uint64_t kSmall = 16u << 20;
+  const auto& chain = bw.at("gloo-chain");
+  for (const auto& [name, rows] : bw) {
+    if (name == "gloo-chain") continue;
+    double worst = 0, log_sum = 0;
+    std::uint64_t worst_at = 0;
+    int n = 0;
+    for (const auto& [bytes, gbps] : chain) {
+      if (bytes >= kSmall || !rows.count(bytes) || rows.at(bytes) <= 0) continue;
+      const double ratio = gbps / rows.at(bytes);
+      if (n == 0 || ratio < worst) worst = ratio, worst_at = bytes;
+      log_sum += std::log(ratio);
+      ++n;
+    }
+    if (n == 0) continue;
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "below 16 MiB: gloo-chain / %s worst %.2fx (at %s), geomean %.2fx over %d sizes",
+                  name.c_str(), worst, format_bytes(worst_at).c_str(), std::exp(log_sum / n), n);
+    table.note(buf);
+  }
+}
+
 // nccl-tests' closing line (average bus bandwidth per backend, #wrong), then our chain's ratio
-// against each peer at the largest size, all measured in this run.
+// against each peer at the largest size and below 16 MiB, all measured in this run.
 void summarize(BenchTable& table, const std::vector<Backend>& backends, std::uint64_t wrong) {
-  std::map<std::string, std::map<std::uint64_t, double>> bw;
+  BandwidthBySize bw;
   for (const auto& row : table.rows()) {
     bw[std::get<std::string>(row[1])][std::get<std::uint64_t>(row[0])] = std::get<double>(row[3]);
   }
@@ -144,6 +173,7 @@ void summarize(BenchTable& table, const std::vector<Backend>& backends, std::uin
                   largest->second / rows.at(largest->first));
     table.note(buf);
   }
+  note_small_ratios(table, bw);
 }
 
 std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int rank,
@@ -173,6 +203,7 @@ comm::CommOptions comm_options(const BroadcastBenchOptions& o, std::shared_ptr<c
   co.bind_address = o.bind_address;
   co.chunk_bytes = o.chunk_bytes;
   co.chunks_in_flight = o.chunks_in_flight;
+  co.eager_max_bytes = o.eager_max_bytes;
   return co;
 }
 
@@ -221,18 +252,24 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
 
 std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::CommOptions& co,
                                    int rank, int size) {
-  std::shared_ptr<comm::GlooCommunicator> gloo;
+  std::shared_ptr<comm::GlooCommunicator> gloo, unbound;
   std::vector<Backend> backends;
   for (const auto& name : o.backends) {
     if (name == "gloo-chain" || name == "gloo-stock") {
       backends.push_back(gloo_backend(name, gloo, co));
+    } else if (name == "gloo-unbound") {
+      // The chain with its eager ring off: every size over Gloo unbound buffers.
+      auto uco = co;
+      uco.store = std::make_shared<comm::PrefixStore>("unbound", co.store);
+      uco.eager_max_bytes = 0;
+      backends.push_back(gloo_backend(name, unbound, uco));
     } else if (name == "mpi-bcast") {
       backends.push_back(mpi_backend(name));
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
       throw comm::ConfigError("unknown bench backend '" + name +
-                              "' (gloo-chain, gloo-stock, mpi-bcast, nccl)");
+                              "' (gloo-chain, gloo-unbound, gloo-stock, mpi-bcast, nccl)");
     }
   }
   return backends;

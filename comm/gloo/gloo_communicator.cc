@@ -6,6 +6,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "comm/errors.h"
+#include "comm/gloo/eager_ring.h"
 #include "comm/gloo/gloo_chain.h"
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
@@ -59,7 +61,7 @@ Failure classify(const std::string& op, const LinkFailure& f, Millis timeout) {
             detail::concat(where, ": the connection to ", rank_name(f.peer),
                            " closed before the data was through: ", f.gloo_what)};
   }
-  if (is_gloo_timeout(f.gloo_what)) {
+  if (f.timed_out || is_gloo_timeout(f.gloo_what)) {
     return {Failure::Kind::kTimeout, rank_name(f.peer),
             detail::concat(where, ": timed out (timeout ", timeout.count(), " ms): ", f.gloo_what)};
   }
@@ -83,8 +85,13 @@ void ignore_sigpipe_if_default() {
 class GlooCommunicatorImpl final : public GlooCommunicator {
  public:
   GlooCommunicatorImpl(const CommOptions& opts, std::shared_ptr<::gloo::transport::Device> device,
-                       std::shared_ptr<::gloo::rendezvous::Context> context)
-      : opts_(opts), device_(std::move(device)), context_(std::move(context)), window_(*context_) {
+                       std::shared_ptr<::gloo::rendezvous::Context> context,
+                       std::unique_ptr<EagerRing> ring)
+      : opts_(opts),
+        device_(std::move(device)),
+        context_(std::move(context)),
+        ring_(std::move(ring)),
+        window_(*context_) {
     watch_ = std::make_unique<PeerWatch>(*context_, failed_peers_, [this] { window_.nudge_all(); });
   }
 
@@ -113,6 +120,11 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     args.in_flight = opts_.chunks_in_flight;
     args.deadline = deadline_after(timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
+    if (ring_ && opts.bytes <= opts_.eager_max_bytes) {
+      run_collective("gloo broadcast", timeout,
+                     [&] { ring_->broadcast(args.data, args.bytes, args.root, args.deadline); });
+      return;
+    }
     args.slot = static_cast<std::uint64_t>(context_->nextSlot());
     run_collective("gloo broadcast", timeout,
                    [&] { chain_broadcast(*context_, window_, failed_peers_, args); });
@@ -220,6 +232,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
       failed_.store(true);
     }
     window_.wake_all();
+    if (ring_) ring_->interrupt();
     std::call_once(teardown_once_, [this] { teardown_transport(); });
   }
 
@@ -228,6 +241,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   // wait on a fresh buffer is the public way to trigger that path.
   void teardown_transport() {
     if (opts_.size == 1) return;
+    if (ring_) ring_->shut_down();
     char byte = 0;
     auto probe = context_->createUnboundBuffer(&byte, 1);
     try {
@@ -262,6 +276,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   CommOptions opts_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::rendezvous::Context> context_;
+  std::unique_ptr<EagerRing> ring_;  // null: every broadcast takes the Gloo chain
   ChunkWindow window_;
   FailedPeers failed_peers_;
   std::unique_ptr<PeerWatch> watch_;
@@ -290,20 +305,34 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& addres
 // terminates the receiving process. So a group must agree on the size: rank 0 publishes its own
 // before the mesh forms, every other rank compares once the mesh formed (rank 0's key is then
 // surely there) and refuses a difference, before it declares itself connected.
-constexpr const char* kChunkBytesKey = "chain/chunk_bytes";
+// The eager threshold is agreed the same way: members that disagree would wait on different
+// transports until the deadline.
+struct GroupSetting {
+  const char* key;
+  const char* name;
+  std::size_t CommOptions::*field;
+};
+constexpr std::array<GroupSetting, 2> kGroupSettings = {{
+    {"chain/chunk_bytes", "chunk_bytes", &CommOptions::chunk_bytes},
+    {"chain/eager_max_bytes", "eager_max_bytes", &CommOptions::eager_max_bytes},
+}};
 
-void publish_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
-  const std::string text = std::to_string(opts.chunk_bytes);
-  store.set(kChunkBytesKey, std::vector<char>(text.begin(), text.end()));
+void publish_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
+  for (const auto& s : kGroupSettings) {
+    const std::string text = std::to_string(opts.*s.field);
+    store.set(s.key, std::vector<char>(text.begin(), text.end()));
+  }
 }
 
-void check_chunk_bytes(GlooStoreAdapter& store, const CommOptions& opts) {
-  const std::vector<char> value = store.get(kChunkBytesKey);
-  const std::string root(value.begin(), value.end());
-  if (root != std::to_string(opts.chunk_bytes)) {
-    throw ConfigError(detail::concat("gloo: rank 0 of the group uses chunk_bytes ", root, ", rank ",
-                                     opts.rank, " uses ", opts.chunk_bytes,
-                                     "; every member must use the same chunk size"));
+void check_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
+  for (const auto& s : kGroupSettings) {
+    const std::vector<char> value = store.get(s.key);
+    const std::string root(value.begin(), value.end());
+    if (root != std::to_string(opts.*s.field)) {
+      throw ConfigError(detail::concat("gloo: rank 0 of the group uses ", s.name, " ", root,
+                                       ", rank ", opts.rank, " uses ", opts.*s.field,
+                                       "; every member must use the same value"));
+    }
   }
 }
 
@@ -327,7 +356,7 @@ std::unique_ptr<GlooCommunicator> connect_torch_compatible(
   } catch (const std::exception& e) {
     rethrow_rendezvous(who, e);
   }
-  return std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), context);
+  return std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), context, nullptr);
 }
 
 }  // namespace
@@ -344,10 +373,16 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   if (opts.torch_compatible) return connect_torch_compatible(opts, std::move(device), context, who);
   GlooStoreAdapter store(opts.store, opts.timeout, who);
   try {
-    if (opts.rank == 0) publish_chunk_bytes(store, opts);
+    if (opts.rank == 0) publish_group_settings(store, opts);
     context->connectFullMesh(store, device);
-    if (opts.rank != 0) check_chunk_bytes(store, opts);
-    auto comm = std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), std::move(context));
+    if (opts.rank != 0) check_group_settings(store, opts);
+    std::unique_ptr<EagerRing> ring;
+    if (opts.size > 1 && opts.eager_max_bytes > 0) {
+      ring = EagerRing::connect(store, opts.rank, opts.size, opts.bind_address,
+                                deadline_after(opts.timeout));
+    }
+    auto comm = std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), std::move(context),
+                                                       std::move(ring));
     // connectFullMesh returns once this rank's side of every pair is up, possibly before a peer
     // has accepted; a rank that closed at once would break that peer's rendezvous. So nobody
     // returns until everybody is through.

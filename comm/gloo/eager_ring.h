@@ -1,0 +1,70 @@
+// The chain's small-buffer transport: one TCP connection from every rank to the next, carrying
+// broadcasts below the group's eager threshold without Gloo.
+//
+// Below ~16 MiB the chain over Gloo unbound buffers loses to MPI_Bcast: every chunk's send waits
+// for the receiver's "ready" message and a hand-off to Gloo's I/O thread on both sides, a cost per
+// message rather than per byte (docs/performance.md has the profile). The ring has neither: a
+// broadcast is a 32-byte header and the payload written straight onto the socket (eager, no
+// rendezvous), and each rank progresses its own links in the calling thread. A middle rank reads
+// what its predecessor sent and forwards every piece to its successor as soon as it has it, in one
+// poll loop, so the links run at the same time as in the chunked chain.
+//
+// The header (magic, sequence number, root, byte count) is checked by every receiver, so ranks
+// that disagree on a collective fail with a message naming both sides instead of mixing streams.
+//
+// Rendezvous: every rank listens on the group's bind address, publishes "<host>:<port>" under
+// "chain/eager/<rank>" in the group's store, connects to rank + 1 and accepts rank - 1 (each
+// connection opens with a hello naming the connecting rank, checked by the acceptor). Both ring
+// neighbours are distinct connections, also in a group of two.
+//
+// Failures: a broadcast throws LinkFailure (peer_gone when the connection closed or reset, or
+// timed_out when the deadline passed) or WaitInterrupted after interrupt(). After any failure the
+// stream is in an unknown state: the owner must call shut_down() and not broadcast again.
+// Lifetime: owned by its communicator; sockets close on destruction.
+// Threading: broadcast() on one thread at a time; interrupt() and shut_down() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/deadline.h"
+#include "comm/store/socket_io.h"
+
+namespace weightcast::comm::gloo_backend {
+
+class GlooStoreAdapter;
+
+class EagerRing {
+ public:
+  // Forms the ring over `store` (the group's rendezvous adapter) within `deadline`. Throws
+  // ConfigError when bind_address cannot be bound, TimeoutError when a neighbour does not show up.
+  static std::unique_ptr<EagerRing> connect(GlooStoreAdapter& store, int rank, int size,
+                                            const std::string& bind_address, Deadline deadline);
+
+  EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred);
+  ~EagerRing();
+  EagerRing(const EagerRing&) = delete;
+  EagerRing& operator=(const EagerRing&) = delete;
+
+  // Broadcasts [data, data + bytes) from `root` down the ring, bounded by `deadline`.
+  void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline);
+
+  // Makes the broadcast in flight (and every later one) return with WaitInterrupted.
+  void interrupt();
+  // Shuts both connections down, so the neighbours learn at once; the fds stay open until
+  // destruction, so a broadcast still polling them sees an error rather than a reused fd.
+  void shut_down();
+
+ private:
+  int rank_;
+  int size_;
+  net::Fd to_succ_;
+  net::Fd from_pred_;
+  net::Fd wake_;  // eventfd, readable once interrupt() was called
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace weightcast::comm::gloo_backend
