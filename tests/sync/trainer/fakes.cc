@@ -242,6 +242,15 @@ WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner, bool) {
   return r;
 }
 
+// Neither is part of an update; the fake answers them without recording a call.
+std::string FakeEngine::metrics() {
+  return "";
+}
+
+SpecAcceptLengthResponse FakeEngine::spec_accept_length() {
+  return {};
+}
+
 void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire) {
   options.communicator_factory = [&wire](std::string_view, const comm::CommOptions& o) {
     std::lock_guard lock(wire.mu);

@@ -18,6 +18,7 @@
 #include "sync/model/bucket.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/updater.h"
+#include "tests/support/engine_api_overrides.h"
 
 namespace weightcast::sync::trainer::testing {
 
@@ -96,22 +97,7 @@ class FakeEngine final : public EngineApi {
   std::vector<UpdateWeightsFromDistributedRequest> bucket_requests() const;
 
   const std::string& url() const override { return url_; }
-  BasicResponse health() override;
-  ServerInfoResponse server_info() override;
-  BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) override;
-  BasicResponse destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& req) override;
-  BasicResponse pause_generation(const PauseGenerationRequest& req) override;
-  BasicResponse flush_cache() override;
-  BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;
-  BasicResponse update_weights_from_distributed(
-      const UpdateWeightsFromDistributedRequest& req) override;
-  BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
-  EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
-  BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
-  BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
-  WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) override;
-  std::string metrics() override { return ""; }
-  SpecAcceptLengthResponse spec_accept_length() override { return {}; }
+  WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES;
 
   std::vector<InitWeightsUpdateGroupRequest> inits;  // guarded by mu_
 
