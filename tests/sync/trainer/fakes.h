@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -126,5 +127,20 @@ class FakeEngine final : public EngineApi {
 // Points `options` at the fake data plane: a FakeCommunicator on `wire` for every group (a new
 // group after a failed update is healthy again), 4 KiB buckets and a failure grace of 2 s.
 void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire);
+
+// The URLs of the fake engines of the updater tests: engine a, b and c, in FakeFleet's order.
+inline constexpr const char* kA = "http://engine-a:1";
+inline constexpr const char* kB = "http://engine-b:2";
+inline constexpr const char* kC = "http://engine-c:3";
+
+// A DistributedUpdater (with `options`, on the fake data plane of `wire`) over fake engines:
+// engine i at the i-th URL of kA, kB, kC with rank_counts[i] ranks (at most three).
+struct FakeFleet {
+  FakeFleet(const std::vector<int>& rank_counts, UpdaterOptions options);
+
+  FakeWire wire;
+  std::vector<FakeEngine*> engines;  // owned by `updater`, in URL order
+  std::unique_ptr<DistributedUpdater> updater;
+};
 
 }  // namespace weightcast::sync::trainer::testing
