@@ -53,11 +53,11 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-std::vector<std::string> split_csv(const std::string& text) {
+std::vector<std::string> split_any(const std::string& text, std::string_view separators) {
   std::vector<std::string> out;
   std::string cur;
   for (char c : text) {
-    if (c == ',') {
+    if (separators.find(c) != std::string_view::npos) {
       if (!cur.empty()) out.push_back(cur);
       cur.clear();
     } else {
@@ -66,6 +66,10 @@ std::vector<std::string> split_csv(const std::string& text) {
   }
   if (!cur.empty()) out.push_back(cur);
   return out;
+}
+
+std::vector<std::string> split_csv(const std::string& text) {
+  return split_any(text, ",");
 }
 
 }  // namespace weightcast::launcher

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weightcast::launcher {
@@ -13,6 +14,10 @@ std::uint64_t parse_bytes(const std::string& text);
 
 // 1536 -> "1.5 KiB" style, for headers and progress lines.
 std::string format_bytes(std::uint64_t bytes);
+
+// `text` cut at every character of `separators` ("a|b c", "| " -> {"a","b","c"}); empty items
+// are dropped.
+std::vector<std::string> split_any(const std::string& text, std::string_view separators);
 
 // "a,b,c" -> {"a","b","c"}; empty items are dropped.
 std::vector<std::string> split_csv(const std::string& text);

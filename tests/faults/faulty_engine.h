@@ -16,6 +16,7 @@
 
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/updater.h"
+#include "tests/support/engine_api_overrides.h"
 
 namespace weightcast::faults {
 
@@ -40,26 +41,7 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   std::vector<CallRecord> calls() const;
 
   const std::string& url() const override { return inner_->url(); }
-  sync::BasicResponse health() override;
-  sync::ServerInfoResponse server_info() override;
-  sync::BasicResponse init_weights_update_group(
-      const sync::InitWeightsUpdateGroupRequest& req) override;
-  sync::BasicResponse destroy_weights_update_group(
-      const sync::DestroyWeightsUpdateGroupRequest& req) override;
-  sync::BasicResponse pause_generation(const sync::PauseGenerationRequest& req) override;
-  sync::BasicResponse flush_cache() override;
-  sync::BeginWeightUpdateResponse begin_weight_update(
-      const sync::BeginWeightUpdateRequest& req) override;
-  sync::BasicResponse update_weights_from_distributed(
-      const sync::UpdateWeightsFromDistributedRequest& req) override;
-  sync::BasicResponse update_weight_version(const sync::UpdateWeightVersionRequest& req) override;
-  sync::EndWeightUpdateResponse end_weight_update(const sync::EndWeightUpdateRequest& req) override;
-  sync::BasicResponse continue_generation(const sync::ContinueGenerationRequest& req) override;
-  sync::BasicResponse abort_weight_update(const sync::AbortWeightUpdateRequest& req) override;
-  sync::WeightsChecksumResponse weights_checksum(sync::Runner runner,
-                                                 bool recompute = false) override;
-  std::string metrics() override;
-  sync::SpecAcceptLengthResponse spec_accept_length() override;
+  WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES;
 
  private:
   // Runs `fn` as call `route`: the hook first, then the call, recorded either way.

@@ -21,6 +21,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -116,6 +118,23 @@ Committed read_committed(const Engine& e) {
       c.failed_updates = m[1];
   });
   return c;
+}
+
+// Expects every engine of `engines` to have committed `version` with target digest `digest`, and
+// runs `more(engine, committed)` for the checks of the caller; returns whether all of them held
+// that version and digest.
+bool expect_committed(std::initializer_list<const Engine*> engines, const std::string& version,
+                      const std::string& digest,
+                      const std::function<void(const Engine&, const Committed&)>& more = {}) {
+  bool held = true;
+  for (const Engine* e : engines) {
+    const Committed c = read_committed(*e);
+    held = held && c.version == version && c.digest == digest;
+    EXPECT_EQ(c.version, version) << e->url;
+    EXPECT_EQ(c.digest, digest) << e->url;
+    if (more) more(*e, c);
+  }
+  return held;
 }
 
 // /server_info as the engine wrote it (groups, abort reasons), for failure messages.
@@ -234,11 +253,7 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
   ASSERT_TRUE(driver.wait_for_line("verify 1 ok", 10s)) << driver.output();
   ASSERT_TRUE(driver.wait_for_line("waiting before update 2", 10s)) << driver.output();
   const std::string step1 = expected_target_digest(1);
-  for (const Engine* e : {&a, &b}) {
-    const Committed c = read_committed(*e);
-    ASSERT_EQ(c.version, "1") << e->url;
-    ASSERT_EQ(c.digest, step1) << e->url;
-  }
+  ASSERT_TRUE(expect_committed({&a, &b}, "1", step1));
 
   // Update 2, held before bucket kCutBucket: cut A's link, then let it go on.
   EngineWatch watch_a(a), watch_b(b);
@@ -305,15 +320,11 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
   EXPECT_LE(returned_after, 2.0 * sender_deadline) << driver.output();
 
   // Nothing committed anywhere: both keep version 1 and its digest, no session is open.
-  bool nothing_committed = true;
-  for (const Engine* e : {&a, &b}) {
-    const Committed c = read_committed(*e);
-    nothing_committed = nothing_committed && c.version == "1" && c.digest == step1;
-    EXPECT_EQ(c.version, "1") << e->url;
-    EXPECT_EQ(c.digest, step1) << e->url;
-    EXPECT_FALSE(c.in_session) << e->url;
-    EXPECT_EQ(c.failed_updates, "1") << e->url;
-  }
+  const bool nothing_committed =
+      expect_committed({&a, &b}, "1", step1, [](const Engine& e, const Committed& c) {
+        EXPECT_FALSE(c.in_session) << e.url;
+        EXPECT_EQ(c.failed_updates, "1") << e.url;
+      });
   // The trainer's abort path resumed B on its previous weights, within the trainer's bound; A,
   // cut off, stays paused.
   const auto b_resumed = watch_b.resumed();
@@ -333,13 +344,10 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
   EXPECT_TRUE(recovered) << driver.output();
   EXPECT_EQ(driver.wait(10s), std::optional<int>(0)) << driver.output();
   const std::string step3 = expected_target_digest(3);
-  for (const Engine* e : {&a, &b}) {
-    const Committed c = read_committed(*e);
-    recovered = recovered && c.version == "2" && c.digest == step3;
-    EXPECT_EQ(c.version, "2") << e->url;
-    EXPECT_EQ(c.digest, step3) << e->url;
-    EXPECT_FALSE(c.paused) << e->url;
-  }
+  recovered = expect_committed(
+                  {&a, &b}, "2", step3,
+                  [](const Engine& e, const Committed& c) { EXPECT_FALSE(c.paused) << e.url; }) &&
+              recovered;
 
   std::printf(
       "FIGURE case=5 engine_deadline_s=%.3f sender_deadline_s=%.3f cut_engine_fail_s=%.3f "

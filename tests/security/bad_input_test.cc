@@ -54,6 +54,24 @@ Json bucket(const std::string& name, const std::string& dtype, const Json& shape
   return b;
 }
 
+// One refused POST to `path` for each raw JSON value of `key` in `bad` set into `base`; the
+// message must name `key`.
+void add_bad_values(std::vector<Row>& rows, const std::string& path, const Json& base,
+                    const std::string& key, const std::vector<std::string>& bad) {
+  for (const std::string& raw : bad) rows.push_back({"POST", path, with(base, key, raw), 400, key});
+}
+
+// Whether the engine answers the raw HTTP `request`, sent on `conn`, within `wait` with a
+// response that starts with `start` (the status line, or a prefix of it).
+::testing::AssertionResult answers(RawConnection& conn, const std::string& request,
+                                   const std::string& start, std::chrono::milliseconds wait) {
+  if (!conn.connected()) return ::testing::AssertionFailure() << "could not connect";
+  if (!conn.send(request)) return ::testing::AssertionFailure() << "the send failed";
+  const std::string answer = conn.read_http_response(wait);
+  if (answer.rfind(start, 0) != 0) return ::testing::AssertionFailure() << answer;
+  return ::testing::AssertionSuccess();
+}
+
 // Every row is refused, so `master_port` (a listener of the test) must never be dialled.
 std::vector<Row> init_rows(int master_port) {
   const std::string p = "/init_weights_update_group";
@@ -63,33 +81,21 @@ std::vector<Row> init_rows(int master_port) {
                       {"world_size", 2},
                       {"group_name", "h"},
                       {"backend", "gloo"}};
-  return {
-      {"POST", p, "not json", 400, "body"},
-      {"POST", p, "[]", 400, "body"},
-      {"POST", p, "", 400, "body"},
-      {"POST", p, without(kInit, "master_address"), 400, "master_address"},
-      {"POST", p, without(kInit, "master_port"), 400, "master_port"},
-      {"POST", p, without(kInit, "world_size"), 400, "world_size"},
-      {"POST", p, with(kInit, "master_port", "\"29500\""), 400, "master_port"},
-      {"POST", p, with(kInit, "master_port", "0"), 400, "master_port"},
-      {"POST", p, with(kInit, "master_port", "70000"), 400, "master_port"},
-      {"POST", p, with(kInit, "master_port", "29500.5"), 400, "master_port"},
-      {"POST", p, with(kInit, "master_port", "true"), 400, "master_port"},
-      {"POST", p, with(kInit, "rank_offset", "0"), 400, "rank_offset"},
-      {"POST", p, with(kInit, "rank_offset", "2"), 400, "rank_offset"},
-      {"POST", p, with(kInit, "world_size", "-2"), 400, "world_size"},
-      {"POST", p, with(kInit, "world_size", "4294967298"), 400, "world_size"},
-      {"POST", p, with(kInit, "backend", "\"mpi\""), 400, "backend"},
-      {"POST", p, with(kInit, "backend", "null"), 400, "backend"},
-      {"POST", p, with(kInit, "group_name", "\"a b\""), 400, "group_name"},
-      {"POST", p, with(kInit, "group_name", "\"\""), 400, "group_name"},
-      {"POST", p, with(kInit, "group_name", "\"" + std::string(1100, 'x') + "\""), 400,
-       "group_name"},
-      {"POST", p, with(kInit, "master_address", "\"127.0.0.1\\n\""), 400, "master_address"},
-      {"POST", p, with(kInit, "master_address", "\"" + std::string(300, 'a') + "\""), 400,
-       "master_address"},
-      {"POST", p, with(kInit, "master_address", "[\"127.0.0.1\"]"), 400, "master_address"},
-  };
+  std::vector<Row> rows = {{"POST", p, "not json", 400, "body"},
+                           {"POST", p, "[]", 400, "body"},
+                           {"POST", p, "", 400, "body"}};
+  for (const char* key : {"master_address", "master_port", "world_size"}) {
+    rows.push_back({"POST", p, without(kInit, key), 400, key});
+  }
+  add_bad_values(rows, p, kInit, "master_port", {"\"29500\"", "0", "70000", "29500.5", "true"});
+  add_bad_values(rows, p, kInit, "rank_offset", {"0", "2"});
+  add_bad_values(rows, p, kInit, "world_size", {"-2", "4294967298"});
+  add_bad_values(rows, p, kInit, "backend", {"\"mpi\"", "null"});
+  add_bad_values(rows, p, kInit, "group_name",
+                 {"\"a b\"", "\"\"", "\"" + std::string(1100, 'x') + "\""});
+  add_bad_values(rows, p, kInit, "master_address",
+                 {"\"127.0.0.1\\n\"", "\"" + std::string(300, 'a') + "\"", "[\"127.0.0.1\"]"});
+  return rows;
 }
 
 std::vector<Row> small_route_rows() {
@@ -326,21 +332,17 @@ TEST(SecurityBadInput, HugeClaimsDoNotGrowTheEnginesMemory) {
 
   // A 1 TiB Content-Length with no body behind it: 413 at once, before any body is read.
   RawConnection claim(engine.host(), engine.port());
-  ASSERT_TRUE(claim.connected());
-  ASSERT_TRUE(
-      claim.send("POST /begin_weight_update HTTP/1.1\r\nHost: x\r\n"
-                 "Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n"));
-  const std::string answer = claim.read_http_response(5s);
-  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
+  ASSERT_TRUE(answers(claim,
+                      "POST /begin_weight_update HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n",
+                      "HTTP/1.1 413", 5s));
 
   // A chunked body whose first chunk claims 1 TiB.
   RawConnection chunked(engine.host(), engine.port());
-  ASSERT_TRUE(chunked.connected());
-  ASSERT_TRUE(
-      chunked.send("POST /pause_generation HTTP/1.1\r\nHost: x\r\n"
-                   "Transfer-Encoding: chunked\r\n\r\n10000000000\r\n{\"mode\":"));
-  const std::string chunk_answer = chunked.read_http_response(10s);
-  EXPECT_EQ(chunk_answer.rfind("HTTP/1.1 4", 0), 0u) << chunk_answer;
+  ASSERT_TRUE(answers(chunked,
+                      "POST /pause_generation HTTP/1.1\r\nHost: x\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n10000000000\r\n{\"mode\":",
+                      "HTTP/1.1 4", 10s));
   EXPECT_TRUE(chunked.closed_within(5s));
 
   const std::size_t rss_after = resident_bytes(engine.pid());

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,20 @@ class GlooProcessTest : public ::testing::Test {
     return Subprocess(argv);
   }
 
+  // Ranks 0..count-1 of `base` (each with its own rank), in rank order; `adjust`, when set, may
+  // change a rank's arguments before it starts.
+  std::vector<Subprocess> spawn_ranks(const std::string& prefix, int count, const WorkerArgs& base,
+                                      const std::function<void(WorkerArgs&)>& adjust = {}) {
+    std::vector<Subprocess> workers;
+    for (int r = 0; r < count; ++r) {
+      WorkerArgs w = base;
+      w.rank = r;
+      if (adjust) adjust(w);
+      workers.push_back(spawn(prefix, w));
+    }
+    return workers;
+  }
+
   // Waits (up to `limit` from `since`) for the worker to exit and collects what it printed.
   static Outcome finish(Subprocess& p, Clock::time_point since, milliseconds limit) {
     Outcome o;
@@ -94,17 +109,12 @@ class GlooProcessTest : public ::testing::Test {
 // Four processes, root 1, 8 MiB in 256 KiB chunks: every rank ends with the root's bytes.
 TEST_F(GlooProcessTest, FourProcessesBroadcastEightMiB) {
   constexpr int kSize = 4;
-  std::vector<Subprocess> workers;
-  for (int r = 0; r < kSize; ++r) {
-    WorkerArgs w;
-    w.rank = r;
-    w.size = kSize;
-    w.root = 1;
-    w.bytes = 8u << 20;
-    w.chunk_bytes = 256u << 10;
-    w.timeout = milliseconds(20000);
-    workers.push_back(spawn("bcast8", w));
-  }
+  auto workers = spawn_ranks("bcast8", kSize,
+                             {.size = kSize,
+                              .root = 1,
+                              .bytes = 8u << 20,
+                              .timeout = milliseconds(20000),
+                              .chunk_bytes = 256u << 10});
   const auto start = Clock::now();
   for (int r = 0; r < kSize; ++r) {
     auto o = finish(workers[static_cast<std::size_t>(r)], start, milliseconds(30000));
@@ -117,16 +127,8 @@ TEST_F(GlooProcessTest, FourProcessesBroadcastEightMiB) {
 // deadline: not early (it waited), not late (it honoured the deadline).
 TEST_F(GlooProcessTest, RankThatNeverJoinsGivesTimeoutErrorNearTheDeadline) {
   constexpr milliseconds kTimeout{2000};
-  std::vector<Subprocess> workers;
   const auto start = Clock::now();
-  for (int r = 0; r < 3; ++r) {
-    WorkerArgs w;
-    w.rank = r;
-    w.size = 4;
-    w.bytes = 1024;
-    w.timeout = kTimeout;
-    workers.push_back(spawn("missing", w));
-  }
+  auto workers = spawn_ranks("missing", 3, {.size = 4, .bytes = 1024, .timeout = kTimeout});
   for (int r = 0; r < 3; ++r) {
     auto o = finish(workers[static_cast<std::size_t>(r)], start, kTimeout * 4);
     EXPECT_EQ(o.exit_code, std::optional<int>(2)) << "rank " << r << " printed:\n" << o.output;
@@ -149,18 +151,12 @@ TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
   constexpr std::size_t kBytes = 512u << 20;
   constexpr std::size_t kChunk = 8u << 20;
   constexpr milliseconds kTimeout{8000};
-  std::vector<Subprocess> workers;
-  for (int r = 0; r < kSize; ++r) {
-    WorkerArgs w;
-    w.rank = r;
-    w.size = kSize;
-    w.root = 0;
-    w.bytes = kBytes;
-    w.chunk_bytes = kChunk;
-    w.timeout = kTimeout;
-    if (r == kVictim) w.stop_at_bytes = kChunk;
-    workers.push_back(spawn("killed", w));
-  }
+  auto workers = spawn_ranks(
+      "killed", kSize,
+      {.size = kSize, .root = 0, .bytes = kBytes, .timeout = kTimeout, .chunk_bytes = kChunk},
+      [&](WorkerArgs& w) {
+        if (w.rank == kVictim) w.stop_at_bytes = kChunk;
+      });
   auto& victim = workers[kVictim];
   const auto stopping = victim.wait_for_line("stopping ", kTimeout);
   ASSERT_TRUE(stopping.has_value()) << "victim never got mid-transfer:\n"

@@ -19,6 +19,15 @@ std::string bucket_json(const std::string& names, const std::string& dtypes,
          R"(,"group_name":"g","selector":"target","sequence":0)" + extra + "}";
 }
 
+// An init body for world size 2; an empty `address` leaves master_address out.
+std::string init_json(const std::string& address, int port, int rank_offset,
+                      const std::string& backend = "gloo", const std::string& extra = "") {
+  const std::string head = address.empty() ? "{" : R"({"master_address":")" + address + "\",";
+  return head + R"("master_port":)" + std::to_string(port) + R"(,"rank_offset":)" +
+         std::to_string(rank_offset) + R"(,"world_size":2,"backend":")" + backend + "\"" + extra +
+         "}";
+}
+
 class BadInputTest : public EngineHttpFixture {};
 
 TEST_F(BadInputTest, EachMalformedBodyIsRefusedNamingTheFieldWithNoEffect) {
@@ -29,29 +38,17 @@ TEST_F(BadInputTest, EachMalformedBodyIsRefusedNamingTheFieldWithNoEffect) {
   ASSERT_EQ(post("/begin_weight_update", R"({"selector":"target"})").first, 200);
   const Snapshot before = snapshot();
   const std::string a = R"(["model.a"])", bf16 = R"(["bfloat16"])", s = "[[32,64]]";
+  const std::string local = "127.0.0.1";
   const std::vector<BadInput> table = {
       {"/init_weights_update_group", "not json", 400, ""},
       {"/init_weights_update_group", "[]", 400, ""},
-      {"/init_weights_update_group",
-       R"({"master_port":29500,"rank_offset":1,"world_size":2,"backend":"gloo"})", 400,
-       "master_address"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":0,"rank_offset":1,"world_size":2,"backend":"gloo"})",
-       400, "master_port"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":70000,"rank_offset":1,"world_size":2,"backend":"gloo"})",
-       400, "master_port"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":29500,"rank_offset":0,"world_size":2,"backend":"gloo"})",
-       400, "rank_offset"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":29500,"rank_offset":2,"world_size":2,"backend":"gloo"})",
-       400, "rank_offset"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":29500,"rank_offset":1,"world_size":2,"backend":"mpi"})",
-       400, "backend"},
-      {"/init_weights_update_group",
-       R"({"master_address":"127.0.0.1","master_port":29500,"rank_offset":1,"world_size":2,"backend":"gloo","group_name":"a b"})",
+      {"/init_weights_update_group", init_json("", 29500, 1), 400, "master_address"},
+      {"/init_weights_update_group", init_json(local, 0, 1), 400, "master_port"},
+      {"/init_weights_update_group", init_json(local, 70000, 1), 400, "master_port"},
+      {"/init_weights_update_group", init_json(local, 29500, 0), 400, "rank_offset"},
+      {"/init_weights_update_group", init_json(local, 29500, 2), 400, "rank_offset"},
+      {"/init_weights_update_group", init_json(local, 29500, 1, "mpi"), 400, "backend"},
+      {"/init_weights_update_group", init_json(local, 29500, 1, "gloo", R"(,"group_name":"a b")"),
        400, "group_name"},
       {"/destroy_weights_update_group", R"({"group_name":7})", 400, "group_name"},
       {"/pause_generation", R"({"mode":"later"})", 400, "mode"},

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "comm/errors.h"
 #include "sync/protocol/protocol.h"
@@ -40,6 +41,28 @@ WeightsChecksumResponse sample_checksum() {
                {"mtp.norm.weight", "deadbeefdeadbeef", DType::kFloat32, {32}},
                {"mtp.step", "0000000000000001", DType::kInt64, {}}};
   return c;
+}
+
+// A change to a valid body: `value` written at the JSON pointer `pointer`; a refusal's message
+// must start with `expected`.
+struct Change {
+  std::string pointer;
+  Json value;
+  std::string expected;
+};
+
+std::string changed(Json body, const Change& c) {
+  body[Json::json_pointer(c.pointer)] = c.value;
+  return body.dump();
+}
+
+// `parse` refuses each change of `valid` with a message starting with its `expected`.
+template <typename Parse>
+void expect_refused(const Json& valid, const std::vector<Change>& changes, Parse parse) {
+  for (const Change& c : changes) {
+    const std::string what = bad_request([&] { parse(changed(valid, c)); });
+    EXPECT_EQ(what.rfind(c.expected, 0), 0u) << c.pointer << ": " << what;
+  }
 }
 
 TEST(ProtocolResponse, RoundTripEveryBody) {
@@ -107,35 +130,28 @@ TEST(ProtocolResponse, MessagesMayCarryAnyText) {
 
 TEST(ProtocolResponse, MalformedServerInfo) {
   const Json valid = Json::parse(to_json_string(sample_server_info()));
-  const struct {
-    std::string pointer;
-    Json value;
-    std::string expected;
-  } cases[] = {
-      {"/success", "yes", "success: must be a boolean"},
-      {"/message", 5, "message: must be a string"},
-      {"/runners/0/name", "verifier", "runners[0].name: unknown runner 'verifier'"},
-      {"/runners/1/name", "target", "runners[1]: duplicate of runners[0] ('target')"},
-      {"/runners/0/filters", "model.*", "runners[0].filters: must be an array"},
-      {"/runners/0/filters/0", "", "runners[0].filters[0]: must not be empty"},
-      {"/runners/0/layout", "", "runners[0].layout: must not be empty"},
-      {"/runners/0/tensor_count", -1, "runners[0].tensor_count: must be in [0, "},
-      {"/runners/0", "target", "runners[0]: must be an object (got string)"},
-      {"/selectors/1", "some", "selectors[1]: unknown selector 'some'"},
-      {"/selectors/2", "all", "selectors[2]: duplicate of selectors[0]"},
-      {"/backends/0", "mpi", "backends[0]: unknown backend 'mpi'"},
-      {"/rank_count", 0, "rank_count: must be in [1, "},
-      {"/tp_size", "2", "tp_size: must be an integer"},
-      {"/weight_version", nullptr, "weight_version: must be a string"},
-      {"/speculative_algorithm", 1, "speculative_algorithm: must be a string"},
-      {"/session_selector", "none", "session_selector: unknown selector 'none'"},
-  };
-  for (const auto& c : cases) {
-    Json body = valid;
-    body[Json::json_pointer(c.pointer)] = c.value;
-    const std::string what = bad_request([&] { parse_server_info_response(body.dump()); });
-    EXPECT_EQ(what.rfind(c.expected, 0), 0u) << c.pointer << ": " << what;
-  }
+  expect_refused(
+      valid,
+      {
+          {"/success", "yes", "success: must be a boolean"},
+          {"/message", 5, "message: must be a string"},
+          {"/runners/0/name", "verifier", "runners[0].name: unknown runner 'verifier'"},
+          {"/runners/1/name", "target", "runners[1]: duplicate of runners[0] ('target')"},
+          {"/runners/0/filters", "model.*", "runners[0].filters: must be an array"},
+          {"/runners/0/filters/0", "", "runners[0].filters[0]: must not be empty"},
+          {"/runners/0/layout", "", "runners[0].layout: must not be empty"},
+          {"/runners/0/tensor_count", -1, "runners[0].tensor_count: must be in [0, "},
+          {"/runners/0", "target", "runners[0]: must be an object (got string)"},
+          {"/selectors/1", "some", "selectors[1]: unknown selector 'some'"},
+          {"/selectors/2", "all", "selectors[2]: duplicate of selectors[0]"},
+          {"/backends/0", "mpi", "backends[0]: unknown backend 'mpi'"},
+          {"/rank_count", 0, "rank_count: must be in [1, "},
+          {"/tp_size", "2", "tp_size: must be an integer"},
+          {"/weight_version", nullptr, "weight_version: must be a string"},
+          {"/speculative_algorithm", 1, "speculative_algorithm: must be a string"},
+          {"/session_selector", "none", "session_selector: unknown selector 'none'"},
+      },
+      [](const std::string& body) { parse_server_info_response(body); });
   Json missing = valid;
   missing.erase("version");
   EXPECT_EQ(bad_request([&] { parse_server_info_response(missing.dump()); }),
@@ -144,33 +160,25 @@ TEST(ProtocolResponse, MalformedServerInfo) {
 
 TEST(ProtocolResponse, MalformedChecksum) {
   const Json valid = Json::parse(to_json_string(sample_checksum()));
-  const struct {
-    std::string pointer;
-    Json value;
-    std::string expected;
-  } cases[] = {
-      {"/runner", "all", "runner: unknown runner 'all'"},
-      {"/digest", "ABCDEF", "digest: must be lower-case hex"},
-      {"/digest", "", "digest: must be 1 to 128 hex digits"},
-      {"/digest", std::string(129, 'a'), "digest: must be 1 to 128 hex digits"},
-      {"/tensors/0/digest", "xyz", "tensors[0].digest: must be lower-case hex"},
-      {"/tensors/1/name", "mtp.fc.weight", "tensors[1]: duplicate of tensors[0]"},
-      {"/tensors/1/dtype", "float", "tensors[1].dtype"},  // alias accepted; checked below
-      {"/tensors/2/dtype", "qint8", "tensors[2].dtype: unknown dtype 'qint8'"},
-      {"/tensors/0/shape/1", -32, "tensors[0].shape[1]: must be >= 0 (got -32)"},
-      {"/tensors/0/shape", Json::object(), "tensors[0].shape: must be an array"},
-      {"/weight_version", "", "weight_version: must not be empty"},
-  };
-  for (const auto& c : cases) {
-    Json body = valid;
-    body[Json::json_pointer(c.pointer)] = c.value;
-    if (c.pointer == "/tensors/1/dtype") {
-      EXPECT_EQ(parse_weights_checksum_response(body.dump()).tensors[1].dtype, DType::kFloat32);
-      continue;
-    }
-    const std::string what = bad_request([&] { parse_weights_checksum_response(body.dump()); });
-    EXPECT_EQ(what.rfind(c.expected, 0), 0u) << c.pointer << ": " << what;
-  }
+  expect_refused(valid,
+                 {
+                     {"/runner", "all", "runner: unknown runner 'all'"},
+                     {"/digest", "ABCDEF", "digest: must be lower-case hex"},
+                     {"/digest", "", "digest: must be 1 to 128 hex digits"},
+                     {"/digest", std::string(129, 'a'), "digest: must be 1 to 128 hex digits"},
+                     {"/tensors/0/digest", "xyz", "tensors[0].digest: must be lower-case hex"},
+                     {"/tensors/1/name", "mtp.fc.weight", "tensors[1]: duplicate of tensors[0]"},
+                     {"/tensors/2/dtype", "qint8", "tensors[2].dtype: unknown dtype 'qint8'"},
+                     {"/tensors/0/shape/1", -32, "tensors[0].shape[1]: must be >= 0 (got -32)"},
+                     {"/tensors/0/shape", Json::object(), "tensors[0].shape: must be an array"},
+                     {"/weight_version", "", "weight_version: must not be empty"},
+                 },
+                 [](const std::string& body) { parse_weights_checksum_response(body); });
+  // A torch alias is accepted, as its canonical dtype.
+  EXPECT_EQ(parse_weights_checksum_response(changed(valid, {"/tensors/1/dtype", "float", ""}))
+                .tensors[1]
+                .dtype,
+            DType::kFloat32);
 }
 
 TEST(ProtocolResponse, MalformedEndAndBegin) {

@@ -12,11 +12,9 @@ namespace weightcast::sync::trainer {
 namespace {
 
 using testing::FakeEngine;
-using testing::FakeWire;
-
-constexpr const char* kA = "http://engine-a:1";
-constexpr const char* kB = "http://engine-b:2";
-constexpr const char* kC = "http://engine-c:3";
+using testing::kA;
+using testing::kB;
+using testing::kC;
 
 // Engine c's process is gone: nothing answers, health included.
 void kill(FakeEngine& engine) {
@@ -28,29 +26,22 @@ void kill(FakeEngine& engine) {
   }
 }
 
-struct Elastic {
-  FakeWire wire;
-  FakeEngine* a = nullptr;
-  FakeEngine* b = nullptr;
-  FakeEngine* c = nullptr;
-  std::unique_ptr<DistributedUpdater> updater;
+// Engines a and c with one rank, b with two; all are up when training starts.
+struct Elastic : testing::FakeFleet {
+  FakeEngine* a;
+  FakeEngine* b;
+  FakeEngine* c;
 
-  explicit Elastic(EngineFailurePolicy policy = EngineFailurePolicy::kDrop) {
-    std::vector<std::unique_ptr<EngineApi>> engines;
-    FakeEngine** slots[] = {&a, &b, &c};
-    const char* urls[] = {kA, kB, kC};
-    const int ranks[] = {1, 2, 1};
-    for (int i = 0; i < 3; ++i) {
-      auto e = std::make_unique<FakeEngine>(urls[i], wire, ranks[i]);
-      *slots[i] = e.get();
-      engines.push_back(std::move(e));
-    }
+  explicit Elastic(EngineFailurePolicy policy = EngineFailurePolicy::kDrop)
+      : FakeFleet({1, 2, 1}, options(policy)), a(engines[0]), b(engines[1]), c(engines[2]) {
+    updater->connect();
+  }
+
+  static UpdaterOptions options(EngineFailurePolicy policy) {
     UpdaterOptions o;
     o.selector = Selector::kTarget;
     o.on_engine_failure = policy;
-    testing::use_fake_data_plane(o, wire);
-    updater = std::make_unique<DistributedUpdater>(std::move(engines), std::move(o));
-    updater->connect();  // all engines are up when training starts
+    return o;
   }
 
   int count(const std::string& event) {

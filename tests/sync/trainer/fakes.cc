@@ -1,6 +1,7 @@
 #include "tests/sync/trainer/fakes.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <thread>
 
@@ -242,6 +243,15 @@ WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner, bool) {
   return r;
 }
 
+// Neither is part of an update; the fake answers them without recording a call.
+std::string FakeEngine::metrics() {
+  return "";
+}
+
+SpecAcceptLengthResponse FakeEngine::spec_accept_length() {
+  return {};
+}
+
 void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire) {
   options.communicator_factory = [&wire](std::string_view, const comm::CommOptions& o) {
     std::lock_guard lock(wire.mu);
@@ -250,6 +260,18 @@ void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire) {
   };
   options.buckets.bucket_bytes = 4096;
   options.buckets.failure_grace = comm::Millis(2000);
+}
+
+FakeFleet::FakeFleet(const std::vector<int>& rank_counts, UpdaterOptions options) {
+  const std::array<const char*, 3> urls = {kA, kB, kC};
+  std::vector<std::unique_ptr<EngineApi>> owned;
+  for (std::size_t i = 0; i < rank_counts.size(); ++i) {
+    auto engine = std::make_unique<FakeEngine>(urls.at(i), wire, rank_counts[i]);
+    engines.push_back(engine.get());
+    owned.push_back(std::move(engine));
+  }
+  use_fake_data_plane(options, wire);
+  updater = std::make_unique<DistributedUpdater>(std::move(owned), std::move(options));
 }
 
 }  // namespace weightcast::sync::trainer::testing

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "sync/model/bucket.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/updater.h"
+#include "tests/support/engine_api_overrides.h"
 
 namespace weightcast::sync::trainer::testing {
 
@@ -96,22 +98,7 @@ class FakeEngine final : public EngineApi {
   std::vector<UpdateWeightsFromDistributedRequest> bucket_requests() const;
 
   const std::string& url() const override { return url_; }
-  BasicResponse health() override;
-  ServerInfoResponse server_info() override;
-  BasicResponse init_weights_update_group(const InitWeightsUpdateGroupRequest& req) override;
-  BasicResponse destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& req) override;
-  BasicResponse pause_generation(const PauseGenerationRequest& req) override;
-  BasicResponse flush_cache() override;
-  BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;
-  BasicResponse update_weights_from_distributed(
-      const UpdateWeightsFromDistributedRequest& req) override;
-  BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
-  EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
-  BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
-  BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
-  WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) override;
-  std::string metrics() override { return ""; }
-  SpecAcceptLengthResponse spec_accept_length() override { return {}; }
+  WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES;
 
   std::vector<InitWeightsUpdateGroupRequest> inits;  // guarded by mu_
 
@@ -140,5 +127,20 @@ class FakeEngine final : public EngineApi {
 // Points `options` at the fake data plane: a FakeCommunicator on `wire` for every group (a new
 // group after a failed update is healthy again), 4 KiB buckets and a failure grace of 2 s.
 void use_fake_data_plane(UpdaterOptions& options, FakeWire& wire);
+
+// The URLs of the fake engines of the updater tests: engine a, b and c, in FakeFleet's order.
+inline constexpr const char* kA = "http://engine-a:1";
+inline constexpr const char* kB = "http://engine-b:2";
+inline constexpr const char* kC = "http://engine-c:3";
+
+// A DistributedUpdater (with `options`, on the fake data plane of `wire`) over fake engines:
+// engine i at the i-th URL of kA, kB, kC with rank_counts[i] ranks (at most three).
+struct FakeFleet {
+  FakeFleet(const std::vector<int>& rank_counts, UpdaterOptions options);
+
+  FakeWire wire;
+  std::vector<FakeEngine*> engines;  // owned by `updater`, in URL order
+  std::unique_ptr<DistributedUpdater> updater;
+};
 
 }  // namespace weightcast::sync::trainer::testing

@@ -4,28 +4,10 @@
 #include <iterator>
 #include <regex>
 
+#include "launcher/cli_util.h"
 #include "tests/support/engine_launch.h"
 
 namespace weightcast::sync::trainer::testing {
-
-namespace {
-
-std::vector<std::string> mpirun_flags() {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : std::string(WEIGHTCAST_MPIRUN_FLAGS)) {
-    if (c == '|' || c == ' ') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-}  // namespace
 
 TestEngine start_engine(int ranks, const std::vector<std::string>& extra, int seed, int port) {
   auto argv = weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks,
@@ -45,7 +27,10 @@ std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
   std::string list;
   for (const auto& url : urls) list += (list.empty() ? "" : ",") + url;
   std::string command = "exec " + std::string(WEIGHTCAST_MPIEXEC);
-  for (const auto& f : mpirun_flags()) command += " " + f;
+  // The configured flags, joined with '|' (the separator of a CMake list) and with spaces.
+  for (const auto& f : weightcast::launcher::split_any(WEIGHTCAST_MPIRUN_FLAGS, "| ")) {
+    command += " " + f;
+  }
   command += " -np " + std::to_string(np) + " " + std::string(WEIGHTCAST_TRAIN_BIN) +
              " --model tiny --seed 5 --engines " + list;
   for (const auto& a : args) command += " " + a;

@@ -13,28 +13,16 @@ namespace weightcast::sync::trainer {
 namespace {
 
 using testing::FakeEngine;
-using testing::FakeWire;
+using testing::kA;
+using testing::kB;
 
-constexpr const char* kA = "http://engine-a:1";
-constexpr const char* kB = "http://engine-b:2";
+// Engine a with one rank, engine b with two.
+struct Fixture : testing::FakeFleet {
+  FakeEngine* a;
+  FakeEngine* b;
 
-struct Fixture {
-  FakeWire wire;
-  FakeEngine* a = nullptr;
-  FakeEngine* b = nullptr;
-  std::unique_ptr<DistributedUpdater> updater;
-
-  explicit Fixture(UpdaterOptions options = with_target()) {
-    std::vector<std::unique_ptr<EngineApi>> engines;
-    auto ea = std::make_unique<FakeEngine>(kA, wire, 1);
-    auto eb = std::make_unique<FakeEngine>(kB, wire, 2);
-    a = ea.get();
-    b = eb.get();
-    engines.push_back(std::move(ea));
-    engines.push_back(std::move(eb));
-    testing::use_fake_data_plane(options, wire);
-    updater = std::make_unique<DistributedUpdater>(std::move(engines), std::move(options));
-  }
+  explicit Fixture(UpdaterOptions options = with_target())
+      : FakeFleet({1, 2}, std::move(options)), a(engines[0]), b(engines[1]) {}
 
   static UpdaterOptions with_target() {
     UpdaterOptions o;
@@ -230,7 +218,7 @@ TEST(Updater, ReportHasPhaseTimings) {
 TEST(Updater, RefusedInitFailsGroupSetupPromptlyNamingTheEngine) {
   // The real Gloo rendezvous: engine b refuses its init, so its ranks never join. Stopping the
   // store must end the source's wait long before the group timeout.
-  FakeWire wire;
+  testing::FakeWire wire;
   std::vector<std::unique_ptr<EngineApi>> engines;
   engines.push_back(std::make_unique<FakeEngine>(kA, wire, 1));
   auto b = std::make_unique<FakeEngine>(kB, wire, 1);
