@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/non_copyable.h"
 #include "comm/store.h"
 
 namespace weightcast::comm {
@@ -44,12 +45,10 @@ struct TcpStoreServerStats {
   std::uint64_t dropped_stalled = 0;  // half-sent frames dropped after io_timeout
 };
 
-class TcpStoreServer {
+class TcpStoreServer : NonCopyable {
  public:
   explicit TcpStoreServer(TcpStoreServerOptions opts);  // binds and listens, or ConfigError
   ~TcpStoreServer();
-  TcpStoreServer(const TcpStoreServer&) = delete;
-  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   std::uint16_t port() const;
   const std::string& host() const;  // the bound address, as given
