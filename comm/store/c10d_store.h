@@ -35,6 +35,7 @@
 
 #include "comm/non_copyable.h"
 #include "comm/store.h"
+#include "comm/store/store_client_options.h"
 
 namespace weightcast::comm {
 
@@ -86,12 +87,8 @@ class C10dStoreServer : NonCopyable {
   std::unique_ptr<Impl> impl_;
 };
 
-struct C10dStoreOptions {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
+struct C10dStoreOptions : StoreClientOptions {
   C10dProtocol protocol = C10dProtocol::kAuto;
-  // Connecting retries until this passes (the server may not be up yet), then TimeoutError.
-  Millis connect_timeout{30000};
   std::size_t max_value_bytes = 8u << 20;
 };
 

@@ -23,6 +23,7 @@
 
 #include "comm/non_copyable.h"
 #include "comm/store.h"
+#include "comm/store/store_client_options.h"
 
 namespace weightcast::comm {
 
@@ -60,12 +61,8 @@ class TcpStoreServer : NonCopyable {
   std::unique_ptr<Impl> impl_;
 };
 
-struct TcpStoreOptions {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
+struct TcpStoreOptions : StoreClientOptions {
   std::string token;
-  // Connecting retries until this passes (the server may not be up yet), then TimeoutError.
-  Millis connect_timeout{30000};
   std::size_t max_value_bytes = Store::kDefaultMaxValueBytes;
 };
 
