@@ -21,34 +21,19 @@ while [ $# -gt 0 ]; do
 done
 engine="$build_dir/launcher/engine/weightcast-engine"
 train="$build_dir/launcher/train/weightcast-train"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-read -r -a mpi_flags <<<"$(bash scripts/mpirun-flags.sh)"
-work=$(mktemp -d)
-pids=()
-stop_engines() {
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap 'stop_engines; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+. scripts/lib/engines.sh
 
 start_engine() {  # name
-  "$engine" --port 0 --model "$model" --seed 1 --session-timeout-ms 60000 >"$work/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 600); do
-    if url=$(grep -o 'http://[0-9.:]*' "$work/$1.log" 2>/dev/null); then return 0; fi
-    sleep 0.05
-  done
-  echo "bench-tp-gather: engine $1 did not start:" >&2; cat "$work/$1.log" >&2; return 1
+  launch_engine bench-tp-gather "$1" 600 --port 0 --model "$model" --seed 1 \
+    --session-timeout-ms 60000
 }
 
 echo "# tp 2 x pp 1, 2 engines, model $model, bucket $bucket, $steps steps per run, --delta off"
 printf '%8s %5s %10s %10s\n' mode step update_s step_s
 for _ in $(seq 1 "$rounds"); do
   for mode in whole overlap; do
-    start_engine a; a=$url
-    start_engine b; b=$url
+    start_engine a; a=$engine_url
+    start_engine b; b=$engine_url
     last=$(date +%s.%N)
     timeout 600 mpirun "${mpi_flags[@]}" -np 2 "$train" --tp 2 --pp 1 --engines "$a,$b" \
       --model "$model" --seed 1 --steps "$steps" --bucket-bytes "$bucket" --delta off \

@@ -31,35 +31,13 @@ train="$build_dir/launcher/train/weightcast-train"
 for b in "$engine" "$train"; do
   [ -x "$b" ] || { echo "demo: $b is missing; build first (scripts/build.sh)" >&2; exit 2; }
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-read -r -a mpi_flags <<<"$(bash scripts/mpirun-flags.sh)"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. scripts/lib/engines.sh
 
-# Starts an engine and sets engine_url once it listens (bounded wait). Called directly, not in
-# $(...): a subshell would keep the pid to itself and the engine would outlive the demo.
+# Starts an engine and sets engine_url once it listens (bounded wait; scripts/lib/engines.sh).
 start_engine() {  # name ranks extra-flags...
   local name=$1 ranks=$2; shift 2
-  "$engine" --port 0 --ranks "$ranks" --draft --target-layout shuffle --draft-layout shuffle \
-    --model "$model" --seed 1 --session-timeout-ms 30000 "$@" >"$work/$name.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 200); do
-    if engine_url=$(grep -o 'http://[0-9.:]*' "$work/$name.log" 2>/dev/null); then return 0; fi
-    sleep 0.05
-  done
-  echo "demo: engine $name did not start:" >&2; cat "$work/$name.log" >&2; return 1
-}
-
-stop_engines() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
+  launch_engine demo "$name" 200 --port 0 --ranks "$ranks" --draft --target-layout shuffle \
+    --draft-layout shuffle --model "$model" --seed 1 --session-timeout-ms 30000 "$@"
 }
 
 run_scenario() {  # name selector engine-flags...

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/non_copyable.h"
 
 namespace weightcast::comm::nccl_detail {
 
@@ -24,12 +25,10 @@ int resolve_cuda_device(int requested);
 // Makes `device` current (creating its context) and restores the previous device on destruction,
 // so a caller that drives several GPUs from one thread keeps its own choice. Throws ConfigError
 // when the device cannot be made current.
-class ScopedDevice {
+class ScopedDevice : comm::NonCopyable {
  public:
   explicit ScopedDevice(int device);
   ~ScopedDevice();
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
 
  private:
   int previous_ = -1;

@@ -33,7 +33,9 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/non_copyable.h"
 #include "comm/store.h"
+#include "comm/store/store_client_options.h"
 
 namespace weightcast::comm {
 
@@ -43,7 +45,7 @@ std::string_view to_string(C10dProtocol protocol);
 
 struct C10dStoreServerOptions {
   std::string bind_address = "127.0.0.1";
-  std::uint16_t port = 0;  // 0: ephemeral, kept for the server's lifetime
+  std::uint16_t port = 0;                  // 0: ephemeral, kept for the server's lifetime
   std::size_t max_key_bytes = 8u << 10;    // torch's libuv backend limit
   std::size_t max_value_bytes = 8u << 20;  // torch's libuv backend limit
   std::size_t max_keys_per_request = 128u << 10;
@@ -54,7 +56,7 @@ struct C10dStoreServerOptions {
 
 struct C10dStoreServerStats {
   std::uint64_t accepted = 0;
-  std::uint64_t refused = 0;          // over max_connections
+  std::uint64_t refused = 0;  // over max_connections
   std::uint64_t active = 0;
   std::uint64_t rejected_frames = 0;  // garbage, oversized or unknown query: connection dropped
   std::uint64_t dropped_stalled = 0;  // half-sent requests dropped after io_timeout
@@ -62,12 +64,10 @@ struct C10dStoreServerStats {
   std::uint64_t torch2_connections = 0;
 };
 
-class C10dStoreServer {
+class C10dStoreServer : NonCopyable {
  public:
   explicit C10dStoreServer(C10dStoreServerOptions opts);  // binds and listens, or ConfigError
   ~C10dStoreServer();
-  C10dStoreServer(const C10dStoreServer&) = delete;
-  C10dStoreServer& operator=(const C10dStoreServer&) = delete;
 
   std::uint16_t port() const;
   const std::string& host() const;
@@ -87,12 +87,8 @@ class C10dStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-struct C10dStoreOptions {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
+struct C10dStoreOptions : StoreClientOptions {
   C10dProtocol protocol = C10dProtocol::kAuto;
-  // Connecting retries until this passes (the server may not be up yet), then TimeoutError.
-  Millis connect_timeout{30000};
   std::size_t max_value_bytes = 8u << 20;
 };
 

@@ -21,7 +21,9 @@
 #include <memory>
 #include <string>
 
+#include "comm/non_copyable.h"
 #include "comm/store.h"
+#include "comm/store/store_client_options.h"
 
 namespace weightcast::comm {
 
@@ -44,12 +46,10 @@ struct TcpStoreServerStats {
   std::uint64_t dropped_stalled = 0;  // half-sent frames dropped after io_timeout
 };
 
-class TcpStoreServer {
+class TcpStoreServer : NonCopyable {
  public:
   explicit TcpStoreServer(TcpStoreServerOptions opts);  // binds and listens, or ConfigError
   ~TcpStoreServer();
-  TcpStoreServer(const TcpStoreServer&) = delete;
-  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   std::uint16_t port() const;
   const std::string& host() const;  // the bound address, as given
@@ -61,12 +61,8 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-struct TcpStoreOptions {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
+struct TcpStoreOptions : StoreClientOptions {
   std::string token;
-  // Connecting retries until this passes (the server may not be up yet), then TimeoutError.
-  Millis connect_timeout{30000};
   std::size_t max_value_bytes = Store::kDefaultMaxValueBytes;
 };
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "comm/stop_signals.h"
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "launcher/engine/engine_setup.h"
@@ -119,16 +120,6 @@ void add_options(CLI::App& app, CommandLine& c) {
   add_data_plane_options(app, c);
 }
 
-// Signals are taken by one thread with sigwait, so no handler runs inside library code.
-sigset_t block_stop_signals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
 // The engine's options with --allowed-master-addresses applied; throws comm::ConfigError.
 weightcast::sync::engine::EngineOptions engine_options(const CommandLine& c) {
   auto options = weightcast::launcher::make_engine_options(c.args);
@@ -171,7 +162,8 @@ int main(int argc, char** argv) {
                  a.max_buckets_ahead, a.max_buckets_ahead + 2);
     return 2;
   }
-  const sigset_t signals = block_stop_signals();
+  // Taken by one thread with sigwait, so no handler runs inside library code.
+  const sigset_t signals = weightcast::comm::block_stop_signals();
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<HttpServer> server;

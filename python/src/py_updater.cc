@@ -1,15 +1,13 @@
 #include "py_updater.h"
 
-#include <pthread.h>
-
 #include <chrono>
-#include <csignal>
 #include <functional>
 #include <future>
 #include <thread>
 #include <utility>
 
 #include "comm/errors.h"
+#include "comm/stop_signals.h"
 #include "errors.h"
 #include "sync/protocol/tensor.h"
 #include "sync/trainer/engine_calls.h"
@@ -22,16 +20,6 @@ namespace weightcast::python {
 namespace {
 
 constexpr auto kSignalPoll = std::chrono::milliseconds(50);
-
-// Signals stay with the interpreter's thread, so the worker and every thread it starts (the
-// data plane's, the HTTP calls') never see an EINTR from a Ctrl-C meant for Python.
-void block_interrupts() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
 
 }  // namespace
 
@@ -108,7 +96,9 @@ void PyUpdater::run_on_worker(const std::function<void()>& fn) {
   {
     py::gil_scoped_release release;
     std::thread worker([&fn, &done] {
-      block_interrupts();
+      // Signals stay with the interpreter's thread, so the worker and every thread it starts (the
+      // data plane's, the HTTP calls') never see an EINTR from a Ctrl-C meant for Python.
+      comm::block_stop_signals();
       fn();
       done.set_value();
     });

@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "comm/non_copyable.h"
 #include "sync/protocol/protocol_enums.h"
 
 namespace weightcast::sync {
@@ -33,12 +34,10 @@ namespace weightcast::sync {
 // speed that keeps up with the links (docs/performance.md).
 inline constexpr DeltaCodec kDefaultDeltaCodec = DeltaCodec::kXorZstd;
 
-class DeltaEncoder {
+class DeltaEncoder : comm::NonCopyable {
  public:
   explicit DeltaEncoder(DeltaCodec codec);
   ~DeltaEncoder();
-  DeltaEncoder(const DeltaEncoder&) = delete;
-  DeltaEncoder& operator=(const DeltaEncoder&) = delete;
 
   DeltaCodec codec() const { return codec_; }
 
@@ -54,12 +53,10 @@ class DeltaEncoder {
   std::unique_ptr<State> state_;
 };
 
-class DeltaDecoder {
+class DeltaDecoder : comm::NonCopyable {
  public:
   explicit DeltaDecoder(DeltaCodec codec);
   ~DeltaDecoder();
-  DeltaDecoder(const DeltaDecoder&) = delete;
-  DeltaDecoder& operator=(const DeltaDecoder&) = delete;
 
   DeltaCodec codec() const { return codec_; }
 

@@ -2,61 +2,70 @@
 // backend a weight update group uses, how pause_generation treats running requests, how a group
 // meets, how bucket tensors travel and how a delta bucket is encoded.
 //
-// Each enum has one table of wire spellings (comm/enum_names.h). Each parse_* accepts exactly the
-// wire spelling and throws comm::BadRequestError quoting the value and listing the valid ones;
-// to_string gives the wire spelling back.
+// Each enum has one table of wire spellings (comm/enum_names.h), returned by its wire_names()
+// overload. Each parse_* accepts exactly the wire spelling and throws comm::BadRequestError quoting
+// the value and listing the valid ones; to_string gives the wire spelling back.
 // Lifetime/threading: plain values and pure functions; safe from any thread.
 #pragma once
 
 #include <array>
 #include <string_view>
+#include <type_traits>
 
 #include "comm/enum_names.h"
 #include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
 
+// An enum with a wire_names(E) overload (found by argument-dependent lookup) returning its
+// comm::EnumNames table.
+template <typename E>
+concept WireEnum = std::is_enum_v<E> && requires(E value) {
+  wire_names(value).name(value);
+};
+
+// The value of WireEnum E spelled exactly `text`; anything else throws comm::BadRequestError.
+template <WireEnum E>
+E parse_wire(std::string_view text) {
+  return parse_name(wire_names(E{}), text);
+}
+
+// The wire spelling of `value`; a value outside its table (a corrupt enum) throws EnforceError.
+template <WireEnum E>
+std::string_view to_string(E value) {
+  return wire_names(value).name(value);
+}
+
 // "nccl" (CUDA device buffers) or "gloo" (host buffers over TCP). SGLang passes any
 // torch.distributed backend name through; we accept the two we implement.
 enum class Backend { kNccl, kGloo };
-inline constexpr auto kBackendNames =
-    comm::enum_names<Backend>("backend", {{Backend::kNccl, "nccl"}, {Backend::kGloo, "gloo"}});
-inline constexpr std::array<Backend, 2> kAllBackends = kBackendNames.values();
-inline Backend parse_backend(std::string_view text) {
-  return parse_name(kBackendNames, text);
+constexpr auto wire_names(Backend) {
+  return comm::enum_names<Backend>("backend", {{Backend::kNccl, "nccl"}, {Backend::kGloo, "gloo"}});
 }
-inline std::string_view to_string(Backend backend) {
-  return kBackendNames.name(backend);
-}
+inline constexpr std::array<Backend, 2> kAllBackends = wire_names(Backend{}).values();
+inline constexpr auto& parse_backend = parse_wire<Backend>;
 
 // SGLang's pause modes: "abort" returns running requests, "retract" moves them back to the
 // waiting queue, "in_place" keeps them (and their KV cache) where they are.
 enum class PauseMode { kAbort, kRetract, kInPlace };
-inline constexpr auto kPauseModeNames =
-    comm::enum_names<PauseMode>("pause mode", {{PauseMode::kAbort, "abort"},
-                                               {PauseMode::kRetract, "retract"},
-                                               {PauseMode::kInPlace, "in_place"}});
-inline constexpr std::array<PauseMode, 3> kAllPauseModes = kPauseModeNames.values();
-inline PauseMode parse_pause_mode(std::string_view text) {
-  return parse_name(kPauseModeNames, text);
+constexpr auto wire_names(PauseMode) {
+  return comm::enum_names<PauseMode>("pause mode", {{PauseMode::kAbort, "abort"},
+                                                    {PauseMode::kRetract, "retract"},
+                                                    {PauseMode::kInPlace, "in_place"}});
 }
-inline std::string_view to_string(PauseMode mode) {
-  return kPauseModeNames.name(mode);
-}
+inline constexpr std::array<PauseMode, 3> kAllPauseModes = wire_names(PauseMode{}).values();
+inline constexpr auto& parse_pause_mode = parse_wire<PauseMode>;
 
 // How an engine meets its group (init_weights_update_group's optional "rendezvous"):
 // "weightcast" (our token-checked store, chain broadcast) or "torch" (a torch c10d TCPStore,
 // a group torch.distributed members can join). Absent on the wire: the engine detects it.
 enum class Rendezvous { kWeightcast, kTorch };
-inline constexpr auto kRendezvousNames = comm::enum_names<Rendezvous>(
-    "rendezvous", {{Rendezvous::kWeightcast, "weightcast"}, {Rendezvous::kTorch, "torch"}});
-inline constexpr std::array<Rendezvous, 2> kAllRendezvous = kRendezvousNames.values();
-inline Rendezvous parse_rendezvous(std::string_view text) {
-  return parse_name(kRendezvousNames, text);
+constexpr auto wire_names(Rendezvous) {
+  return comm::enum_names<Rendezvous>(
+      "rendezvous", {{Rendezvous::kWeightcast, "weightcast"}, {Rendezvous::kTorch, "torch"}});
 }
-inline std::string_view to_string(Rendezvous rendezvous) {
-  return kRendezvousNames.name(rendezvous);
-}
+inline constexpr std::array<Rendezvous, 2> kAllRendezvous = wire_names(Rendezvous{}).values();
+inline constexpr auto& parse_rendezvous = parse_wire<Rendezvous>;
 
 // How a bucket request's tensors travel (update_weights_from_distributed's "load_format"):
 //   kPerTensor        absent on the wire: one broadcast per tensor, in `names` order (Miles);
@@ -83,16 +92,15 @@ inline std::string_view to_string(LoadFormat format) {
 // How a delta bucket's payload is encoded (the bucket request's "delta.codec"; the codecs are in
 // sync/model/delta.h): "xor_zstd", "xor_lz4" or "sparse".
 enum class DeltaCodec { kXorZstd, kXorLz4, kSparse };
-inline constexpr auto kDeltaCodecNames =
-    comm::enum_names<DeltaCodec>("delta codec", {{DeltaCodec::kXorZstd, "xor_zstd"},
-                                                 {DeltaCodec::kXorLz4, "xor_lz4"},
-                                                 {DeltaCodec::kSparse, "sparse"}});
-inline constexpr std::array<DeltaCodec, 3> kAllDeltaCodecs = kDeltaCodecNames.values();
-inline DeltaCodec parse_delta_codec(std::string_view text) {
-  return parse_name(kDeltaCodecNames, text);
+constexpr auto wire_names(DeltaCodec) {
+  return comm::enum_names<DeltaCodec>("delta codec", {{DeltaCodec::kXorZstd, "xor_zstd"},
+                                                      {DeltaCodec::kXorLz4, "xor_lz4"},
+                                                      {DeltaCodec::kSparse, "sparse"}});
 }
+inline constexpr std::array<DeltaCodec, 3> kAllDeltaCodecs = wire_names(DeltaCodec{}).values();
+inline constexpr auto& parse_delta_codec = parse_wire<DeltaCodec>;
 inline std::string_view to_string(DeltaCodec codec) {
-  return kDeltaCodecNames.name_or(codec, "?");
+  return wire_names(codec).name_or(codec, "?");
 }
 
 }  // namespace weightcast::sync

@@ -84,6 +84,17 @@ std::vector<std::future<void>> send_inits(std::span<EngineApi* const> engines,
   return inits;
 }
 
+// Client options (ClientOptions: comm::TcpStoreOptions or comm::C10dStoreOptions) for the
+// source's own connection to the store `server` it just started.
+template <typename ClientOptions, typename Server>
+ClientOptions own_client_options(const Server& server, const GroupOptions& options) {
+  ClientOptions client;
+  client.host = options.bind_address;
+  client.port = server.port();
+  client.connect_timeout = options.timeout;
+  return client;
+}
+
 // Starts the group's store on `impl` and returns the source's own view of it. Our own client
 // connects first: once connected, a stopped server fails its waits at once (a client still
 // connecting would retry until its timeout).
@@ -92,11 +103,8 @@ std::shared_ptr<comm::Store> host_store(WeightGroup::Impl& impl, const GroupOpti
     comm::C10dStoreServerOptions server_opts;
     server_opts.bind_address = options.bind_address;
     impl.torch = std::make_unique<comm::C10dStoreServer>(server_opts);
-    comm::C10dStoreOptions client;
-    client.host = options.bind_address;
-    client.port = impl.torch->port();
+    auto client = own_client_options<comm::C10dStoreOptions>(*impl.torch, options);
     client.protocol = options.torch_protocol;
-    client.connect_timeout = options.timeout;
     auto store = std::make_shared<comm::C10dStore>(client);
     store->join_as_worker(options.timeout);  // torch's master counts itself too
     const auto keys = options.torch_protocol == comm::C10dProtocol::kTorch1
@@ -109,11 +117,8 @@ std::shared_ptr<comm::Store> host_store(WeightGroup::Impl& impl, const GroupOpti
   server_opts.bind_address = options.bind_address;
   server_opts.token = options.token;
   impl.server = std::make_unique<comm::TcpStoreServer>(server_opts);
-  comm::TcpStoreOptions store_opts;
-  store_opts.host = options.bind_address;
-  store_opts.port = impl.server->port();
+  auto store_opts = own_client_options<comm::TcpStoreOptions>(*impl.server, options);
   store_opts.token = options.token;
-  store_opts.connect_timeout = options.timeout;
   return std::make_shared<comm::PrefixStore>(options.name,
                                              std::make_shared<comm::TcpStore>(store_opts));
 }

@@ -23,20 +23,20 @@
 #include <string>
 #include <vector>
 
+#include "comm/non_copyable.h"
+
 namespace weightcast::testing {
 
 // Why network namespaces cannot be used here (not root, no CAP_NET_ADMIN, no ip(8)), or nullopt
 // when they can. Probes by creating and deleting a namespace.
 std::optional<std::string> netns_unavailable_reason();
 
-class NetnsTopology {
+class NetnsTopology : comm::NonCopyable {
  public:
   // `hosts` host namespaces; host i has address host_address(i) on its interface "eth0".
   // Throws std::runtime_error naming the command that failed.
   explicit NetnsTopology(int hosts);
   ~NetnsTopology();
-  NetnsTopology(const NetnsTopology&) = delete;
-  NetnsTopology& operator=(const NetnsTopology&) = delete;
 
   int hosts() const { return static_cast<int>(hosts_.size()); }
   const std::string& host_namespace(int host) const;
