@@ -13,6 +13,7 @@
 #include "comm/errors.h"
 #include "comm/store/memory_store.h"
 #include "comm/store/prefix_store.h"
+#include "tests/comm/gloo/gloo_group.h"
 
 namespace weightcast::comm {
 namespace {
@@ -20,50 +21,10 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-std::shared_ptr<Store> fresh_store(const std::string& name) {
-  return std::make_shared<PrefixStore>(name, std::make_shared<MemoryStore>());
-}
-
-CommOptions options(std::shared_ptr<Store> store, int rank, int size,
-                    milliseconds timeout = milliseconds(20000)) {
-  CommOptions o;
-  o.store = std::move(store);
-  o.rank = rank;
-  o.size = size;
-  o.timeout = timeout;
-  o.chunk_bytes = 1000;
-  o.chunks_in_flight = 2;
-  return o;
-}
-
-// Runs fn(rank, communicator) for each rank on its own thread; rethrows the first failure.
-template <typename Fn>
-void with_group(int size, const std::string& name, Fn fn) {
-  auto store = fresh_store(name);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto c = create_gloo_communicator(options(store, r, size));
-        fn(r, *c);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::vector<std::uint8_t> v(n);
-  for (auto& b : v) b = static_cast<std::uint8_t>(gen());
-  return v;
-}
+using testing::fresh_store;
+using testing::options;
+using testing::pattern;
+using testing::with_group;
 
 TEST(GlooCommunicator, RefusesCudaMemoryNamingTheKind) {
   auto c = create_gloo_communicator(options(fresh_store("cuda"), 0, 1));

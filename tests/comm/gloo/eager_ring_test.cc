@@ -1,0 +1,114 @@
+// The Gloo chain's eager ring (comm/gloo/eager_ring.h): broadcasts up to eager_max_bytes go down
+// one TCP connection per rank, larger ones over Gloo unbound buffers. Both must give the root's
+// bytes in any order of sizes and roots; members that disagree must fail with a message naming
+// both sides, never hang or mix streams.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/errors.h"
+#include "comm/gloo/gloo_communicator.h"
+#include "tests/comm/gloo/gloo_group.h"
+
+namespace weightcast::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::fresh_store;
+using testing::options;
+using testing::pattern;
+using testing::with_group;
+
+constexpr std::size_t kThreshold = 4096;
+
+BroadcastOptions bcast(std::vector<std::uint8_t>& buf, int root) {
+  BroadcastOptions b;
+  b.buffer = buf.data();
+  b.bytes = buf.size();
+  b.root = root;
+  return b;
+}
+
+// Sizes on both sides of the threshold, interleaved, from every root: the two transports take
+// turns on one communicator and every rank ends with the root's bytes.
+TEST(EagerRing, SizesAroundTheThresholdArriveWholeFromEveryRoot) {
+  constexpr int kSize = 3;
+  const std::vector<std::size_t> sizes = {1, kThreshold - 1, kThreshold, kThreshold + 1, 9000,
+                                          0, 3 * kThreshold};
+  with_group(
+      kSize, "around",
+      [&](int rank, GlooCommunicator& c) {
+        std::uint64_t seed = 1;
+        for (int root = 0; root < kSize; ++root) {
+          for (std::size_t n : sizes) {
+            const auto want = pattern(n, seed++);
+            std::vector<std::uint8_t> buf(n, 0x5a);
+            if (rank == root) buf = want;
+            c.broadcast(bcast(buf, root));
+            ASSERT_EQ(buf, want) << "rank " << rank << " root " << root << " bytes " << n;
+          }
+        }
+      },
+      [](CommOptions& o) { o.eager_max_bytes = kThreshold; });
+}
+
+// A member with another threshold would wait on the other transport until the deadline; the
+// group refuses it when it forms instead.
+TEST(EagerRing, MemberWithAnotherThresholdIsConfigErrorNamingBothValues) {
+  auto store = fresh_store("threshold");
+  std::string rank1_error;
+  bool rank0_failed = false;
+  std::thread rank0([&] {
+    try {
+      create_gloo_communicator(options(store, 0, 2, milliseconds(2000)));
+    } catch (const Error&) {
+      rank0_failed = true;  // its peer left before the group was complete
+    }
+  });
+  auto o = options(store, 1, 2, milliseconds(2000));
+  o.eager_max_bytes = 1u << 20;
+  try {
+    create_gloo_communicator(o);
+  } catch (const ConfigError& e) {
+    rank1_error = e.what();
+  }
+  rank0.join();
+  EXPECT_NE(rank1_error.find("eager_max_bytes"), std::string::npos) << rank1_error;
+  EXPECT_NE(rank1_error.find(std::to_string(CommOptions{}.eager_max_bytes)), std::string::npos)
+      << rank1_error;
+  EXPECT_NE(rank1_error.find("1048576"), std::string::npos) << rank1_error;
+  EXPECT_TRUE(rank0_failed);
+}
+
+// The root broadcasts 100 bytes, the others expect 200: the first receiver reads the header and
+// fails naming both, before any byte reaches its buffer; the last one learns from the closed
+// connection at once. The root's bytes left eagerly, so its call returns.
+TEST(EagerRing, RanksDisagreeingOnTheSizeFailNamingBothSides) {
+  constexpr milliseconds kTimeout{20000};
+  std::vector<std::string> what(3);
+  const auto start = std::chrono::steady_clock::now();
+  with_group(3, "disagree", [&](int rank, GlooCommunicator& c) {
+    std::vector<std::uint8_t> buf(rank == 0 ? 100 : 200, 7);
+    try {
+      c.broadcast(bcast(buf, 0));
+      what[static_cast<std::size_t>(rank)] = "ok";
+    } catch (const PeerError& e) {
+      what[static_cast<std::size_t>(rank)] =
+          std::string("PeerError(") + e.peer() + "): " + e.what();
+      EXPECT_EQ(buf, std::vector<std::uint8_t>(200, 7)) << "rank " << rank << " buffer touched";
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kTimeout / 2);
+  EXPECT_EQ(what[0], "ok");
+  EXPECT_EQ(what[1].rfind("PeerError(rank 0)", 0), 0u) << what[1];
+  EXPECT_NE(what[1].find("sends 100 bytes from root 0"), std::string::npos) << what[1];
+  EXPECT_NE(what[1].find("expects 200 bytes from root 0"), std::string::npos) << what[1];
+  EXPECT_EQ(what[2].rfind("PeerError(rank 1)", 0), 0u) << what[2];
+}
+
+}  // namespace
+}  // namespace weightcast::comm
