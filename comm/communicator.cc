@@ -21,6 +21,15 @@ std::vector<std::string> available_backends() {
   return out;
 }
 
+CommOptions member_options(std::shared_ptr<Store> store, int rank, int size, Millis timeout) {
+  CommOptions opts;
+  opts.store = std::move(store);
+  opts.rank = rank;
+  opts.size = size;
+  opts.timeout = timeout;
+  return opts;
+}
+
 void check_comm_options(const CommOptions& opts) {
   WC_ENFORCE(opts.store != nullptr, "CommOptions.store must be set");
   WC_ENFORCE_GT(opts.size, 0, "group size");

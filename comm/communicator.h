@@ -60,6 +60,10 @@ struct CommOptions {
   bool torch_compatible = false;
 };
 
+// The options of member `rank` of a group of `size` over `store`, with `timeout` as the default
+// deadline; every backend knob keeps its default.
+CommOptions member_options(std::shared_ptr<Store> store, int rank, int size, Millis timeout);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -195,11 +195,7 @@ std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int r
 
 comm::CommOptions comm_options(const BroadcastBenchOptions& o, std::shared_ptr<comm::Store> store,
                                int rank, int size) {
-  comm::CommOptions co;
-  co.store = std::move(store);
-  co.rank = rank;
-  co.size = size;
-  co.timeout = Millis(o.timeout_ms);
+  comm::CommOptions co = comm::member_options(std::move(store), rank, size, Millis(o.timeout_ms));
   co.bind_address = o.bind_address;
   co.chunk_bytes = o.chunk_bytes;
   co.chunks_in_flight = o.chunks_in_flight;

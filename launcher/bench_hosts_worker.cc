@@ -41,11 +41,8 @@ std::shared_ptr<comm::Store> worker_store(const HostsWorkerOptions& o,
 
 std::unique_ptr<comm::GlooCommunicator> worker_communicator(const HostsWorkerOptions& o,
                                                             std::shared_ptr<comm::Store> store) {
-  comm::CommOptions opts;
-  opts.store = std::move(store);
-  opts.rank = o.rank;
-  opts.size = o.size;
-  opts.timeout = comm::Millis(o.timeout_ms);
+  comm::CommOptions opts =
+      comm::member_options(std::move(store), o.rank, o.size, comm::Millis(o.timeout_ms));
   opts.bind_address = o.bind_address;
   opts.chunk_bytes = o.chunk_bytes;
   opts.chunks_in_flight = o.chunks_in_flight;

@@ -327,6 +327,10 @@ void EagerRing::interrupt() {
 
 void EagerRing::shut_down() {
   ::shutdown(to_succ_.get(), SHUT_RDWR);
+  shut_down_upstream();
+}
+
+void EagerRing::shut_down_upstream() {
   ::shutdown(from_pred_.get(), SHUT_RDWR);
 }
 

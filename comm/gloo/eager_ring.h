@@ -57,6 +57,8 @@ class EagerRing {
   // Shuts both connections down, so the neighbours learn at once; the fds stay open until
   // destruction, so a broadcast still polling them sees an error rather than a reused fd.
   void shut_down();
+  // Shuts down the connection from the predecessor only.
+  void shut_down_upstream();
 
  private:
   int rank_;

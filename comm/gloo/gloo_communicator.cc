@@ -165,6 +165,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
 
   void abort() override {
     fail({Failure::Kind::kAborted, "", "gloo communicator aborted by abort()"});
+    if (ring_) ring_->shut_down();
   }
 
   bool aborted() const override { return failed_.load(); }
@@ -226,13 +227,26 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   // Records the first failure, wakes the collective in flight and tears the transport down.
   // Safe from any thread, idempotent; returns once the teardown has completed.
   void fail(Failure f) {
+    bool timed_out = false;
     {
       std::lock_guard lock(mu_);
       if (!failure_) failure_ = std::move(f);
       failed_.store(true);
+      timed_out = failure_->kind == Failure::Kind::kTimeout;
     }
     window_.wake_all();
-    if (ring_) ring_->interrupt();
+    if (ring_) {
+      ring_->interrupt();
+      // A closure travels down the ring at once, so every rank behind a dead one fails as a peer
+      // failure well before its deadline. A timeout does not: the ranks behind reach their own
+      // deadline or are aborted by their owner, and report a timeout too instead of the closure
+      // this rank would cause (abort() closes both connections).
+      if (timed_out) {
+        ring_->shut_down_upstream();
+      } else {
+        ring_->shut_down();
+      }
+    }
     std::call_once(teardown_once_, [this] { teardown_transport(); });
   }
 
@@ -241,7 +255,6 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   // wait on a fresh buffer is the public way to trigger that path.
   void teardown_transport() {
     if (opts_.size == 1) return;
-    if (ring_) ring_->shut_down();
     char byte = 0;
     auto probe = context_->createUnboundBuffer(&byte, 1);
     try {

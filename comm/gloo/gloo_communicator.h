@@ -8,7 +8,9 @@
 //
 // Failures: a deadline that passes gives TimeoutError, a connection the collective still needs
 // that closes or resets gives PeerError naming the rank; either aborts the communicator (its
-// sockets are closed, so peers learn at once). A watchdog thread, active only during
+// sockets are closed, so peers learn at once; after a timeout the eager ring's connection to the
+// successor stays open until abort() or destruction, so the ranks behind time out themselves
+// instead of reporting the closure as a peer failure). A watchdog thread, active only during
 // collectives, notices dead connections that Gloo itself reports only at the deadline.
 // A peer that closes after it is done (its communicator destroyed) does not fail collectives
 // that no longer need it.

@@ -17,10 +17,8 @@ comm::Millis left(comm::Deadline deadline) {
 
 comm::CommOptions base_options(const GroupSpec& spec, const ConnectOptions& opts, int engine_rank,
                                comm::Deadline deadline) {
-  comm::CommOptions comm_opts;
-  comm_opts.rank = spec.rank_offset + engine_rank;
-  comm_opts.size = spec.world_size;
-  comm_opts.timeout = left(deadline);
+  comm::CommOptions comm_opts = comm::member_options(nullptr, spec.rank_offset + engine_rank,
+                                                     spec.world_size, left(deadline));
   comm_opts.bind_address = opts.bind_address;
   comm_opts.chunk_bytes = opts.chunk_bytes;
   comm_opts.chunks_in_flight = opts.chunks_in_flight;

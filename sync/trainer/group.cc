@@ -133,12 +133,9 @@ std::unique_ptr<WeightGroup> WeightGroup::create(std::span<EngineApi* const> eng
   const GroupRanks ranks = group_ranks(rank_counts);
 
   auto impl = std::make_unique<Impl>();
-  comm::CommOptions comm_opts;
-  comm_opts.store = host_store(*impl, options);
+  comm::CommOptions comm_opts =
+      comm::member_options(host_store(*impl, options), 0, ranks.world_size, options.timeout);
   comm_opts.torch_compatible = options.torch;
-  comm_opts.rank = 0;
-  comm_opts.size = ranks.world_size;
-  comm_opts.timeout = options.timeout;
   comm_opts.bind_address = options.bind_address;
   comm_opts.cuda_device = options.cuda_device;
 

@@ -138,11 +138,7 @@ std::shared_ptr<comm::Store> group_store(const Args& a,
 int run(const Args& a) {
   const std::vector<Entry> entries = parse_spec(a.spec);
   std::unique_ptr<comm::C10dStoreServer> server;
-  comm::CommOptions opts;
-  opts.store = group_store(a, server);
-  opts.rank = a.rank;
-  opts.size = a.world;
-  opts.timeout = a.timeout;
+  comm::CommOptions opts = comm::member_options(group_store(a, server), a.rank, a.world, a.timeout);
   opts.torch_compatible = !a.chain;
   auto comm = comm::create_communicator("gloo", opts);
   std::cout << "joined" << std::endl;

@@ -25,12 +25,9 @@ using testing::with_group;
 
 constexpr std::size_t kThreshold = 4096;
 
+// The whole of `buf`, from `root`.
 BroadcastOptions bcast(std::vector<std::uint8_t>& buf, int root) {
-  BroadcastOptions b;
-  b.buffer = buf.data();
-  b.bytes = buf.size();
-  b.root = root;
-  return b;
+  return {buf.data(), buf.size(), root, MemoryKind::kHost, {}};
 }
 
 // Sizes on both sides of the threshold, interleaved, from every root: the two transports take

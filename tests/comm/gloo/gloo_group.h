@@ -24,11 +24,7 @@ inline std::shared_ptr<Store> fresh_store(const std::string& name) {
 // Small chunks, so multi-chunk paths run with small buffers.
 inline CommOptions options(std::shared_ptr<Store> store, int rank, int size,
                            std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
-  CommOptions o;
-  o.store = std::move(store);
-  o.rank = rank;
-  o.size = size;
-  o.timeout = timeout;
+  CommOptions o = member_options(std::move(store), rank, size, timeout);
   o.chunk_bytes = 1000;
   o.chunks_in_flight = 2;
   return o;

@@ -152,11 +152,9 @@ int run(const Args& a) {
   so.host = a.store_host;
   so.port = a.store_port;
   so.connect_timeout = timeout;
-  CommOptions o;
-  o.store = std::make_shared<PrefixStore>(a.prefix, std::make_shared<TcpStore>(so));
-  o.rank = a.rank;
-  o.size = a.size;
-  o.timeout = timeout;
+  CommOptions o =
+      member_options(std::make_shared<PrefixStore>(a.prefix, std::make_shared<TcpStore>(so)),
+                     a.rank, a.size, timeout);
   o.chunk_bytes = a.chunk_bytes;
   o.chunks_in_flight = a.chunks_in_flight;
   auto comm = create_gloo_communicator(o);

@@ -24,12 +24,7 @@ namespace {
 using std::chrono::milliseconds;
 
 CommOptions single_rank_options(std::shared_ptr<Store> store) {
-  CommOptions opts;
-  opts.store = std::move(store);
-  opts.rank = 0;
-  opts.size = 1;
-  opts.timeout = milliseconds(5000);
-  return opts;
+  return member_options(std::move(store), 0, 1, milliseconds(5000));
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {

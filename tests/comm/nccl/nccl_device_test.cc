@@ -33,11 +33,7 @@ using std::chrono::milliseconds;
   } while (false)
 
 CommOptions options(std::shared_ptr<Store> store, int rank, int size, Millis timeout) {
-  CommOptions opts;
-  opts.store = std::move(store);
-  opts.rank = rank;
-  opts.size = size;
-  opts.timeout = timeout;
+  CommOptions opts = member_options(std::move(store), rank, size, timeout);
   opts.cuda_device = rank;
   return opts;
 }

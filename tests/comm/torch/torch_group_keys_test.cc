@@ -104,11 +104,7 @@ TEST(TorchCompatibleGloo, UsesOnlyProcessGroupGlooKeysAndDeliversEveryBroadcast)
   for (int r = 0; r < kSize; ++r) {
     threads.emplace_back([&, r] {
       try {
-        CommOptions o;
-        o.store = store;
-        o.rank = r;
-        o.size = kSize;
-        o.timeout = milliseconds(20000);
+        CommOptions o = member_options(store, r, kSize, milliseconds(20000));
         o.torch_compatible = true;
         auto comm = create_communicator("gloo", o);
         std::mt19937 rng(7);

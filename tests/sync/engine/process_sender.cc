@@ -66,12 +66,9 @@ std::vector<HttpResult> Sender::init() {
   sopts.host = store_->host();
   sopts.port = store_->port();
   sopts.connect_timeout = timeout_;
-  comm::CommOptions copts;
-  copts.store =
-      std::make_shared<comm::PrefixStore>(group_, std::make_shared<comm::TcpStore>(sopts));
-  copts.rank = 0;
-  copts.size = world_size();
-  copts.timeout = timeout_;
+  comm::CommOptions copts = comm::member_options(
+      std::make_shared<comm::PrefixStore>(group_, std::make_shared<comm::TcpStore>(sopts)), 0,
+      world_size(), timeout_);
   copts.chunk_bytes = 64 << 10;
   try {
     comm_ = comm::create_communicator("gloo", copts);
