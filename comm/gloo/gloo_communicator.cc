@@ -6,7 +6,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -20,6 +19,7 @@
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
 #include "comm/gloo/gloo_watchdog.h"
+#include "comm/gloo/group_settings.h"
 #include "comm/store/prefix_store.h"
 #include "comm/torch_group.h"
 
@@ -310,42 +310,6 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& addres
     return ::gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
     throw ConfigError("gloo: cannot bind the TCP transport to '" + address + "': " + e.what());
-  }
-}
-
-// Every link of the chain cuts a broadcast into chunk_bytes pieces and the receiver posts buffers
-// of its own chunk size; a larger incoming piece trips an enforce in Gloo's I/O thread, which
-// terminates the receiving process. So a group must agree on the size: rank 0 publishes its own
-// before the mesh forms, every other rank compares once the mesh formed (rank 0's key is then
-// surely there) and refuses a difference, before it declares itself connected.
-// The eager threshold is agreed the same way: members that disagree would wait on different
-// transports until the deadline.
-struct GroupSetting {
-  const char* key;
-  const char* name;
-  std::size_t CommOptions::*field;
-};
-constexpr std::array<GroupSetting, 2> kGroupSettings = {{
-    {"chain/chunk_bytes", "chunk_bytes", &CommOptions::chunk_bytes},
-    {"chain/eager_max_bytes", "eager_max_bytes", &CommOptions::eager_max_bytes},
-}};
-
-void publish_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
-  for (const auto& s : kGroupSettings) {
-    const std::string text = std::to_string(opts.*s.field);
-    store.set(s.key, std::vector<char>(text.begin(), text.end()));
-  }
-}
-
-void check_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
-  for (const auto& s : kGroupSettings) {
-    const std::vector<char> value = store.get(s.key);
-    const std::string root(value.begin(), value.end());
-    if (root != std::to_string(opts.*s.field)) {
-      throw ConfigError(detail::concat("gloo: rank 0 of the group uses ", s.name, " ", root,
-                                       ", rank ", opts.rank, " uses ", opts.*s.field,
-                                       "; every member must use the same value"));
-    }
   }
 }
 
