@@ -33,9 +33,9 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/non_copyable.h"
 #include "comm/store.h"
 #include "comm/store/store_client_options.h"
+#include "comm/store/store_server_base.h"
 
 namespace weightcast::comm {
 
@@ -64,13 +64,13 @@ struct C10dStoreServerStats {
   std::uint64_t torch2_connections = 0;
 };
 
-class C10dStoreServer : NonCopyable {
+// port(), host() and stop() (idempotent; closes every connection, blocked waiters see EOF) are
+// StoreServerBase's.
+class C10dStoreServer : public StoreServerBase {
  public:
   explicit C10dStoreServer(C10dStoreServerOptions opts);  // binds and listens, or ConfigError
   ~C10dStoreServer();
 
-  std::uint16_t port() const;
-  const std::string& host() const;
   C10dStoreServerStats stats() const;
 
   // torch's master behaviour: waits until the "init/" counter reaches `workers` (every rank,
@@ -79,8 +79,6 @@ class C10dStoreServer : NonCopyable {
 
   // Every key currently stored, as sent on the wire (for tests and diagnostics).
   std::vector<std::string> keys() const;
-
-  void stop();  // idempotent; closes every connection, blocked waiters see EOF
 
  private:
   struct Impl;

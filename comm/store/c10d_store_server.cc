@@ -77,8 +77,6 @@ struct C10dStoreServer::Impl {
 
   std::atomic<std::uint64_t> rejected_frames{0}, dropped_stalled{0}, torch1{0}, torch2{0};
 
-  std::unique_ptr<ConnectionServer> server;  // last: stopped before the state above goes
-
   void serve(int fd);
   void serve_loop(Session& s);
   // Decodes and answers every complete request in s.in; false drops the connection.
@@ -110,27 +108,21 @@ C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts) : impl_(std::make_
   s.opts = std::move(opts);
   s.limits = {s.opts.max_key_bytes, s.opts.max_value_bytes, s.opts.max_keys_per_request,
               s.opts.max_request_bytes};
-  s.server = std::make_unique<ConnectionServer>(ConnectionServerOptions{
-      s.opts.bind_address, s.opts.port, s.opts.max_connections, "c10d store server"});
-  s.stopping = &s.server->stopping();
+  ConnectionServer& server =
+      listen({s.opts.bind_address, s.opts.port, s.opts.max_connections, "c10d store server"},
+             [&s] { s.state.stop(); });
+  s.stopping = &server.stopping();
   // torch's protocol has no error reply: closing a connection over the limit is the refusal.
-  s.server->start([&s](int fd) { s.serve(fd); });
+  server.start([&s](int fd) { s.serve(fd); });
 }
 
 C10dStoreServer::~C10dStoreServer() {
   stop();
 }
 
-std::uint16_t C10dStoreServer::port() const {
-  return impl_->server->port();
-}
-const std::string& C10dStoreServer::host() const {
-  return impl_->opts.bind_address;
-}
-
 C10dStoreServerStats C10dStoreServer::stats() const {
   const auto& s = *impl_;
-  const ConnectionCounts c = s.server->counts();
+  const ConnectionCounts c = connections().counts();
   return {
       c.accepted,      c.refused,      c.active, s.rejected_frames.load(), s.dropped_stalled.load(),
       s.torch1.load(), s.torch2.load()};
@@ -147,11 +139,6 @@ void C10dStoreServer::wait_for_workers(std::int64_t workers, Millis timeout) {
   throw TimeoutError(detail::concat(
       "timed out after ", timeout.count(), " ms waiting for workers at the c10d store ",
       net::endpoint(host(), port()), ": ", seen, "/", workers, " joined"));
-}
-
-void C10dStoreServer::stop() {
-  auto& s = *impl_;
-  s.server->stop([&s] { s.state.stop(); });
 }
 
 void C10dStoreServer::Impl::serve(int fd) {

@@ -21,9 +21,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/non_copyable.h"
 #include "comm/store.h"
 #include "comm/store/store_client_options.h"
+#include "comm/store/store_server_base.h"
 
 namespace weightcast::comm {
 
@@ -46,15 +46,13 @@ struct TcpStoreServerStats {
   std::uint64_t dropped_stalled = 0;  // half-sent frames dropped after io_timeout
 };
 
-class TcpStoreServer : NonCopyable {
+// port(), host() and stop() (idempotent) are StoreServerBase's.
+class TcpStoreServer : public StoreServerBase {
  public:
   explicit TcpStoreServer(TcpStoreServerOptions opts);  // binds and listens, or ConfigError
   ~TcpStoreServer();
 
-  std::uint16_t port() const;
-  const std::string& host() const;  // the bound address, as given
   TcpStoreServerStats stats() const;
-  void stop();  // idempotent
 
  private:
   struct Impl;

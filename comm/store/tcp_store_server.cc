@@ -39,8 +39,6 @@ struct TcpStoreServer::Impl {
 
   std::atomic<std::uint64_t> rejected_frames{0}, auth_failures{0}, dropped_stalled{0};
 
-  std::unique_ptr<ConnectionServer> server;  // last: stopped before the state above goes
-
   void refuse_over_limit(int fd);
   void serve(int fd);
   // Reads one request frame; empty when the connection is to end (refused, stalled or closed).
@@ -80,42 +78,30 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts) : impl_(std::make_uni
   auto& s = *impl_;
   s.opts = std::move(opts);
   s.limits.max_value_bytes = s.opts.max_value_bytes;
-  s.server = std::make_unique<ConnectionServer>(ConnectionServerOptions{
-      s.opts.bind_address, s.opts.port, s.opts.max_connections, "store server"});
-  s.stopping = &s.server->stopping();
-  s.server->start([&s](int fd) { s.serve(fd); }, [&s](int fd) { s.refuse_over_limit(fd); });
+  // Taking data_mu after the stop flag is set orders it before any waiter's predicate check: a
+  // waiter either sees the flag or is already waiting when notify_all() runs.
+  ConnectionServer& server =
+      listen({s.opts.bind_address, s.opts.port, s.opts.max_connections, "store server"}, [&s] {
+        { std::lock_guard lock(s.data_mu); }
+        s.data_cv.notify_all();
+      });
+  s.stopping = &server.stopping();
+  server.start([&s](int fd) { s.serve(fd); }, [&s](int fd) { s.refuse_over_limit(fd); });
 }
 
 TcpStoreServer::~TcpStoreServer() {
   stop();
 }
 
-std::uint16_t TcpStoreServer::port() const {
-  return impl_->server->port();
-}
-const std::string& TcpStoreServer::host() const {
-  return impl_->opts.bind_address;
-}
-
 TcpStoreServerStats TcpStoreServer::stats() const {
   const auto& s = *impl_;
-  const ConnectionCounts c = s.server->counts();
+  const ConnectionCounts c = connections().counts();
   return {c.accepted,
           c.refused,
           c.active,
           s.rejected_frames.load(),
           s.auth_failures.load(),
           s.dropped_stalled.load()};
-}
-
-void TcpStoreServer::stop() {
-  auto& s = *impl_;
-  s.server->stop([&s] {
-    // Taking data_mu after the flag is set orders it before any waiter's predicate check: a
-    // waiter either sees the flag or is already waiting when notify_all() runs.
-    { std::lock_guard lock(s.data_mu); }
-    s.data_cv.notify_all();
-  });
 }
 
 void TcpStoreServer::Impl::refuse_over_limit(int fd) {
