@@ -164,6 +164,14 @@ BasicResponse EngineClient::flavored(std::string_view method, const std::string&
   return basic(method, route, body, read_timeout);
 }
 
+template <typename Request>
+BasicResponse EngineClient::post(const std::string& route, const Request& req, Answer answer,
+                                 comm::Millis read_timeout) const {
+  const std::string body = to_json_string(req);
+  if (answer == Answer::kFlavored) return flavored("POST", route, body, read_timeout);
+  return basic("POST", route, body, read_timeout);
+}
+
 template <typename Response>
 Response EngineClient::typed(Response (*parse)(std::string_view, const ProtocolLimits&),
                              std::string_view method, const std::string& route,
@@ -222,24 +230,22 @@ ServerInfoResponse EngineClient::server_info() {
 }
 
 BasicResponse EngineClient::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
-  return basic("POST", "/init_weights_update_group", to_json_string(req), options_.data_timeout);
+  return post("/init_weights_update_group", req, Answer::kStrict, options_.data_timeout);
 }
 
 BasicResponse EngineClient::destroy_weights_update_group(
     const DestroyWeightsUpdateGroupRequest& req) {
-  return basic("POST", "/destroy_weights_update_group", to_json_string(req),
-               options_.request_timeout);
+  return post("/destroy_weights_update_group", req, Answer::kStrict, options_.request_timeout);
 }
 
 BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
-  return flavored("POST", "/pause_generation", to_json_string(req), options_.request_timeout);
+  return post("/pause_generation", req, Answer::kFlavored, options_.request_timeout);
 }
 
 BasicResponse EngineClient::flush_cache() {
   // SGLang answers plain text, to GET as Miles sends it.
   if (sglang_) return lenient("GET", "/flush_cache", "", options_.request_timeout);
-  return basic("POST", "/flush_cache", to_json_string(FlushCacheRequest{}),
-               options_.request_timeout);
+  return post("/flush_cache", FlushCacheRequest{}, Answer::kStrict, options_.request_timeout);
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
@@ -250,12 +256,11 @@ BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpd
 
 BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
-  return flavored("POST", "/update_weights_from_distributed", to_json_string(req),
-                  options_.data_timeout);
+  return post("/update_weights_from_distributed", req, Answer::kFlavored, options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
-  return flavored("POST", "/update_weight_version", to_json_string(req), options_.request_timeout);
+  return post("/update_weight_version", req, Answer::kFlavored, options_.request_timeout);
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateRequest& req) {
@@ -265,7 +270,7 @@ EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateReq
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
-  return flavored("POST", "/continue_generation", to_json_string(req), options_.request_timeout);
+  return post("/continue_generation", req, Answer::kFlavored, options_.request_timeout);
 }
 
 BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& req) {
@@ -273,7 +278,7 @@ BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& 
     throw EngineError(url_, "POST /abort_weight_update", 0,
                       "SGLang has no abort route: the engine needs a fresh group and a reload");
   }
-  return basic("POST", "/abort_weight_update", to_json_string(req), options_.request_timeout);
+  return post("/abort_weight_update", req, Answer::kStrict, options_.request_timeout);
 }
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner, bool recompute) {

@@ -76,6 +76,14 @@ class EngineClient final : public EngineApi {
   // Routes both flavors serve: lenient() for SGLang, basic() for weightcast.
   BasicResponse flavored(std::string_view method, const std::string& route, const std::string& body,
                          comm::Millis read_timeout) const;
+  // How post() reads a route's BasicResponse: kStrict with basic() (weightcast's JSON, which
+  // SGLang's init and destroy routes answer too), kFlavored with flavored().
+  enum class Answer { kStrict, kFlavored };
+  // The POST routes answered with a BasicResponse: `req` written with to_json_string(), the
+  // answer read as `answer` says.
+  template <typename Request>
+  BasicResponse post(const std::string& route, const Request& req, Answer answer,
+                     comm::Millis read_timeout) const;
   // call() (with request_timeout) for routes answered with a `Response` that `parse` reads;
   // success=false throws EngineError.
   template <typename Response>
