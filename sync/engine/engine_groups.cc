@@ -68,16 +68,15 @@ std::optional<Reply> refuse_init(const EngineOptions& opts,
   return std::nullopt;
 }
 
+// Field for field: the spec is what the request names, in one expression.
 GroupSpec group_spec(const InitWeightsUpdateGroupRequest& request) {
-  GroupSpec spec;
-  spec.group_name = request.group_name;
-  spec.master_address = request.master_address;
-  spec.master_port = request.master_port;
-  spec.rank_offset = request.rank_offset;
-  spec.world_size = request.world_size;
-  spec.backend = request.backend;
-  spec.rendezvous = request.rendezvous;
-  return spec;
+  return {.group_name = request.group_name,
+          .master_address = request.master_address,
+          .master_port = request.master_port,
+          .rank_offset = request.rank_offset,
+          .world_size = request.world_size,
+          .backend = request.backend,
+          .rendezvous = request.rendezvous};
 }
 
 // Joins the group (bounded by --init-timeout-ms): the group, or the reply that says why not.
