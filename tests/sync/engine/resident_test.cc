@@ -53,22 +53,10 @@ TEST(RunnerSetRecompute, SeesBytesChangedBehindTheStoredDigest) {
   EXPECT_EQ(now.weight_version, "v0");
 }
 
-// A small model whose draft is an EAGLE head, so /spec_accept_length can run.
-ModelSpec eagle_spec() {
-  ModelSpec s;
-  s.vocab_size = 256;
-  s.hidden_size = 64;
-  s.num_layers = 1;
-  s.num_attention_heads = 2;
-  s.num_key_value_heads = 1;
-  s.head_dim = 32;
-  s.intermediate_size = 128;
-  s.mtp_num_layers = 0;
-  return s;
-}
-
+// The unit tests' "tiny" model: without MTP layers its draft is an EAGLE head, so
+// /spec_accept_length can run.
 std::unique_ptr<Engine> eagle_engine() {
-  const ModelSpec spec = eagle_spec();
+  const ModelSpec spec = model_preset("tiny");
   RunnerConfig target{
       Runner::kTarget, NameFilter::parse("model.*,lm_head.*"), Layout::kShuffle, {}, 0,
       "generated"};
