@@ -48,6 +48,15 @@ struct CommOptions {
   // TCP connection per rank to the next, progressed in the calling thread); 0 turns it off. Every
   // member must use the same value, like chunk_bytes.
   std::size_t eager_max_bytes = 16u << 20;
+  // Gloo, eager ring on: when every member runs on one host (same boot, network and PID
+  // namespace, user), receivers copy broadcasts of at least single_copy_min_bytes, of any size,
+  // straight out of the root's memory with process_vm_readv instead of through sockets or Gloo
+  // (comm/gloo/single_copy.h). The group agrees: one member with false, or one the kernel will not
+  // let the others read, keeps the whole group on sockets and Gloo. Smaller broadcasts stay on the
+  // ring's sockets, which have the lower latency (in single copy the root waits for a completion
+  // lap). Every member must use the same single_copy_min_bytes.
+  bool single_copy = true;
+  std::size_t single_copy_min_bytes = 256u << 10;
 
   // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
   int cuda_device = -1;

@@ -200,6 +200,7 @@ comm::CommOptions comm_options(const BroadcastBenchOptions& o, std::shared_ptr<c
   co.chunk_bytes = o.chunk_bytes;
   co.chunks_in_flight = o.chunks_in_flight;
   co.eager_max_bytes = o.eager_max_bytes;
+  co.single_copy_min_bytes = o.single_copy_min_bytes;
   return co;
 }
 
@@ -212,6 +213,23 @@ Backend gloo_backend(const std::string& name, std::shared_ptr<comm::GlooCommunic
             BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}};
             stock ? g->broadcast_stock(b) : g->broadcast(b);
           }};
+}
+
+// Which transport carries gloo-chain's small broadcasts, so a table can be read without guessing.
+void print_eager_path(const comm::GlooCommunicator& gloo, const comm::CommOptions& co) {
+  if (co.eager_max_bytes == 0) {
+    std::printf("# gloo-chain: eager ring off, every size over Gloo\n");
+  } else if (gloo.single_copy()) {
+    std::printf(
+        "# gloo-chain: single copy from %zu bytes, any size (all ranks on one host); smaller "
+        "broadcasts on the eager ring's sockets\n",
+        co.single_copy_min_bytes);
+  } else {
+    std::printf(
+        "# gloo-chain: up to %zu bytes on the eager ring's sockets (single copy off or "
+        "not possible)\n",
+        co.eager_max_bytes);
+  }
 }
 
 Backend mpi_backend(const std::string& name) {
@@ -248,24 +266,34 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
 
 std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::CommOptions& co,
                                    int rank, int size) {
-  std::shared_ptr<comm::GlooCommunicator> gloo, unbound;
+  std::shared_ptr<comm::GlooCommunicator> gloo, unbound, sockets;
+  // A variant of the chain, on a group of its own.
+  auto variant = [&](const std::string& name, std::shared_ptr<comm::GlooCommunicator>& comm,
+                     const std::function<void(comm::CommOptions&)>& adjust) {
+    auto vco = co;
+    vco.store = std::make_shared<comm::PrefixStore>(name, co.store);
+    adjust(vco);
+    return gloo_backend(name, comm, vco);
+  };
   std::vector<Backend> backends;
   for (const auto& name : o.backends) {
     if (name == "gloo-chain" || name == "gloo-stock") {
       backends.push_back(gloo_backend(name, gloo, co));
+      if (rank == 0 && name == "gloo-chain") print_eager_path(*gloo, co);
     } else if (name == "gloo-unbound") {
       // The chain with its eager ring off: every size over Gloo unbound buffers.
-      auto uco = co;
-      uco.store = std::make_shared<comm::PrefixStore>("unbound", co.store);
-      uco.eager_max_bytes = 0;
-      backends.push_back(gloo_backend(name, unbound, uco));
+      backends.push_back(variant(name, unbound, [](auto& v) { v.eager_max_bytes = 0; }));
+    } else if (name == "gloo-sockets") {
+      // The chain with single copy off: eager sizes through the ring's sockets.
+      backends.push_back(variant(name, sockets, [](auto& v) { v.single_copy = false; }));
     } else if (name == "mpi-bcast") {
       backends.push_back(mpi_backend(name));
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
       throw comm::ConfigError("unknown bench backend '" + name +
-                              "' (gloo-chain, gloo-unbound, gloo-stock, mpi-bcast, nccl)");
+                              "' (gloo-chain, gloo-unbound, gloo-sockets, gloo-stock, mpi-bcast, "
+                              "nccl)");
     }
   }
   return backends;

@@ -67,8 +67,8 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   ranged(*bc, "--ranks", ranks, "processes to start when not already under mpirun", 1, 256);
   bc->add_option_function<std::string>(
         "--backends", [&bo](const std::string& text) { bo.backends = split_csv(text); },
-        "comma list: gloo-chain, gloo-unbound (the chain without its eager ring), gloo-stock, "
-        "mpi-bcast, nccl")
+        "comma list: gloo-chain, gloo-unbound (the chain without its eager ring), gloo-sockets "
+        "(the chain without single copy), gloo-stock, mpi-bcast, nccl")
       ->default_str(default_backends());
   bytes_option(*bc, "--min-bytes", bo.min_bytes, "smallest size (K/M/G suffixes)");
   bytes_option(*bc, "--max-bytes", bo.max_bytes, "largest size");
@@ -79,6 +79,9 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   add_chain_options(*bc, bo.chunk_bytes, bo.chunks_in_flight);
   bytes_option(*bc, "--eager-max-bytes", bo.eager_max_bytes,
                "gloo-chain: broadcasts up to this size take the eager ring (0: never)");
+  bytes_option(*bc, "--single-copy-min-bytes", bo.single_copy_min_bytes,
+               "gloo-chain: eager broadcasts from this size are copied out of the root's memory "
+               "when all ranks share a host");
   with_default(*bc, "--bind", bo.bind_address, "address the store and Gloo bind");
   ranged(*bc, "--timeout-ms", bo.timeout_ms, "deadline of every collective", 1, 3600000);
   add_output_options(*bc, bo.output);

@@ -16,6 +16,8 @@
 #include "comm/errors.h"
 #include "comm/gloo/gloo_chain.h"
 #include "comm/gloo/gloo_store_adapter.h"
+#include "comm/gloo/ring_wire.h"
+#include "comm/gloo/single_copy.h"
 
 namespace weightcast::comm::gloo_backend {
 namespace {
@@ -30,16 +32,6 @@ constexpr std::size_t kForwardSlice = 256u << 10;
 // Socket buffers of a fixed size (the kernel caps them at net.core.{w,r}mem_max), so a broadcast of
 // a few MiB is handed to the kernel in one call instead of waiting for the buffers to auto-tune.
 constexpr int kSocketBuffer = 4 << 20;
-
-void put_le(std::uint8_t* p, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-
-std::uint64_t get_le(const std::uint8_t* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= std::uint64_t{p[i]} << (8 * i);
-  return v;
-}
 
 struct Header {
   std::uint64_t sequence = 0;
@@ -282,7 +274,8 @@ net::Fd accept_pred(int listener, int rank, int pred, Deadline deadline) {
 }  // namespace
 
 std::unique_ptr<EagerRing> EagerRing::connect(GlooStoreAdapter& store, int rank, int size,
-                                              const std::string& bind_address, Deadline deadline) {
+                                              const std::string& bind_address,
+                                              const SingleCopyOptions& copy, Deadline deadline) {
   std::uint16_t port = 0;
   std::string error;
   net::Fd listener = net::listen_on(bind_address, 0, &port, &error);
@@ -293,14 +286,24 @@ std::unique_ptr<EagerRing> EagerRing::connect(GlooStoreAdapter& store, int rank,
   store.set(address_key(rank), std::vector<char>(value.begin(), value.end()));
   net::Fd to_succ = dial(store, rank, (rank + 1) % size, deadline);
   net::Fd from_pred = accept_pred(listener.get(), rank, (rank - 1 + size) % size, deadline);
-  return std::make_unique<EagerRing>(rank, size, std::move(to_succ), std::move(from_pred));
+  // Every member probes before the agreement; a member's token stays alive until the agreement's
+  // second lap, which no member finishes before every member has probed.
+  auto memory = PeerMemory::probe(store, rank, size, copy.enabled);
+  const RingLinks links{rank, size, from_pred.get(), to_succ.get(), -1};
+  if (!ring_agree(links, memory->usable(), deadline)) memory.reset();
+  auto ring = std::make_unique<EagerRing>(rank, size, std::move(to_succ), std::move(from_pred),
+                                          std::move(memory));
+  ring->single_copy_min_ = copy.min_bytes;
+  return ring;
 }
 
-EagerRing::EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred)
+EagerRing::EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred,
+                     std::unique_ptr<PeerMemory> memory)
     : rank_(rank),
       size_(size),
       to_succ_(std::move(to_succ)),
       from_pred_(std::move(from_pred)),
+      memory_(std::move(memory)),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!wake_) throw Error(detail::concat("eager ring: eventfd: ", std::strerror(errno)));
   for (int fd : {to_succ_.get(), from_pred_.get()}) {
@@ -312,6 +315,11 @@ EagerRing::EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred)
 EagerRing::~EagerRing() = default;
 
 void EagerRing::broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline) {
+  if (copies(bytes)) {
+    const RingLinks links{rank_, size_, from_pred_.get(), to_succ_.get(), wake_.get()};
+    single_copy_broadcast(links, *memory_, data, bytes, root, sequence_++, deadline);
+    return;
+  }
   Header header;
   header.sequence = sequence_++;
   header.root = static_cast<std::uint32_t>(root);

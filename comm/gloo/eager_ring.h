@@ -12,6 +12,12 @@
 // The header (magic, sequence number, root, byte count) is checked by every receiver, so ranks
 // that disagree on a collective fail with a message naming both sides instead of mixing streams.
 //
+// On one host the ring can do better than sockets: when the members agreed on single copy
+// (comm/gloo/single_copy.h), broadcasts of at least SingleCopyOptions::min_bytes, of any size, are
+// copied by every receiver straight out of the root's memory and the ring carries only a
+// descriptor and a completion token; the communicator then sends those sizes here even above its
+// eager threshold.
+//
 // Rendezvous: every rank listens on the group's bind address, publishes "<host>:<port>" under
 // "chain/eager/<rank>" in the group's store, connects to rank + 1 and accepts rank - 1 (each
 // connection opens with a hello naming the connecting rank, checked by the acceptor). Both ring
@@ -36,18 +42,35 @@
 namespace weightcast::comm::gloo_backend {
 
 class GlooStoreAdapter;
+class PeerMemory;
 
 class EagerRing {
  public:
   // Forms the ring over `store` (the group's rendezvous adapter) within `deadline`. Throws
   // ConfigError when bind_address cannot be bound, TimeoutError when a neighbour does not show up.
+  // With copy.enabled, the members also probe whether they can read one another's memory
+  // (comm/gloo/single_copy.h) and agree on it.
+  struct SingleCopyOptions {
+    bool enabled = true;
+    std::size_t min_bytes = 0;  // smaller broadcasts go through the sockets
+  };
   static std::unique_ptr<EagerRing> connect(GlooStoreAdapter& store, int rank, int size,
-                                            const std::string& bind_address, Deadline deadline);
+                                            const std::string& bind_address,
+                                            const SingleCopyOptions& copy, Deadline deadline);
 
-  EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred);
+  // `memory` null: every broadcast goes through the sockets.
+  EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred,
+            std::unique_ptr<PeerMemory> memory = nullptr);
   ~EagerRing();
   EagerRing(const EagerRing&) = delete;
   EagerRing& operator=(const EagerRing&) = delete;
+
+  // Whether broadcasts of at least SingleCopyOptions::min_bytes are copied straight out of the
+  // root's memory (every member on one host, and they agreed) rather than sent through the sockets.
+  bool single_copy() const { return memory_ != nullptr; }
+  // Whether a broadcast of `bytes` is copied out of the root's memory; such broadcasts take the
+  // ring at any size, since on one host nothing is faster.
+  bool copies(std::size_t bytes) const { return memory_ && bytes >= single_copy_min_; }
 
   // Broadcasts [data, data + bytes) from `root` down the ring, bounded by `deadline`.
   void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline);
@@ -65,6 +88,8 @@ class EagerRing {
   int size_;
   net::Fd to_succ_;
   net::Fd from_pred_;
+  std::unique_ptr<PeerMemory> memory_;
+  std::size_t single_copy_min_ = 0;
   net::Fd wake_;  // eventfd, readable once interrupt() was called
   std::uint64_t sequence_ = 0;
 };

@@ -120,7 +120,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     args.in_flight = opts_.chunks_in_flight;
     args.deadline = deadline_after(timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
-    if (ring_ && opts.bytes <= opts_.eager_max_bytes) {
+    if (ring_ && (opts.bytes <= opts_.eager_max_bytes || ring_->copies(opts.bytes))) {
       run_collective("gloo broadcast", timeout,
                      [&] { ring_->broadcast(args.data, args.bytes, args.root, args.deadline); });
       return;
@@ -130,6 +130,8 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
                    [&] { chain_broadcast(*context_, window_, failed_peers_, args); });
     window_.clear();
   }
+
+  bool single_copy() const override { return ring_ && ring_->single_copy(); }
 
   void broadcast_stock(const BroadcastOptions& opts) override {
     check_args(opts);
@@ -356,6 +358,7 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
     std::unique_ptr<EagerRing> ring;
     if (opts.size > 1 && opts.eager_max_bytes > 0) {
       ring = EagerRing::connect(store, opts.rank, opts.size, opts.bind_address,
+                                {opts.single_copy, opts.single_copy_min_bytes},
                                 deadline_after(opts.timeout));
     }
     auto comm = std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), std::move(context),

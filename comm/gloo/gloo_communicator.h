@@ -29,6 +29,9 @@ class GlooCommunicator : public Communicator {
  public:
   // Stock gloo::broadcast (one-to-all) on the same group, for benchmarks only.
   virtual void broadcast_stock(const BroadcastOptions& opts) = 0;
+  // Whether the group agreed on same-host single copy for its eager broadcasts
+  // (CommOptions::single_copy).
+  virtual bool single_copy() const = 0;
 };
 
 // Rendezvouses and returns a GlooCommunicator. Returns only once every rank has connected, so a

@@ -14,16 +14,17 @@ namespace {
 // terminates the receiving process. So a group must agree on the size: rank 0 publishes its own
 // before the mesh forms, every other rank compares once the mesh formed (rank 0's key is then
 // surely there) and refuses a difference, before it declares itself connected.
-// The eager threshold is agreed the same way: members that disagree would wait on different
-// transports until the deadline.
+// The eager and single-copy thresholds are agreed the same way: members that disagree would wait
+// on different transports or messages until the deadline.
 struct GroupSetting {
   const char* key;
   const char* name;
   std::size_t CommOptions::*field;
 };
-constexpr std::array<GroupSetting, 2> kGroupSettings = {{
+constexpr std::array<GroupSetting, 3> kGroupSettings = {{
     {"chain/chunk_bytes", "chunk_bytes", &CommOptions::chunk_bytes},
     {"chain/eager_max_bytes", "eager_max_bytes", &CommOptions::eager_max_bytes},
+    {"chain/single_copy_min_bytes", "single_copy_min_bytes", &CommOptions::single_copy_min_bytes},
 }};
 
 }  // namespace

@@ -4,6 +4,7 @@
 // both sides, never hang or mix streams.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -105,6 +106,98 @@ TEST(EagerRing, RanksDisagreeingOnTheSizeFailNamingBothSides) {
   EXPECT_NE(what[1].find("sends 100 bytes from root 0"), std::string::npos) << what[1];
   EXPECT_NE(what[1].find("expects 200 bytes from root 0"), std::string::npos) << what[1];
   EXPECT_EQ(what[2].rfind("PeerError(rank 1)", 0), 0u) << what[2];
+}
+
+// Ranks as threads of one process are members of one host: the group agrees on single copy, and
+// sizes below the eager threshold (sockets), between it and the single-copy minimum (Gloo chain)
+// and from the minimum up, also above the eager threshold (single copy), all arrive whole.
+TEST(SingleCopy, AgreedOnOneHostAndEveryPathDeliversFromEveryRoot) {
+  constexpr int kSize = 3;
+  const std::vector<std::size_t> sizes = {1,      kThreshold, kThreshold + 1,    2 * kThreshold,
+                                          100000, 0,          2 * kThreshold - 1};
+  with_group(
+      kSize, "copy-paths",
+      [&](int rank, GlooCommunicator& c) {
+        EXPECT_TRUE(c.single_copy()) << "rank " << rank;
+        std::uint64_t seed = 100;
+        for (int root = 0; root < kSize; ++root) {
+          for (std::size_t n : sizes) {
+            const auto want = pattern(n, seed++);
+            std::vector<std::uint8_t> buf(n, 0x5a);
+            if (rank == root) buf = want;
+            c.broadcast(bcast(buf, root));
+            ASSERT_EQ(buf, want) << "rank " << rank << " root " << root << " bytes " << n;
+          }
+        }
+      },
+      [](CommOptions& o) {
+        o.eager_max_bytes = kThreshold;
+        o.single_copy_min_bytes = 2 * kThreshold;
+      });
+}
+
+// One member with single copy off keeps the whole group on sockets and Gloo: a group where some
+// receivers copied and others waited for bytes on a socket would hang.
+TEST(SingleCopy, OneMemberOptingOutKeepsTheWholeGroupOnSockets) {
+  constexpr int kSize = 3;
+  with_group(
+      kSize, "copy-off",
+      [&](int rank, GlooCommunicator& c) {
+        EXPECT_FALSE(c.single_copy()) << "rank " << rank;
+        for (std::size_t n : {std::size_t{3000}, std::size_t{50000}}) {
+          const auto want = pattern(n, n);
+          std::vector<std::uint8_t> buf(n, 0);
+          if (rank == 2) buf = want;
+          c.broadcast(bcast(buf, 2));
+          ASSERT_EQ(buf, want) << "rank " << rank << " bytes " << n;
+        }
+      },
+      [](CommOptions& o) {
+        o.eager_max_bytes = kThreshold;
+        o.single_copy_min_bytes = 2 * kThreshold;
+        if (o.rank == 1) o.single_copy = false;
+      });
+}
+
+// The root gives up (its deadline passes) before the receiver has even started; the root's buffer
+// stays allocated, so the receiver's copy succeeds, but the root no longer vouches for it: the
+// receiver must fail naming the root rather than return bytes the root might have been changing.
+TEST(SingleCopy, ReceiverRefusesACopyOnceTheRootHasLeft) {
+  constexpr std::size_t kBytes = 64u << 10;
+  std::atomic<bool> receiver_done{false};
+  std::string root_error, receiver_error;
+  with_group(
+      2, "copy-left",
+      [&](int rank, GlooCommunicator& c) {
+        ASSERT_TRUE(c.single_copy());
+        std::vector<std::uint8_t> buf(kBytes, rank == 0 ? 1 : 0);
+        BroadcastOptions b = bcast(buf, 0);
+        if (rank == 0) {
+          b.timeout = milliseconds(200);
+          try {
+            c.broadcast(b);
+          } catch (const TimeoutError& e) {
+            root_error = e.what();
+          }
+          // Keep the buffer and the communicator until the receiver has tried.
+          while (!receiver_done.load()) std::this_thread::sleep_for(milliseconds(5));
+          return;
+        }
+        std::this_thread::sleep_for(milliseconds(600));
+        try {
+          c.broadcast(b);
+        } catch (const PeerError& e) {
+          receiver_error = std::string("PeerError(") + e.peer() + "): " + e.what();
+        }
+        receiver_done = true;
+      },
+      [](CommOptions& o) {
+        o.eager_max_bytes = kThreshold;
+        o.single_copy_min_bytes = kThreshold;
+      });
+  EXPECT_FALSE(root_error.empty());
+  EXPECT_EQ(receiver_error.rfind("PeerError(rank 0)", 0), 0u) << receiver_error;
+  EXPECT_NE(receiver_error.find("left the broadcast"), std::string::npos) << receiver_error;
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ struct WorkerArgs {
   std::size_t chunk_bytes = 1u << 20;
   int chunks_in_flight = 4;
   std::size_t stop_at_bytes = 0;
+  bool single_copy = true;
 };
 
 struct Outcome {
@@ -64,7 +65,9 @@ class GlooProcessTest : public ::testing::Test {
                                      "--chunk-bytes",
                                      std::to_string(w.chunk_bytes),
                                      "--chunks-in-flight",
-                                     std::to_string(w.chunks_in_flight)};
+                                     std::to_string(w.chunks_in_flight),
+                                     "--single-copy",
+                                     w.single_copy ? "1" : "0"};
     if (w.stop_at_bytes > 0) {
       argv.push_back("--stop-at-bytes");
       argv.push_back(std::to_string(w.stop_at_bytes));
@@ -106,20 +109,27 @@ class GlooProcessTest : public ::testing::Test {
   TcpStoreServer server_{TcpStoreServerOptions{}};
 };
 
-// Four processes, root 1, 8 MiB in 256 KiB chunks: every rank ends with the root's bytes.
+// Four processes, root 1, 8 MiB: every rank ends with the root's bytes, by single copy out of the
+// root's memory (four processes of one host agree on it) and, with single copy off, down the
+// chain in 256 KiB chunks.
 TEST_F(GlooProcessTest, FourProcessesBroadcastEightMiB) {
   constexpr int kSize = 4;
-  auto workers = spawn_ranks("bcast8", kSize,
-                             {.size = kSize,
-                              .root = 1,
-                              .bytes = 8u << 20,
-                              .timeout = milliseconds(20000),
-                              .chunk_bytes = 256u << 10});
-  const auto start = Clock::now();
-  for (int r = 0; r < kSize; ++r) {
-    auto o = finish(workers[static_cast<std::size_t>(r)], start, milliseconds(30000));
-    EXPECT_EQ(o.exit_code, std::optional<int>(0)) << "rank " << r << " printed:\n" << o.output;
-    EXPECT_EQ(o.last_line, "ok") << "rank " << r;
+  for (const bool single_copy : {true, false}) {
+    auto workers = spawn_ranks(single_copy ? "bcast8-copy" : "bcast8-chain", kSize,
+                               {.size = kSize,
+                                .root = 1,
+                                .bytes = 8u << 20,
+                                .timeout = milliseconds(20000),
+                                .chunk_bytes = 256u << 10,
+                                .single_copy = single_copy});
+    const auto start = Clock::now();
+    const std::string path = single_copy ? "path single-copy\n" : "path sockets\n";
+    for (int r = 0; r < kSize; ++r) {
+      auto o = finish(workers[static_cast<std::size_t>(r)], start, milliseconds(30000));
+      EXPECT_EQ(o.exit_code, std::optional<int>(0)) << "rank " << r << " printed:\n" << o.output;
+      EXPECT_EQ(o.last_line, "ok") << "rank " << r;
+      EXPECT_NE(o.output.find(path), std::string::npos) << "rank " << r << ":\n" << o.output;
+    }
   }
 }
 
@@ -151,12 +161,16 @@ TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
   constexpr std::size_t kBytes = 512u << 20;
   constexpr std::size_t kChunk = 8u << 20;
   constexpr milliseconds kTimeout{8000};
-  auto workers = spawn_ranks(
-      "killed", kSize,
-      {.size = kSize, .root = 0, .bytes = kBytes, .timeout = kTimeout, .chunk_bytes = kChunk},
-      [&](WorkerArgs& w) {
-        if (w.rank == kVictim) w.stop_at_bytes = kChunk;
-      });
+  auto workers = spawn_ranks("killed", kSize,
+                             {.size = kSize,
+                              .root = 0,
+                              .bytes = kBytes,
+                              .timeout = kTimeout,
+                              .chunk_bytes = kChunk,
+                              .single_copy = false},
+                             [&](WorkerArgs& w) {
+                               if (w.rank == kVictim) w.stop_at_bytes = kChunk;
+                             });
   auto& victim = workers[kVictim];
   const auto stopping = victim.wait_for_line("stopping ", kTimeout);
   ASSERT_TRUE(stopping.has_value()) << "victim never got mid-transfer:\n"
@@ -178,6 +192,43 @@ TEST_F(GlooProcessTest, ReceiverKilledMidBroadcastGivesTypedErrorsToSurvivors) {
     if (r == kVictim - 1 || r == kVictim + 1) {
       // The victim's chain neighbours see its connection go and must name it.
       EXPECT_EQ(o.last_line.rfind("error PeerError: ", 0), 0u) << "rank " << r;
+      EXPECT_NE(o.last_line.find("[peer: rank 2]"), std::string::npos) << o.last_line;
+    }
+    std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(o.after.count()),
+                o.last_line.c_str());
+  }
+}
+
+// The same with single copy (four processes of one host): rank 2 freezes once it has copied 8 MiB
+// of the root's 512 MiB and is SIGKILLed. The ranks that need it fail at once and name it: rank 3
+// waits for its completion token, the root (rank 0) for the token that rank 3 can no longer send.
+// Rank 1 copied everything straight from the root and owes rank 2 nothing, so it may end "ok", but
+// then with every byte right (the worker checks the pattern); no rank may hang.
+TEST_F(GlooProcessTest, ReceiverKilledMidCopyFailsTheRanksThatNeedIt) {
+  constexpr int kSize = 4;
+  constexpr int kVictim = 2;
+  constexpr milliseconds kTimeout{8000};
+  auto workers = spawn_ranks("killed-copy", kSize,
+                             {.size = kSize, .root = 0, .bytes = 512u << 20, .timeout = kTimeout},
+                             [&](WorkerArgs& w) {
+                               if (w.rank == kVictim) w.stop_at_bytes = 8u << 20;
+                             });
+  auto& victim = workers[kVictim];
+  ASSERT_TRUE(victim.wait_for_line("stopping ", kTimeout).has_value())
+      << "victim never got mid-copy:\n"
+      << victim.drain(milliseconds(100));
+  victim.signal(SIGKILL);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(victim.wait(milliseconds(5000)), std::optional<int>(128 + SIGKILL));
+  for (int r : {0, 1, 3}) {
+    auto o = finish(workers[static_cast<std::size_t>(r)], killed_at, kTimeout + milliseconds(4000));
+    ASSERT_TRUE(o.exit_code.has_value()) << "rank " << r << " hung; printed:\n" << o.output;
+    EXPECT_NE(o.output.find("path single-copy\n"), std::string::npos) << o.output;
+    EXPECT_LT(o.after, kTimeout / 2) << "rank " << r << " waited for its deadline";
+    if (r == 1 && o.last_line == "ok") continue;
+    EXPECT_EQ(o.last_line.rfind("error PeerError: ", 0), 0u) << "rank " << r << ": " << o.last_line;
+    EXPECT_EQ(o.exit_code, std::optional<int>(3)) << "rank " << r;
+    if (r == 3) {
       EXPECT_NE(o.last_line.find("[peer: rank 2]"), std::string::npos) << o.last_line;
     }
     std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(o.after.count()),

@@ -3,9 +3,10 @@
 // Usage:
 //   gloo_worker --store-host 127.0.0.1 --store-port P --prefix G --rank R --size N --root 0
 //               --bytes B --timeout-ms T [--chunk-bytes C] [--chunks-in-flight K]
-//               [--progress] [--stop-at-bytes S]
+//               [--progress] [--stop-at-bytes S] [--single-copy 0|1]
 // Connects to the store, forms the group, broadcasts a deterministic pattern from the root and
-// checks it. Prints, one per line: "joined", "broadcasting", "progress <bytes>" (receivers with
+// checks it. Prints, one per line: "joined", "path single-copy" or "path sockets" (whether the
+// group agreed on same-host single copy), "broadcasting", "progress <bytes>" (receivers with
 // --progress, as the contiguous received prefix grows), "stopping <bytes>" (with
 // --stop-at-bytes: it then SIGSTOPs itself mid-transfer so a test can kill it there), and finally
 // "ok" or "error <Type>: <message>".
@@ -47,6 +48,7 @@ struct Args {
   int chunks_in_flight = 4;
   bool progress = false;
   std::size_t stop_at_bytes = 0;
+  bool single_copy = true;
 };
 
 void say(const std::string& line) {
@@ -157,8 +159,10 @@ int run(const Args& a) {
                      a.rank, a.size, timeout);
   o.chunk_bytes = a.chunk_bytes;
   o.chunks_in_flight = a.chunks_in_flight;
+  o.single_copy = a.single_copy;
   auto comm = create_gloo_communicator(o);
   say("joined");
+  say(comm->single_copy() ? "path single-copy" : "path sockets");
 
   BroadcastOptions b;
   b.buffer = buf.get();
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunks-in-flight", a.chunks_in_flight);
   app.add_flag("--progress", a.progress);
   app.add_option("--stop-at-bytes", a.stop_at_bytes);
+  app.add_option("--single-copy", a.single_copy);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

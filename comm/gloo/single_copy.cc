@@ -1,0 +1,405 @@
+#include "comm/gloo/single_copy.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "comm/errors.h"
+#include "comm/gloo/gloo_chain.h"
+#include "comm/gloo/gloo_store_adapter.h"
+#include "comm/gloo/ring_wire.h"
+#include "comm/store/socket_io.h"
+
+namespace weightcast::comm::gloo_backend {
+namespace {
+
+constexpr std::array<char, 8> kDescriptorMagic = {'w', 'c', 'b', 'c', 'o', 'p', 'y', '1'};
+constexpr std::array<char, 8> kDoneMagic = {'w', 'c', 'b', 'd', 'o', 'n', 'e', '1'};
+constexpr std::array<char, 4> kAgreeMagic = {'w', 'c', 's', 'c'};
+// magic, u64 sequence, u32 root, u32 zero, u64 bytes, u64 address of the root's buffer
+constexpr std::size_t kDescriptorBytes = 40;
+constexpr std::size_t kDoneBytes = 16;  // magic, u64 sequence
+constexpr std::size_t kAgreeBytes = 8;  // magic, u32 flag
+// A receiver copies in pieces of this size, checking its deadline and interrupt between them.
+constexpr std::size_t kCopyPiece = 4u << 20;
+
+std::string copy_key(int rank) {
+  return "chain/copy/" + std::to_string(rank);
+}
+
+// "<boot id>/<net ns>/<pid ns>/<uid>": processes with equal identities see one another's pids and
+// may read one another's memory; empty when any part cannot be read.
+std::string host_identity() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (!(boot >> boot_id)) return {};
+  std::ostringstream os;
+  os << boot_id;
+  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
+    struct stat st {};
+    if (::stat(ns, &st) != 0) return {};
+    os << '/' << st.st_dev << ':' << st.st_ino;
+  }
+  os << '/' << ::getuid();
+  return os.str();
+}
+
+std::string to_hex(const std::array<std::uint8_t, 16>& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (std::uint8_t b : bytes) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
+struct Descriptor {
+  std::uint64_t sequence = 0;
+  std::uint32_t root = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t address = 0;
+
+  void encode(std::uint8_t* out) const {
+    std::memcpy(out, kDescriptorMagic.data(), kDescriptorMagic.size());
+    put_le(out + 8, sequence, 8);
+    put_le(out + 16, root, 4);
+    put_le(out + 20, 0, 4);
+    put_le(out + 24, bytes, 8);
+    put_le(out + 32, address, 8);
+  }
+  bool decode(const std::uint8_t* in) {
+    if (std::memcmp(in, kDescriptorMagic.data(), kDescriptorMagic.size()) != 0) return false;
+    if (get_le(in + 20, 4) != 0) return false;
+    sequence = get_le(in + 8, 8);
+    root = static_cast<std::uint32_t>(get_le(in + 16, 4));
+    bytes = get_le(in + 24, 8);
+    address = get_le(in + 32, 8);
+    return true;
+  }
+};
+
+std::string describe(const Descriptor& d) {
+  return detail::concat(d.bytes, " bytes from root ", d.root, " (collective #", d.sequence, ")");
+}
+
+// Clears the root's in-use word however the broadcast ends.
+class InUseMark {
+ public:
+  InUseMark(std::atomic<std::uint64_t>& word, std::uint64_t sequence) : word_(word) {
+    word_.store(sequence, std::memory_order_release);
+  }
+  ~InUseMark() { word_.store(PeerMemory::kIdle, std::memory_order_release); }
+  InUseMark(const InUseMark&) = delete;
+  InUseMark& operator=(const InUseMark&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& word_;
+};
+
+// One rank's part in a single-copy broadcast: the descriptor lap, the copy, the completion lap.
+class CopyBroadcast {
+ public:
+  CopyBroadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
+                const Descriptor& expected, Deadline deadline)
+      : links_(links), memory_(memory), data_(data), expected_(expected), deadline_(deadline) {
+    root_ = static_cast<int>(expected.root);
+    const int pos = (links.rank - root_ + links.size) % links.size;
+    pred_ = (links.rank - 1 + links.size) % links.size;
+    succ_ = (links.rank + 1) % links.size;
+    first_ = pos == 1;
+    last_ = pos == links.size - 1;
+    is_root_ = pos == 0;
+  }
+
+  void run() {
+    if (is_root_) {
+      run_root();
+      return;
+    }
+    std::array<std::uint8_t, kDescriptorBytes> wire{};
+    receive(wire.data(), wire.size(), "the descriptor of ");
+    Descriptor got;
+    if (!got.decode(wire.data())) {
+      fail(pred_, "waiting for the descriptor", "the stream does not hold a descriptor", false);
+    }
+    if (got.sequence != expected_.sequence || got.root != expected_.root ||
+        got.bytes != expected_.bytes) {
+      fail(pred_, "checking the descriptor",
+           detail::concat("rank ", pred_, " sends ", describe(got), ", this rank expects ",
+                          describe(expected_), "; every rank must make the same calls"),
+           false);
+    }
+    if (!last_) send(wire.data(), wire.size(), "the descriptor of ");
+    copy(got.address);
+    if (!first_) receive_done();
+    send_done();
+  }
+
+ private:
+  void run_root() {
+    if (net::peer_hung_up(links_.succ_fd))
+      fail(succ_, "starting the broadcast", "the connection was closed", true);
+    InUseMark mark(memory_.in_use(), expected_.sequence);
+    Descriptor d = expected_;
+    d.address = reinterpret_cast<std::uintptr_t>(data_);
+    std::array<std::uint8_t, kDescriptorBytes> wire{};
+    d.encode(wire.data());
+    send(wire.data(), wire.size(), "the descriptor of ");
+    receive_done();
+  }
+
+  void copy(std::uint64_t address) {
+    std::size_t done = 0;
+    while (done < expected_.bytes) {
+      check_interrupt();
+      if (expired(deadline_)) fail(root_, copying(done), "timed out", false, true);
+      const std::size_t len = std::min<std::size_t>(kCopyPiece, expected_.bytes - done);
+      const int err = memory_.read(root_, data_ + done, address + done, len);
+      if (err != 0) fail(root_, copying(done), std::strerror(err), err == ESRCH);
+      done += len;
+    }
+    std::uint64_t word = 0;
+    const int err = memory_.read_in_use(root_, &word);
+    if (err != 0) fail(root_, copying(done), std::strerror(err), err == ESRCH);
+    if (word != expected_.sequence) {
+      fail(root_, copying(done),
+           "the root left the broadcast before this rank had finished copying, so its buffer may "
+           "have changed under the copy",
+           true);
+    }
+  }
+
+  void receive_done() {
+    std::array<std::uint8_t, kDoneBytes> wire{};
+    receive(wire.data(), wire.size(), "the completion of ");
+    if (std::memcmp(wire.data(), kDoneMagic.data(), kDoneMagic.size()) != 0 ||
+        get_le(wire.data() + 8, 8) != expected_.sequence) {
+      fail(pred_, "waiting for the completion",
+           detail::concat("rank ", pred_, " sends another message than the completion of ",
+                          describe(expected_)),
+           false);
+    }
+  }
+
+  void send_done() {
+    std::array<std::uint8_t, kDoneBytes> wire{};
+    std::memcpy(wire.data(), kDoneMagic.data(), kDoneMagic.size());
+    put_le(wire.data() + 8, expected_.sequence, 8);
+    send(wire.data(), wire.size(), "the completion of ");
+  }
+
+  void send(const std::uint8_t* p, std::size_t n, const char* what) {
+    while (n > 0) {
+      const ssize_t k = ::send(links_.succ_fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k > 0) {
+        p += k;
+        n -= static_cast<std::size_t>(k);
+        continue;
+      }
+      const int err = errno;
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        fail(succ_, sending(what), std::strerror(err),
+             err == EPIPE || err == ECONNRESET || err == ENOTCONN);
+      }
+      wait(links_.succ_fd, POLLOUT, succ_, sending(what));
+    }
+  }
+
+  void receive(std::uint8_t* p, std::size_t n, const char* what) {
+    while (n > 0) {
+      const ssize_t k = ::recv(links_.pred_fd, p, n, MSG_DONTWAIT);
+      if (k == 0) fail(pred_, receiving(what), "the connection was closed", true);
+      if (k > 0) {
+        p += k;
+        n -= static_cast<std::size_t>(k);
+        continue;
+      }
+      const int err = errno;
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        fail(pred_, receiving(what), std::strerror(err), err == ECONNRESET || err == ENOTCONN);
+      }
+      wait(links_.pred_fd, POLLIN, pred_, receiving(what));
+    }
+  }
+
+  void wait(int fd, short events, int peer, const std::string& doing) {
+    std::array<pollfd, 2> fds{{{links_.wake_fd, POLLIN, 0}, {fd, events, 0}}};
+    while (true) {
+      if (expired(deadline_)) fail(peer, doing, "timed out", false, true);
+      const auto left = std::min<long long>(remaining(deadline_).count() + 1, 60'000);
+      const int r = ::poll(fds.data(), fds.size(), static_cast<int>(left));
+      if (r < 0 && errno != EINTR) fail(peer, doing, std::strerror(errno), false);
+      if (r <= 0) continue;
+      if (fds[0].revents != 0) throw WaitInterrupted{};
+      return;
+    }
+  }
+
+  void check_interrupt() const {
+    pollfd fd{links_.wake_fd, POLLIN, 0};
+    if (::poll(&fd, 1, 0) > 0) throw WaitInterrupted{};
+  }
+
+  std::string sending(const char* what) const {
+    return detail::concat("sending ", what, describe(expected_), " to rank ", succ_,
+                          " (eager ring, single copy)");
+  }
+  std::string receiving(const char* what) const {
+    return detail::concat("receiving ", what, describe(expected_), " from rank ", pred_,
+                          " (eager ring, single copy)");
+  }
+  std::string copying(std::size_t done) const {
+    return detail::concat("copying ", done, "/", expected_.bytes, " bytes out of rank ", root_,
+                          "'s memory (eager ring, single copy)");
+  }
+
+  [[noreturn]] void fail(int peer, const std::string& doing, const std::string& what, bool gone,
+                         bool timed_out = false) const {
+    throw LinkFailure{peer, doing, what, gone, timed_out};
+  }
+
+  const RingLinks& links_;
+  PeerMemory& memory_;
+  std::uint8_t* data_;
+  Descriptor expected_;
+  Deadline deadline_;
+  int root_ = 0, pred_ = 0, succ_ = 0;
+  bool first_ = false, last_ = false, is_root_ = false;
+};
+
+}  // namespace
+
+PeerMemory::PeerMemory(int rank, int size) : rank_(rank), peers_(static_cast<std::size_t>(size)) {
+  std::random_device random;
+  for (auto& b : token_) b = static_cast<std::uint8_t>(random());
+}
+
+std::unique_ptr<PeerMemory> PeerMemory::probe(GlooStoreAdapter& store, int rank, int size,
+                                              bool enabled) {
+  auto memory = std::make_unique<PeerMemory>(rank, size);
+  const std::string identity = enabled ? host_identity() : std::string();
+  std::ostringstream value;
+  if (identity.empty()) {
+    value << "off";
+  } else {
+    value << "v1 " << identity << ' ' << ::getpid() << ' '
+          << reinterpret_cast<std::uintptr_t>(memory->token_.data()) << ' '
+          << reinterpret_cast<std::uintptr_t>(&memory->in_use_) << ' ' << to_hex(memory->token_);
+  }
+  const std::string text = value.str();
+  store.set(copy_key(rank), std::vector<char>(text.begin(), text.end()));
+  if (identity.empty()) return memory;
+  memory->usable_ = true;
+  for (int peer = 0; peer < size && memory->usable_; ++peer) {
+    if (peer == rank) continue;
+    const std::vector<char> got = store.get(copy_key(peer));
+    memory->usable_ = memory->check_peer(identity, peer, std::string(got.begin(), got.end()));
+  }
+  memory->peers_[static_cast<std::size_t>(rank)] = {
+      ::getpid(), reinterpret_cast<std::uintptr_t>(&memory->in_use_)};
+  return memory;
+}
+
+bool PeerMemory::check_peer(const std::string& mine, int peer, const std::string& published) {
+  std::istringstream in(published);
+  std::string version, identity, token;
+  long long pid = 0;
+  std::uint64_t token_addr = 0, in_use_addr = 0;
+  if (!(in >> version >> identity >> pid >> token_addr >> in_use_addr >> token) ||
+      version != "v1" || identity != mine || pid <= 0) {
+    return false;
+  }
+  peers_[static_cast<std::size_t>(peer)] = {static_cast<pid_t>(pid), in_use_addr};
+  // The token is random per member: reading the bytes it published proves that the pid and the
+  // addresses name that member's process, as this process sees it.
+  std::array<std::uint8_t, 16> theirs{};
+  return read(peer, theirs.data(), token_addr, theirs.size()) == 0 && to_hex(theirs) == token;
+}
+
+int PeerMemory::read(int peer, void* local, std::uint64_t remote, std::size_t bytes) const {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  auto* out = static_cast<std::uint8_t*>(local);
+  while (bytes > 0) {
+    iovec l{out, bytes};
+    iovec r{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote)), bytes};
+    const ssize_t n = ::process_vm_readv(p.pid, &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EFAULT;
+    out += n;
+    remote += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+int PeerMemory::read_in_use(int peer, std::uint64_t* value) const {
+  return read(peer, value, peers_[static_cast<std::size_t>(peer)].in_use_addr, sizeof(*value));
+}
+
+void single_copy_broadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
+                           std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline) {
+  Descriptor expected;
+  expected.sequence = sequence;
+  expected.root = static_cast<std::uint32_t>(root);
+  expected.bytes = bytes;
+  CopyBroadcast(links, memory, data, expected, deadline).run();
+}
+
+bool ring_agree(const RingLinks& links, bool usable, Deadline deadline) {
+  const int pred = (links.rank - 1 + links.size) % links.size;
+  const int succ = (links.rank + 1) % links.size;
+  auto send_flag = [&](bool flag) {
+    std::array<char, kAgreeBytes> wire{};
+    std::memcpy(wire.data(), kAgreeMagic.data(), kAgreeMagic.size());
+    put_le(reinterpret_cast<std::uint8_t*>(wire.data()) + 4, flag ? 1 : 0, 4);
+    const auto sent = net::send_all(links.succ_fd, {wire.data(), wire.size()}, deadline);
+    if (sent.io == net::Io::kTimeout) {
+      throw TimeoutError(detail::concat("eager ring: rank ", links.rank,
+                                        " could not agree with rank ", succ, ": timed out"));
+    }
+    if (!sent.ok()) {
+      throw PeerError(detail::concat("rank ", succ),
+                      "eager ring: agreeing on single copy: " + sent.describe());
+    }
+  };
+  auto receive_flag = [&]() {
+    std::array<char, kAgreeBytes> wire{};
+    const auto got = net::recv_exact(links.pred_fd, wire.data(), wire.size(), deadline);
+    if (got.io == net::Io::kTimeout) {
+      throw TimeoutError(detail::concat("eager ring: rank ", links.rank,
+                                        " was not reached by rank ", pred, " when agreeing"));
+    }
+    if (!got.ok() || std::memcmp(wire.data(), kAgreeMagic.data(), kAgreeMagic.size()) != 0) {
+      throw PeerError(detail::concat("rank ", pred),
+                      "eager ring: agreeing on single copy: " +
+                          (got.ok() ? "not an agreement message" : got.describe()));
+    }
+    return get_le(reinterpret_cast<const std::uint8_t*>(wire.data()) + 4, 4) == 1;
+  };
+  if (links.rank == 0) {
+    send_flag(usable);
+    const bool all = receive_flag();
+    send_flag(all);
+    (void)receive_flag();  // the result, back around: every member has it
+    return all;
+  }
+  const bool so_far = receive_flag() && usable;
+  send_flag(so_far);
+  const bool all = receive_flag();
+  send_flag(all);
+  return all;
+}
+
+}  // namespace weightcast::comm::gloo_backend
