@@ -2,7 +2,10 @@
 
 #include <pybind11/stl.h>
 
+#include <array>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace py = pybind11;
 
@@ -13,28 +16,32 @@ namespace {
 using sync::trainer::EngineFailure;
 using sync::trainer::PhaseSeconds;
 
-py::dict phases_dict(const PhaseSeconds& p) {
+// The Python dict keys of a report struct's fields, one (key, member pointer) entry per field, in
+// the struct's order: an array where the fields share a type, a tuple where they do not.
+constexpr std::array kPhaseFields = {
+    std::pair{"prepare", &PhaseSeconds::prepare}, std::pair{"pause", &PhaseSeconds::pause},
+    std::pair{"begin", &PhaseSeconds::begin},     std::pair{"data", &PhaseSeconds::data},
+    std::pair{"commit", &PhaseSeconds::commit},   std::pair{"resume", &PhaseSeconds::resume},
+};
+constexpr std::tuple kFailureFields = {
+    std::pair{"engine", &EngineFailure::engine},
+    std::pair{"route", &EngineFailure::route},
+    std::pair{"message", &EngineFailure::message},
+    std::pair{"unreachable", &EngineFailure::unreachable},
+    std::pair{"timed_out", &EngineFailure::timed_out},
+};
+
+// `s` as a dict, one item per entry of `fields` (kPhaseFields, kFailureFields).
+template <typename S, typename Fields>
+py::dict to_dict(const S& s, const Fields& fields) {
   py::dict d;
-  d["prepare"] = p.prepare;
-  d["pause"] = p.pause;
-  d["begin"] = p.begin;
-  d["data"] = p.data;
-  d["commit"] = p.commit;
-  d["resume"] = p.resume;
+  std::apply([&](const auto&... entry) { ((d[entry.first] = s.*entry.second), ...); }, fields);
   return d;
 }
 
 py::list failures_list(const std::vector<EngineFailure>& failures) {
   py::list out;
-  for (const auto& f : failures) {
-    py::dict d;
-    d["engine"] = f.engine;
-    d["route"] = f.route;
-    d["message"] = f.message;
-    d["unreachable"] = f.unreachable;
-    d["timed_out"] = f.timed_out;
-    out.append(d);
-  }
+  for (const auto& f : failures) out.append(to_dict(f, kFailureFields));
   return out;
 }
 
@@ -58,7 +65,8 @@ void bind_report(py::module_& m) {
       .def_property_readonly("delta_buckets", field(&sync::trainer::UpdateReport::delta_buckets))
       .def_property_readonly("seconds", field(&sync::trainer::UpdateReport::seconds))
       .def_property_readonly("gbps", [](const Report& r) { return r.base.gbps(); })
-      .def_property_readonly("phases", [](const Report& r) { return phases_dict(r.base.phases); })
+      .def_property_readonly("phases",
+                             [](const Report& r) { return to_dict(r.base.phases, kPhaseFields); })
       .def_property_readonly("http_wait_seconds",
                              field(&sync::trainer::UpdateReport::http_wait_seconds))
       .def_property_readonly("pack_wait_seconds",

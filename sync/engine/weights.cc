@@ -16,20 +16,12 @@ namespace {
 
 constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;
 
-// safetensors dtype codes.
-constexpr auto kCodes =
-    comm::enum_names<DType>("safetensors dtype", {{DType::kFloat32, "F32"},
-                                                  {DType::kFloat16, "F16"},
-                                                  {DType::kBFloat16, "BF16"},
-                                                  {DType::kFloat64, "F64"},
-                                                  {DType::kFloat8E4M3Fn, "F8_E4M3"},
-                                                  {DType::kFloat8E5M2, "F8_E5M2"},
-                                                  {DType::kInt8, "I8"},
-                                                  {DType::kUInt8, "U8"},
-                                                  {DType::kInt16, "I16"},
-                                                  {DType::kInt32, "I32"},
-                                                  {DType::kInt64, "I64"},
-                                                  {DType::kBool, "BOOL"}});
+// safetensors dtype codes ("F32", "BF16", ...), one per row of the list of dtypes.
+constexpr std::pair<DType, std::string_view> kCodeEntries[] = {
+#define WEIGHTCAST_DTYPE(enumerator, name, size, code) {DType::enumerator, code},
+#include "sync/protocol/dtypes.def"
+};
+constexpr auto kCodes = comm::enum_names<DType>("safetensors dtype", kCodeEntries);
 
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
   throw comm::ConfigError("safetensors file '" + path + "': " + what);

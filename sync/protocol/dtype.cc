@@ -1,6 +1,7 @@
 #include "sync/protocol/dtype.h"
 
 #include <array>
+#include <iterator>
 #include <string>
 
 #include "comm/enum_names.h"
@@ -16,26 +17,17 @@ struct DTypeInfo {
   std::size_t size;
 };
 
-constexpr std::array<DTypeInfo, 12> kInfo = {{
-    {DType::kFloat32, "float32", 4},
-    {DType::kFloat16, "float16", 2},
-    {DType::kBFloat16, "bfloat16", 2},
-    {DType::kFloat64, "float64", 8},
-    {DType::kFloat8E4M3Fn, "float8_e4m3fn", 1},
-    {DType::kFloat8E5M2, "float8_e5m2", 1},
-    {DType::kInt8, "int8", 1},
-    {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},
-    {DType::kInt32, "int32", 4},
-    {DType::kInt64, "int64", 8},
-    {DType::kBool, "bool", 1},
-}};
+// One entry per DType, from the same list as the enum, so kInfo[d] describes DType d.
+constexpr DTypeInfo kInfo[] = {
+#define WEIGHTCAST_DTYPE(enumerator, name, size, safetensors_code) {DType::enumerator, name, size},
+#include "sync/protocol/dtypes.def"
+};
 
 // The canonical names of kInfo, for parsing and the list of valid names.
 constexpr auto kNames = [] {
-  std::array<std::pair<DType, std::string_view>, kInfo.size()> entries{};
-  for (std::size_t i = 0; i < kInfo.size(); ++i) entries[i] = {kInfo[i].dtype, kInfo[i].name};
-  return comm::EnumNames<DType, kInfo.size()>("dtype", entries);
+  std::array<std::pair<DType, std::string_view>, std::size(kInfo)> entries{};
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i] = {kInfo[i].dtype, kInfo[i].name};
+  return comm::EnumNames<DType, std::size(kInfo)>("dtype", entries);
 }();
 
 // torch module attributes that are aliases of the dtypes above.
@@ -46,20 +38,11 @@ constexpr auto kAliases = comm::enum_names<DType>("dtype alias", {{DType::kFloat
                                                                   {DType::kInt32, "int"},
                                                                   {DType::kInt64, "long"}});
 
-// info() indexes kInfo by enum value, so the table must list the enum in declaration order.
-constexpr bool in_enum_order() {
-  for (std::size_t i = 0; i < kInfo.size(); ++i) {
-    if (static_cast<std::size_t>(kInfo[i].dtype) != i) return false;
-  }
-  return true;
-}
-static_assert(in_enum_order());
-
-constexpr std::array<DType, kInfo.size()> kAll = kNames.values();
+constexpr std::array<DType, std::size(kInfo)> kAll = kNames.values();
 
 const DTypeInfo& info(DType dtype) {
   const auto index = static_cast<std::size_t>(dtype);
-  WC_ENFORCE_LT(index, kInfo.size(), "invalid DType value");
+  WC_ENFORCE_LT(index, std::size(kInfo), "invalid DType value");
   return kInfo[index];
 }
 

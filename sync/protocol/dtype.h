@@ -14,19 +14,11 @@
 
 namespace weightcast::sync {
 
+// One enumerator per row of sync/protocol/dtypes.def, in its order: kFloat32, kFloat16, kBFloat16,
+// ..., kInt64, kBool.
 enum class DType {
-  kFloat32,
-  kFloat16,
-  kBFloat16,
-  kFloat64,
-  kFloat8E4M3Fn,
-  kFloat8E5M2,
-  kInt8,
-  kUInt8,
-  kInt16,
-  kInt32,
-  kInt64,
-  kBool,
+#define WEIGHTCAST_DTYPE(enumerator, name, size, safetensors_code) enumerator,
+#include "sync/protocol/dtypes.def"
 };
 
 // Every DType, in declaration order.

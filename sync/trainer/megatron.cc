@@ -1,6 +1,7 @@
 #include "sync/trainer/megatron.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -11,39 +12,42 @@ namespace weightcast::sync::trainer {
 
 namespace {
 
+// One Megatron tensor and the HF tensors it holds: more than one only for kFusedDim0, whose parts
+// stack along dim 0 (q, k, v; gate, up).
 struct Rule {
-  std::string_view hf;        // HF suffix (layer tensors) or full name (top-level tensors)
-  std::string_view megatron;  // Megatron suffix or full name
+  std::string_view megatron;  // Megatron suffix (layer tensors) or full name (top-level tensors)
   TpSplit split;
+  std::array<std::string_view, 3> hf;  // HF suffixes or full names; unused ones are empty
 };
 
 // Tensors of one decoder layer, relative to "model.layers.{i}." / "mtp.layers.{j}.".
 constexpr Rule kLayerRules[] = {
-    {"input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight", TpSplit::kReplicated},
-    {"self_attn.q_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
-    {"self_attn.k_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
-    {"self_attn.v_proj.weight", "self_attention.linear_qkv.weight", TpSplit::kFusedDim0},
-    {"self_attn.q_proj.bias", "self_attention.linear_qkv.bias", TpSplit::kFusedDim0},
-    {"self_attn.k_proj.bias", "self_attention.linear_qkv.bias", TpSplit::kFusedDim0},
-    {"self_attn.v_proj.bias", "self_attention.linear_qkv.bias", TpSplit::kFusedDim0},
-    {"self_attn.q_norm.weight", "self_attention.q_layernorm.weight", TpSplit::kReplicated},
-    {"self_attn.k_norm.weight", "self_attention.k_layernorm.weight", TpSplit::kReplicated},
-    {"self_attn.o_proj.weight", "self_attention.linear_proj.weight", TpSplit::kDim1},
-    {"post_attention_layernorm.weight", "mlp.linear_fc1.layer_norm_weight", TpSplit::kReplicated},
-    {"mlp.gate_proj.weight", "mlp.linear_fc1.weight", TpSplit::kFusedDim0},
-    {"mlp.up_proj.weight", "mlp.linear_fc1.weight", TpSplit::kFusedDim0},
-    {"mlp.down_proj.weight", "mlp.linear_fc2.weight", TpSplit::kDim1},
+    {"self_attention.linear_qkv.layer_norm_weight",
+     TpSplit::kReplicated,
+     {"input_layernorm.weight"}},
+    {"self_attention.linear_qkv.weight",
+     TpSplit::kFusedDim0,
+     {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+    {"self_attention.linear_qkv.bias",
+     TpSplit::kFusedDim0,
+     {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}},
+    {"self_attention.q_layernorm.weight", TpSplit::kReplicated, {"self_attn.q_norm.weight"}},
+    {"self_attention.k_layernorm.weight", TpSplit::kReplicated, {"self_attn.k_norm.weight"}},
+    {"self_attention.linear_proj.weight", TpSplit::kDim1, {"self_attn.o_proj.weight"}},
+    {"mlp.linear_fc1.layer_norm_weight", TpSplit::kReplicated, {"post_attention_layernorm.weight"}},
+    {"mlp.linear_fc1.weight", TpSplit::kFusedDim0, {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+    {"mlp.linear_fc2.weight", TpSplit::kDim1, {"mlp.down_proj.weight"}},
 };
 
 // Tensors outside the decoder layers.
 constexpr Rule kTopRules[] = {
-    {"model.embed_tokens.weight", "embedding.word_embeddings.weight", TpSplit::kDim0},
-    {"model.norm.weight", "decoder.final_layernorm.weight", TpSplit::kReplicated},
-    {"lm_head.weight", "output_layer.weight", TpSplit::kDim0},
-    {"mtp.fc.weight", "mtp.eh_proj.weight", TpSplit::kDim0},
-    {"mtp.pre_fc_norm_embedding.weight", "mtp.enorm.weight", TpSplit::kReplicated},
-    {"mtp.pre_fc_norm_hidden.weight", "mtp.hnorm.weight", TpSplit::kReplicated},
-    {"mtp.norm.weight", "mtp.final_layernorm.weight", TpSplit::kReplicated},
+    {"embedding.word_embeddings.weight", TpSplit::kDim0, {"model.embed_tokens.weight"}},
+    {"decoder.final_layernorm.weight", TpSplit::kReplicated, {"model.norm.weight"}},
+    {"output_layer.weight", TpSplit::kDim0, {"lm_head.weight"}},
+    {"mtp.eh_proj.weight", TpSplit::kDim0, {"mtp.fc.weight"}},
+    {"mtp.enorm.weight", TpSplit::kReplicated, {"mtp.pre_fc_norm_embedding.weight"}},
+    {"mtp.hnorm.weight", TpSplit::kReplicated, {"mtp.pre_fc_norm_hidden.weight"}},
+    {"mtp.final_layernorm.weight", TpSplit::kReplicated, {"mtp.norm.weight"}},
 };
 
 // "model.layers.12.mlp.up_proj.weight" -> (12, "mlp.up_proj.weight") for `prefix` "model.layers.".
@@ -63,7 +67,8 @@ std::optional<std::pair<std::int64_t, std::string_view>> split_layer(std::string
 
 const Rule& find_rule(std::string_view key, std::span<const Rule> rules, const std::string& name) {
   for (const auto& rule : rules) {
-    if (rule.hf == key) return rule;
+    // An empty key ("model.layers.3.") must not match a rule's unused slots.
+    if (!key.empty() && std::ranges::find(rule.hf, key) != rule.hf.end()) return rule;
   }
   throw comm::ConfigError("raw conversion: no Megatron mapping for tensor '" + name + "'");
 }

@@ -126,6 +126,11 @@ class EngineFailures(unittest.TestCase):
             self.assertLess(elapsed, 25)
             self.assertEqual(caught.exception.engine, urls[1])
             self.assertFalse(caught.exception.report.ok)
+            failures = caught.exception.report.failures
+            self.assertIn(urls[1], [f["engine"] for f in failures])
+            keys = ["engine", "route", "message", "unreachable", "timed_out"]
+            for f in failures:
+                self.assertEqual(list(f), keys)
             unchanged(self, urls[:1])
 
     def test_ctrl_c_aborts_the_update(self):

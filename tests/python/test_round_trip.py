@@ -52,6 +52,10 @@ class RoundTrip(unittest.TestCase):
                 self.assertTrue(report.verified)
                 self.assertEqual(report.tensors, len(tensors))
                 self.assertGreater(report.buckets, 1)
+                self.assertEqual(list(report.phases),
+                                 ["prepare", "pause", "begin", "data", "commit", "resume"])
+                self.assertGreater(report.phases["data"], 0)
+                self.assertEqual(report.failures, [])
                 self.check(urls, tensors, report.version)
 
                 # A generator of fresh tensors (renamed on the fly): only update() holds them.

@@ -9,29 +9,31 @@
 
 #include "sync/trainer/engine_api.h"
 
-#define WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES                                                     \
-  ::weightcast::sync::BasicResponse health() override;                                            \
-  ::weightcast::sync::ServerInfoResponse server_info() override;                                  \
-  ::weightcast::sync::BasicResponse init_weights_update_group(                                    \
-      const ::weightcast::sync::InitWeightsUpdateGroupRequest& req) override;                     \
-  ::weightcast::sync::BasicResponse destroy_weights_update_group(                                 \
-      const ::weightcast::sync::DestroyWeightsUpdateGroupRequest& req) override;                  \
-  ::weightcast::sync::BasicResponse pause_generation(                                             \
-      const ::weightcast::sync::PauseGenerationRequest& req) override;                            \
-  ::weightcast::sync::BasicResponse flush_cache() override;                                       \
-  ::weightcast::sync::BeginWeightUpdateResponse begin_weight_update(                              \
-      const ::weightcast::sync::BeginWeightUpdateRequest& req) override;                          \
-  ::weightcast::sync::BasicResponse update_weights_from_distributed(                              \
-      const ::weightcast::sync::UpdateWeightsFromDistributedRequest& req) override;               \
-  ::weightcast::sync::BasicResponse update_weight_version(                                        \
-      const ::weightcast::sync::UpdateWeightVersionRequest& req) override;                        \
-  ::weightcast::sync::EndWeightUpdateResponse end_weight_update(                                  \
-      const ::weightcast::sync::EndWeightUpdateRequest& req) override;                            \
-  ::weightcast::sync::BasicResponse continue_generation(                                          \
-      const ::weightcast::sync::ContinueGenerationRequest& req) override;                         \
-  ::weightcast::sync::BasicResponse abort_weight_update(                                          \
-      const ::weightcast::sync::AbortWeightUpdateRequest& req) override;                          \
-  ::weightcast::sync::WeightsChecksumResponse weights_checksum(::weightcast::sync::Runner runner, \
-                                                               bool recompute = false) override;  \
-  std::string metrics() override;                                                                 \
+// A route that takes a request body: `Response route(const Request& req) override`, the types
+// named in ::weightcast::sync (the test doubles live in other namespaces).
+#define WEIGHTCAST_ENGINE_API_BODY_ROUTE(Response, route, Request) \
+  ::weightcast::sync::Response route(const ::weightcast::sync::Request& req) override
+
+#define WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES                                                      \
+  ::weightcast::sync::BasicResponse health() override;                                             \
+  ::weightcast::sync::ServerInfoResponse server_info() override;                                   \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, init_weights_update_group,                       \
+                                   InitWeightsUpdateGroupRequest);                                 \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, destroy_weights_update_group,                    \
+                                   DestroyWeightsUpdateGroupRequest);                              \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, pause_generation, PauseGenerationRequest);       \
+  ::weightcast::sync::BasicResponse flush_cache() override;                                        \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BeginWeightUpdateResponse, begin_weight_update,                 \
+                                   BeginWeightUpdateRequest);                                      \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, update_weights_from_distributed,                 \
+                                   UpdateWeightsFromDistributedRequest);                           \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, update_weight_version,                           \
+                                   UpdateWeightVersionRequest);                                    \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(EndWeightUpdateResponse, end_weight_update,                     \
+                                   EndWeightUpdateRequest);                                        \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, continue_generation, ContinueGenerationRequest); \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, abort_weight_update, AbortWeightUpdateRequest);  \
+  ::weightcast::sync::WeightsChecksumResponse weights_checksum(::weightcast::sync::Runner runner,  \
+                                                               bool recompute = false) override;   \
+  std::string metrics() override;                                                                  \
   ::weightcast::sync::SpecAcceptLengthResponse spec_accept_length() override

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/errors.h"
 #include "tests/support/names.h"
@@ -11,36 +14,53 @@
 namespace weightcast::sync {
 namespace {
 
+// One row of data/torch_dtypes.csv: a dtype as torch names it, and its bytes per element.
 struct Row {
-  const char* name;
-  DType dtype;
-  std::size_t size;
+  std::string name;
+  std::size_t size = 0;
 };
 
-// Names and sizes as torch reports them: str(torch.d) without "torch." and d.itemsize.
-constexpr Row kTable[] = {
-    {"float32", DType::kFloat32, 4},
-    {"float16", DType::kFloat16, 2},
-    {"bfloat16", DType::kBFloat16, 2},
-    {"float64", DType::kFloat64, 8},
-    {"float8_e4m3fn", DType::kFloat8E4M3Fn, 1},
-    {"float8_e5m2", DType::kFloat8E5M2, 1},
-    {"int8", DType::kInt8, 1},
-    {"uint8", DType::kUInt8, 1},
-    {"int16", DType::kInt16, 2},
-    {"int32", DType::kInt32, 4},
-    {"int64", DType::kInt64, 8},
-    {"bool", DType::kBool, 1},
-};
+// The rows of the expected-values file, in DType's declaration order (the file's comment says
+// where the values come from).
+std::vector<Row> torch_dtypes() {
+  std::ifstream in(WEIGHTCAST_TORCH_DTYPES_CSV);
+  EXPECT_TRUE(in) << "cannot open " << WEIGHTCAST_TORCH_DTYPES_CSV;
+  std::vector<Row> rows;
+  bool header = true;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line.starts_with('#')) continue;
+    if (std::exchange(header, false)) {
+      EXPECT_EQ(line, "name,itemsize");
+      continue;
+    }
+    const auto comma = line.find(',');
+    EXPECT_NE(comma, std::string::npos) << line;
+    if (comma == std::string::npos) continue;
+    rows.push_back({line.substr(0, comma), std::stoul(line.substr(comma + 1))});
+  }
+  return rows;
+}
 
 TEST(DType, TableOfNamesAndSizes) {
-  ASSERT_EQ(all_dtypes().size(), std::size(kTable));
-  for (const Row& row : kTable) {
-    EXPECT_EQ(parse_dtype(row.name), row.dtype) << row.name;
-    EXPECT_EQ(parse_dtype(std::string("torch.") + row.name), row.dtype) << row.name;
-    EXPECT_EQ(to_string(row.dtype), row.name);
-    EXPECT_EQ(element_size(row.dtype), row.size) << row.name;
+  const std::vector<Row> rows = torch_dtypes();
+  ASSERT_EQ(rows.size(), all_dtypes().size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const DType dtype = all_dtypes()[i];
+    EXPECT_EQ(static_cast<std::size_t>(dtype), i) << row.name;
+    EXPECT_EQ(parse_dtype(row.name), dtype) << row.name;
+    EXPECT_EQ(parse_dtype("torch." + row.name), dtype) << row.name;
+    EXPECT_EQ(to_string(dtype), row.name);
+    EXPECT_EQ(element_size(dtype), row.size) << row.name;
   }
+}
+
+TEST(DType, EnumeratorsHaveTheirTorchNames) {
+  EXPECT_EQ(to_string(DType::kFloat32), "float32");
+  EXPECT_EQ(to_string(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(to_string(DType::kFloat8E4M3Fn), "float8_e4m3fn");
+  EXPECT_EQ(to_string(DType::kUInt8), "uint8");
+  EXPECT_EQ(to_string(DType::kBool), "bool");
 }
 
 TEST(DType, AllDTypesAreDistinctAndRoundTrip) {
