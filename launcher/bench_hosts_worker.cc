@@ -46,6 +46,7 @@ std::unique_ptr<comm::GlooCommunicator> worker_communicator(const HostsWorkerOpt
   opts.bind_address = o.bind_address;
   opts.chunk_bytes = o.chunk_bytes;
   opts.chunks_in_flight = o.chunks_in_flight;
+  opts.single_copy = o.single_copy;
   return comm::create_gloo_communicator(opts);
 }
 
@@ -135,7 +136,8 @@ std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsW
           "--timeout-ms",
           std::to_string(w.timeout_ms),
           "--backends",
-          backends};
+          backends,
+          w.single_copy ? "--single-copy=1" : "--single-copy=0"};
 }
 
 }  // namespace weightcast::launcher

@@ -120,6 +120,7 @@ CLI::App* add_hosts_worker(CLI::App& app, HostsWorkerOptions& wo) {
   bytes_option(*hw, "--chunk-bytes", wo.chunk_bytes, "gloo-chain chunk size");
   hw->add_option("--in-flight", wo.chunks_in_flight);
   hw->add_option("--timeout-ms", wo.timeout_ms);
+  hw->add_option("--single-copy", wo.single_copy);
   hw->add_option_function<std::string>(
       "--backends", [&wo](const std::string& text) { wo.backends = split_csv(text); });
   return hw;
@@ -143,6 +144,9 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
       "update these running engines (comma list) instead of starting --engines");
   with_default(*up, "--bind", uo.bind_address, "address the source's store and data plane bind");
   up->add_flag("!--no-raw", uo.raw, "skip the raw chain broadcast comparison");
+  up->add_flag("!--no-single-copy", uo.single_copy,
+               "keep the source and the raw chain off same-host single copy (sockets and Gloo, as "
+               "between hosts)");
   one_of(*up, "--drift", uo.drift,
          "weights per step: jump (every element changes) or realistic (fp32 masters "
          "drift and round to bf16: a few percent change)",

@@ -40,6 +40,7 @@ double raw_chain_seconds(const UpdateBenchOptions& o, const std::string& self, s
     w.chunk_bytes = o.chunk_bytes;
     w.timeout_ms = o.timeout_ms;
     w.backends = {"gloo-chain"};
+    w.single_copy = o.single_copy;
     return hosts_worker_argv(self, w);
   };
   const milliseconds timeout(o.timeout_ms);
@@ -112,10 +113,11 @@ sync::trainer::UpdaterOptions updater_options(const UpdateBenchOptions& o) {
   uo.request_timeout = milliseconds(o.timeout_ms);
   uo.group_timeout = milliseconds(o.timeout_ms);
   // The source's chain chunks must match the engines' --chunk-bytes (checked at group setup).
-  uo.communicator_factory = [chunk = o.chunk_bytes](std::string_view backend,
-                                                    const comm::CommOptions& options) {
+  uo.communicator_factory = [chunk = o.chunk_bytes, copy = o.single_copy](
+                                std::string_view backend, const comm::CommOptions& options) {
     comm::CommOptions with_chunk = options;
     with_chunk.chunk_bytes = chunk;
+    with_chunk.single_copy = copy;
     return comm::create_communicator(backend, with_chunk);
   };
   return uo;
@@ -265,10 +267,11 @@ class UpdateBench {
     std::snprintf(
         head, sizeof(head),
         "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s (%zu "
-        "tensors), bucket %s, %d updates, drift %s, codec %s, gloo",
+        "tensors), bucket %s, %d updates, drift %s, codec %s, gloo%s",
         sets_[0].urls.size(), o_.ranks_per_engine, o_.delta.c_str(),
         o_.compare_full ? " vs off" : "", format_bytes(model_bytes_).c_str(), metas_.size(),
-        format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str());
+        format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str(),
+        o_.single_copy ? "" : " without single copy");
     table_.begin(head);
   }
 

@@ -30,6 +30,10 @@ struct UpdateBenchOptions {
   std::vector<std::string> engine_urls;
   std::string bind_address = "127.0.0.1";  // the source's store and data-plane address
   bool raw = true;                         // also time the raw chain broadcast on loopback
+  // CommOptions::single_copy for the source and the raw chain: off keeps one host's processes on
+  // sockets and Gloo, as if they were on different hosts (the engines need not be told: one
+  // member off turns it off for the group).
+  bool single_copy = true;
   // How weights change per step: "jump" (every element: the generator's step k) or "realistic"
   // (fp32 masters drift and are rounded: sync/model/drift.h).
   std::string drift = "jump";

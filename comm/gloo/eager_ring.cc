@@ -24,8 +24,8 @@ namespace {
 
 constexpr std::array<char, 8> kHelloMagic = {'w', 'c', 'r', 'i', 'n', 'g', '0', '1'};
 constexpr std::array<char, 8> kHeaderMagic = {'w', 'c', 'b', 'c', 'a', 's', 't', '1'};
-constexpr std::size_t kHelloBytes = 12;   // magic, u32 rank
-constexpr std::size_t kHeaderBytes = 32;  // magic, u64 sequence, u32 root, u32 zero, u64 bytes
+constexpr std::size_t kHelloBytes = 12;  // magic, u32 rank
+constexpr std::size_t kHeaderBytes = RingHeader::kBytes;
 // A middle rank forwards what it has after at most this many bytes, so its successor's link
 // starts early; the last rank reads as much as the socket holds.
 constexpr std::size_t kForwardSlice = 256u << 10;
@@ -33,33 +33,7 @@ constexpr std::size_t kForwardSlice = 256u << 10;
 // a few MiB is handed to the kernel in one call instead of waiting for the buffers to auto-tune.
 constexpr int kSocketBuffer = 4 << 20;
 
-struct Header {
-  std::uint64_t sequence = 0;
-  std::uint32_t root = 0;
-  std::uint64_t bytes = 0;
-
-  void encode(std::uint8_t* out) const {
-    std::memcpy(out, kHeaderMagic.data(), kHeaderMagic.size());
-    put_le(out + 8, sequence, 8);
-    put_le(out + 16, root, 4);
-    put_le(out + 20, 0, 4);
-    put_le(out + 24, bytes, 8);
-  }
-  // False when the magic or the reserved word is wrong (not a header of ours).
-  bool decode(const std::uint8_t* in) {
-    if (std::memcmp(in, kHeaderMagic.data(), kHeaderMagic.size()) != 0) return false;
-    if (get_le(in + 20, 4) != 0) return false;
-    sequence = get_le(in + 8, 8);
-    root = static_cast<std::uint32_t>(get_le(in + 16, 4));
-    bytes = get_le(in + 24, 8);
-    return true;
-  }
-  bool operator==(const Header&) const = default;
-};
-
-std::string describe(const Header& h) {
-  return detail::concat(h.bytes, " bytes from root ", h.root, " (collective #", h.sequence, ")");
-}
+using Header = RingHeader;
 
 // One broadcast on the ring, as seen from one rank: pull from the predecessor into the header and
 // then the payload, push everything pulled so far to the successor, wait on both when neither
@@ -76,7 +50,7 @@ class RingBroadcast {
     succ_fd_ = succ_ >= 0 ? succ_fd : -1;
     total_ = kHeaderBytes + header.bytes;
     if (pred_ < 0) {
-      header.encode(header_.data());
+      header.encode(header_.data(), kHeaderMagic);
       pulled_ = total_;
     }
   }
@@ -146,14 +120,11 @@ class RingBroadcast {
 
   void check_header() {
     Header got;
-    if (!got.decode(header_.data())) {
+    if (!got.decode(header_.data(), kHeaderMagic)) {
       fail_link(pred_, "the stream does not start with a broadcast header", false);
     }
     if (!(got == expected_)) {
-      fail_link(pred_,
-                detail::concat("rank ", pred_, " sends ", describe(got), ", this rank expects ",
-                               describe(expected_), "; every rank must make the same calls"),
-                false);
+      fail_link(pred_, expected_.refuse(pred_, got), false);
     }
   }
 

@@ -1,9 +1,14 @@
-// Little-endian integer fields of the eager ring's messages (comm/gloo/eager_ring.h and
-// comm/gloo/single_copy.h): every field is written and read byte by byte, so the wire format does
-// not depend on the host's byte order or on struct layout.
+// The fields of the eager ring's messages (comm/gloo/eager_ring.h and comm/gloo/single_copy.h):
+// little-endian integers written and read byte by byte, so the wire format does not depend on the
+// host's byte order or on struct layout, and the header that opens every broadcast.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "comm/errors.h"
 
 namespace weightcast::comm::gloo_backend {
 
@@ -16,5 +21,42 @@ inline std::uint64_t get_le(const std::uint8_t* p, int n) {
   for (int i = 0; i < n; ++i) v |= std::uint64_t{p[i]} << (8 * i);
   return v;
 }
+
+using RingMagic = std::array<char, 8>;
+
+// What opens every broadcast on the ring, in 32 bytes: a magic naming the message, the
+// collective's sequence number (u64), the root (u32), zero (u32) and the byte count (u64).
+struct RingHeader {
+  static constexpr std::size_t kBytes = 32;
+  std::uint64_t sequence = 0;
+  std::uint32_t root = 0;
+  std::uint64_t bytes = 0;
+
+  void encode(std::uint8_t* out, const RingMagic& magic) const {
+    std::memcpy(out, magic.data(), magic.size());
+    put_le(out + 8, sequence, 8);
+    put_le(out + 16, root, 4);
+    put_le(out + 20, 0, 4);
+    put_le(out + 24, bytes, 8);
+  }
+  // False when the magic or the reserved word is wrong (not this message).
+  bool decode(const std::uint8_t* in, const RingMagic& magic) {
+    if (std::memcmp(in, magic.data(), magic.size()) != 0 || get_le(in + 20, 4) != 0) return false;
+    sequence = get_le(in + 8, 8);
+    root = static_cast<std::uint32_t>(get_le(in + 16, 4));
+    bytes = get_le(in + 24, 8);
+    return true;
+  }
+  bool operator==(const RingHeader&) const = default;
+
+  std::string describe() const {
+    return detail::concat(bytes, " bytes from root ", root, " (collective #", sequence, ")");
+  }
+  // Why a header `got` from rank `pred` is refused by a rank that expects this one.
+  std::string refuse(int pred, const RingHeader& got) const {
+    return detail::concat("rank ", pred, " sends ", got.describe(), ", this rank expects ",
+                          describe(), "; every rank must make the same calls");
+  }
+};
 
 }  // namespace weightcast::comm::gloo_backend

@@ -27,7 +27,7 @@ constexpr std::array<char, 8> kDescriptorMagic = {'w', 'c', 'b', 'c', 'o', 'p', 
 constexpr std::array<char, 8> kDoneMagic = {'w', 'c', 'b', 'd', 'o', 'n', 'e', '1'};
 constexpr std::array<char, 4> kAgreeMagic = {'w', 'c', 's', 'c'};
 // magic, u64 sequence, u32 root, u32 zero, u64 bytes, u64 address of the root's buffer
-constexpr std::size_t kDescriptorBytes = 40;
+constexpr std::size_t kDescriptorBytes = RingHeader::kBytes + 8;
 constexpr std::size_t kDoneBytes = 16;  // magic, u64 sequence
 constexpr std::size_t kAgreeBytes = 8;  // magic, u32 flag
 // A receiver copies in pieces of this size, checking its deadline and interrupt between them.
@@ -64,34 +64,22 @@ std::string to_hex(const std::array<std::uint8_t, 16>& bytes) {
   return out;
 }
 
+// The ring's header (comm/gloo/ring_wire.h) under the magic wcbcopy1, then the address of the
+// root's buffer (u64).
 struct Descriptor {
-  std::uint64_t sequence = 0;
-  std::uint32_t root = 0;
-  std::uint64_t bytes = 0;
+  RingHeader head;
   std::uint64_t address = 0;
 
   void encode(std::uint8_t* out) const {
-    std::memcpy(out, kDescriptorMagic.data(), kDescriptorMagic.size());
-    put_le(out + 8, sequence, 8);
-    put_le(out + 16, root, 4);
-    put_le(out + 20, 0, 4);
-    put_le(out + 24, bytes, 8);
-    put_le(out + 32, address, 8);
+    head.encode(out, kDescriptorMagic);
+    put_le(out + RingHeader::kBytes, address, 8);
   }
   bool decode(const std::uint8_t* in) {
-    if (std::memcmp(in, kDescriptorMagic.data(), kDescriptorMagic.size()) != 0) return false;
-    if (get_le(in + 20, 4) != 0) return false;
-    sequence = get_le(in + 8, 8);
-    root = static_cast<std::uint32_t>(get_le(in + 16, 4));
-    bytes = get_le(in + 24, 8);
-    address = get_le(in + 32, 8);
+    if (!head.decode(in, kDescriptorMagic)) return false;
+    address = get_le(in + RingHeader::kBytes, 8);
     return true;
   }
 };
-
-std::string describe(const Descriptor& d) {
-  return detail::concat(d.bytes, " bytes from root ", d.root, " (collective #", d.sequence, ")");
-}
 
 // Clears the root's in-use word however the broadcast ends.
 class InUseMark {
@@ -111,7 +99,7 @@ class InUseMark {
 class CopyBroadcast {
  public:
   CopyBroadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
-                const Descriptor& expected, Deadline deadline)
+                const RingHeader& expected, Deadline deadline)
       : links_(links), memory_(memory), data_(data), expected_(expected), deadline_(deadline) {
     root_ = static_cast<int>(expected.root);
     const int pos = (links.rank - root_ + links.size) % links.size;
@@ -133,12 +121,8 @@ class CopyBroadcast {
     if (!got.decode(wire.data())) {
       fail(pred_, "waiting for the descriptor", "the stream does not hold a descriptor", false);
     }
-    if (got.sequence != expected_.sequence || got.root != expected_.root ||
-        got.bytes != expected_.bytes) {
-      fail(pred_, "checking the descriptor",
-           detail::concat("rank ", pred_, " sends ", describe(got), ", this rank expects ",
-                          describe(expected_), "; every rank must make the same calls"),
-           false);
+    if (!(got.head == expected_)) {
+      fail(pred_, "checking the descriptor", expected_.refuse(pred_, got.head), false);
     }
     if (!last_) send(wire.data(), wire.size(), "the descriptor of ");
     copy(got.address);
@@ -151,7 +135,7 @@ class CopyBroadcast {
     if (net::peer_hung_up(links_.succ_fd))
       fail(succ_, "starting the broadcast", "the connection was closed", true);
     InUseMark mark(memory_.in_use(), expected_.sequence);
-    Descriptor d = expected_;
+    Descriptor d{expected_, 0};
     d.address = reinterpret_cast<std::uintptr_t>(data_);
     std::array<std::uint8_t, kDescriptorBytes> wire{};
     d.encode(wire.data());
@@ -187,7 +171,7 @@ class CopyBroadcast {
         get_le(wire.data() + 8, 8) != expected_.sequence) {
       fail(pred_, "waiting for the completion",
            detail::concat("rank ", pred_, " sends another message than the completion of ",
-                          describe(expected_)),
+                          expected_.describe()),
            false);
     }
   }
@@ -199,9 +183,18 @@ class CopyBroadcast {
     send(wire.data(), wire.size(), "the completion of ");
   }
 
-  void send(const std::uint8_t* p, std::size_t n, const char* what) {
+  void send(std::uint8_t* p, std::size_t n, const char* what) { transfer(p, n, true, what); }
+  void receive(std::uint8_t* p, std::size_t n, const char* what) { transfer(p, n, false, what); }
+
+  // Moves n bytes to the successor (`out`) or from the predecessor, waiting while the socket is
+  // full or empty.
+  void transfer(std::uint8_t* p, std::size_t n, bool out, const char* what) {
+    const int fd = out ? links_.succ_fd : links_.pred_fd;
+    const int peer = out ? succ_ : pred_;
     while (n > 0) {
-      const ssize_t k = ::send(links_.succ_fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t k =
+          out ? ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL) : ::recv(fd, p, n, MSG_DONTWAIT);
+      if (k == 0 && !out) fail(peer, doing(out, what), "the connection was closed", true);
       if (k > 0) {
         p += k;
         n -= static_cast<std::size_t>(k);
@@ -209,27 +202,10 @@ class CopyBroadcast {
       }
       const int err = errno;
       if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
-        fail(succ_, sending(what), std::strerror(err),
+        fail(peer, doing(out, what), std::strerror(err),
              err == EPIPE || err == ECONNRESET || err == ENOTCONN);
       }
-      wait(links_.succ_fd, POLLOUT, succ_, sending(what));
-    }
-  }
-
-  void receive(std::uint8_t* p, std::size_t n, const char* what) {
-    while (n > 0) {
-      const ssize_t k = ::recv(links_.pred_fd, p, n, MSG_DONTWAIT);
-      if (k == 0) fail(pred_, receiving(what), "the connection was closed", true);
-      if (k > 0) {
-        p += k;
-        n -= static_cast<std::size_t>(k);
-        continue;
-      }
-      const int err = errno;
-      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
-        fail(pred_, receiving(what), std::strerror(err), err == ECONNRESET || err == ENOTCONN);
-      }
-      wait(links_.pred_fd, POLLIN, pred_, receiving(what));
+      wait(fd, out ? POLLOUT : POLLIN, peer, doing(out, what));
     }
   }
 
@@ -251,12 +227,9 @@ class CopyBroadcast {
     if (::poll(&fd, 1, 0) > 0) throw WaitInterrupted{};
   }
 
-  std::string sending(const char* what) const {
-    return detail::concat("sending ", what, describe(expected_), " to rank ", succ_,
-                          " (eager ring, single copy)");
-  }
-  std::string receiving(const char* what) const {
-    return detail::concat("receiving ", what, describe(expected_), " from rank ", pred_,
+  std::string doing(bool out, const char* what) const {
+    return detail::concat(out ? "sending " : "receiving ", what, expected_.describe(),
+                          out ? " to rank " : " from rank ", out ? succ_ : pred_,
                           " (eager ring, single copy)");
   }
   std::string copying(std::size_t done) const {
@@ -272,7 +245,7 @@ class CopyBroadcast {
   const RingLinks& links_;
   PeerMemory& memory_;
   std::uint8_t* data_;
-  Descriptor expected_;
+  RingHeader expected_;
   Deadline deadline_;
   int root_ = 0, pred_ = 0, succ_ = 0;
   bool first_ = false, last_ = false, is_root_ = false;
@@ -350,7 +323,7 @@ int PeerMemory::read_in_use(int peer, std::uint64_t* value) const {
 
 void single_copy_broadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
                            std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline) {
-  Descriptor expected;
+  RingHeader expected;
   expected.sequence = sequence;
   expected.root = static_cast<std::uint32_t>(root);
   expected.bytes = bytes;

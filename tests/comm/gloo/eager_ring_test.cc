@@ -31,6 +31,22 @@ BroadcastOptions bcast(std::vector<std::uint8_t>& buf, int root) {
   return {buf.data(), buf.size(), root, MemoryKind::kHost, {}};
 }
 
+// Broadcasts each of `sizes` from each root in turn, on one communicator; every rank must end each
+// one with the root's bytes.
+void every_size_from_every_root(int rank, GlooCommunicator& c,
+                                const std::vector<std::size_t>& sizes) {
+  std::uint64_t seed = 1;
+  for (int root = 0; root < c.size(); ++root) {
+    for (std::size_t n : sizes) {
+      const auto want = pattern(n, seed++);
+      std::vector<std::uint8_t> buf(n, 0x5a);
+      if (rank == root) buf = want;
+      c.broadcast(bcast(buf, root));
+      ASSERT_EQ(buf, want) << "rank " << rank << " root " << root << " bytes " << n;
+    }
+  }
+}
+
 // Sizes on both sides of the threshold, interleaved, from every root: the two transports take
 // turns on one communicator and every rank ends with the root's bytes.
 TEST(EagerRing, SizesAroundTheThresholdArriveWholeFromEveryRoot) {
@@ -39,18 +55,7 @@ TEST(EagerRing, SizesAroundTheThresholdArriveWholeFromEveryRoot) {
                                           0, 3 * kThreshold};
   with_group(
       kSize, "around",
-      [&](int rank, GlooCommunicator& c) {
-        std::uint64_t seed = 1;
-        for (int root = 0; root < kSize; ++root) {
-          for (std::size_t n : sizes) {
-            const auto want = pattern(n, seed++);
-            std::vector<std::uint8_t> buf(n, 0x5a);
-            if (rank == root) buf = want;
-            c.broadcast(bcast(buf, root));
-            ASSERT_EQ(buf, want) << "rank " << rank << " root " << root << " bytes " << n;
-          }
-        }
-      },
+      [&](int rank, GlooCommunicator& c) { every_size_from_every_root(rank, c, sizes); },
       [](CommOptions& o) { o.eager_max_bytes = kThreshold; });
 }
 
@@ -119,16 +124,7 @@ TEST(SingleCopy, AgreedOnOneHostAndEveryPathDeliversFromEveryRoot) {
       kSize, "copy-paths",
       [&](int rank, GlooCommunicator& c) {
         EXPECT_TRUE(c.single_copy()) << "rank " << rank;
-        std::uint64_t seed = 100;
-        for (int root = 0; root < kSize; ++root) {
-          for (std::size_t n : sizes) {
-            const auto want = pattern(n, seed++);
-            std::vector<std::uint8_t> buf(n, 0x5a);
-            if (rank == root) buf = want;
-            c.broadcast(bcast(buf, root));
-            ASSERT_EQ(buf, want) << "rank " << rank << " root " << root << " bytes " << n;
-          }
-        }
+        every_size_from_every_root(rank, c, sizes);
       },
       [](CommOptions& o) {
         o.eager_max_bytes = kThreshold;
