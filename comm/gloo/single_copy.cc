@@ -205,17 +205,21 @@ class CopyBroadcast {
         fail(peer, doing(out, what), std::strerror(err),
              err == EPIPE || err == ECONNRESET || err == ENOTCONN);
       }
-      wait(fd, out ? POLLOUT : POLLIN, peer, doing(out, what));
+      wait(fd, out, what);
     }
   }
 
-  void wait(int fd, short events, int peer, const std::string& doing) {
-    std::array<pollfd, 2> fds{{{links_.wake_fd, POLLIN, 0}, {fd, events, 0}}};
+  // Waits until the socket can move bytes in the direction of `out`; what the failure names is
+  // only phrased when there is one.
+  void wait(int fd, bool out, const char* what) {
+    const int peer = out ? succ_ : pred_;
+    std::array<pollfd, 2> fds{
+        {{links_.wake_fd, POLLIN, 0}, {fd, static_cast<short>(out ? POLLOUT : POLLIN), 0}}};
     while (true) {
-      if (expired(deadline_)) fail(peer, doing, "timed out", false, true);
+      if (expired(deadline_)) fail(peer, doing(out, what), "timed out", false, true);
       const auto left = std::min<long long>(remaining(deadline_).count() + 1, 60'000);
       const int r = ::poll(fds.data(), fds.size(), static_cast<int>(left));
-      if (r < 0 && errno != EINTR) fail(peer, doing, std::strerror(errno), false);
+      if (r < 0 && errno != EINTR) fail(peer, doing(out, what), std::strerror(errno), false);
       if (r <= 0) continue;
       if (fds[0].revents != 0) throw WaitInterrupted{};
       return;

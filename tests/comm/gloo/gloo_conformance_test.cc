@@ -1,5 +1,5 @@
 // The backend conformance suite, instantiated for the Gloo backend (host memory, never skipped),
-// with and without its eager ring.
+// with and without its eager ring, and with every size on the same-host single copy.
 #include "comm/gloo/gloo_communicator.h"
 #include "tests/comm/conformance/conformance.h"
 
@@ -22,7 +22,19 @@ weightcast::testing::BackendSpec gloo_unbound_spec() {
   });
 }
 
+// The same suite with every non-empty broadcast copied out of the root's memory (the suite's ranks
+// are threads of one process, so the group agrees on single copy): its sizes, roots, misuse,
+// abort and timeout cases then all run through comm/gloo/single_copy.h.
+weightcast::testing::BackendSpec gloo_single_copy_spec() {
+  return weightcast::testing::host_backend("gloo_copy", [](weightcast::comm::CommOptions o) {
+    o.single_copy_min_bytes = 1;
+    return std::unique_ptr<weightcast::comm::Communicator>(
+        weightcast::comm::create_gloo_communicator(o));
+  });
+}
+
 }  // namespace
 
 WC_INSTANTIATE_CONFORMANCE(Gloo, gloo_spec());
 WC_INSTANTIATE_CONFORMANCE(GlooUnbound, gloo_unbound_spec());
+WC_INSTANTIATE_CONFORMANCE(GlooSingleCopy, gloo_single_copy_spec());
