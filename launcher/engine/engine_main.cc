@@ -108,6 +108,9 @@ void add_data_plane_options(CLI::App& app, CommandLine& c) {
                  "comma-separated master_address values init_weights_update_group may connect "
                  "to, compared as text (default: any)");
   with_default(app, "--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size");
+  app.add_flag("!--no-single-copy", c.args.single_copy,
+               "Gloo groups: never copy buckets straight out of a trainer's memory on the same "
+               "host; one member with this flag keeps its whole group on sockets");
   with_default(app, "--base-gpu-id", c.args.base_gpu_id,
                "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)");
 }

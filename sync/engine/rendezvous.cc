@@ -22,6 +22,7 @@ comm::CommOptions base_options(const GroupSpec& spec, const ConnectOptions& opts
   comm_opts.bind_address = opts.bind_address;
   comm_opts.chunk_bytes = opts.chunk_bytes;
   comm_opts.chunks_in_flight = opts.chunks_in_flight;
+  comm_opts.single_copy = opts.single_copy;
   // Engine rank i drives GPU base_gpu_id + i, as a TP worker of an engine started at that GPU
   // would.
   comm_opts.cuda_device = opts.base_gpu_id + engine_rank;
