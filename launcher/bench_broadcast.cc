@@ -131,8 +131,9 @@ void note_small_ratios(BenchTable& table, const BandwidthBySize& bw) {
     std::uint64_t worst_at = 0;
     int n = 0;
     for (const auto& [bytes, gbps] : chain) {
-      if (bytes >= kSmall || !rows.count(bytes) || rows.at(bytes) <= 0) continue;
-      const double ratio = gbps / rows.at(bytes);
+      const auto peer = rows.find(bytes);
+      if (bytes >= kSmall || peer == rows.end() || peer->second <= 0) continue;
+      const double ratio = gbps / peer->second;
       if (n == 0 || ratio < worst) worst = ratio, worst_at = bytes;
       log_sum += std::log(ratio);
       ++n;
@@ -266,14 +267,14 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
 
 std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::CommOptions& co,
                                    int rank, int size) {
-  std::shared_ptr<comm::GlooCommunicator> gloo, unbound, sockets;
+  std::shared_ptr<comm::GlooCommunicator> gloo;
   // A variant of the chain, on a group of its own.
-  auto variant = [&](const std::string& name, std::shared_ptr<comm::GlooCommunicator>& comm,
-                     const std::function<void(comm::CommOptions&)>& adjust) {
+  auto variant = [&](const std::string& name, auto adjust) {
     auto vco = co;
     vco.store = std::make_shared<comm::PrefixStore>(name, co.store);
     adjust(vco);
-    return gloo_backend(name, comm, vco);
+    std::shared_ptr<comm::GlooCommunicator> own;
+    return gloo_backend(name, own, vco);
   };
   std::vector<Backend> backends;
   for (const auto& name : o.backends) {
@@ -282,10 +283,10 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
       if (rank == 0 && name == "gloo-chain") print_eager_path(*gloo, co);
     } else if (name == "gloo-unbound") {
       // The chain with its eager ring off: every size over Gloo unbound buffers.
-      backends.push_back(variant(name, unbound, [](auto& v) { v.eager_max_bytes = 0; }));
+      backends.push_back(variant(name, [](auto& v) { v.eager_max_bytes = 0; }));
     } else if (name == "gloo-sockets") {
       // The chain with single copy off: eager sizes through the ring's sockets.
-      backends.push_back(variant(name, sockets, [](auto& v) { v.single_copy = false; }));
+      backends.push_back(variant(name, [](auto& v) { v.single_copy = false; }));
     } else if (name == "mpi-bcast") {
       backends.push_back(mpi_backend(name));
     } else if (name == "nccl") {

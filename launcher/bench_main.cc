@@ -80,8 +80,8 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   bytes_option(*bc, "--eager-max-bytes", bo.eager_max_bytes,
                "gloo-chain: broadcasts up to this size take the eager ring (0: never)");
   bytes_option(*bc, "--single-copy-min-bytes", bo.single_copy_min_bytes,
-               "gloo-chain: eager broadcasts from this size are copied out of the root's memory "
-               "when all ranks share a host");
+               "gloo-chain: broadcasts of at least this size are copied out of the root's "
+               "memory when all ranks share a host");
   with_default(*bc, "--bind", bo.bind_address, "address the store and Gloo bind");
   ranged(*bc, "--timeout-ms", bo.timeout_ms, "deadline of every collective", 1, 3600000);
   add_output_options(*bc, bo.output);

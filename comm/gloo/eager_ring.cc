@@ -134,19 +134,12 @@ class RingBroadcast {
     fds[n++] = {wake_fd_, POLLIN, 0};
     if (pulling()) fds[n++] = {pred_fd_, POLLIN, 0};
     if (can_push()) fds[n++] = {succ_fd_, POLLOUT, 0};
-    while (true) {
-      if (expired(deadline_)) {
-        const int peer = pulling() ? pred_ : succ_;
-        throw LinkFailure{peer, doing(peer), "timed out", false, true};
-      }
-      const auto left = std::min<long long>(remaining(deadline_).count() + 1, 60'000);
-      const int r = ::poll(fds.data(), static_cast<nfds_t>(n), static_cast<int>(left));
-      if (r < 0 && errno != EINTR)
-        fail_link(pred_ >= 0 ? pred_ : succ_, std::strerror(errno), false);
-      if (r <= 0) continue;
-      if (fds[0].revents != 0) throw WaitInterrupted{};
-      return;
+    const int err = wait_ring({fds.data(), static_cast<std::size_t>(n)}, deadline_);
+    if (err == ETIMEDOUT) {
+      const int peer = pulling() ? pred_ : succ_;
+      throw LinkFailure{peer, doing(peer), "timed out", false, true};
     }
+    if (err != 0) fail_link(pred_ >= 0 ? pred_ : succ_, std::strerror(err), false);
   }
 
   std::string doing(int peer) const {

@@ -1,7 +1,8 @@
-// The settings every member of a (non-torch) Gloo group must share: the chain's chunk_bytes and
-// the eager ring's threshold. Rank 0 publishes them in the group's store before the mesh forms;
-// every other rank compares once the mesh formed and refuses a difference with ConfigError naming
-// both values. Internal to the gloo backend; includes Gloo headers (through the adapter).
+// The settings every member of a (non-torch) Gloo group must share: the chain's chunk_bytes, the
+// eager ring's threshold and the single-copy minimum. Rank 0 publishes them in the group's store
+// before the mesh forms; every other rank compares once the mesh formed and refuses a difference
+// with ConfigError naming both values. Internal to the gloo backend; includes Gloo headers (through
+// the adapter).
 #pragma once
 
 #include "comm/communicator.h"

@@ -1,14 +1,22 @@
-// The fields of the eager ring's messages (comm/gloo/eager_ring.h and comm/gloo/single_copy.h):
-// little-endian integers written and read byte by byte, so the wire format does not depend on the
-// host's byte order or on struct layout, and the header that opens every broadcast.
+// What the eager ring's two broadcast protocols (comm/gloo/eager_ring.h, comm/gloo/single_copy.h)
+// share: little-endian integer fields written and read byte by byte, so the wire format does not
+// depend on the host's byte order or on struct layout; the header that opens every broadcast; and
+// the bounded wait on the ring's sockets.
 #pragma once
 
+#include <poll.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 
+#include "comm/deadline.h"
 #include "comm/errors.h"
+#include "comm/gloo/gloo_chain.h"
 
 namespace weightcast::comm::gloo_backend {
 
@@ -58,5 +66,19 @@ struct RingHeader {
                           describe(), "; every rank must make the same calls");
   }
 };
+
+// Waits until one of fds[1..] is ready. fds[0] is the ring's wake fd: once readable, the wait
+// throws WaitInterrupted. Returns 0 when ready, ETIMEDOUT once `deadline` passed, or poll's errno.
+inline int wait_ring(std::span<pollfd> fds, Deadline deadline) {
+  while (true) {
+    if (expired(deadline)) return ETIMEDOUT;
+    const auto left = std::min<long long>(remaining(deadline).count() + 1, 60'000);
+    const int r = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), static_cast<int>(left));
+    if (r < 0 && errno != EINTR) return errno;
+    if (r <= 0) continue;
+    if (fds[0].revents != 0) throw WaitInterrupted{};
+    return 0;
+  }
+}
 
 }  // namespace weightcast::comm::gloo_backend

@@ -215,15 +215,9 @@ class CopyBroadcast {
     const int peer = out ? succ_ : pred_;
     std::array<pollfd, 2> fds{
         {{links_.wake_fd, POLLIN, 0}, {fd, static_cast<short>(out ? POLLOUT : POLLIN), 0}}};
-    while (true) {
-      if (expired(deadline_)) fail(peer, doing(out, what), "timed out", false, true);
-      const auto left = std::min<long long>(remaining(deadline_).count() + 1, 60'000);
-      const int r = ::poll(fds.data(), fds.size(), static_cast<int>(left));
-      if (r < 0 && errno != EINTR) fail(peer, doing(out, what), std::strerror(errno), false);
-      if (r <= 0) continue;
-      if (fds[0].revents != 0) throw WaitInterrupted{};
-      return;
-    }
+    const int err = wait_ring(fds, deadline_);
+    if (err == ETIMEDOUT) fail(peer, doing(out, what), "timed out", false, true);
+    if (err != 0) fail(peer, doing(out, what), std::strerror(err), false);
   }
 
   void check_interrupt() const {
@@ -257,14 +251,14 @@ class CopyBroadcast {
 
 }  // namespace
 
-PeerMemory::PeerMemory(int rank, int size) : rank_(rank), peers_(static_cast<std::size_t>(size)) {
+PeerMemory::PeerMemory(int size) : peers_(static_cast<std::size_t>(size)) {
   std::random_device random;
   for (auto& b : token_) b = static_cast<std::uint8_t>(random());
 }
 
 std::unique_ptr<PeerMemory> PeerMemory::probe(GlooStoreAdapter& store, int rank, int size,
                                               bool enabled) {
-  auto memory = std::make_unique<PeerMemory>(rank, size);
+  auto memory = std::make_unique<PeerMemory>(size);
   const std::string identity = enabled ? host_identity() : std::string();
   std::ostringstream value;
   if (identity.empty()) {

@@ -51,7 +51,7 @@ class PeerMemory {
   static std::unique_ptr<PeerMemory> probe(GlooStoreAdapter& store, int rank, int size,
                                            bool enabled);
 
-  PeerMemory(int rank, int size);
+  explicit PeerMemory(int size);
   PeerMemory(const PeerMemory&) = delete;
   PeerMemory& operator=(const PeerMemory&) = delete;
 
@@ -74,7 +74,6 @@ class PeerMemory {
     pid_t pid = 0;
     std::uint64_t in_use_addr = 0;
   };
-  int rank_;
   std::vector<Peer> peers_;
   alignas(64) std::atomic<std::uint64_t> in_use_{kIdle};
   std::array<std::uint8_t, 16> token_{};

@@ -110,7 +110,7 @@ void add_data_plane_options(CLI::App& app, CommandLine& c) {
   with_default(app, "--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size");
   app.add_flag("!--no-single-copy", c.args.single_copy,
                "Gloo groups: never copy buckets straight out of a trainer's memory on the same "
-               "host; one member with this flag keeps its whole group on sockets");
+               "host; one member with this flag keeps its whole group on sockets and Gloo");
   with_default(app, "--base-gpu-id", c.args.base_gpu_id,
                "nccl groups: engine rank i uses CUDA device base-gpu-id + i (SGLang's name)");
 }

@@ -57,8 +57,9 @@ struct ConnectOptions {
   // Gloo chain tuning (comm::CommOptions).
   std::size_t chunk_bytes = 4u << 20;
   int chunks_in_flight = 4;
-  bool single_copy =
-      true;  // same-host single copy; false keeps every group this engine joins off it
+  // Same-host single copy (comm::CommOptions::single_copy); false keeps every group this engine
+  // joins off it.
+  bool single_copy = true;
 };
 
 // Forms the group: one channel per engine rank, index i = group rank rank_offset + i.

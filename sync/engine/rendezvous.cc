@@ -15,10 +15,11 @@ comm::Millis left(comm::Deadline deadline) {
   return std::max(comm::Millis(1), comm::remaining(deadline));
 }
 
-comm::CommOptions base_options(const GroupSpec& spec, const ConnectOptions& opts, int engine_rank,
+comm::CommOptions base_options(std::shared_ptr<comm::Store> store, const GroupSpec& spec,
+                               const ConnectOptions& opts, int engine_rank,
                                comm::Deadline deadline) {
-  comm::CommOptions comm_opts = comm::member_options(nullptr, spec.rank_offset + engine_rank,
-                                                     spec.world_size, left(deadline));
+  comm::CommOptions comm_opts = comm::member_options(
+      std::move(store), spec.rank_offset + engine_rank, spec.world_size, left(deadline));
   comm_opts.bind_address = opts.bind_address;
   comm_opts.chunk_bytes = opts.chunk_bytes;
   comm_opts.chunks_in_flight = opts.chunks_in_flight;
@@ -38,8 +39,9 @@ std::unique_ptr<comm::Communicator> join_weightcast(const GroupSpec& spec,
   store_opts.token = opts.store_token;
   store_opts.connect_timeout = left(deadline);
   auto store = std::make_shared<comm::TcpStore>(store_opts);
-  comm::CommOptions comm_opts = base_options(spec, opts, engine_rank, deadline);
-  comm_opts.store = std::make_shared<comm::PrefixStore>(spec.group_name, std::move(store));
+  comm::CommOptions comm_opts =
+      base_options(std::make_shared<comm::PrefixStore>(spec.group_name, std::move(store)), spec,
+                   opts, engine_rank, deadline);
   return comm::create_communicator(to_string(spec.backend), comm_opts);
 }
 
@@ -57,9 +59,9 @@ std::unique_ptr<comm::Communicator> join_torch(const GroupSpec& spec, const Conn
   const comm::TorchKeys keys = store->protocol() == comm::C10dProtocol::kTorch1
                                    ? comm::TorchKeys::kTorch1
                                    : comm::TorchKeys::kTorch2;
-  comm::CommOptions comm_opts = base_options(spec, opts, engine_rank, deadline);
-  comm_opts.store =
-      comm::torch_group_store(std::move(store), spec.group_name, to_string(spec.backend), keys);
+  comm::CommOptions comm_opts = base_options(
+      comm::torch_group_store(std::move(store), spec.group_name, to_string(spec.backend), keys),
+      spec, opts, engine_rank, deadline);
   comm_opts.torch_compatible = true;
   return comm::create_communicator(to_string(spec.backend), comm_opts);
 }

@@ -11,24 +11,17 @@
 namespace weightcast::sync {
 namespace {
 
-struct DTypeInfo {
-  DType dtype;
-  std::string_view name;
-  std::size_t size;
-};
-
-// One entry per DType, from the same list as the enum, so kInfo[d] describes DType d.
-constexpr DTypeInfo kInfo[] = {
-#define WEIGHTCAST_DTYPE(enumerator, name, size, safetensors_code) {DType::enumerator, name, size},
+// The canonical names and the element sizes, one per DType, from the same list as the enum (so
+// kSizes[d] is DType d's size).
+constexpr std::pair<DType, std::string_view> kNameEntries[] = {
+#define WEIGHTCAST_DTYPE(enumerator, name, size, safetensors_code) {DType::enumerator, name},
 #include "sync/protocol/dtypes.def"
 };
-
-// The canonical names of kInfo, for parsing and the list of valid names.
-constexpr auto kNames = [] {
-  std::array<std::pair<DType, std::string_view>, std::size(kInfo)> entries{};
-  for (std::size_t i = 0; i < entries.size(); ++i) entries[i] = {kInfo[i].dtype, kInfo[i].name};
-  return comm::EnumNames<DType, std::size(kInfo)>("dtype", entries);
-}();
+constexpr auto kNames = comm::enum_names<DType>("dtype", kNameEntries);
+constexpr std::size_t kSizes[] = {
+#define WEIGHTCAST_DTYPE(enumerator, name, size, safetensors_code) size,
+#include "sync/protocol/dtypes.def"
+};
 
 // torch module attributes that are aliases of the dtypes above.
 constexpr auto kAliases = comm::enum_names<DType>("dtype alias", {{DType::kFloat16, "half"},
@@ -38,12 +31,12 @@ constexpr auto kAliases = comm::enum_names<DType>("dtype alias", {{DType::kFloat
                                                                   {DType::kInt32, "int"},
                                                                   {DType::kInt64, "long"}});
 
-constexpr std::array<DType, std::size(kInfo)> kAll = kNames.values();
+constexpr std::array<DType, std::size(kSizes)> kAll = kNames.values();
 
-const DTypeInfo& info(DType dtype) {
+std::size_t index_of(DType dtype) {
   const auto index = static_cast<std::size_t>(dtype);
-  WC_ENFORCE_LT(index, std::size(kInfo), "invalid DType value");
-  return kInfo[index];
+  WC_ENFORCE_LT(index, std::size(kSizes), "invalid DType value");
+  return index;
 }
 
 }  // namespace
@@ -61,11 +54,11 @@ DType parse_dtype(std::string_view text) {
 }
 
 std::string_view to_string(DType dtype) {
-  return info(dtype).name;
+  return kNameEntries[index_of(dtype)].second;
 }
 
 std::size_t element_size(DType dtype) {
-  return info(dtype).size;
+  return kSizes[index_of(dtype)];
 }
 
 }  // namespace weightcast::sync

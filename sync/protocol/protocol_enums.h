@@ -3,9 +3,10 @@
 // meets, how bucket tensors travel and how a delta bucket is encoded.
 //
 // Each enum has one table of wire spellings (comm/enum_names.h), returned by its wire_names()
-// overload. Each parse_* accepts exactly the wire spelling and throws comm::BadRequestError quoting
-// the value and listing the valid ones; to_string gives the wire spelling back.
-// Lifetime/threading: plain values and pure functions; safe from any thread.
+// overload; LoadFormat, one of whose values has no spelling (the field is absent), keeps its own
+// table and parse_load_format(). Each parse_* accepts exactly the wire spelling and throws
+// comm::BadRequestError quoting the value and listing the valid ones; to_string gives the wire
+// spelling back. Lifetime/threading: plain values and pure functions; safe from any thread.
 #pragma once
 
 #include <array>

@@ -56,7 +56,8 @@ std::optional<std::pair<std::int64_t, std::string_view>> split_layer(std::string
   if (!name.starts_with(prefix)) return std::nullopt;
   name.remove_prefix(prefix.size());
   const auto dot = name.find('.');
-  if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
+  // No index, or nothing after it ("model.layers.3."): not a layer tensor.
+  if (dot == 0 || dot == std::string_view::npos || dot + 1 == name.size()) return std::nullopt;
   std::int64_t index = 0;
   for (char c : name.substr(0, dot)) {
     if (c < '0' || c > '9') return std::nullopt;
@@ -67,8 +68,7 @@ std::optional<std::pair<std::int64_t, std::string_view>> split_layer(std::string
 
 const Rule& find_rule(std::string_view key, std::span<const Rule> rules, const std::string& name) {
   for (const auto& rule : rules) {
-    // An empty key ("model.layers.3.") must not match a rule's unused slots.
-    if (!key.empty() && std::ranges::find(rule.hf, key) != rule.hf.end()) return rule;
+    if (std::ranges::find(rule.hf, key) != rule.hf.end()) return rule;
   }
   throw comm::ConfigError("raw conversion: no Megatron mapping for tensor '" + name + "'");
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "comm/errors.h"
+#include "comm/stop_signals.h"
 #include "comm/store/tcp_store.h"
 
 int main(int argc, char** argv) {
@@ -35,11 +36,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "store_server: every flag takes a value\n");
     return 2;
   }
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = weightcast::comm::block_stop_signals();
   try {
     weightcast::comm::TcpStoreServer server(opts);
     std::printf("store listening on %s:%u\n", server.host().c_str(), unsigned{server.port()});
