@@ -70,6 +70,12 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
   app.add_flag("--legacy-finalize", a.legacy_finalize,
                "old finalize: end_weight_update re-applies the layout to every resident tensor "
                "of every covered runner (reproduces the double-shuffle bug)");
+  app.add_option("--frozen-runner", a.frozen_runners,
+                 "a runner (target or draft) that updates without a session (slime, plain "
+                 "SGLang clients) never touch; a frozen speculative draft (repeatable)")
+      ->check(CLI::IsMember({"target", "draft"}));
+  app.add_flag("--sessionless-updates-frozen", a.sessionless_updates_frozen,
+               "let updates without a session touch --frozen-runner runners after all");
   app.add_option("--speculative-algorithm", a.speculative_algorithm,
                  "reported in /server_info (default EAGLE with --draft, else none)");
 }
@@ -82,6 +88,10 @@ void add_timeout_options(CLI::App& app, EngineArgs& a) {
          "an update session without a request for this long is aborted; generation "
          "paused with no session and no request for this long is resumed",
          1, 86400000);
+  ranged(app, "--lease-ttl-s", a.lease_ttl_s,
+         "a trainer's lease on this engine lasts this long after its last session unless "
+         "its begin asks for another time",
+         1, 86400);
   ranged(app, "--http-timeout-ms", a.http_timeout_ms,
          "HTTP socket read/write timeout, and the most one request (head and body) may "
          "take to arrive",
@@ -180,6 +190,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (a.token.empty() && !weightcast::launcher::loopback_host(a.host)) {
+    std::fprintf(stderr,
+                 "weightcast-engine: WARNING: listening on %s without --token: anyone who can "
+                 "reach this address can update, abort or break the lease of this engine\n",
+                 a.host.c_str());
+  }
   std::jthread waiter = watch_stop_signals(signals, *engine, *server);
   std::printf("weightcast-engine listening on %s\n", server->url().c_str());
   std::fflush(stdout);

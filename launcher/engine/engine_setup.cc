@@ -114,7 +114,20 @@ EngineOptions make_engine_options(const EngineArgs& args) {
   }
   o.limits.max_body_bytes = bytes_arg(args.max_body_bytes, "--max-body-bytes");
   o.limits.max_bucket_bytes = o.max_bucket_bytes;
+  for (const std::string& name : args.frozen_runners) {
+    const Runner id = parse_runner(name);
+    if (id == Runner::kDraft && !args.draft) {
+      throw comm::ConfigError("--frozen-runner draft: this engine holds no draft (add --draft)");
+    }
+    o.sessionless.frozen.insert(id);
+  }
+  o.sessionless.touch_frozen = args.sessionless_updates_frozen;
+  o.lease_ttl = comm::Millis(args.lease_ttl_s * 1000);
   return o;
+}
+
+bool loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
 ServerOptions make_server_options(const EngineArgs& args) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sync/engine/engine.h"
 #include "sync/engine/http/server.h"
@@ -30,7 +31,10 @@ struct EngineArgs {
   std::uint64_t seed = 0;
   std::string weight_version = "default";
   bool legacy_finalize = false;
-  std::string speculative_algorithm;  // empty: "EAGLE" when a draft is held, else none
+  std::vector<std::string> frozen_runners;  // never touched by a sessionless update
+  bool sessionless_updates_frozen = false;  // ... unless this is set
+  std::int64_t lease_ttl_s = 300;           // a trainer's lease when its begin names none
+  std::string speculative_algorithm;        // empty: "EAGLE" when a draft is held, else none
   std::int64_t init_timeout_ms = 60000;
   std::int64_t comm_timeout_ms = 60000;
   std::int64_t session_timeout_ms = 60000;
@@ -51,5 +55,8 @@ struct EngineArgs {
 std::unique_ptr<sync::engine::RunnerSet> make_runners(const EngineArgs& args);
 sync::engine::EngineOptions make_engine_options(const EngineArgs& args);
 sync::engine::ServerOptions make_server_options(const EngineArgs& args);
+// Whether `host` is a loopback address or name (127.0.0.0/8, ::1, localhost): only then is an
+// engine without --token reachable by local clients alone.
+bool loopback_host(const std::string& host);
 
 }  // namespace weightcast::launcher

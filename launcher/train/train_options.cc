@@ -81,11 +81,26 @@ void add_engine_options(CLI::App& app, TrainOptions& o) {
                  "flattened_bucket")
       ->check(CLI::IsMember({"per_tensor", "flattened_bucket"}));
   app.add_option("--torch-store", o.torch_store,
-                 "generation of the torch store hosted for groups with SGLang engines: torch2 "
-                 "(current SGLang) or torch1 (torch 1.x peers)")
-      ->check(CLI::IsMember({"torch1", "torch2"}));
+                 "generation of the torch store hosted for groups with SGLang engines: auto "
+                 "(told by the first SGLang engine that connects), torch2 (current SGLang) or "
+                 "torch1 (torch 1.x peers)")
+      ->check(CLI::IsMember({"auto", "torch1", "torch2"}));
   one_of(app, "--pause-mode", o.pause_mode, "pause_generation mode",
          {"abort", "retract", "in_place"});
+  ranged(app, "--flush-attempts", o.flush_attempts,
+         "flush_cache is retried while it answers non-200 (SGLang: requests still hold the "
+         "cache), this many times, --flush-retry-ms apart; skipped with --pause-mode in_place",
+         1, 3600);
+  ranged(app, "--flush-retry-ms", o.flush_retry_ms, "pause between two flush_cache attempts", 1,
+         60000);
+  app.add_option("--sglang-reload-path", o.sglang_reload_path,
+                 "an SGLang engine left holding part of a failed update is reloaded from this "
+                 "checkpoint (POST /update_weights_from_disk) before it resumes; without it, it "
+                 "stays paused and is reported");
+  ranged(app, "--lease-ttl-s", o.lease_ttl_s,
+         "the lease this trainer holds on each weightcast engine outlives its last session by "
+         "this long should the trainer vanish (0: the engine's --lease-ttl-s)",
+         0, 86400);
 }
 
 // Deadlines, and the simulated slow link.
@@ -221,8 +236,13 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
     u.engine_flavor = sync::trainer::parse_engine_flavor(o.engine_flavor);
   u.common_load_format = o.common_format == "per_tensor" ? sync::LoadFormat::kPerTensor
                                                          : sync::LoadFormat::kFlattenedBucket;
-  u.torch_protocol =
-      o.torch_store == "torch1" ? comm::C10dProtocol::kTorch1 : comm::C10dProtocol::kTorch2;
+  u.torch_protocol = o.torch_store == "torch1"   ? comm::C10dProtocol::kTorch1
+                     : o.torch_store == "torch2" ? comm::C10dProtocol::kTorch2
+                                                 : comm::C10dProtocol::kAuto;
+  u.flush_attempts = o.flush_attempts;
+  u.flush_retry = Millis(o.flush_retry_ms);
+  u.sglang_reload_path = o.sglang_reload_path;
+  if (o.lease_ttl_s > 0) u.lease_ttl_s = static_cast<std::uint64_t>(o.lease_ttl_s);
   return u;
 }
 

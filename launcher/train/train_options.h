@@ -47,7 +47,11 @@ struct TrainOptions {
   std::string pause_mode = "abort";
   std::string engine_flavor = "auto";        // auto | weightcast | sglang
   std::string common_format = "per_tensor";  // per_tensor | flattened_bucket (common mode)
-  std::string torch_store = "torch2";        // torch1 | torch2: the torch store's generation
+  std::string torch_store = "auto";          // auto | torch1 | torch2: the torch store's generation
+  int flush_attempts = 60;                   // flush_cache tries while it answers non-200 (Miles)
+  int flush_retry_ms = 1000;
+  std::string sglang_reload_path;  // reload a half-updated SGLang engine from here
+  int lease_ttl_s = 0;             // 0: the engine's default
 
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 60000;

@@ -2,11 +2,16 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/errors.h"
+#include "sync/engine/dialect.h"
 
 namespace weightcast::sync::engine {
 
 namespace {
+
+using Json = nlohmann::json;
 
 Reply ok_basic(std::string message) {
   return {200, to_json_string(BasicResponse{true, std::move(message)})};
@@ -139,55 +144,119 @@ Reply Engine::flush_cache() {
   return ok_basic("cache flushed");
 }
 
-// Refused calls (busy, wrong owner) do not count as activity: a session whose holder vanished
-// still times out while another client keeps knocking.
+// Refused calls (busy, wrong owner, leased) do not count as activity: a session whose holder
+// vanished still times out while another client keeps knocking.
 Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
+  const bool native = native_request(request);
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.begin(request.selector, request.holder)) return refused(*refusal);
+  const auto now = std::chrono::steady_clock::now();
+  if (auto refusal = lease_.check(request.holder, request.lease_id, "begin_weight_update", now)) {
+    return in_dialect(native, refused(*refusal));
+  }
+  if (auto refusal = session_.begin(request.selector, request.holder)) {
+    return in_dialect(native, refused(*refusal));
+  }
   last_activity_ = comm::Clock::now();
   staging_ = std::make_shared<Staging>(opts_.rank_count);
   session_names_.clear();
-  session_start_ = std::chrono::steady_clock::now();
+  session_start_ = now;
   BeginWeightUpdateResponse response;
   response.message = "session opened";
   response.selector = request.selector;
   response.session_id = session_.token();
   response.holder = request.holder.value_or("");
+  if (request.holder) {
+    const comm::Millis ttl =
+        request.lease_ttl_s ? comm::Millis(*request.lease_ttl_s * 1000) : opts_.lease_ttl;
+    response.lease_id = lease_.take(*request.holder, ttl, now);
+    response.lease_ttl_s = static_cast<std::uint64_t>(ttl.count() / 1000);
+  }
   response.weight_version = runners_->weight_version();
   response.runner_digest = to_string(runners_->covered_digest(request.selector));
   return {200, to_json_string(response)};
 }
 
+Reply Engine::release_lease(const ReleaseLeaseRequest& request) {
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!lease_.alive(now)) return ok_basic("no lease was held");
+  const std::string holder = lease_.holder();
+  if (auto refusal = lease_.release(request.lease_id, request.force, now)) return refused(*refusal);
+  std::string note;
+  // A forced break also ends the holder's open session: the operator wants the engine back.
+  if (request.force && session_.in_session() && session_.owned()) {
+    fail_session_locked(session_.session_id(), "lease of '" + holder + "' broken by force",
+                        /*abort_groups=*/false, 409);
+    note = "; its open session was aborted, previous weights kept";
+  }
+  return ok_basic("lease of '" + holder + "' released" + note);
+}
+
+Reply Engine::weights_checker(const WeightsCheckerRequest& request) {
+  touch();
+  return checker_.handle(*runners_, request);
+}
+
 Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
   std::lock_guard lock(mu_);
   if (auto refusal = session_.check_owner(request.session_id, "update_weight_version")) {
-    return refused(*refusal);
+    return in_dialect(native_request(request), refused(*refusal));
   }
   if (request.session_id && !session_.in_session()) {
     return error_reply(409, "update_weight_version: session_id '" + *request.session_id +
                                 "' is not open (ended, aborted or timed out)");
   }
   last_activity_ = comm::Clock::now();
+  // abort_all_requests (SGLang's default true): this engine generates nothing, so there is never
+  // a request in flight to abort; the answer says so rather than ignoring the field.
+  const std::string aborted =
+      request.abort_all_requests ? " (abort_all_requests: no request was in flight)" : "";
   if (session_.set_version(request.new_version)) {
     runners_->set_weight_version(request.new_version);
-    return ok_basic("weight_version set to '" + request.new_version + "'");
+    Json j = Json::parse(to_json_string(
+        BasicResponse{true, "Weight version updated to " + request.new_version + aborted}));
+    j["new_version"] = request.new_version;
+    return {200, j.dump()};
   }
-  return ok_basic("weight_version '" + request.new_version + "' staged for end_weight_update");
+  return ok_basic("weight_version '" + request.new_version + "' staged for end_weight_update" +
+                  aborted);
 }
 
 Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
+  const bool native = native_request(request);
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.check_end()) return refused(*refusal);
+  if (auto refusal = session_.check_end()) return in_dialect(native, refused(*refusal));
   if (auto refusal = session_.check_owner(request.session_id, "end_weight_update")) {
-    return refused(*refusal);
+    return in_dialect(native, refused(*refusal));
   }
   last_activity_ = comm::Clock::now();
   for (const auto& [name, group] : groups_.all()) {
     if (group->busy()) {
-      return error_reply(409, "end_weight_update: buckets of group '" + name +
-                                  "' are still in flight; wait for their responses");
+      return in_dialect(native, error_reply(409, "end_weight_update: buckets of group '" + name +
+                                                     "' are still in flight; wait for their "
+                                                     "responses"));
     }
   }
+  const Selector selector = *session_.selector();
+  const bool owned = session_.owned();
+  auto committed = commit_locked();
+  if (auto* failure = std::get_if<Reply>(&committed)) return in_dialect(native, *failure);
+  const auto& done = std::get<Committed>(committed);
+  if (owned) lease_.renew(std::chrono::steady_clock::now());
+  EndWeightUpdateResponse response;
+  response.message = opts_.legacy_finalize
+                         ? "committed (legacy finalize: every resident tensor re-processed)"
+                         : "committed";
+  response.message += done.flush_note;
+  response.weight_version = runners_->weight_version();
+  for (const auto& c : done.runners) {
+    response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
+  }
+  response.runner_digest = to_string(runners_->covered_digest(selector));
+  return {200, to_json_string(response)};
+}
+
+std::variant<Reply, Engine::Committed> Engine::commit_locked() {
   const std::uint64_t id = session_.session_id();
   const Selector selector = *session_.selector();
   std::vector<RunnerCommit> commits;
@@ -200,21 +269,19 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
     return error_reply(failure_status(e), std::string("end_weight_update: commit failed: ") +
                                               e.what() + "; previous weights kept");
   }
-  if (session_.flush_requested()) counters_.flushed();
   staging_.reset();
   session_names_.clear();
+  const bool flush = session_.flush_requested();
   session_.close();
   counters_.update_ok(comm::seconds_since(session_start_));
-  EndWeightUpdateResponse response;
-  response.message = opts_.legacy_finalize
-                         ? "committed (legacy finalize: every resident tensor re-processed)"
-                         : "committed";
-  response.weight_version = runners_->weight_version();
-  for (const auto& c : commits) {
-    response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
+  Committed out{std::move(commits), ""};
+  if (flush) {
+    // What this engine caches from its weights: the speculative probe's last answer.
+    probe_cache_.drop();
+    counters_.flushed();
+    out.flush_note = "; cache flushed (the speculative probe's cached answer)";
   }
-  response.runner_digest = to_string(runners_->covered_digest(selector));
-  return {200, to_json_string(response)};
+  return out;
 }
 
 Reply Engine::abort_weight_update(const AbortWeightUpdateRequest& request) {
@@ -222,7 +289,7 @@ Reply Engine::abort_weight_update(const AbortWeightUpdateRequest& request) {
   if (!session_.in_session()) return ok_basic("no session was open");
   if (!request.force) {
     if (auto refusal = session_.check_owner(request.session_id, "abort_weight_update")) {
-      return refused(*refusal);
+      return in_dialect(native_request(request), refused(*refusal));
     }
   }
   last_activity_ = comm::Clock::now();

@@ -32,10 +32,13 @@
 #include "sync/engine/engine_state.h"
 #include "sync/engine/group.h"
 #include "sync/engine/group_table.h"
+#include "sync/engine/lease.h"
 #include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
+#include "sync/engine/sessionless.h"
 #include "sync/engine/staging.h"
+#include "sync/engine/weights_checker.h"
 #include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::engine {
@@ -56,6 +59,10 @@ struct EngineOptions {
   // folded, names never resolved); anything else is refused with 403 before any connection.
   // Empty: any address.
   std::vector<std::string> allowed_master_addresses;
+  // What an update request with no session open may touch (sync/engine/sessionless.h).
+  SessionlessRules sessionless;
+  // A holder's lease when its begin asks for no time to live (sync/engine/lease.h).
+  comm::Millis lease_ttl{300000};
 };
 
 class Engine {
@@ -75,6 +82,8 @@ class Engine {
   Reply update_weight_version(const UpdateWeightVersionRequest& request);
   Reply end_weight_update(const EndWeightUpdateRequest& request = {});
   Reply abort_weight_update(const AbortWeightUpdateRequest& request = {});
+  Reply release_lease(const ReleaseLeaseRequest& request);
+  Reply weights_checker(const WeightsCheckerRequest& request);
 
   // Before the server stops: aborts the open session and every group, so handlers waiting for
   // buckets return at once.
@@ -109,6 +118,20 @@ class Engine {
                            int status);
   Reply fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
                     const std::string& reason);
+  // The bucket route in the engine's own statuses (update_weights_from_distributed() puts the
+  // answer in the request's dialect).
+  Reply receive_bucket(const UpdateWeightsFromDistributedRequest& request);
+  // Opens the one-request session of a sessionless update (sync/engine/sessionless.h).
+  std::optional<Refusal> open_sessionless_locked(
+      const UpdateWeightsFromDistributedRequest& request);
+  // Commits the open session's staging and closes it, then flushes the caches when a bucket
+  // asked for it (flush_cache): the reply of a failed commit (the session is then failed,
+  // previous weights kept), else what each runner did and what the flush dropped.
+  struct Committed {
+    std::vector<RunnerCommit> runners;
+    std::string flush_note;  // empty: no flush asked for
+  };
+  std::variant<Reply, Committed> commit_locked();
   // The bucket's sequence: its own, or (absent, SGLang/Miles) the next in arrival order on its
   // group within session `session_id`.
   // A bucket request accepted and queued on its group.
@@ -119,8 +142,9 @@ class Engine {
     std::uint64_t sequence = 0;
   };
   // Checks a bucket request against the session, the group and the runners, and queues it.
+  // `sessionless`: the request opened the session itself (no owner check).
   std::variant<Refusal, SubmittedBucket> submit_bucket_locked(
-      const UpdateWeightsFromDistributedRequest& request);
+      const UpdateWeightsFromDistributedRequest& request, bool sessionless);
   // Reserves `name` for a group being joined, replacing an idle group of that name; a reply
   // (409) when it is being joined or in use by the open session.
   std::optional<Reply> claim_group_name(const std::string& name);
@@ -128,6 +152,7 @@ class Engine {
   std::variant<Refusal, std::shared_ptr<const DeltaSpec>> delta_spec_locked(
       const BucketDelta& delta) const;
   std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
+                                             Selector selector,
                                              std::vector<std::vector<Runner>>& destinations) const;
   void watchdog_loop(std::stop_token stop);
 
@@ -135,6 +160,10 @@ class Engine {
   const std::unique_ptr<RunnerSet> runners_;
   mutable std::mutex mu_;
   SessionMachine session_;
+  Lease lease_;
+  // Held for the whole of a sessionless update, so they apply one at a time.
+  std::timed_mutex sessionless_mu_;
+  WeightsChecker checker_;
   std::shared_ptr<Staging> staging_;
   std::set<std::string> session_names_;  // tensor names sent in the open session
   std::chrono::steady_clock::time_point session_start_;

@@ -4,6 +4,7 @@
 
 #include "comm/errors.h"
 #include "sync/engine/delta_base.h"
+#include "sync/engine/dialect.h"
 #include "sync/engine/engine.h"
 #include "sync/protocol/protocol_text.h"
 
@@ -22,6 +23,19 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
     out += std::to_string(shape[i]);
   }
   return out + "]";
+}
+
+Reply refused_reply(const Refusal& refusal) {
+  return error_reply(refusal.status, refusal.message);
+}
+
+std::string runner_list(const std::vector<RunnerCommit>& commits) {
+  std::string out;
+  for (const auto& c : commits) {
+    out += (out.empty() ? "" : ", ") + std::string(to_string(c.runner)) + " (" +
+           std::to_string(c.tensors_loaded) + " tensors)";
+  }
+  return out.empty() ? std::string("no runner") : out;
 }
 
 // Text comparison only: resolving a name here would itself reach out to the network, and a
@@ -128,9 +142,10 @@ std::optional<Reply> Engine::claim_group_name(const std::string& name) {
 
 Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
   touch();
+  const bool native = native_request(request);
   const std::string& name = request.group_name;
-  if (auto refusal = refuse_init(opts_, request)) return *refusal;
-  if (auto refusal = claim_group_name(name)) return *refusal;
+  if (auto refusal = refuse_init(opts_, request)) return in_dialect(native, *refusal);
+  if (auto refusal = claim_group_name(name)) return in_dialect(native, *refusal);
   const GroupSpec spec = group_spec(request);
   auto formed = form_group(opts_, runners_->block_pool(), spec);
 
@@ -138,7 +153,7 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
   last_activity_ = comm::Clock::now();
   if (auto* failure = std::get_if<Reply>(&formed)) {
     groups_.end_join(name, nullptr);
-    return *failure;
+    return in_dialect(native, *failure);
   }
   groups_.end_join(name, std::get<std::shared_ptr<Group>>(std::move(formed)));
   return ok_basic("joined group '" + name + "' as ranks " + std::to_string(spec.rank_offset) +
@@ -154,7 +169,9 @@ Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupReques
     last_activity_ = comm::Clock::now();
     group = groups_.find(request.group_name);
     if (!group) {
-      return error_reply(409, "group_name: no group '" + request.group_name + "' is joined");
+      // SGLang's answer, word for word, in both dialects: a trainer that destroys before it
+      // initializes (Miles) ignores it.
+      return error_reply(400, "The group to be destroyed does not exist.");
     }
     if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
       fail_session_locked(session_.session_id(),
@@ -170,7 +187,7 @@ Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupReques
 }
 
 std::optional<Refusal> Engine::check_bucket_locked(
-    const UpdateWeightsFromDistributedRequest& request,
+    const UpdateWeightsFromDistributedRequest& request, Selector selector,
     std::vector<std::vector<Runner>>& destinations) const {
   destinations.clear();
   for (std::size_t i = 0; i < request.tensors.size(); ++i) {
@@ -179,7 +196,7 @@ std::optional<Refusal> Engine::check_bucket_locked(
     if (session_names_.count(meta.name)) {
       return Refusal{400, field + ": '" + meta.name + "' was already sent in this session"};
     }
-    auto dest = runners_->destinations(request.selector, meta.name);
+    auto dest = runners_->destinations(selector, meta.name);
     for (Runner runner : dest) {
       auto resident = runners_->resident_meta(runner, meta.name);
       if (resident && (resident->dtype != meta.dtype || resident->shape != meta.shape)) {
@@ -222,10 +239,25 @@ std::variant<Refusal, BucketPlan> plan_bucket(const UpdateWeightsFromDistributed
 }  // namespace
 
 std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
-    const UpdateWeightsFromDistributedRequest& request) {
-  if (auto refusal = session_.check_payload(request.selector)) return *refusal;
-  if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
-    return *refusal;
+    const UpdateWeightsFromDistributedRequest& request, bool sessionless) {
+  if (!session_.in_session()) {
+    return Refusal{409, request.session_id
+                            ? "update_weights_from_distributed: session_id '" +
+                                  *request.session_id +
+                                  "' is not open (ended, aborted or timed out)"
+                            : std::string("update_weights_from_distributed: no session is open; "
+                                          "call begin_weight_update first")};
+  }
+  // Inside a session a request without a selector takes the session's; a sessionless update's
+  // session already has the scope its request's selector was narrowed to.
+  const Selector selector =
+      sessionless ? *session_.selector() : request.selector.value_or(*session_.selector());
+  if (auto refusal = session_.check_payload(selector)) return *refusal;
+  if (!sessionless) {
+    if (auto refusal =
+            session_.check_owner(request.session_id, "update_weights_from_distributed")) {
+      return *refusal;
+    }
   }
   last_activity_ = comm::Clock::now();
   std::shared_ptr<Group> group = groups_.find(request.group_name);
@@ -235,7 +267,7 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
   }
   SubmittedBucket out{nullptr, std::move(group), session_.session_id(), 0};
   std::vector<std::vector<Runner>> destinations;
-  if (auto refusal = check_bucket_locked(request, destinations)) return *refusal;
+  if (auto refusal = check_bucket_locked(request, selector, destinations)) return *refusal;
   out.sequence = groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, out.sequence, opts_.max_bucket_bytes);
   if (auto* refusal = std::get_if<Refusal>(&planned)) return *refusal;
@@ -258,10 +290,55 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
 }
 
 Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
+  return in_dialect(native_request(request), receive_bucket(request));
+}
+
+std::optional<Refusal> Engine::open_sessionless_locked(
+    const UpdateWeightsFromDistributedRequest& request) {
+  if (auto refusal = lease_.check(std::nullopt, std::nullopt, "update_weights_from_distributed",
+                                  std::chrono::steady_clock::now())) {
+    return refusal;
+  }
+  auto scope = sessionless_scope(runners_->runners(), request.selector, opts_.sessionless);
+  if (auto* refusal = std::get_if<Refusal>(&scope)) return *refusal;
+  if (auto refusal =
+          session_.begin(std::get<Selector>(scope), std::nullopt, /*sessionless=*/true)) {
+    return refusal;
+  }
+  staging_ = std::make_shared<Staging>(opts_.rank_count);
+  session_names_.clear();
+  session_start_ = std::chrono::steady_clock::now();
+  return std::nullopt;
+}
+
+Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request) {
   std::variant<Refusal, SubmittedBucket> submitted;
+  // Held from the sessionless session's opening to its commit, so such updates apply one at a
+  // time (slime and SGLang clients keep one request in flight anyway).
+  std::unique_lock<std::timed_mutex> serial(sessionless_mu_, std::defer_lock);
   {
-    std::lock_guard lock(mu_);
-    submitted = submit_bucket_locked(request);
+    std::unique_lock lock(mu_);
+    // Native requests never open a sessionless update: one carrying a session id whose session
+    // is gone must fail, not be applied on its own.
+    if (!session_.in_session() && !native_request(request)) {
+      lock.unlock();
+      if (!serial.try_lock_for(opts_.comm_timeout)) {
+        return error_reply(409,
+                           "update_weights_from_distributed: another sessionless update "
+                           "did not finish within " +
+                               std::to_string(opts_.comm_timeout.count()) + " ms");
+      }
+      lock.lock();
+      if (session_.in_session()) {
+        serial.unlock();  // a session opened meanwhile: this request is its payload
+      } else if (auto refusal = open_sessionless_locked(request)) {
+        return refused_reply(*refusal);
+      }
+    }
+    submitted = submit_bucket_locked(request, serial.owns_lock());
+    if (std::holds_alternative<Refusal>(submitted) && serial.owns_lock()) {
+      fail_session_locked(session_.session_id(), "refused", /*abort_groups=*/false, 400);
+    }
   }
   if (auto* refusal = std::get_if<Refusal>(&submitted)) {
     return error_reply(refusal->status, refusal->message);
@@ -286,10 +363,24 @@ Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributed
   // 409: the session was aborted by a request while this bucket was received; the group is fine.
   if (result->status == 409) return error_reply(409, result->message);
   if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
-  touch();
   std::string message = "bucket " + std::to_string(sequence) +
                         " received: " + std::to_string(request.tensors.size()) + " tensors, " +
                         std::to_string(job->plan().total_bytes) + " bytes";
+  if (serial.owns_lock()) {
+    std::lock_guard lock(mu_);
+    last_activity_ = comm::Clock::now();
+    if (!session_.in_session() || session_.session_id() != session_id) {
+      return error_reply(409,
+                         "update_weights_from_distributed: the sessionless update was "
+                         "aborted while it was received; previous weights kept");
+    }
+    auto committed = commit_locked();
+    if (auto* failure = std::get_if<Reply>(&committed)) return *failure;
+    message += " and committed to " + runner_list(std::get<Committed>(committed).runners) +
+               std::get<Committed>(committed).flush_note;
+  } else {
+    touch();
+  }
   // SGLang's success message names the version the bucket carried.
   if (request.weight_version) {
     message += ". Weight version updated to " + *request.weight_version + ".";

@@ -91,6 +91,13 @@ Reply Engine::server_info() const {
   j["paused"] = session_.paused();
   j["in_session"] = session_.in_session();
   j["legacy_finalize"] = opts_.legacy_finalize;
+  const auto now = std::chrono::steady_clock::now();
+  j["lease"] = lease_.alive(now)
+                   ? Json{{"holder", lease_.holder()}, {"seconds_left", lease_.seconds_left(now)}}
+                   : Json(nullptr);
+  Json frozen = Json::array();
+  for (Runner r : opts_.sessionless.frozen) frozen.push_back(to_string(r));
+  j["frozen_runners"] = frozen;
   Json groups = Json::array();
   for (const auto& [name, group] : groups_.all()) {
     groups.push_back({{"group_name", name},
@@ -120,8 +127,13 @@ Reply Engine::model_info() const {
   Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
   const Runner main =
       runners_->has(Runner::kTarget) ? Runner::kTarget : runners_->runners().front();
-  j["model_path"] = runners_->config(main).model;
-  j["tokenizer_path"] = runners_->config(main).model;
+  // SGLang's types: model_path and tokenizer_path are path strings; preferred_sampling_params
+  // an optional string. The model spec itself is in /server_info.
+  const RunnerConfig& config = runners_->config(main);
+  std::string path = config.source;
+  if (path == "generated" && config.seed) path += ":seed=" + std::to_string(*config.seed);
+  j["model_path"] = path;
+  j["tokenizer_path"] = path;
   j["is_generation"] = true;
   j["preferred_sampling_params"] = nullptr;
   j["weight_version"] = runners_->weight_version();

@@ -74,6 +74,10 @@ comm::Millis probe_budget(comm::Millis init_timeout) {
 
 RendezvousPlan detect_rendezvous(const GroupSpec& spec, const ConnectOptions& opts,
                                  comm::Deadline deadline) {
+  if (spec.rendezvous == Rendezvous::kTorch1)
+    return {Rendezvous::kTorch, comm::C10dProtocol::kTorch1};
+  if (spec.rendezvous == Rendezvous::kTorch2)
+    return {Rendezvous::kTorch, comm::C10dProtocol::kTorch2};
   if (spec.rendezvous) return {*spec.rendezvous, comm::C10dProtocol::kAuto};
   comm::TcpStoreOptions probe;
   probe.host = spec.master_address;

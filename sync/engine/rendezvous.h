@@ -4,7 +4,8 @@
 // Two rendezvous kinds (init_weights_update_group's "rendezvous", docs/protocol.md):
 //   weightcast  our TcpStore (token-checked) at master_address:master_port; the group runs our
 //               chain broadcast (native mode).
-//   torch       a torch c10d TCPStore there; each engine rank joins as a torch worker (ADD
+//   torch       a torch c10d TCPStore there ("torch1"/"torch2": of that generation, else the
+//               generation the store answers in); each engine rank joins as a torch worker (ADD
 //               "init/"), uses the key chain of SGLang's init_custom_process_group and forms a
 //               torch-compatible group, so a torch trainer's dist.broadcast meets our receive.
 // When the request names none (what SGLang and Miles send), detect_rendezvous() asks the store

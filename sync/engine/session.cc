@@ -1,24 +1,12 @@
 #include "sync/engine/session.h"
 
-#include <cstdio>
-#include <random>
 #include <string>
 
+#include "sync/engine/secret.h"
+
 namespace weightcast::sync::engine {
-namespace {
-
-// 128 random bits as 32 hex digits: not guessable by another client of the engine.
-std::string random_token() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char out[33];
-  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return out;
-}
-
-}  // namespace
-
-std::optional<Refusal> SessionMachine::begin(Selector selector, std::optional<std::string> holder) {
+std::optional<Refusal> SessionMachine::begin(Selector selector, std::optional<std::string> holder,
+                                             bool sessionless) {
   if (selector_) {
     return Refusal{409, "begin_weight_update: engine busy: a session with selector '" +
                             std::string(to_string(*selector_)) + "' is already open, held by " +
@@ -26,8 +14,9 @@ std::optional<Refusal> SessionMachine::begin(Selector selector, std::optional<st
   }
   selector_ = selector;
   ++session_id_;
-  token_ = random_token();
+  token_ = random_hex(16);
   holder_ = std::move(holder);
+  sessionless_ = sessionless;
   pending_version_.reset();
   flush_requested_ = false;
   return std::nullopt;
@@ -58,16 +47,18 @@ std::optional<Refusal> SessionMachine::check_owner(const std::optional<std::stri
                                                    std::string_view route) const {
   if (!selector_) return std::nullopt;
   if (token) {
-    if (*token == token_) return std::nullopt;
+    if (constant_time_equal(*token, token_)) return std::nullopt;
     return Refusal{409, std::string(route) + ": session_id '" + *token +
                             "' is not the open session, which is held by " + holder_text()};
   }
-  if (!holder_) return std::nullopt;
+  if (!holder_ && !sessionless_) return std::nullopt;
   return Refusal{409, std::string(route) + ": the open session is held by " + holder_text() +
-                          "; only calls carrying its session_id may act on it"};
+                          (sessionless_ ? "; retry once it has been applied"
+                                        : "; only calls carrying its session_id may act on it")};
 }
 
 std::string SessionMachine::holder_text() const {
+  if (sessionless_) return "a sessionless update in progress";
   return holder_ ? "'" + *holder_ + "'" : std::string("an unnamed client");
 }
 
@@ -75,6 +66,7 @@ bool SessionMachine::close() {
   const bool was_open = selector_.has_value();
   selector_.reset();
   holder_.reset();
+  sessionless_ = false;
   token_.clear();
   pending_version_.reset();
   flush_requested_ = false;

@@ -11,7 +11,8 @@
 // A refused call returns the refusal and changes nothing. The session id grows by one per begin,
 // so work queued for an old session can tell it is stale.
 //
-// Owners. Every begin also draws a random token (the wire "session_id", 128 bits of hex). A
+// Owners. Every begin also draws a random token (the wire "session_id", 128 bits from the OS
+// CSPRNG as hex, compared in constant time: sync/engine/secret.h). A
 // session whose begin named a holder is owned: check_owner() then lets a call through only when
 // it carries that token, and refuses (409, naming the holder) calls with another token or none.
 // A session begun without a holder (SGLang/Miles clients) is open to id-less calls, as before;
@@ -43,7 +44,11 @@ class SessionMachine {
   const std::optional<std::string>& pending_version() const { return pending_version_; }
   bool flush_requested() const { return flush_requested_; }
 
-  std::optional<Refusal> begin(Selector selector, std::optional<std::string> holder = {});
+  // `sessionless`: the one-request session the engine opens itself for an update request that
+  // arrives with no session open (docs/protocol.md, "Sessionless updates"); no client holds it.
+  std::optional<Refusal> begin(Selector selector, std::optional<std::string> holder = {},
+                               bool sessionless = false);
+  bool sessionless() const { return sessionless_; }
   // Whether a session call from `route` with `token` may act on the open session. Changes
   // nothing; with no session open it lets the call through (the route's own rule answers).
   std::optional<Refusal> check_owner(const std::optional<std::string>& token,
@@ -73,6 +78,7 @@ class SessionMachine {
   std::uint64_t session_id_ = 0;
   std::string token_;
   std::optional<std::string> holder_;
+  bool sessionless_ = false;
   bool paused_ = false;
   std::optional<std::string> pending_version_;
   bool flush_requested_ = false;

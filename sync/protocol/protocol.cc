@@ -189,6 +189,10 @@ BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
   const wire::FieldReader r(j, "");
   BeginWeightUpdateRequest out{read_selector(r)};
   out.holder = read_session_text(r, "holder", limits);
+  out.lease_id = read_session_text(r, "lease_id", limits);
+  if (const Json* v = r.optional("lease_ttl_s")) {
+    out.lease_ttl_s = static_cast<std::uint64_t>(wire::as_int(*v, "lease_ttl_s", 1, 86400));
+  }
   return out;
 }
 
@@ -199,7 +203,7 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
   UpdateWeightsFromDistributedRequest out;
   // Cheap scalar fields first, so a wrong selector or format is reported without walking the
   // tensor lists.
-  out.selector = read_selector(r);
+  if (r.optional("selector")) out.selector = read_selector(r);
   if (const Json* v = r.optional("sequence")) out.sequence = wire::as_uint(*v, "sequence");
   out.load_format = LoadFormat::kPerTensor;
   if (const Json* v = r.optional("load_format")) {
@@ -246,6 +250,21 @@ AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
   return out;
 }
 
+ReleaseLeaseRequest parse_release_lease(std::string_view body, const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
+  const wire::FieldReader r(j, "");
+  ReleaseLeaseRequest out;
+  out.lease_id = read_session_text(r, "lease_id", limits);
+  out.force = r.boolean_or("force", false);
+  return out;
+}
+
+WeightsCheckerRequest parse_weights_checker(std::string_view body, const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  return {wire::as_text(r.required("action"), "action", limits.max_string_length)};
+}
+
 std::string to_json_string(const InitWeightsUpdateGroupRequest& request) {
   Json j = {{"master_address", request.master_address}, {"master_port", request.master_port},
             {"rank_offset", request.rank_offset},       {"world_size", request.world_size},
@@ -273,6 +292,8 @@ std::string to_json_string(const FlushCacheRequest& /*request*/) {
 std::string to_json_string(const BeginWeightUpdateRequest& request) {
   Json j = {{"selector", to_string(request.selector)}};
   if (request.holder) j["holder"] = *request.holder;
+  if (request.lease_id) j["lease_id"] = *request.lease_id;
+  if (request.lease_ttl_s) j["lease_ttl_s"] = *request.lease_ttl_s;
   return wire::dump(j);
 }
 
@@ -289,11 +310,11 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
             {"dtypes", std::move(dtypes)},
             {"shapes", std::move(shapes)},
             {"group_name", request.group_name},
-            {"selector", to_string(request.selector)},
             {"flush_cache", request.flush_cache},
             {"abort_all_requests", request.abort_all_requests},
             {"torch_empty_cache", request.torch_empty_cache}};
   // Omitted rather than null when unset, as slime/Miles send them.
+  if (request.selector) j["selector"] = to_string(*request.selector);
   if (request.sequence) j["sequence"] = *request.sequence;
   if (request.load_format != LoadFormat::kPerTensor) {
     j["load_format"] = to_string(request.load_format);
@@ -327,6 +348,17 @@ std::string to_json_string(const AbortWeightUpdateRequest& request) {
   if (request.session_id) j["session_id"] = *request.session_id;
   if (request.force) j["force"] = true;
   return wire::dump(j);
+}
+
+std::string to_json_string(const ReleaseLeaseRequest& request) {
+  Json j = Json::object();
+  if (request.lease_id) j["lease_id"] = *request.lease_id;
+  if (request.force) j["force"] = true;
+  return wire::dump(j);
+}
+
+std::string to_json_string(const WeightsCheckerRequest& request) {
+  return wire::dump({{"action", request.action}});
 }
 
 }  // namespace weightcast::sync

@@ -79,9 +79,14 @@ struct FlushCacheRequest {
 // `holder` (optional) describes the client ("host:pid group name"); a client that names itself
 // owns the session: every later session call must carry the session_id the answer returns, and
 // calls without it are refused while the session is open (docs/protocol.md, "Session owners").
+// A holder also takes a lease on the engine (sync/engine/lease.h): later begins carry the
+// lease_id the first answer returned; lease_ttl_s asks for a time to live (absent: the engine's
+// --lease-ttl-s).
 struct BeginWeightUpdateRequest {
   Selector selector = Selector::kAll;  // required on the wire
   std::optional<std::string> holder = std::nullopt;
+  std::optional<std::string> lease_id = std::nullopt;
+  std::optional<std::uint64_t> lease_ttl_s = std::nullopt;  // 1 .. 86400
   bool operator==(const BeginWeightUpdateRequest&) const = default;
 };
 
@@ -104,11 +109,13 @@ struct BucketDelta {
 // sequence is ours and optional (absent: the next bucket in arrival order); load_format is one
 // of LoadFormat (absent: one broadcast per tensor, as SGLang's default path); names must be
 // non-empty, unique within the bucket and valid tensor names. The total size is derived from
-// the shapes, never sent.
+// the shapes, never sent. selector is optional since slime and plain SGLang clients send none:
+// inside a session the session's selector applies; with no session open the request is a
+// sessionless update (docs/protocol.md, "Sessionless updates").
 struct UpdateWeightsFromDistributedRequest {
   std::vector<TensorMeta> tensors;  // wire: names, dtypes, shapes
   std::string group_name = std::string(kDefaultGroupName);
-  Selector selector = Selector::kAll;
+  std::optional<Selector> selector = std::nullopt;
   std::optional<std::uint64_t> sequence = std::nullopt;  // bucket number within the session, from 0
   LoadFormat load_format = LoadFormat::kWeightcastBucket;
   bool flush_cache = true;
@@ -147,6 +154,22 @@ struct AbortWeightUpdateRequest {
   bool operator==(const AbortWeightUpdateRequest&) const = default;
 };
 
+// POST /release_weight_update_lease (ours): ends the engine's lease (sync/engine/lease.h), by its
+// id, or with `force` whatever its holder (an operator's tool: the engine's token where one is
+// configured).
+struct ReleaseLeaseRequest {
+  std::optional<std::string> lease_id = std::nullopt;
+  bool force = false;
+  bool operator==(const ReleaseLeaseRequest&) const = default;
+};
+
+// POST /weights_checker (SGLang's): "checksum" answers per-runner digests; "snapshot" records
+// them; "compare" checks the resident bytes against the snapshot.
+struct WeightsCheckerRequest {
+  std::string action;
+  bool operator==(const WeightsCheckerRequest&) const = default;
+};
+
 InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view body,
                                                               const ProtocolLimits& limits = {});
 DestroyWeightsUpdateGroupRequest parse_destroy_weights_update_group(
@@ -168,6 +191,9 @@ EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
                                                const ProtocolLimits& limits = {});
 AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
                                                    const ProtocolLimits& limits = {});
+ReleaseLeaseRequest parse_release_lease(std::string_view body, const ProtocolLimits& limits = {});
+WeightsCheckerRequest parse_weights_checker(std::string_view body,
+                                            const ProtocolLimits& limits = {});
 
 std::string to_json_string(const InitWeightsUpdateGroupRequest& request);
 std::string to_json_string(const DestroyWeightsUpdateGroupRequest& request);
@@ -179,5 +205,7 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request);
 std::string to_json_string(const UpdateWeightVersionRequest& request);
 std::string to_json_string(const EndWeightUpdateRequest& request);
 std::string to_json_string(const AbortWeightUpdateRequest& request);
+std::string to_json_string(const ReleaseLeaseRequest& request);
+std::string to_json_string(const WeightsCheckerRequest& request);
 
 }  // namespace weightcast::sync

@@ -59,13 +59,17 @@ inline constexpr auto& parse_pause_mode = parse_wire<PauseMode>;
 
 // How an engine meets its group (init_weights_update_group's optional "rendezvous"):
 // "weightcast" (our token-checked store, chain broadcast) or "torch" (a torch c10d TCPStore,
-// a group torch.distributed members can join). Absent on the wire: the engine detects it.
-enum class Rendezvous { kWeightcast, kTorch };
+// a group torch.distributed members can join; the engine detects the store's torch generation),
+// "torch1" / "torch2" (the same, with the generation whose wire and key chain the group's torch
+// members use: the trainer learned it from them). Absent on the wire: the engine detects it.
+enum class Rendezvous { kWeightcast, kTorch, kTorch1, kTorch2 };
 constexpr auto wire_names(Rendezvous) {
-  return comm::enum_names<Rendezvous>(
-      "rendezvous", {{Rendezvous::kWeightcast, "weightcast"}, {Rendezvous::kTorch, "torch"}});
+  return comm::enum_names<Rendezvous>("rendezvous", {{Rendezvous::kWeightcast, "weightcast"},
+                                                     {Rendezvous::kTorch, "torch"},
+                                                     {Rendezvous::kTorch1, "torch1"},
+                                                     {Rendezvous::kTorch2, "torch2"}});
 }
-inline constexpr std::array<Rendezvous, 2> kAllRendezvous = wire_names(Rendezvous{}).values();
+inline constexpr std::array<Rendezvous, 4> kAllRendezvous = wire_names(Rendezvous{}).values();
 inline constexpr auto& parse_rendezvous = parse_wire<Rendezvous>;
 
 // How a bucket request's tensors travel (update_weights_from_distributed's "load_format"):

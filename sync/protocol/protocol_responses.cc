@@ -130,9 +130,10 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   for (auto [key, field] :
        {std::pair{"session_id", &out.session_id}, std::pair{"holder", &out.holder},
         std::pair{"weight_version", &out.weight_version},
-        std::pair{"runner_digest", &out.runner_digest}}) {
+        std::pair{"runner_digest", &out.runner_digest}, std::pair{"lease_id", &out.lease_id}}) {
     if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
   }
+  if (const Json* f = r.optional("lease_ttl_s")) out.lease_ttl_s = wire::as_uint(*f, "lease_ttl_s");
   return out;
 }
 
@@ -232,6 +233,10 @@ std::string to_json_string(const BeginWeightUpdateResponse& response) {
   if (!response.holder.empty()) j["holder"] = response.holder;
   if (!response.weight_version.empty()) j["weight_version"] = response.weight_version;
   if (!response.runner_digest.empty()) j["runner_digest"] = response.runner_digest;
+  if (!response.lease_id.empty()) {
+    j["lease_id"] = response.lease_id;
+    j["lease_ttl_s"] = response.lease_ttl_s;
+  }
   return wire::dump(j);
 }
 

@@ -56,6 +56,10 @@ class EngineApi {
   // The engine's dialect; known once server_info() answered (before that: kWeightcast unless
   // forced).
   virtual EngineFlavor flavor() const { return EngineFlavor::kWeightcast; }
+  // Whether the engine serves update sessions (begin/end_weight_update). False for SGLang builds
+  // without them (slime-era; their begin answers 404): updates are then sessionless, each bucket
+  // applied on its own (docs/protocol.md, "Sessionless updates").
+  virtual bool sessions() const { return true; }
 
   virtual BasicResponse health() = 0;
   virtual ServerInfoResponse server_info() = 0;
@@ -73,6 +77,12 @@ class EngineApi {
   virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;
   // Drops the open session and its staging (idempotent on the engine).
   virtual BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) = 0;
+  // Ends this trainer's lease on the engine (sync/engine/lease.h); an engine without leases
+  // (SGLang) answers that it holds none.
+  virtual BasicResponse release_lease(const ReleaseLeaseRequest& req) = 0;
+  // SGLang's POST /update_weights_from_disk {model_path}: reloads every weight from a checkpoint
+  // (the recovery of an SGLang engine left holding part of a failed update).
+  virtual BasicResponse update_weights_from_disk(const std::string& model_path) = 0;
   // The runner's stored digests, or with `recompute` the digests of the bytes the engine holds
   // now (/weights_checksum?recompute=1; an answer that does not say it recomputed is an error).
   virtual WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) = 0;

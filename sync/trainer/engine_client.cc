@@ -249,9 +249,22 @@ BasicResponse EngineClient::flush_cache() {
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
-  // SGLang does not echo the selector; the session has the one it was asked for.
-  return typed_post(parse_begin_weight_update_response, "/begin_weight_update", to_json_string(req),
-                    [&](auto& out) { out.selector = req.selector; });
+  if (sessionless_) {
+    BeginWeightUpdateResponse out;
+    out.message = "no session: this SGLang engine serves none (begin answered 404)";
+    out.selector = req.selector;
+    return out;
+  }
+  try {
+    // SGLang does not echo the selector; the session has the one it was asked for.
+    return typed_post(parse_begin_weight_update_response, "/begin_weight_update",
+                      to_json_string(req), [&](auto& out) { out.selector = req.selector; });
+  } catch (const EngineError& e) {
+    // An SGLang build without the sessions branch (slime's): updates go without a session.
+    if (!sglang_ || e.status() != 404) throw;
+  }
+  sessionless_ = true;
+  return begin_weight_update(req);
 }
 
 BasicResponse EngineClient::update_weights_from_distributed(
@@ -264,6 +277,13 @@ BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionReque
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateRequest& req) {
+  if (sessionless_) {
+    // Nothing to end: each bucket was applied with the version it carried; read it back.
+    EndWeightUpdateResponse out;
+    out.message = "no session to end";
+    out.weight_version = sglang_weight_version();
+    return out;
+  }
   // No version or runner stats in SGLang's answer: the version is read back.
   return typed_post(parse_end_weight_update_response, "/end_weight_update", to_json_string(req),
                     [&](auto& out) { out.weight_version = sglang_weight_version(); });
@@ -279,6 +299,16 @@ BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& 
                       "SGLang has no abort route: the engine needs a fresh group and a reload");
   }
   return post("/abort_weight_update", req, Answer::kStrict, options_.request_timeout);
+}
+
+BasicResponse EngineClient::release_lease(const ReleaseLeaseRequest& req) {
+  if (sglang_) return {true, "SGLang engines hold no lease"};
+  return post("/release_weight_update_lease", req, Answer::kStrict, options_.request_timeout);
+}
+
+BasicResponse EngineClient::update_weights_from_disk(const std::string& model_path) {
+  const nlohmann::json body = {{"model_path", model_path}};
+  return flavored("POST", "/update_weights_from_disk", body.dump(), options_.data_timeout);
 }
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner, bool recompute) {

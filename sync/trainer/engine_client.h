@@ -42,6 +42,7 @@ class EngineClient final : public EngineApi {
   EngineFlavor flavor() const override {
     return sglang_ ? EngineFlavor::kSglang : EngineFlavor::kWeightcast;
   }
+  bool sessions() const override { return !sessionless_; }
   const EngineClientOptions& options() const { return options_; }
 
   BasicResponse health() override;
@@ -57,6 +58,8 @@ class EngineClient final : public EngineApi {
   EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
   BasicResponse continue_generation(const ContinueGenerationRequest& req) override;
   BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) override;
+  BasicResponse release_lease(const ReleaseLeaseRequest& req) override;
+  BasicResponse update_weights_from_disk(const std::string& model_path) override;
   WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) override;
   std::string metrics() override;
   SpecAcceptLengthResponse spec_accept_length() override;
@@ -101,6 +104,7 @@ class EngineClient final : public EngineApi {
   std::string url_;
   EngineClientOptions options_;
   std::atomic<bool> sglang_{false};
+  std::atomic<bool> sessionless_{false};  // an SGLang engine whose begin answered 404
 };
 
 }  // namespace weightcast::sync::trainer

@@ -55,8 +55,11 @@ struct GroupOptions {
   // (comm/store/c10d_store.h) instead of ours, joins it as torch rank 0 would, and forms a
   // torch-compatible group under the key chain of `torch_keys`. The token is not used (torch's
   // store has none).
+  // kAuto (--torch-store auto): the torch members (engines without name_rendezvous) are sent
+  // their init first; the generation the first of them speaks to the store is the group's, and
+  // the other engines' inits name it ("torch1" / "torch2").
   bool torch = false;
-  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
+  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kAuto;
   // Per engine (same order as `engines`): whether its init names the rendezvous ("torch" or
   // "weightcast"). SGLang engines get none, as Miles sends none.
   std::vector<bool> name_rendezvous;

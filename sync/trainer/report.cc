@@ -57,8 +57,13 @@ std::string summary(const UpdateReport& report) {
     std::string text = "FAILED version " + report.version + ": " + report.error;
     for (const auto& url : report.needs_reload) {
       text += "; engine " + url +
-              " (sglang) cannot discard a partial update: it needs a fresh "
-              "group and a full reload";
+              " (sglang) cannot discard a partial update: it needs a fresh group and a full "
+              "reload, and stays paused until then (POST /update_weights_from_disk "
+              "{\"model_path\": <checkpoint>}, then POST /continue_generation; or rerun with "
+              "--sglang-reload-path)";
+    }
+    for (const auto& url : report.reloaded) {
+      text += "; engine " + url + " (sglang) reloaded from the checkpoint and resumed";
     }
     return text;
   }

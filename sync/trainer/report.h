@@ -59,6 +59,9 @@ struct UpdateReport {
   // Engines left holding part of a failed update (SGLang ones, which cannot discard it): each
   // needs a fresh group and a full update before it serves the trainer's weights.
   std::vector<std::string> needs_reload;
+  // SGLang engines that held part of it and were reloaded from UpdaterOptions::sglang_reload_path,
+  // then resumed.
+  std::vector<std::string> reloaded;
 
   // The elastic engine set (--on-engine-failure drop, sync/trainer/engine_set.h).
   struct Dropped {

@@ -29,10 +29,10 @@ std::optional<std::string> text_of(const Json& j, const char* key) {
 }  // namespace
 
 BasicResponse read_sglang_answer(std::string_view body) {
+  // Success is the HTTP status alone, as Miles judges it (raise_for_status): SGLang answers every
+  // failed weight route with 400, so a 2xx is success whatever its body says.
   BasicResponse out;
   if (auto j = object_of(body)) {
-    auto it = j->find("success");
-    if (it != j->end() && it->is_boolean()) out.success = it->get<bool>();
     out.message = text_of(*j, "message").value_or("");
   } else {
     out.message = std::string(body.substr(0, kMaxMessage));

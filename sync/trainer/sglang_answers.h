@@ -2,7 +2,8 @@
 // gives where weightcast-engine gives its strict {"success", "message", ...} JSON.
 //   - init / destroy / update_weights_from_distributed / update_weight_version: {"success",
 //     "message", ...}; pause / continue: {"message", "status"}; flush_cache: plain text; health:
-//     an empty body. Any 2xx is success unless a JSON object says "success": false.
+//     an empty body. Success is the HTTP status alone, as Miles judges it: any 2xx (SGLang
+//     answers failures with 400).
 //   - /get_server_info: the ServerArgs dump (tp_size, speculative_algorithm, weight_version, ...).
 //   - /get_weight_version and /model_info: {"weight_version", ...}.
 // Lifetime/threading: pure functions; safe from any thread.
@@ -16,8 +17,8 @@
 
 namespace weightcast::sync::trainer {
 
-// The outcome of a 2xx answer: success unless the body is a JSON object with "success": false;
-// message is the "message" field, else the (bounded) text itself.
+// The outcome of a 2xx answer: always success (the status decides, not the body); message is
+// the "message" field, else the (bounded) text itself.
 BasicResponse read_sglang_answer(std::string_view body);
 
 // The ServerInfoResponse a weightcast trainer needs, from SGLang's /get_server_info: rank_count =

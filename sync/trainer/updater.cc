@@ -79,10 +79,12 @@ DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> e
     engine_ptrs_.push_back(e.get());
   }
   last_ids_.resize(engines_.size());
+  lease_ids_.resize(engines_.size());
   use_members(set_.members(), set_.epoch());
 }
 
 DistributedUpdater::~DistributedUpdater() {
+  release_leases();
   for (std::size_t stage = 0; stage < groups_.size(); ++stage) {
     if (!groups_[stage]) continue;
     // Engines that left the set are not asked: one that is gone would only cost a timeout.

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -62,6 +63,18 @@ struct UpdaterOptions {
   std::string token;        // bearer token of the engine routes
   std::string store_token;  // the group stores' token (engines: --store-token); empty: none
   PauseMode pause_mode = PauseMode::kAbort;
+  // After the pause, flush_cache is retried while it answers non-200 (an SGLang engine refuses
+  // while requests still hold cache blocks), up to flush_attempts times, flush_retry apart, as
+  // Miles does (60 x 1 s). Skipped with PauseMode::kInPlace, which keeps the cache.
+  int flush_attempts = 60;
+  comm::Millis flush_retry{1000};
+  // An SGLang engine left holding part of a failed update (it loads buckets in place and cannot
+  // discard them) stays paused and is listed in report.needs_reload; with this set, it is
+  // reloaded from this checkpoint (POST /update_weights_from_disk) and then resumed.
+  std::string sglang_reload_path;
+  // The lease taken on each weightcast engine (sync/engine/lease.h): its time to live; unset:
+  // the engine's default. Released when the updater is destroyed.
+  std::optional<std::uint64_t> lease_ttl_s;
 
   BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout
   comm::Millis connect_timeout{5000};        // TCP connect to an engine
@@ -75,7 +88,8 @@ struct UpdaterOptions {
   // store of this generation, one bucket request in flight, buckets in this format
   // (kPerTensor or kFlattenedBucket, both of which SGLang receives).
   LoadFormat common_load_format = LoadFormat::kPerTensor;
-  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kTorch2;
+  // kAuto: the generation the group's torch members speak (sync/trainer/group.h).
+  comm::C10dProtocol torch_protocol = comm::C10dProtocol::kAuto;
 
   // What an engine failing an update does (sync/trainer/engine_set.h). kFail: the update fails
   // (today's behaviour). kDrop: the engine leaves the set, the update is redone on the others,
@@ -173,6 +187,8 @@ class DistributedUpdater {
   void abort(UpdateReport& report, const std::string& why);
   // This updater's holder text (UpdaterOptions::holder or the default).
   const std::string& holder() const { return holder_; }
+  // Ends the leases this updater holds on its engines (best effort; the destructor does it too).
+  void release_leases();
 
  private:
   void start_report(UpdateReport& report, const std::optional<std::string>& version) const;
@@ -183,6 +199,11 @@ class DistributedUpdater {
   EngineApi& prober(std::size_t engine) const;
   std::vector<char> probe(const std::vector<std::size_t>& engines, bool with_info);
   void readmit(std::size_t engine);
+  // flush_cache, retried while the engine answers non-200 (UpdaterOptions::flush_attempts).
+  void flush_with_retries(EngineApi& engine) const;
+  // An SGLang engine holding part of a failed update: reloaded and resumed, or left paused and
+  // listed in report.needs_reload (UpdaterOptions::sglang_reload_path).
+  void recover_sglang(EngineApi& engine, UpdateReport& report);
 
   UpdaterOptions options_;
   Selector selector_;
@@ -209,6 +230,12 @@ class DistributedUpdater {
   // it refused our begin because someone else holds a session there.
   std::vector<std::string> session_ids_;
   std::vector<char> busy_;
+  std::vector<char> begun_;  // per member: its begin succeeded
+  // Whether the update in progress got past begin (buckets may have reached the engines).
+  bool data_started_ = false;
+  std::mutex report_mu_;  // the abort path's concurrent writes to the report
+  // Per engine: the lease it granted this updater ("" = none).
+  std::vector<std::string> lease_ids_;
   // Delta updates: per stage, the base of what this process sent; and the last update committed
   // on every member, with the runner digest each member's end_weight_update answered.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage

@@ -1,6 +1,8 @@
 // DistributedUpdater's session protocol: opening the update's session on every member, the
 // commit (update_weight_version -> end -> continue) and the abort path (updater.h).
 #include <algorithm>
+#include <thread>
+#include <utility>
 
 #include "comm/deadline.h"
 #include "comm/errors.h"
@@ -20,21 +22,26 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   update_start_ = comm::Clock::now();
   session_ids_.assign(members_.size(), std::string());
   busy_.assign(members_.size(), 0);
+  begun_.assign(members_.size(), 0);
   std::vector<BeginWeightUpdateResponse> answers(members_.size());
 
+  data_started_ = false;
   auto t = comm::Clock::now();
   PauseGenerationRequest pause{options_.pause_mode};
-  auto failures = on_all_engines(member_ptrs_, "POST /pause_generation",
-                                 [&pause](EngineApi& engine, std::size_t) {
-                                   engine.pause_generation(pause);
-                                   engine.flush_cache();
-                                 });
+  auto failures =
+      on_all_engines(member_ptrs_, "POST /pause_generation", [&](EngineApi& engine, std::size_t) {
+        engine.pause_generation(pause);
+        // An in-place pause keeps the cache, as Miles does.
+        if (pause.mode != PauseMode::kInPlace) flush_with_retries(engine);
+      });
   report.phases.pause = seconds_since(t);
   if (failures.empty()) {
     t = comm::Clock::now();
-    BeginWeightUpdateRequest begin{selector_, holder_};
     failures = on_all_engines(
         member_ptrs_, "POST /begin_weight_update", [&](EngineApi& engine, std::size_t e) {
+          BeginWeightUpdateRequest begin{selector_, holder_};
+          if (!lease_ids_[members_[e]].empty()) begin.lease_id = lease_ids_[members_[e]];
+          begin.lease_ttl_s = options_.lease_ttl_s;
           BeginWeightUpdateResponse answer;
           try {
             answer = engine.begin_weight_update(begin);
@@ -44,6 +51,8 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
             throw;
           }
           session_ids_[e] = answer.session_id;
+          begun_[e] = 1;
+          if (!answer.lease_id.empty()) lease_ids_[members_[e]] = answer.lease_id;
           answers[e] = answer;
           if (answer.selector != begin.selector) {
             throw EngineError(engine.url(), "POST /begin_weight_update", 200,
@@ -61,12 +70,42 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
                            : "opening the update session failed");
     return std::nullopt;
   }
+  // From here on buckets may reach the engines: an SGLang engine loads them in place.
+  data_started_ = true;
   UpdateSession session(selector_, report.version, session_ids_);
   if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
   // Until this update commits everywhere, no member is known to hold a common version.
   last_commit_.reset();
   if (options_.on_engine_failure == EngineFailurePolicy::kFail) return session;
   return std::move(session).with_members(members_, epoch_);
+}
+
+void DistributedUpdater::flush_with_retries(EngineApi& engine) const {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      engine.flush_cache();
+      return;
+    } catch (const EngineError& e) {
+      // No answer at all: the engine is gone, retrying only costs time.
+      if (e.unreachable() || attempt >= options_.flush_attempts) throw;
+    }
+    std::this_thread::sleep_for(options_.flush_retry);
+  }
+}
+
+void DistributedUpdater::release_leases() {
+  std::vector<EngineApi*> held;
+  std::vector<std::string> ids;
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    if (lease_ids_[e].empty()) continue;
+    held.push_back(engine_ptrs_[e]);
+    ids.push_back(std::exchange(lease_ids_[e], std::string()));
+  }
+  // Best effort: an engine that does not answer lets the lease expire after its time to live.
+  on_all_engines(held, "POST /release_weight_update_lease",
+                 [&ids](EngineApi& engine, std::size_t i) {
+                   engine.release_lease({ids[i], false});
+                 });
 }
 
 bool DistributedUpdater::members_hold_last_commit(
@@ -88,6 +127,8 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
   auto t = comm::Clock::now();
   auto failures = on_all_engines(
       member_ptrs_, "POST /update_weight_version", [&session](EngineApi& engine, std::size_t e) {
+        // Without sessions (slime-era SGLang) each bucket carried the version and applied it.
+        if (!engine.sessions()) return;
         engine.update_weight_version({session.version(), false, session.session_id(e)});
       });
   std::vector<std::string> digests(member_ptrs_.size());
@@ -138,32 +179,61 @@ void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& repo
 
 void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
   report.fail(why);
+  std::vector<char> half_updated(member_ptrs_.size(), 0);
+  for (std::size_t i = 0; i < member_ptrs_.size(); ++i) {
+    const bool ours = i >= busy_.size() || !busy_[i];
+    // An SGLang engine loaded what arrived in place and cannot discard it: once buckets may
+    // have reached it, resuming it would serve a mix of old and new weights.
+    half_updated[i] = ours && data_started_ && member_ptrs_[i]->flavor() == EngineFlavor::kSglang;
+  }
   // Best effort on every engine, the failed ones included (one that answered 4xx is alive):
   // drop the session and staging, then serve the previous weights again.
-  on_all_engines(member_ptrs_, "POST /abort_weight_update",
-                 [this](EngineApi& engine, std::size_t e) {
-                   if (e < busy_.size() && busy_[e]) return;  // someone else's session: hands off
-                   const std::string id = e < session_ids_.size() ? session_ids_[e] : std::string();
-                   if (engine.flavor() == EngineFlavor::kSglang) {
-                     // No abort on SGLang: it loaded what arrived in place. End its session so it
-                     // serves again; it is reported as needing a fresh group and a full reload.
-                     engine.end_weight_update({});
-                   } else if (!id.empty()) {
-                     engine.abort_weight_update({id, false});
-                   }
-                   engine.continue_generation(ContinueGenerationRequest{});
-                 });
+  on_all_engines(member_ptrs_, "POST /abort_weight_update", [&](EngineApi& engine, std::size_t e) {
+    if (e < busy_.size() && busy_[e]) return;  // someone else's session: hands off
+    const std::string id = e < session_ids_.size() ? session_ids_[e] : std::string();
+    if (engine.flavor() == EngineFlavor::kSglang) {
+      if (half_updated[e]) {
+        recover_sglang(engine, report);
+        return;
+      }
+      // Nothing reached it: end the (empty) session it opened, then resume.
+      if (e < begun_.size() && begun_[e] && engine.sessions()) {
+        engine.end_weight_update({});
+      }
+    } else if (!id.empty()) {
+      engine.abort_weight_update({id, false});
+    }
+    engine.continue_generation(ContinueGenerationRequest{});
+  });
   for (std::size_t i = 0; i < members_.size(); ++i) {
     const bool ours = i >= busy_.size() || !busy_[i];
-    if (ours && member_ptrs_[i]->flavor() == EngineFlavor::kSglang) {
-      report.needs_reload.push_back(member_ptrs_[i]->url());
-    }
     // Kept for the engine's re-admission, should it leave the set now.
     if (i < session_ids_.size() && ours) last_ids_[members_[i]] = session_ids_[i];
   }
   session_ids_.clear();  // the sessions are over (or were never ours)
   busy_.clear();
+  begun_.clear();
+  data_started_ = false;
   if (update_start_ != comm::Clock::time_point{}) report.seconds = seconds_since(update_start_);
+}
+
+void DistributedUpdater::recover_sglang(EngineApi& engine, UpdateReport& report) {
+  const std::string& path = options_.sglang_reload_path;
+  if (path.empty()) {
+    std::lock_guard lock(report_mu_);
+    report.needs_reload.push_back(engine.url());
+    return;  // stays paused: it must not generate on mixed weights
+  }
+  try {
+    engine.update_weights_from_disk(path);
+  } catch (const comm::Error&) {
+    std::lock_guard lock(report_mu_);
+    report.needs_reload.push_back(engine.url());
+    throw;  // on_all_engines records it; the engine stays paused
+  }
+  engine.continue_generation(ContinueGenerationRequest{});
+  std::lock_guard lock(report_mu_);
+  report.reloaded.push_back(engine.url());
 }
 
 }  // namespace weightcast::sync::trainer

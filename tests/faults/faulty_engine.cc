@@ -95,6 +95,13 @@ sync::BasicResponse FaultyEngine::continue_generation(const sync::ContinueGenera
 sync::BasicResponse FaultyEngine::abort_weight_update(const sync::AbortWeightUpdateRequest& req) {
   return run("POST /abort_weight_update", [&] { return inner_->abort_weight_update(req); });
 }
+sync::BasicResponse FaultyEngine::release_lease(const sync::ReleaseLeaseRequest& req) {
+  return run("POST /release_weight_update_lease", [&] { return inner_->release_lease(req); });
+}
+sync::BasicResponse FaultyEngine::update_weights_from_disk(const std::string& model_path) {
+  return run("POST /update_weights_from_disk",
+             [&] { return inner_->update_weights_from_disk(model_path); });
+}
 sync::WeightsChecksumResponse FaultyEngine::weights_checksum(sync::Runner runner, bool recompute) {
   return run("GET /weights_checksum", [&] { return inner_->weights_checksum(runner, recompute); });
 }

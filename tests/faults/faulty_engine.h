@@ -41,6 +41,8 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   std::vector<CallRecord> calls() const;
 
   const std::string& url() const override { return inner_->url(); }
+  sync::trainer::EngineFlavor flavor() const override { return inner_->flavor(); }
+  bool sessions() const override { return inner_->sessions(); }
   WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES;
 
  private:

@@ -7,7 +7,8 @@
 // at once (a peer failure); nobody should wait for a deadline. SIGSTOP: the sockets stay open and
 // silent, so only --comm-timeout-ms can end the pending receive: the session must end in [0.5x,
 // 2x] of it. Either way the pause the trainer took is lifted after --session-timeout-ms without
-// any request (the trainer that would have resumed generation is gone).
+// any request (the trainer that would have resumed generation is gone), and its lease on the
+// engines ends after its time to live.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -50,6 +51,10 @@ TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunR
   const int sig = GetParam().sig;
   std::vector<EngineConfig> configs(2);
   configs[1].ranks = 2;
+  // The dead trainer's lease keeps other trainers out for its time to live (docs/protocol.md,
+  // "Leases"): short here, so it has passed by the time the engines unpause and the next run
+  // begins.
+  for (auto& c : configs) c.extra = {"--lease-ttl-s", "1"};
   std::vector<std::unique_ptr<EnginePeer>> engines;
   for (const auto& c : configs) engines.push_back(std::make_unique<EnginePeer>(c));
   const std::vector<std::string> urls = {engines[0]->url(), engines[1]->url()};

@@ -4,6 +4,10 @@
 // shuffle layout) that are told nothing about torch: they detect the rendezvous. After 3 updates
 // with selector target, every target tensor on both engines has the XXH3-128 of what torch sent,
 // the version is "3" and the draft is bit-identical to its start.
+// SlimeInterop: the same with slime's sequence (tests/interop/slime_style_sender.py): no session,
+// no selector, the version in every bucket and read back from /get_weight_version; the first
+// engine's draft is marked frozen (--frozen-runner draft), and it stays bit-identical though the
+// sessionless scope would otherwise cover it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -29,9 +33,10 @@ using sync::trainer::testing::TestEngine;
 
 // The test engine, with a target that keeps the bytes as sent (so its digests are those of the
 // sent bytes) beside the shuffled frozen draft.
-TestEngine start_engine(int ranks) {
-  auto argv =
-      testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5, {"--init-timeout-ms", "30000"});
+TestEngine start_engine(int ranks, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"--init-timeout-ms", "30000"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto argv = testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5, args);
   testing::set_flag_value(argv, "--target-layout", "none");
   return sync::trainer::testing::start_engine_process(argv);
 }
@@ -49,6 +54,10 @@ std::vector<Json> steps_of(const std::string& output) {
   }
   return steps;
 }
+
+// Every engine's target holds exactly `sent` at version "3"; its draft is `drafts[i]` still.
+void expect_sent(const std::vector<TestEngine>& engines, const std::vector<std::string>& drafts,
+                 const Json& sent);
 
 TEST(MilesInterop, TorchTrainerUpdatesTwoWeightcastEnginesThroughDetection) {
   if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
@@ -77,7 +86,33 @@ TEST(MilesInterop, TorchTrainerUpdatesTwoWeightcastEnginesThroughDetection) {
   std::printf("miles-style torch trainer -> 2 weightcast engines: %.0f bytes/update, %.4f GB/s\n",
               bytes / 3, bytes / secs / 1e9);
 
-  const Json& sent = steps.back()["digests"];
+  expect_sent(engines, drafts, steps.back()["digests"]);
+}
+
+TEST(SlimeInterop, SessionlessSenderUpdatesTwoEnginesAndNeverTheFrozenDraft) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  std::vector<TestEngine> engines;
+  // Legacy finalize on the engine with the frozen draft: were the draft in the sessionless scope,
+  // every commit would shuffle it again (the seed's bug), so its digest would move.
+  engines.push_back(start_engine(1, {"--frozen-runner", "draft", "--legacy-finalize"}));
+  engines.push_back(start_engine(2));
+  std::vector<std::string> drafts;
+  for (const auto& e : engines)
+    drafts.push_back(client(e.url).weights_checksum(sync::Runner::kDraft).digest);
+
+  Subprocess sender(
+      {testing::torch_python(), testing::interop_script("slime_style_sender.py"), "--engines",
+       engines[0].url + "," + engines[1].url, "--ranks", "1,2", "--steps", "3", "--timeout", "60"},
+      testing::torch_env());
+  const std::string output = sender.drain(seconds(150));
+  ASSERT_EQ(sender.wait(seconds(10)), 0) << output;  // it checked /get_weight_version per step
+  const auto steps = steps_of(output);
+  ASSERT_EQ(steps.size(), 3u) << output;
+  expect_sent(engines, drafts, steps.back()["digests"]);
+}
+
+void expect_sent(const std::vector<TestEngine>& engines, const std::vector<std::string>& drafts,
+                 const Json& sent) {
   for (std::size_t i = 0; i < engines.size(); ++i) {
     auto c = client(engines[i].url);
     const auto target = c.weights_checksum(sync::Runner::kTarget);

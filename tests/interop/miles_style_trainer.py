@@ -50,6 +50,18 @@ def ok(url, route, body=None, method="POST", timeout=60):
     return text
 
 
+def flush(url, attempts=60, pause=1.0):
+    """GET /flush_cache until it answers 200, as Miles does (SGLang refuses while requests hold
+    cache blocks)."""
+    for attempt in range(attempts):
+        status, text = call(url, "/flush_cache", method="GET")
+        if status == 200:
+            return
+        if attempt + 1 < attempts:
+            time.sleep(pause)
+    sys.exit(f"{url} GET /flush_cache: HTTP {status} after {attempts} attempts: {text}")
+
+
 def target_tensors(url, timeout):
     answer = json.loads(ok(url, "/weights_checksum?runner=target", method="GET", timeout=timeout))
     return [(t["name"], t["dtype"], t["shape"]) for t in answer["tensors"]]
@@ -111,7 +123,7 @@ def update(args, urls, pg, metas, step):
     start = time.monotonic()
     for url in urls:
         ok(url, "/pause_generation", {"mode": "retract"})
-        ok(url, "/flush_cache", method="GET")
+        flush(url)
         ok(url, "/begin_weight_update", {"selector": args.selector})
     digests, total = {}, 0
     for bucket in buckets(metas, args.bucket_bytes):

@@ -1,14 +1,19 @@
 // weightcast-train drives an SGLang-shaped engine (tests/interop/sglang_style_engine.py: SGLang's
 // routes and answers, torch.distributed receive per tensor or as the unpadded flattened bucket)
 // together with a weightcast-engine in the same group: the trainer detects the flavors, hosts a
-// torch store (1.x generation, what this machine's torch speaks) and runs the common mode.
+// torch store whose generation it learns from the torch engine's first request (1.x here: no
+// --torch-store flag is passed) and runs the common mode.
 //   MixedFlavor/*: mpirun -np 4 --tp 2 --pp 2, 3 steps; both engines hold identical bytes for
 //                  every target tensor, the weightcast engine's frozen draft is untouched.
 //   WeightcastOnly: the same model to two weightcast engines, for the GB/s comparison.
-//   Faults/*:      the SGLang-style engine answers success:false mid-session, never answers a
-//                  bucket, or 404s begin: the trainer fails within its deadlines naming that
-//                  engine, and the weightcast engine commits nothing.
+//   Sessionless:   the SGLang-style engine is a slime-era build (begin answers 404): the trainer
+//                  updates it without sessions, each bucket carrying the version.
+//   Faults/*:      the SGLang-style engine answers 400 mid-session or never answers a bucket: the
+//                  trainer fails within its deadlines naming that engine, the weightcast engine
+//                  commits nothing, and the SGLang one, holding part of the update, stays paused.
+//   HalfUpdated:   the same with --sglang-reload-path: reloaded from the checkpoint, then resumed.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <fstream>
@@ -42,13 +47,18 @@ Peer start_weightcast(int ranks) {
   return sync::trainer::testing::start_engine_process(argv);
 }
 
-Peer start_sglang(const std::string& digests, const std::string& fault = "none") {
-  Peer p{std::make_unique<Subprocess>(
-             std::vector<std::string>{testing::torch_python(),
-                                      testing::interop_script("sglang_style_engine.py"),
-                                      "--digests", digests, "--fault", fault, "--timeout", "30"},
-             testing::torch_env()),
-         ""};
+Peer start_sglang(const std::string& digests, const std::string& fault = "none",
+                  bool sessions = true) {
+  std::vector<std::string> argv = {testing::torch_python(),
+                                   testing::interop_script("sglang_style_engine.py"),
+                                   "--digests",
+                                   digests,
+                                   "--fault",
+                                   fault,
+                                   "--timeout",
+                                   "30"};
+  if (!sessions) argv.push_back("--no-sessions");
+  Peer p{std::make_unique<Subprocess>(argv, testing::torch_env()), ""};
   auto url = p.process->wait_for_line("sglang-style engine listening on ", seconds(60));
   if (!url) throw std::runtime_error("sglang-style engine did not start: " + p.process->output());
   p.url = *url;
@@ -66,10 +76,8 @@ TrainRun train(int np, const std::vector<Peer*>& engines, const std::vector<std:
                seconds limit) {
   std::vector<std::string> urls;
   for (const auto* e : engines) urls.push_back(e->url);
-  std::vector<std::string> train_args = {"--torch-store", "torch1"};
-  train_args.insert(train_args.end(), args.begin(), args.end());
   const auto start = std::chrono::steady_clock::now();
-  const auto trainer = sync::trainer::testing::start_trainer(np, urls, train_args);
+  const auto trainer = sync::trainer::testing::start_trainer(np, urls, args);
   TrainRun run;
   run.output = trainer->drain(limit);
   run.code = trainer->wait(seconds(10)).value_or(-1);
@@ -100,6 +108,36 @@ const std::vector<std::string> kThreeSteps = {
     "--tp", "2", "--pp", "2", "--steps", "3", "--selector", "target", "--group-timeout-ms",
     "30000"};
 
+// The SGLang-style engine's digest file holds, at `version`, exactly what the weightcast engine's
+// target holds.
+void expect_same_bytes(const std::string& digests, const Peer& wc, const std::string& version) {
+  std::ifstream in(digests);
+  const Json held = Json::parse(in);
+  const auto target = client(wc.url).weights_checksum(sync::Runner::kTarget);
+  EXPECT_EQ(held["weight_version"], target.weight_version);
+  EXPECT_EQ(target.weight_version, version);
+  ASSERT_FALSE(target.tensors.empty());
+  for (const auto& t : target.tensors) {
+    ASSERT_TRUE(held["digests"].contains(t.name)) << t.name << " never reached the SGLang engine";
+    EXPECT_EQ(held["digests"][t.name].get<std::string>(), t.digest) << t.name;
+  }
+}
+
+// GET `path` of `url` as JSON (null when it does not answer 200 with JSON).
+Json get_json(const std::string& url, const std::string& path) {
+  httplib::Client http(url);
+  http.set_connection_timeout(std::chrono::seconds(5));
+  http.set_read_timeout(std::chrono::seconds(10));
+  auto res = http.Get(path);
+  if (!res || res->status != 200) return Json();
+  return Json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+}
+
+// The stand-in's own state ("stand_in" in its /get_server_info).
+Json stand_in_state(const Peer& sglang) {
+  return get_json(sglang.url, "/get_server_info").value("stand_in", Json());
+}
+
 class MixedFlavor : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MixedFlavor, BothEnginesHoldIdenticalBytesForEveryTargetTensor) {
@@ -118,19 +156,9 @@ TEST_P(MixedFlavor, BothEnginesHoldIdenticalBytesForEveryTargetTensor) {
   std::printf("mixed flavors (%s): mean update GB/s %.4f\n", GetParam(), mean_gbps(run.output));
   RecordProperty("update_gbps", std::to_string(mean_gbps(run.output)));
 
-  std::ifstream in(digests);
-  const Json held = Json::parse(in);
-  const auto target = client(wc.url).weights_checksum(sync::Runner::kTarget);
-  EXPECT_EQ(held["weight_version"], target.weight_version);
-  EXPECT_EQ(target.weight_version, "3");
-  ASSERT_FALSE(target.tensors.empty());
-  for (const auto& t : target.tensors) {
-    ASSERT_TRUE(held["digests"].contains(t.name)) << t.name << " never reached the SGLang engine";
-    EXPECT_EQ(held["digests"][t.name].get<std::string>(), t.digest) << t.name;
-  }
+  expect_same_bytes(digests, wc, "3");
   EXPECT_EQ(client(wc.url).weights_checksum(sync::Runner::kDraft).digest, draft);
 }
-
 INSTANTIATE_TEST_SUITE_P(Interop, MixedFlavor, ::testing::Values("per_tensor", "flattened_bucket"));
 
 TEST(WeightcastOnly, SameModelForTheComparison) {
@@ -176,11 +204,105 @@ TEST_P(Faults, BoundedFailureNamingTheEngineNothingCommittedElsewhere) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Interop, Faults,
-                         ::testing::Values(Fault{"success_false",
-                                                 "update_weights_from_distributed"},
-                                           Fault{"never_answer", "update_weights_from_distributed"},
-                                           Fault{"begin_404", "begin_weight_update"}),
+                         ::testing::Values(Fault{"fail_400", "update_weights_from_distributed"},
+                                           Fault{"never_answer",
+                                                 "update_weights_from_distributed"}),
                          [](const auto& p) { return std::string(p.param.name); });
+
+TEST(Sessionless, SlimeEraSGLangIsUpdatedWithoutSessionsBesideAWeightcastEngine) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  const std::string digests = temp_path("sglang-sessionless");
+  Peer sglang = start_sglang(digests, "none", /*sessions=*/false);
+  Peer wc = start_weightcast(2);
+  const TrainRun run = train(4, {&sglang, &wc}, kThreeSteps, seconds(180));
+  ASSERT_EQ(run.code, 0) << run.output;
+  expect_same_bytes(digests, wc, "3");
+}
+
+// The routes the trainer called on `sglang`, in order, against `per_update` repeated `steps`
+// times after destroy (its 400 ignored) and init.
+void expect_calls(const Peer& sglang, const std::vector<const char*>& per_update, int steps) {
+  Json expected = {"/destroy_weights_update_group", "/init_weights_update_group"};
+  for (int s = 0; s < steps; ++s) {
+    for (const char* route : per_update) expected.push_back(route);
+  }
+  const Json calls = stand_in_state(sglang)["calls"];
+  ASSERT_GE(calls.size(), expected.size()) << calls.dump();  // then it leaves the group on exit
+  EXPECT_EQ(
+      Json(std::vector<Json>(calls.begin(), calls.begin() + static_cast<long>(expected.size()))),
+      expected)
+      << calls.dump();
+}
+
+TEST(MilesOrder, TheTrainersSGLangFlavorSendsMilesSequenceExactly) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  Peer sglang = start_sglang(temp_path("sglang-order"));
+  const TrainRun run = train(1, {&sglang},
+                             {"--steps", "2", "--selector", "target", "--pause-mode", "retract",
+                              "--group-timeout-ms", "30000"},
+                             seconds(120));
+  ASSERT_EQ(run.code, 0) << run.output;
+  expect_calls(sglang,
+               {"/pause_generation", "/flush_cache", "/begin_weight_update",
+                "/update_weights_from_distributed", "/update_weight_version", "/end_weight_update",
+                "/continue_generation"},
+               2);
+}
+
+TEST(Sessionless, ForcedSGLangFlavorFallsBackWhenBeginAnswers404) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  const std::string digests = temp_path("sglang-forced");
+  Peer sglang = start_sglang(digests, "none", /*sessions=*/false);
+  const TrainRun run = train(1, {&sglang},
+                             {"--engine-flavor", "sglang", "--steps", "2", "--selector", "target",
+                              "--group-timeout-ms", "30000"},
+                             seconds(120));
+  ASSERT_EQ(run.code, 0) << run.output;
+  std::ifstream in(digests);
+  const Json held = Json::parse(in);
+  EXPECT_EQ(held["weight_version"], "2");
+  EXPECT_FALSE(held["digests"].empty());
+  EXPECT_EQ(stand_in_state(sglang)["paused"], false);
+  // slime's order: no session, no update_weight_version (each bucket carries the version).
+  expect_calls(sglang,
+               {"/pause_generation", "/flush_cache", "/begin_weight_update",
+                "/update_weights_from_distributed", "/continue_generation"},
+               1);
+}
+
+// A failed update after buckets reached the SGLang engine: it must not generate on what it
+// holds. Without a checkpoint it stays paused (and is reported); with one it is reloaded, then
+// resumed.
+class HalfUpdated : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HalfUpdated, StaysPausedOrIsReloadedThenResumed) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  const bool reload = GetParam();
+  Peer sglang = start_sglang(temp_path("sglang-half"), "fail_400");
+  Peer wc = start_weightcast(1);
+  std::vector<std::string> args = {"--steps",        "1",  "--selector",         "target",
+                                   "--bucket-bytes", "1M", "--group-timeout-ms", "30000"};
+  if (reload) args.insert(args.end(), {"--sglang-reload-path", "/checkpoints/step-0"});
+  const TrainRun run = train(1, {&sglang, &wc}, args, seconds(120));
+  EXPECT_NE(run.code, 0) << run.output;
+  const Json state = stand_in_state(sglang);
+  if (reload) {
+    EXPECT_EQ(state["reloads"], Json::array({"/checkpoints/step-0"})) << run.output;
+    EXPECT_EQ(state["paused"], false) << run.output;
+    EXPECT_NE(run.output.find("reloaded from the checkpoint and resumed"), std::string::npos)
+        << run.output;
+  } else {
+    EXPECT_EQ(state["reloads"], Json::array()) << run.output;
+    EXPECT_EQ(state["paused"], true) << run.output;
+    EXPECT_EQ(state["continues"], 0) << run.output;
+    EXPECT_NE(run.output.find("stays paused"), std::string::npos) << run.output;
+  }
+  EXPECT_EQ(get_json(wc.url, "/server_info")["paused"], false) << "the weightcast engine was not "
+                                                                  "resumed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Interop, HalfUpdated, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Reload" : "NoReload"; });
 
 }  // namespace
 }  // namespace weightcast::interop

@@ -1,25 +1,30 @@
 """An engine that answers like an SGLang server and receives weights the way SGLang does.
 
-Usage: sglang_style_engine.py --digests FILE [--fault none|success_false|never_answer|begin_404]
-           [--fault-bucket K] [--timeout 60]
+Usage: sglang_style_engine.py --digests FILE [--fault none|fail_400|never_answer]
+           [--fault-bucket K] [--no-sessions] [--timeout 60]
 
 Prints "sglang-style engine listening on http://127.0.0.1:PORT" once it serves (an ephemeral
 port it keeps). Routes and answer shapes are SGLang's (python/sglang/srt/entrypoints/
 http_server.py): /get_server_info (no /server_info), /health and /health_generate with an empty
 body, pause/continue answering {"message", "status"}, /flush_cache answering plain text,
 init/destroy/update answering {"success", "message"}, /update_weight_version with new_version,
-/get_weight_version and /model_info, plus the begin/end_weight_update routes Miles calls. One
+/get_weight_version and /model_info, /update_weights_from_disk, plus the begin/end_weight_update
+routes Miles calls (--no-sessions: 404 there, as SGLang builds without the sessions branch that
+slime drives). One
 engine rank (tp_size 1). Joining a group is SGLang's init_custom_process_group (a torch worker
 on the tcp:// store, PrefixStore(group_name), the group helper). A bucket request receives as
 SGLang's update_weights_from_distributed does: one dist.broadcast per tensor in `names` order
 (no load_format), or one broadcast of the unpadded flattened bucket (load_format
 "flattened_bucket", the tensors' bytes back to back). Received tensors are loaded at once (SGLang
-has no staging); at end_weight_update the XXH3-128 of every tensor held is written to --digests
-as {"weight_version", "digests": {name: hex}}.
+has no staging), and a bucket's weight_version becomes the engine's. At end_weight_update (with
+--no-sessions: after every bucket) the XXH3-128 of every tensor held is written to --digests as
+{"weight_version", "digests": {name: hex}}. /get_server_info also reports "stand_in": whether
+generation is paused, how often it was continued, the model paths it reloaded from, and the
+weight-update routes called in order (consecutive repeats once).
 
-Faults, at bucket request K (0-based, counted over the engine's life): success_false answers
-200 {"success": false} after receiving; never_answer receives, then never answers; begin_404
-answers 404 to begin_weight_update.
+Faults, at bucket request K (0-based, counted over the engine's life): fail_400 receives (and
+loads) the bucket, then answers 400 {"success": false} as SGLang does for a failed load;
+never_answer receives, then never answers.
 """
 import argparse
 import datetime
@@ -47,7 +52,19 @@ class State:
         self.groups = {}  # name -> (store, pg)
         self.weights = {}  # name -> bytes
         self.buckets = 0
+        self.paused = False
+        self.continues = 0
+        self.reloads = []
+        self.calls = []  # the weight-update routes called, in order, consecutive repeats once
         self.lock = threading.Lock()
+
+    def record(self, path):
+        if path in ("/health", "/health_generate", "/server_info", "/get_server_info",
+                    "/get_weight_version", "/model_info", "/get_model_info"):
+            return
+        with self.lock:
+            if not self.calls or self.calls[-1] != path:
+                self.calls.append(path)
 
     def write_digests(self):
         doc = {"weight_version": self.version,
@@ -105,13 +122,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         s = self.server.state
+        s.record(self.path)
         if self.path in ("/health", "/health_generate"):
             return self.reply(200, "", "text/plain")
         if self.path == "/get_server_info":
             return self.reply(200, {"tp_size": 1, "dp_size": 1, "pp_size": 1, "ep_size": 1,
                                     "speculative_algorithm": None, "weight_version": s.version,
                                     "internal_states": [{"last_gen_throughput": 0.0}],
-                                    "version": "0.5.0-style"})
+                                    "version": "0.5.0-style",
+                                    "stand_in": {"paused": s.paused, "continues": s.continues,
+                                                 "reloads": s.reloads, "calls": s.calls}})
         if self.path == "/get_weight_version":
             return self.reply(200, {"weight_version": s.version})
         if self.path in ("/model_info", "/get_model_info"):
@@ -123,6 +143,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self):
+        self.server.state.record(self.path)
         try:
             self.post(self.server.state, self.body(), self.path)
         except Exception as e:  # SGLang answers a failed weight route with 400 and the reason
@@ -149,23 +170,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
             release_group(old[1])
             return self.reply(200, {"success": True, "message": "Succeeded to destroy."})
         if path == "/flush_cache":
-            return self.do_GET()
+            return self.reply(200, "Cache flushed.\nPlease check backend logs for more details.\n",
+                              "text/plain")
         if path in ("/pause_generation", "/continue_generation"):
-            word = "paused" if path == "/pause_generation" else "continued"
+            pausing = path == "/pause_generation"
+            s.paused = pausing
+            s.continues += 0 if pausing else 1
+            word = "paused" if pausing else "continued"
             return self.reply(200, {"message": f"Generation {word} successfully.", "status": "ok"})
+        if path in ("/begin_weight_update", "/end_weight_update") and s.args.no_sessions:
+            return self.reply(404, {"detail": "Not Found"})
         if path == "/begin_weight_update":
-            if s.args.fault == "begin_404":
-                return self.reply(404, {"detail": "Not Found"})
             return self.reply(200, {"success": True, "message": "begin"})
+        if path == "/update_weights_from_disk":
+            s.reloads.append(body["model_path"])
+            s.weights = {}
+            return self.reply(200, {"success": True, "message": "Succeeded to update model "
+                                    "weights.", "num_paused_requests": 0})
         if path == "/update_weights_from_distributed":
             with s.lock:  # SGLang serializes weight updates
                 k = s.buckets
                 s.buckets += 1
                 receive(s, body)
+                if body.get("weight_version"):
+                    s.version = str(body["weight_version"])
+                if s.args.no_sessions:
+                    s.write_digests()
             if s.args.fault_bucket == k and s.args.fault == "never_answer":
                 time.sleep(3600)
-            if s.args.fault_bucket == k and s.args.fault == "success_false":
-                return self.reply(200, {"success": False, "message": "Failed to update weights: "
+            if s.args.fault_bucket == k and s.args.fault == "fail_400":
+                return self.reply(400, {"success": False, "message": "Failed to update weights: "
                                         "simulated load_weights error"})
             message = "Succeeded to update parameter online."
             if body.get("weight_version"):
@@ -184,8 +218,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--digests", required=True)
-    p.add_argument("--fault", default="none",
-                   choices=["none", "success_false", "never_answer", "begin_404"])
+    p.add_argument("--fault", default="none", choices=["none", "fail_400", "never_answer"])
+    p.add_argument("--no-sessions", action="store_true")
     p.add_argument("--fault-bucket", type=int, default=1)
     p.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()

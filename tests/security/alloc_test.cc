@@ -45,7 +45,7 @@ std::vector<Claim> claims() {
       {upd, bucket({Json::array({std::int64_t{3} << 30})}, "float32"), 400},     // 12 GiB > max
       {init,
        R"({"master_address":"127.0.0.1","master_port":1,"rank_offset":2147483646,"world_size":2147483647,"backend":"gloo"})",
-       504},
+       400},  // the join's timeout, in SGLang's dialect (no rendezvous named)
       {"/update_weight_version", R"({"new_version":")" + std::string(1 << 16, 'v') + "\"}", 400},
       {"/begin_weight_update", R"({"selector":")" + std::string(1 << 16, 's') + "\"}", 400},
       {"/pause_generation", "{\"x\":" + std::string(1 << 16, '[') + "}", 400},

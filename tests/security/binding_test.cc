@@ -104,7 +104,8 @@ TEST(SecurityBinding, EngineRefusesMasterAddressesOutsideTheAllowedListBeforeCon
   });
   EXPECT_TRUE(allowed.accepted_within(5s)) << "the allowed master was not dialled";
   const HttpReply r = call.get();
-  EXPECT_GE(r.status, 500) << r.body;
+  // The failed join, answered in SGLang's dialect (the init names no rendezvous): 400.
+  EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_TRUE(engine.state().groups.empty());
 }
 
@@ -126,8 +127,9 @@ TEST(SecurityBinding, AllowedMasterAddressesAreMatchedAsTextBeforeTheConnector) 
     EXPECT_EQ(init(address).status, 403) << address;
   }
   EXPECT_EQ(dialled, 0);
-  EXPECT_EQ(init("trainer-0.example").status, 504) << "case-insensitive, then dialled";
-  EXPECT_EQ(init("10.0.0.7").status, 504);
+  // Dialled, the join times out: 400 in SGLang's dialect (no rendezvous named).
+  EXPECT_EQ(init("trainer-0.example").status, 400) << "case-insensitive, then dialled";
+  EXPECT_EQ(init("10.0.0.7").status, 400);
   EXPECT_EQ(dialled, 2);
 
   sync::engine::EngineOptions any;
@@ -136,9 +138,35 @@ TEST(SecurityBinding, AllowedMasterAddressesAreMatchedAsTextBeforeTheConnector) 
   EXPECT_EQ(open->init_weights_update_group(
                     sync::parse_init_weights_update_group(init_body("192.0.2.1", 29500)))
                 .status,
-            504)
+            400)
       << "no list: any address is dialled";
   EXPECT_EQ(dialled, 3);
+}
+
+}  // namespace
+}  // namespace weightcast::security
+
+namespace weightcast::security {
+namespace {
+
+// weightcast-engine with `flags`, its stderr folded into stdout; returns what it printed up to
+// and including its "listening on" line.
+std::string engine_start_output(const std::vector<std::string>& flags) {
+  std::string command = std::string("exec '") + WEIGHTCAST_ENGINE_BIN + "' --port 0 --model tiny";
+  for (const auto& f : flags) command += " '" + f + "'";
+  testing::Subprocess engine({"/bin/sh", "-c", command + " 2>&1"});
+  if (!engine.wait_for_line("weightcast-engine listening on ", 20s)) {
+    ADD_FAILURE() << "engine did not start: " << engine.output();
+  }
+  return engine.output();
+}
+
+TEST(SecurityBinding, EngineWarnsAtStartWhenReachableBeyondLoopbackWithoutAToken) {
+  const std::string warning = "WARNING: listening on 0.0.0.0 without --token";
+  EXPECT_NE(engine_start_output({"--host", "0.0.0.0"}).find(warning), std::string::npos);
+  EXPECT_EQ(engine_start_output({"--host", "0.0.0.0", "--token", "t0ken"}).find("WARNING"),
+            std::string::npos);
+  EXPECT_EQ(engine_start_output({"--host", "127.0.0.2"}).find("WARNING"), std::string::npos);
 }
 
 }  // namespace

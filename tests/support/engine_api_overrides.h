@@ -33,6 +33,9 @@
                                    EndWeightUpdateRequest);                                        \
   WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, continue_generation, ContinueGenerationRequest); \
   WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, abort_weight_update, AbortWeightUpdateRequest);  \
+  WEIGHTCAST_ENGINE_API_BODY_ROUTE(BasicResponse, release_lease, ReleaseLeaseRequest);             \
+  ::weightcast::sync::BasicResponse update_weights_from_disk(const std::string& model_path)        \
+      override;                                                                                    \
   ::weightcast::sync::WeightsChecksumResponse weights_checksum(::weightcast::sync::Runner runner,  \
                                                                bool recompute = false) override;   \
   std::string metrics() override;                                                                  \

@@ -4,21 +4,6 @@
 
 namespace weightcast::sync::engine {
 
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  // Walk the longer string in full whatever the contents; the length difference is folded into
-  // the accumulator so a shorter candidate cannot match a prefix.
-  const std::size_t n = a.size() > b.size() ? a.size() : b.size();
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
-    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-    diff |= static_cast<unsigned>(x ^ y);
-  }
-  // Keep the compiler from turning the loop into an early-exit comparison.
-  volatile unsigned sink = diff;
-  return sink == 0;
-}
-
 AuthResult check_bearer(std::optional<std::string_view> header, std::string_view token) {
   if (token.empty()) return AuthResult::kOk;
   if (!header) return AuthResult::kMissing;

@@ -10,12 +10,11 @@
 #include <optional>
 #include <string_view>
 
+#include "sync/engine/secret.h"  // constant_time_equal
+
 namespace weightcast::sync::engine {
 
 enum class AuthResult { kOk, kMissing, kWrong };
-
-// Equality in time that depends only on the lengths, never on the contents.
-bool constant_time_equal(std::string_view a, std::string_view b);
 
 // `header`: the Authorization header's value, nullopt when absent. An empty `token` means no
 // authentication is configured and everything is kOk.

@@ -83,6 +83,10 @@ void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limit
   post("/end_weight_update", parse_end_weight_update, &Engine::end_weight_update);
   // Ours: the trainer's abort path. Like end, it takes no fields.
   post("/abort_weight_update", parse_abort_weight_update, &Engine::abort_weight_update);
+  // Ours: ends the trainer's lease (with its id), or breaks it (force, an operator's call).
+  post("/release_weight_update_lease", parse_release_lease, &Engine::release_lease);
+  // SGLang's: checksum / snapshot / compare of the resident weights.
+  post("/weights_checker", parse_weights_checker, &Engine::weights_checker);
 }
 
 // GET /weights_checksum?runner=NAME[&recompute=1]

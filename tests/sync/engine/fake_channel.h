@@ -41,6 +41,12 @@ class FakeSource : public std::enable_shared_from_this<FakeSource> {
     return connects_;
   }
 
+  // Drops every queued broadcast (the sender of a refused request never sends).
+  void clear() {
+    std::lock_guard lock(mu_);
+    for (auto& q : queues_) q.clear();
+  }
+
   GroupSpec last_spec() const {
     std::lock_guard lock(mu_);
     return last_spec_;

@@ -123,7 +123,6 @@ std::vector<Case> cases() {
        "shapes[0]: element count overflows int64"},
       {bucket, "/shapes/0", Json::parse("[4611686018427387904]"), "shapes[0]: byte count"},
       {bucket, "/shapes/0", deep_shape(65), "shapes[0]: 65 entries, more than the limit of 64"},
-      {bucket, "/selector", std::nullopt, "selector: missing required field"},
       {bucket, "/selector", "everything", "selector: unknown selector 'everything'"},
       {bucket, "/sequence", -1, "sequence: must be in [0, "},
       {bucket, "/sequence", "1", "sequence: must be an integer"},
@@ -176,11 +175,16 @@ TEST(ProtocolMalformed, EveryCaseNamesItsField) {
   EXPECT_EQ(covered.size(), routes().size());
 }
 
-// SGLang's own bucket body (what slime sends) lacks our required selector and sequence.
-TEST(ProtocolMalformed, PlainSGLangBucketNeedsSelector) {
+// SGLang's own bucket body (what slime sends) has no selector and no sequence: both optional
+// (a sessionless update, docs/protocol.md), a selector given is still checked.
+TEST(ProtocolMalformed, PlainSGLangBucketParsesWithoutSelector) {
   const std::string body =
       R"({"names":["w"],"dtypes":["bfloat16"],"shapes":[[2]],"group_name":"g","flush_cache":false})";
-  EXPECT_THROW(parse_update_weights_from_distributed(body), comm::BadRequestError);
+  const auto request = parse_update_weights_from_distributed(body);
+  EXPECT_FALSE(request.selector.has_value());
+  EXPECT_FALSE(request.sequence.has_value());
+  EXPECT_EQ(request.load_format, LoadFormat::kPerTensor);
+  EXPECT_TRUE(parse_update_weights_from_distributed(to_json_string(request)) == request);
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
     EXPECT_EQ(parse_basic_response(to_json_string(b)), b);
   }
   for (Selector s : kAllSelectors) {
-    BeginWeightUpdateResponse b{true, "opened", s, "", "", "", ""};
+    BeginWeightUpdateResponse b{true, "opened", s, "", "", "", "", "", 0};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
     b = {true,
          "opened",
@@ -79,7 +79,9 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
          "0123456789abcdef0123456789abcdef",
          "host:42 weightcast",
          "7",
-         "5f3a9c0e12b4d6785f3a9c0e12b4d678"};
+         "5f3a9c0e12b4d6785f3a9c0e12b4d678",
+         "00112233445566778899aabbccddeeff",
+         300};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
   }
   EndWeightUpdateResponse end{

@@ -34,9 +34,9 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
   s.http().Post("/begin_weight_update", [&](const httplib::Request& req, httplib::Response& res) {
     auth = req.get_header_value("Authorization");
     body = req.body;
-    res.set_content(
-        to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "", "", ""}),
-        "application/json");
+    res.set_content(to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "",
+                                                             "", "", "", 0}),
+                    "application/json");
   });
   EngineClient client(s.url() + "/", fast_client_options("s3cret"));
   EXPECT_EQ(client.url(), s.url());

@@ -224,6 +224,16 @@ BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) 
   return {};
 }
 
+BasicResponse FakeEngine::release_lease(const ReleaseLeaseRequest&) {
+  enter("POST /release_weight_update_lease");
+  return {};
+}
+
+BasicResponse FakeEngine::update_weights_from_disk(const std::string& model_path) {
+  enter("POST /update_weights_from_disk", model_path);
+  return {};
+}
+
 BasicResponse FakeEngine::abort_weight_update(const AbortWeightUpdateRequest& req) {
   enter("POST /abort_weight_update");
   std::lock_guard lock(mu_);

@@ -33,9 +33,11 @@ class SglangLike {
       res.set_content("Cache flushed.\n", "text/plain");
     });
     http.Post("/begin_weight_update", json(R"({"success":true,"message":"begin"})"));
+    // SGLang answers a failed load with 400; a 2xx is success whatever its body says.
     http.Post("/update_weights_from_distributed",
               [this](const httplib::Request& req, httplib::Response& res) {
                 last_bucket = req.body;
+                res.status = fail_buckets ? 400 : 200;
                 res.set_content(R"({"success":false,"message":"load failed"})", "application/json");
               });
     http.Post("/end_weight_update", json(R"({"success":true,"message":"end"})"));
@@ -44,6 +46,7 @@ class SglangLike {
   }
   std::string url() const { return server_.url(); }
   std::string last_bucket;
+  bool fail_buckets = true;
 
  private:
   testing::HttpTestServer server_;
@@ -67,7 +70,7 @@ TEST(SglangClient, DetectsTheFlavorAndReadsSGLangsAnswers) {
   EXPECT_THROW(client.weights_checksum(Runner::kTarget), EngineError);
 }
 
-TEST(SglangClient, SuccessFalseInA2xxIsAFailureNamingTheEngine) {
+TEST(SglangClient, TheStatusAloneDecidesAsMilesJudgesIt) {
   SglangLike s;
   EngineClientOptions o = testing::fast_client_options();
   o.flavor = EngineFlavor::kSglang;
@@ -77,14 +80,41 @@ TEST(SglangClient, SuccessFalseInA2xxIsAFailureNamingTheEngine) {
   req.load_format = LoadFormat::kPerTensor;
   try {
     client.update_weights_from_distributed(req);
-    FAIL() << "success:false was taken for success";
+    FAIL() << "a 400 was taken for success";
   } catch (const EngineError& e) {
     EXPECT_EQ(e.engine(), s.url());
+    EXPECT_EQ(e.status(), 400);
     EXPECT_NE(std::string(e.what()).find("load failed"), std::string::npos) << e.what();
   }
+  s.fail_buckets = false;  // 200 with success:false in the body: success, as for Miles
+  EXPECT_NO_THROW(client.update_weights_from_distributed(req));
   // Miles' body: no sequence, no load_format.
   EXPECT_EQ(s.last_bucket.find("sequence"), std::string::npos) << s.last_bucket;
   EXPECT_EQ(s.last_bucket.find("load_format"), std::string::npos) << s.last_bucket;
+}
+
+TEST(SglangClient, ABeginAnswering404MakesTheEngineSessionless) {
+  testing::HttpTestServer server;
+  httplib::Server& http = server.http();
+  http.Get("/get_server_info", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"tp_size":1,"weight_version":"4"})", "application/json");
+  });
+  int begins = 0;
+  http.Post("/begin_weight_update", [&](const httplib::Request&, httplib::Response& res) {
+    ++begins;
+    res.status = 404;
+  });
+  http.Get("/get_weight_version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"weight_version":"5"})", "application/json");
+  });
+  EngineClient client(server.url(), testing::fast_client_options());
+  client.server_info();
+  EXPECT_TRUE(client.sessions());
+  EXPECT_EQ(client.begin_weight_update({Selector::kTarget}).selector, Selector::kTarget);
+  EXPECT_FALSE(client.sessions());
+  client.begin_weight_update({Selector::kTarget});
+  EXPECT_EQ(begins, 1);                                         // known now: not asked again
+  EXPECT_EQ(client.end_weight_update({}).weight_version, "5");  // read back, no /end call
 }
 
 TEST(SglangClient, AForcedWeightcastFlavorIsNeverTakenForSGLang) {
@@ -99,7 +129,7 @@ TEST(SglangClient, AForcedWeightcastFlavorIsNeverTakenForSGLang) {
 TEST(SglangAnswers, Readers) {
   EXPECT_TRUE(read_sglang_answer("").success);
   EXPECT_EQ(read_sglang_answer("Cache flushed.\n").message, "Cache flushed.");
-  EXPECT_FALSE(read_sglang_answer(R"({"success":false,"message":"x"})").success);
+  EXPECT_TRUE(read_sglang_answer(R"({"success":false,"message":"x"})").success);
   EXPECT_EQ(read_sglang_answer(R"({"message":"m","status":"ok"})").message, "m");
   EXPECT_EQ(read_sglang_weight_version(R"({"weight_version":3})"), "3");
   EXPECT_EQ(read_sglang_weight_version("nope"), std::nullopt);

@@ -31,8 +31,10 @@ std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
   for (const auto& f : weightcast::launcher::split_any(WEIGHTCAST_MPIRUN_FLAGS, "| ")) {
     command += " " + f;
   }
+  // Seed 5, the test engines' own, unless the caller picks another.
+  const bool seeded = std::find(args.begin(), args.end(), "--seed") != args.end();
   command += " -np " + std::to_string(np) + " " + std::string(WEIGHTCAST_TRAIN_BIN) +
-             " --model tiny --seed 5 --engines " + list;
+             " --model tiny" + (seeded ? "" : " --seed 5") + " --engines " + list;
   for (const auto& a : args) command += " " + a;
   return std::make_unique<weightcast::testing::Subprocess>(
       std::vector<std::string>{"/bin/sh", "-c", command + " 2>&1"});

@@ -1,15 +1,9 @@
-// Two trainers, one engine, real processes: trainer a updates the engine ten times with
-// --verify; trainer b starts while a's session is open and is refused ("engine busy", naming a
-// as the holder) without touching a's session. Before sessions had owners, b's failure path
-// aborted a's session and both runs failed.
-//
-// The race this test cannot remove: b's begin may land in the gap between two of a's sessions
-// (commit, verify, next pause), and then b holds the engine and a is the one refused. a's
-// sessions are made long (21 buckets of at most 64 KiB, 80 ms after each: 1.70 s from pause to
-// continue) and its gap is short (measured: a step every 1.70 s, so about 10 ms between one
-// session's end and the next begin: verify and the next step's gather), so b lands in a gap in
-// roughly one run out of a hundred; b starts once the engine reports a session open, not at a
-// fixed time.
+// Two trainers with different seeds, one engine, real processes: trainer a updates the engine ten
+// times with --verify; trainer b starts once a holds the engine and is refused at its first begin
+// (409, naming a as the lease holder) and exits non-zero without touching a's sessions. a's first
+// begin took a lease that every one of its sessions renews, so b cannot get in between two of
+// a's sessions either (before leases it could: the engine then alternated between the two
+// trainers' weights). After a exits (releasing its lease), a third trainer updates the engine.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -34,19 +28,19 @@ bool wait_for_session(EngineClient& client, milliseconds timeout) {
   return false;
 }
 
-TEST(TwoTrainers, SecondIsRefusedAsBusyAndFirstCompletesEveryStepVerified) {
+TEST(TwoTrainers, LeaseKeepsTheSecondOutUntilTheFirstExitsThenAThirdGetsIn) {
   TestEngine engine = start_engine(1);
   auto a = start_trainer(1, {engine.url},
                          {"--group-prefix", "a", "--steps", "10", "--verify", "--bucket-bytes",
-                          "64K", "--bucket-delay-ms", "80"});
+                          "64K", "--bucket-delay-ms", "20"});
   EngineClient client = test_client(engine.url);
   ASSERT_TRUE(wait_for_session(client, milliseconds(60000))) << a->output();
 
   constexpr int kRequestTimeoutMs = 10000;
   const auto b_start = std::chrono::steady_clock::now();
   auto b = start_trainer(1, {engine.url},
-                         {"--group-prefix", "b", "--steps", "10", "--request-timeout-ms",
-                          std::to_string(kRequestTimeoutMs)});
+                         {"--group-prefix", "b", "--steps", "10", "--seed", "77",
+                          "--request-timeout-ms", std::to_string(kRequestTimeoutMs)});
   const auto b_code = b->wait(seconds(60));
   const auto b_took = std::chrono::steady_clock::now() - b_start;
   const std::string b_out = b->drain(seconds(5));
@@ -55,8 +49,8 @@ TEST(TwoTrainers, SecondIsRefusedAsBusyAndFirstCompletesEveryStepVerified) {
   EXPECT_LT(b_took, milliseconds(kRequestTimeoutMs)) << b_out;
   // b names a (its holder text ends with a's group prefix) and does nothing else.
   EXPECT_EQ(count_matches(b_out,
-                          "step 1/10 FAILED version [0-9]+: .*engine busy.*held by "
-                          "'[^']*:[0-9]+ a'"),
+                          "step 1/10 FAILED version [0-9]+: .*engine busy.*engine leased by "
+                          "'[^']*:[0-9]+ a' for [0-9]+ more s"),
             1)
       << b_out;
   EXPECT_EQ(count_matches(b_out, "step 2/10"), 0) << b_out;
@@ -75,7 +69,17 @@ TEST(TwoTrainers, SecondIsRefusedAsBusyAndFirstCompletesEveryStepVerified) {
   const auto info = client.server_info();
   EXPECT_EQ(info.weight_version, "10");
   EXPECT_FALSE(info.session_selector.has_value());
-  EXPECT_EQ(client.weights_checksum(Runner::kTarget).weight_version, "10");
+  const auto a_weights = client.weights_checksum(Runner::kTarget);
+  EXPECT_EQ(a_weights.weight_version, "10");
+
+  // a released its lease on exit: a third trainer gets the engine at once.
+  auto c = start_trainer(1, {engine.url},
+                         {"--group-prefix", "c", "--steps", "1", "--seed", "78", "--verify"});
+  const auto c_code = c->wait(seconds(60));
+  const std::string c_out = c->drain(seconds(5));
+  ASSERT_EQ(c_code, std::optional<int>(0)) << c_out;
+  EXPECT_EQ(count_matches(c_out, "step 1/1 version 11 .* verified yes"), 1) << c_out;
+  EXPECT_NE(client.weights_checksum(Runner::kTarget).digest, a_weights.digest);
 }
 
 }  // namespace

@@ -1,0 +1,93 @@
+"""A sender that drives weight-update engines the way slime drives SGLang: no sessions.
+
+Usage: slime_style_sender.py --engines URL[,URL...] --ranks N[,N...] [--steps 3]
+           [--group slime-pp_0] [--bucket-bytes B] [--timeout 60]
+
+As tests/interop/miles_style_trainer.py (torch rank 0 hosting the c10d store, the group formed
+as SGLang's init_custom_process_group does, gloo, one dist.broadcast per tensor), but per step
+slime's sequence: POST /pause_generation {} (SGLang's default mode), GET /flush_cache (retried
+while non-200), bucket requests with no begin_weight_update, no selector and the step's
+weight_version in every bucket, POST /continue_generation {}, then the version read back from
+GET /get_weight_version, which must be the step's. Success is judged by HTTP status only.
+
+Prints one JSON line per step: {"step", "digests": {name: xxh3_128 hex}, "bytes", "seconds"}.
+"""
+import argparse
+import datetime
+import json
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import xxhash
+
+from miles_style_trainer import buckets, call, flush, join_group, nbytes, ok, target_tensors
+
+
+def update(args, urls, pg, metas, step):
+    version = str(step)
+    gen = torch.Generator().manual_seed(2000 + step)
+    start = time.monotonic()
+    for url in urls:
+        ok(url, "/pause_generation", {})
+        flush(url)
+    digests, total = {}, 0
+    for bucket in buckets(metas, args.bucket_bytes):
+        tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
+                   for _, d, s in bucket]
+        body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
+                "shapes": [m[2] for m in bucket], "group_name": args.group,
+                "flush_cache": False, "weight_version": version}
+        answers = [None] * len(urls)
+
+        def post(i):
+            answers[i] = call(urls[i], "/update_weights_from_distributed", body,
+                              timeout=args.timeout)
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(urls))]
+        for t in threads:
+            t.start()
+        works = [dist.broadcast(t, src=0, group=pg, async_op=True) for t in tensors]
+        for w in works:
+            w.wait()
+        for t in threads:
+            t.join(args.timeout)
+        for url, a in zip(urls, answers):
+            if a is None or a[0] != 200:
+                sys.exit(f"{url} update_weights_from_distributed: {a}")
+        for (name, _, _), t in zip(bucket, tensors):
+            digests[name] = xxhash.xxh3_128(t.numpy().tobytes()).hexdigest()
+            total += t.numel()
+    for url in urls:
+        ok(url, "/continue_generation", {})
+        held = json.loads(ok(url, "/get_weight_version", method="GET"))["weight_version"]
+        if held != version:
+            sys.exit(f"{url} /get_weight_version: {held!r}, expected {version!r}")
+    seconds = time.monotonic() - start
+    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds}),
+          flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--engines", required=True)
+    p.add_argument("--ranks", required=True)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--group", default="slime-pp_0")
+    p.add_argument("--bucket-bytes", type=int, default=1 << 20)
+    p.add_argument("--timeout", type=float, default=60)
+    args = p.parse_args()
+    urls = args.engines.split(",")
+    ranks = [int(r) for r in args.ranks.split(",")]
+    timeout = datetime.timedelta(seconds=args.timeout)
+    metas = target_tensors(urls[0], args.timeout)
+    store, pg = join_group(args, urls, ranks, timeout)
+    for step in range(1, args.steps + 1):
+        update(args, urls, pg, metas, step)
+    del pg, store
+
+
+if __name__ == "__main__":
+    main()
