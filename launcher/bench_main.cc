@@ -134,6 +134,10 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
   ranged(*up, "--ranks", uo.ranks_per_engine, "ranks per engine", 1, 16);
   bytes_option(*up, "--model-bytes", uo.model_bytes,
                "model size (a Qwen-like model of about this size)");
+  up->add_option_function<std::string>(
+      "--models", [&uo](const std::string& text) { uo.models = split_csv(text); },
+      "model presets to update one after the other in this run, each with fresh engines, "
+      "compared at the end (e.g. dense-1g,moe-1g); overrides --model-bytes");
   bytes_option(*up, "--bucket-bytes", uo.bucket_bytes, "bucket size");
   bytes_option(*up, "--chunk-bytes", uo.chunk_bytes, "gloo-chain chunk size");
   ranged(*up, "--max-in-flight", uo.max_in_flight, "unanswered bucket requests per engine", 1, 64);

@@ -241,15 +241,27 @@ BenchTable update_table() {
 // One run of the bench: the engine sets, the weights of each step, the table and the totals.
 class UpdateBench {
  public:
-  UpdateBench(const UpdateBenchOptions& o, const std::string& self)
+  UpdateBench(const UpdateBenchOptions& o, const std::string& self, const sync::ModelSpec& spec,
+              std::string label)
       : o_(o),
         self_(self),
-        metas_(sync::hf_tensors(sync::model_spec_for_bytes(o.model_bytes))),
+        label_(std::move(label)),
+        metas_(sync::hf_tensors(spec)),
         model_bytes_(sync::total_bytes(metas_)),
-        spec_file_(write_model_spec(o.model_bytes)),
+        spec_file_(write_model_spec(spec)),
         sets_(make_sets(o, self, spec_file_.path(), model_bytes_)),
         weights_(metas_, o.drift == "realistic", sync::kRealisticLr),
         table_(update_table()) {}
+
+  // The set under test's mean GB/s over its counted updates (0 when none succeeded).
+  double mean_gbps() const {
+    const UpdateSet& main_set = sets_.back();
+    return main_set.ok && main_set.seconds > 0
+               ? static_cast<double>(model_bytes_) * main_set.ok / main_set.seconds / 1e9
+               : 0;
+  }
+  std::uint64_t model_bytes() const { return model_bytes_; }
+  std::size_t tensors() const { return metas_.size(); }
 
   int run() {
     begin_table();
@@ -266,12 +278,12 @@ class UpdateBench {
     char head[320];
     std::snprintf(
         head, sizeof(head),
-        "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s (%zu "
+        "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s%s (%zu "
         "tensors), bucket %s, %d updates, drift %s, codec %s, gloo%s",
         sets_[0].urls.size(), o_.ranks_per_engine, o_.delta.c_str(),
-        o_.compare_full ? " vs off" : "", format_bytes(model_bytes_).c_str(), metas_.size(),
-        format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str(),
-        o_.single_copy ? "" : " without single copy");
+        o_.compare_full ? " vs off" : "", label_.c_str(), format_bytes(model_bytes_).c_str(),
+        metas_.size(), format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(),
+        o_.delta_codec.c_str(), o_.single_copy ? "" : " without single copy");
     table_.begin(head);
   }
 
@@ -357,6 +369,7 @@ class UpdateBench {
 
   const UpdateBenchOptions& o_;
   const std::string& self_;
+  const std::string label_;  // "moe-1g " or empty
   const std::vector<sync::TensorMeta> metas_;
   const std::uint64_t model_bytes_;
   const TempFile spec_file_;
@@ -369,7 +382,28 @@ class UpdateBench {
 }  // namespace
 
 int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
-  return UpdateBench(o, self).run();
+  if (o.models.empty()) {
+    return UpdateBench(o, self, sync::model_spec_for_bytes(o.model_bytes), "").run();
+  }
+  // Each model in turn, fresh engines each, then their GB/s side by side (against the first).
+  int code = 0;
+  std::vector<std::string> lines;
+  double first = 0;
+  for (const std::string& name : o.models) {
+    UpdateBench bench(o, self, sync::model_preset(name), name + " ");
+    code = std::max(code, bench.run());
+    const double gbps = bench.mean_gbps();
+    if (lines.empty()) first = gbps;
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%-14s %10s %6zu tensors %8.3f GB/s %6.2fx of %s", name.c_str(),
+                  format_bytes(bench.model_bytes()).c_str(), bench.tensors(), gbps,
+                  first > 0 ? gbps / first : 0.0, o.models.front().c_str());
+    lines.emplace_back(buf);
+  }
+  std::printf("# models in this run (mean of updates after the first):\n");
+  for (const auto& line : lines) std::printf("#   %s\n", line.c_str());
+  std::fflush(stdout);
+  return code;
 }
 
 }  // namespace weightcast::launcher

@@ -14,6 +14,7 @@
 
 #include "launcher/bench_table.h"
 #include "launcher/child_process.h"
+#include "sync/model/model.h"
 
 namespace weightcast::launcher {
 
@@ -21,6 +22,10 @@ struct UpdateBenchOptions {
   int engines = 2;
   int ranks_per_engine = 1;
   std::uint64_t model_bytes = 1u << 30;
+  // Model presets to run one after the other in this run, each with fresh engines (a mixture of
+  // experts beside its dense twin: --models dense-1g,moe-1g); a last note compares their GB/s.
+  // Empty: one Qwen-like model of about model_bytes.
+  std::vector<std::string> models;
   std::uint64_t bucket_bytes = 256u << 20;
   int iters = 3;
   int max_in_flight = 3;  // unanswered bucket requests per engine
@@ -70,6 +75,7 @@ class TempFile {
 // Pieces the hosts mode shares: the model spec file engines load, an engine's argv, and the URL
 // an engine prints when it listens.
 TempFile write_model_spec(std::uint64_t model_bytes);
+TempFile write_model_spec(const sync::ModelSpec& spec);
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host);

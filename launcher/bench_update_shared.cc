@@ -26,8 +26,11 @@ TempFile::~TempFile() {
 }
 
 TempFile write_model_spec(std::uint64_t model_bytes) {
-  return TempFile("weightcast-bench-model",
-                  sync::to_json(sync::model_spec_for_bytes(model_bytes)).dump());
+  return write_model_spec(sync::model_spec_for_bytes(model_bytes));
+}
+
+TempFile write_model_spec(const sync::ModelSpec& spec) {
+  return TempFile("weightcast-bench-model", sync::to_json(spec).dump());
 }
 
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,

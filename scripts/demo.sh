@@ -3,28 +3,37 @@
 #
 # Two weightcast-engine processes (1 and 2 ranks), each with a target runner and a frozen
 # EAGLE-style draft runner, both with the non-idempotent `shuffle` layout; trainer ranks under
-# mpirun (tp 2 x pp 2) run STEPS training steps with a weight update after each, --verify on.
+# mpirun (tp 2 x pp 2, times EP for a mixture of experts) run STEPS training steps with a weight
+# update after each, --verify on.
 #   fixed:  safe finalize, selector chosen by the decision function (-> target)
 #   legacy: engines with --legacy-finalize, selector forced to `all` (the old behaviour)
 # Prints one row per step and scenario, then the accept-length comparison. Exits 0 only when
 # the fixed scenario verified every step. Everything it starts is stopped on exit.
 #
-# Usage: scripts/demo.sh [--model small|tiny|qwen3-0.6b|config.json] [--steps N]
-#                        [--bucket-bytes 16M] [--backend gloo]
+# Usage: scripts/demo.sh [--model small|tiny|qwen3-0.6b|moe-small|deepseek-tiny|config.json]
+#                        [--steps N] [--bucket-bytes 16M] [--backend gloo] [--ep N]
+# With an MoE preset (moe-*, deepseek-*) --ep defaults to 2: mpirun -np 8, tp 2 x ep 2 x pp 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
-model=small steps=5 bucket=16M backend=gloo
+model=small steps=5 bucket=16M backend=gloo ep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --bucket-bytes) bucket=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --ep) ep=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "demo: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+case "$model" in
+  moe-*|deepseek-*) ep=${ep:-2} ;;
+  *) ep=${ep:-1} ;;
+esac
+np=$((4 * ep))
 
 engine="$build_dir/launcher/engine/weightcast-engine"
 train="$build_dir/launcher/train/weightcast-train"
@@ -46,7 +55,7 @@ run_scenario() {  # name selector engine-flags...
   start_engine "$name-a" 1 "$@"; a=$engine_url
   start_engine "$name-b" 2 "$@"; b=$engine_url
   set +e
-  timeout 300 mpirun "${mpi_flags[@]}" -np 4 "$train" --tp 2 --pp 2 --engines "$a,$b" \
+  timeout 300 mpirun "${mpi_flags[@]}" -np "$np" "$train" --tp 2 --pp 2 --ep "$ep" --engines "$a,$b" \
     --model "$model" --seed 1 --steps "$steps" --bucket-bytes "$bucket" --backend "$backend" \
     --selector "$selector" --speculative-algorithm EAGLE --verify --keep-going \
     --probe-accept-length "${train_extra[@]}" >"$work/$name.out" 2>"$work/$name.err"
@@ -69,7 +78,7 @@ run_scenario legacy all --legacy-finalize
 model_line=$(grep -m1 -o 'model .*' "$work/fixed.out" || true)
 echo "weightcast demo: frozen EAGLE draft under weight updates"
 echo "  ${model_line:-model $model}; engines: 2 (1 and 2 ranks), target + frozen draft, layout shuffle"
-echo "  trainer: mpirun -np 4, tp 2 x pp 2; backend $backend; bucket $bucket; $steps steps; --verify"
+echo "  trainer: mpirun -np $np, tp 2 x ep $ep x pp 2; backend $backend; bucket $bucket; $steps steps; --verify"
 echo
 printf '%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s\n' scenario step version bytes \
   wire changed buckets seconds GB/s target_ok draft_same accept_length

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     // Every rank checks the same flags before MPI starts, so a bad value fails them all alike.
-    resolve_model(options);
+    check_model_layout(options, resolve_model(options));
     updater_options(options, {});
   } catch (const std::exception& e) {
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
       throw weightcast::comm::ConfigError(
           "mpirun -np " + std::to_string(mpi.world_size()) +
           " is not a multiple of tp * pp = " + std::to_string(options.tp * options.pp));
+    }
+    const int dp = mpi.world_size() / (options.tp * options.pp);
+    if (dp % options.ep != 0) {
+      throw weightcast::comm::ConfigError(
+          "--ep " + std::to_string(options.ep) + " does not divide the data-parallel size " +
+          std::to_string(dp) + " (mpirun -np " + std::to_string(mpi.world_size()) + " / (tp " +
+          std::to_string(options.tp) + " * pp " + std::to_string(options.pp) + "))");
     }
     code = run_trainer(options, stdout);
   } catch (const weightcast::comm::TimeoutError& e) {

@@ -9,24 +9,13 @@
 
 namespace weightcast::launcher::train {
 
-namespace {
-
 using sync::trainer::MegatronParam;
-using sync::trainer::TpSplit;
 
-// Bytes TP rank `tp_rank` puts in its rank_shards() for `param`: replicated params come from TP
-// rank 0 only.
-std::size_t contributed_bytes(const MegatronParam& param, int tp, int tp_rank) {
-  if (param.split == TpSplit::kReplicated) return tp_rank == 0 ? param.byte_count() : 0;
-  return sync::trainer::shard_bytes(param, tp);
-}
-
-}  // namespace
-
-StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
-                         std::size_t group_bytes)
-    : params_(std::move(params)), tp_(tp) {
+StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank, int ep,
+                         int ep_rank, std::size_t group_bytes)
+    : params_(std::move(params)), tp_(tp), ep_(ep) {
   WC_ENFORCE_GE(tp, 1);
+  WC_ENFORCE_GE(ep, 1);
   WC_ENFORCE(tp_rank >= 0 && tp_rank < tp, "tp_rank ", tp_rank, " of ", tp);
   WC_ENFORCE_GT(group_bytes, std::size_t{0});
   Group g;
@@ -40,7 +29,8 @@ StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
     }
     g.end_param = p + 1;
     g.end_tensor += param.parts.size();
-    g.bytes += contributed_bytes(param, tp, tp_rank);
+    // EP replicas past the first `ep` data-parallel ranks hold nothing new: ep_rank -1.
+    if (ep_rank >= 0) g.bytes += sync::trainer::contributed_bytes(param, tp, tp_rank, ep_rank);
     full += param.byte_count();
   }
   if (g.end_param > g.first_param) groups_.push_back(g);
@@ -64,10 +54,11 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
                                 mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
     const comm::mpi::GatheredBytes gathered =
         comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+    // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards.
     std::vector<std::span<const std::byte>> blocks;
-    for (int r = 0; r < tp_; ++r) blocks.push_back(gathered.block(r));
+    for (int r = 0; r < tp_ * ep_; ++r) blocks.push_back(gathered.block(r));
     sync::trainer::assemble_hf_into(
-        std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks,
+        std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks, tp_,
         std::span(tensors_).subspan(g.first_tensor, g.end_tensor - g.first_tensor));
     {
       std::lock_guard lock(mu_);

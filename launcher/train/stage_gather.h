@@ -1,7 +1,7 @@
-// StageGather: one training step's TP shards of a pipeline stage, gathered to the stage source in
-// groups of about one bucket each (an MPI gatherv per group), so the source's broadcast of the
-// buckets already gathered overlaps the gather of the next ones (docs/performance.md, "TP gather
-// overlapped with the broadcast").
+// StageGather: one training step's TP (and EP) shards of a pipeline stage, gathered to the stage
+// source in groups of about one bucket each (an MPI gatherv per group), so the source's broadcast
+// of the buckets already gathered overlaps the gather of the next ones (docs/performance.md, "TP
+// gather overlapped with the broadcast").
 //
 // The groups are consecutive Megatron params of at most `group_bytes` (a larger param is a group
 // of its own), the same on every rank: each rank cuts its shard bytes (rank_shards(): the params
@@ -10,6 +10,10 @@
 // fills its HF tensors in place, group by group; await() blocks until a tensor is filled. Every
 // other rank contributes in its calling thread (contribute()). Without MPI_THREAD_MULTIPLE the
 // source gathers every group inside start() instead: no overlap, the same bytes.
+// With expert parallelism the stage's first `ep` data-parallel replicas are its EP ranks: each TP
+// rank of EP rank p contributes the experts p holds (rank_shards() with ep_rank p), EP rank 0 the
+// dense params too, so expert bytes join the same overlapped gather, group by group, and the
+// source broadcasts each expert's buckets while the next group is still being gathered.
 // Lifetime: one per rank, reused step after step (the tensors' buffers stay allocated); finish()
 // joins the step's thread. Threading: start/contribute/finish from the rank's main thread,
 // await() from any thread.
@@ -34,10 +38,11 @@ namespace weightcast::launcher::train {
 
 class StageGather {
  public:
-  // `params`: the stage's (every rank passes the same); `tp_rank` this rank's, `dp_rank` 0 for
-  // the replicas that contribute bytes (the others send empty blocks).
-  StageGather(std::vector<sync::trainer::MegatronParam> params, int tp, int tp_rank,
-              std::size_t group_bytes);
+  // `params`: the stage's, experts of every EP rank included (every rank passes the same);
+  // `tp_rank` and `ep_rank` this rank's (ep_rank -1 for the data-parallel replicas past the EP
+  // ranks, which send empty blocks), `ep` the EP size.
+  StageGather(std::vector<sync::trainer::MegatronParam> params, int tp, int tp_rank, int ep,
+              int ep_rank, std::size_t group_bytes);
   ~StageGather();
   StageGather(const StageGather&) = delete;
   StageGather& operator=(const StageGather&) = delete;
@@ -68,6 +73,7 @@ class StageGather {
 
   const std::vector<sync::trainer::MegatronParam> params_;
   const int tp_;
+  const int ep_;
   std::vector<Group> groups_;
   std::vector<sync::trainer::HostTensor> tensors_;
   std::unordered_map<std::string, std::size_t> group_of_;  // HF tensor name -> group

@@ -6,6 +6,7 @@
 #include "comm/errors.h"
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
+#include "sync/model/bucket.h"
 #include "sync/protocol/protocol_enums.h"
 
 namespace weightcast::launcher::train {
@@ -16,6 +17,14 @@ namespace {
 void add_parallelism_options(CLI::App& app, TrainOptions& o) {
   ranged(app, "--tp", o.tp, "tensor-parallel size", 1, 1024);
   ranged(app, "--pp", o.pp, "pipeline-parallel size (one group per stage)", 1, 1024);
+  ranged(app, "--ep", o.ep,
+         "expert-parallel size: the first N data-parallel replicas of each stage split the "
+         "experts (N must divide the data-parallel size and the number of experts)",
+         1, 1024);
+  one_of(app, "--expert-layout", o.expert_layout,
+         "Megatron's expert parameters: local (local_experts.{i}.linear_fc1) or grouped "
+         "(TE grouped GEMM: linear_fc1.weight{i})",
+         {"local", "grouped"});
   app.add_option("--engines", o.engines, "engine URLs, comma separated (order fixes rank offsets)")
       ->delimiter(',')
       ->required();
@@ -23,8 +32,10 @@ void add_parallelism_options(CLI::App& app, TrainOptions& o) {
 
 // The model: a preset or config.json, per-field overrides, the generator seed.
 void add_model_options(CLI::App& app, TrainOptions& o) {
-  with_default(app, "--model", o.model,
-               "model preset (tiny, small, qwen3-0.6b, qwen3-8b) or an HF config.json path");
+  with_default(
+      app, "--model", o.model,
+      "model preset (tiny, small, qwen3-0.6b, qwen3-8b, moe-tiny, moe-small, moe-1g, dense-1g, "
+      "deepseek-tiny) or an HF config.json path");
   app.add_option("--vocab-size", o.vocab_size, "override vocab_size");
   app.add_option("--hidden-size", o.hidden_size, "override hidden_size");
   app.add_option("--num-layers", o.num_layers, "override num_hidden_layers");
@@ -41,6 +52,11 @@ void add_model_options(CLI::App& app, TrainOptions& o) {
 void add_transfer_options(CLI::App& app, TrainOptions& o) {
   ranged(app, "--steps", o.steps, "training steps, one weight update each", 1, 1000000);
   with_default(app, "--bucket-bytes", o.bucket_bytes, "largest bucket (K/M/G suffixes)");
+  one_of(app, "--atomic-groups", o.atomic_groups,
+         "tensors an engine loads together stay in one bucket: auto (fused q/k/v, gate/up and "
+         "MLA down projections for MoE and MLA models, none for dense ones), fused (those for "
+         "every model), experts (also each expert's three matrices), off",
+         {"auto", "fused", "experts", "off"});
   ranged(app, "--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine", 1, 64);
   one_of(app, "--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)", {"gloo", "nccl"});
   ranged(app, "--cuda-device", o.cuda_device,
@@ -194,6 +210,35 @@ sync::ModelSpec resolve_model(const TrainOptions& o) {
   if (o.dtype) spec.dtype = sync::parse_dtype(*o.dtype);
   sync::validate(spec);
   return spec;
+}
+
+sync::trainer::ExpertParallel expert_parallel(const TrainOptions& o) {
+  return {o.ep, sync::trainer::parse_expert_layout(o.expert_layout)};
+}
+
+std::optional<sync::GroupRule> atomic_group_rule(const TrainOptions& o,
+                                                 const sync::ModelSpec& spec) {
+  if (o.atomic_groups == "off") return std::nullopt;
+  if (o.atomic_groups == "auto" && !spec.is_moe() && !spec.is_mla()) return std::nullopt;
+  sync::GroupRule rule = sync::group_rule(spec);
+  rule.whole_expert = o.atomic_groups == "experts";
+  return rule;
+}
+
+void check_model_layout(const TrainOptions& o, const sync::ModelSpec& spec) {
+  const auto experts = expert_parallel(o);
+  const auto rule = atomic_group_rule(o, spec);
+  const auto bucket_bytes = static_cast<std::size_t>(parse_bytes(o.bucket_bytes));
+  for (int s = 0; s < o.pp; ++s) {
+    const auto params = sync::trainer::stage_params(spec, s, o.pp, experts);
+    sync::trainer::check_tp_divisible(params, o.tp);
+    if (!rule || bucket_bytes == 0) continue;
+    std::vector<sync::TensorMeta> metas;
+    for (const auto& param : params)
+      metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+    sync::plan_buckets(metas, bucket_bytes, sync::kDefaultBucketAlignment,
+                       sync::atomic_groups(metas, *rule));
+  }
 }
 
 sync::SelectorConfig selector_config(const TrainOptions& o, const sync::ModelSpec& spec,

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "sync/model/atomic_groups.h"
 #include "sync/model/model.h"
 #include "sync/protocol/decision.h"
+#include "sync/trainer/megatron.h"
 #include "sync/trainer/updater.h"
 
 namespace weightcast::launcher::train {
@@ -21,6 +23,14 @@ namespace weightcast::launcher::train {
 struct TrainOptions {
   int tp = 1;
   int pp = 1;
+  // Expert parallelism: the first `ep` data-parallel replicas of a stage each hold
+  // num_experts / ep experts (sync/trainer/megatron.h), in Megatron's `local` or `grouped` layout.
+  int ep = 1;
+  std::string expert_layout = "local";
+  // Tensors an engine loads together stay in one bucket (sync/model/atomic_groups.h): auto (the
+  // fused groups for MoE and MLA models, none for dense ones), fused, experts (fused, and each
+  // expert's three matrices), off.
+  std::string atomic_groups = "auto";
   std::vector<std::string> engines;
 
   // Model: a preset name or a config.json path, then per-field overrides.
@@ -78,6 +88,18 @@ void add_options(CLI::App& app, TrainOptions& options);
 
 // The model spec: preset or JSON file, then the overrides; validated. Throws comm::ConfigError.
 sync::ModelSpec resolve_model(const TrainOptions& options);
+
+// Expert parallelism as the options give it (ep, layout).
+sync::trainer::ExpertParallel expert_parallel(const TrainOptions& options);
+
+// The atomic-group rule --atomic-groups picks for `spec`; nullopt for none.
+std::optional<sync::GroupRule> atomic_group_rule(const TrainOptions& options,
+                                                 const sync::ModelSpec& spec);
+
+// Checks, before any rank starts, what the model and the flags must agree on: every stage splits
+// over --tp and --ep, and every stage's atomic groups fit in --bucket-bytes. Throws
+// comm::ConfigError naming the tensor or the group.
+void check_model_layout(const TrainOptions& options, const sync::ModelSpec& spec);
 
 // What the decision function gets: the speculative algorithm (the flag, else the one the
 // engines report), the spec's MTP layers and the conversion mode.

@@ -43,10 +43,12 @@ class Rank {
         out_(out),
         spec_(resolve_model(o)),
         topo_(world_rank(), world_size(), o.tp, o.pp),
-        params_(stage_params(spec_, topo_.pp_rank(), o.pp)) {
+        params_(stage_params(spec_, topo_.pp_rank(), o.pp, expert_parallel(o))),
+        // The first `ep` data-parallel replicas are the EP ranks; the others hold copies.
+        ep_rank_(topo_.dp_rank() < o.ep ? topo_.dp_rank() : -1) {
     // Every rank checks every stage, so a bad split fails all ranks alike instead of leaving
     // some waiting in a collective for the others.
-    for (int s = 0; s < o.pp; ++s) check_tp_divisible(stage_params(spec_, s, o.pp), o.tp);
+    check_model_layout(o, spec_);
     stage_comm_ = mpi::stage_group(topo_, MPI_COMM_WORLD, mpi_deadline());
     sources_comm_ = mpi::split(MPI_COMM_WORLD, topo_.is_stage_source() ? 0 : 1, topo_.pp_rank(),
                                mpi_deadline());
@@ -54,7 +56,7 @@ class Rank {
     // broadcast of the buckets already gathered (a thread of its own needs MPI_THREAD_MULTIPLE).
     const bool whole = o.tp_gather == "whole";
     gather_ = std::make_unique<StageGather>(
-        params_, o.tp, topo_.tp_rank(),
+        params_, o.tp, topo_.tp_rank(), o.ep, ep_rank_,
         whole ? SIZE_MAX : updater_options(o, {}).buckets.bucket_bytes);
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
@@ -63,6 +65,13 @@ class Rank {
 
   int run() {
     int code = setup();
+    if (code == kExitOk && coordinator() && spec_.is_moe()) {
+      // How the experts are spread: the EP ranks' shards join each stage's gather.
+      std::fprintf(out_, "experts %lld ep %d (%s): %lld per EP rank\n",
+                   static_cast<long long>(spec_.num_experts), o_.ep, o_.expert_layout.c_str(),
+                   static_cast<long long>(spec_.num_experts / o_.ep));
+      std::fflush(out_);
+    }
     if (code == kExitOk && coordinator() && o_.probe_accept_length) {
       // The reference: the engines' accept length on the weights they started with.
       std::fprintf(out_, "step 0/%d initial weights%s\n", o_.steps, probe_accept_lengths().c_str());
@@ -121,6 +130,7 @@ class Rank {
     if (!decided.ok()) return decided;
     UpdaterOptions uo = updater_options(o_, {});
     uo.selector = sync::parse_selector(decided.text);
+    uo.buckets.atomic_groups = atomic_group_rule(o_, spec_);
     updater_ = std::make_unique<DistributedUpdater>(o_.engines, uo);
 
     std::optional<RankStatus> first_failure;
@@ -192,9 +202,11 @@ class Rank {
   // one more optimizer-like step from the initial weights (--drift realistic).
   std::vector<std::byte> shards_at(int step) {
     const auto k = static_cast<std::uint64_t>(step);
-    if (o_.drift != "realistic") return rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, k);
+    if (o_.drift != "realistic") {
+      return rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, k, ep_rank_);
+    }
     if (!drift_) {
-      drifted_ = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, 0);
+      drifted_ = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, 0, ep_rank_);
       const double lr = o_.drift_lr > 0 ? o_.drift_lr : sync::kRealisticLr;
       drift_ = std::make_unique<sync::Drift>(spec_.dtype, drifted_, o_.seed, lr);
     }
@@ -224,7 +236,8 @@ class Rank {
   std::FILE* out_;
   sync::ModelSpec spec_;
   mpi::Topology topo_;
-  std::vector<MegatronParam> params_;
+  std::vector<MegatronParam> params_;  // the stage's, every EP rank's experts included
+  int ep_rank_;                        // -1: a data-parallel replica past the EP ranks
   mpi::Comm stage_comm_;
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
@@ -239,7 +252,7 @@ class Rank {
 
 int Rank::run_step(int step) {
   std::vector<std::byte> mine;
-  if (topo_.dp_rank() == 0) mine = shards_at(step);
+  if (ep_rank_ >= 0) mine = shards_at(step);
   RankStatus line;
   if (topo_.is_stage_source()) {
     // Stage ranks 0 .. tp-1 are the dp-0 replicas of TP ranks 0 .. tp-1. The buckets go out as

@@ -39,15 +39,61 @@ void append(BucketPlan& plan, TensorMeta meta, std::size_t offset, std::size_t b
   plan.entries.push_back(BucketEntry{std::move(meta), offset, bytes});
 }
 
+// Where the tensors [first, end) of `metas` end when placed from `end` on.
+std::size_t span_end(const std::vector<TensorMeta>& metas, std::size_t first, std::size_t last,
+                     std::size_t end, std::size_t alignment) {
+  for (std::size_t i = first; i < last; ++i) {
+    const std::size_t bytes = metas[i].byte_count();
+    end = place(end, bytes, alignment, metas[i]) + bytes;
+  }
+  return end;
+}
+
 }  // namespace
 
 std::vector<BucketPlan> plan_buckets(const std::vector<TensorMeta>& metas,
-                                     std::size_t max_bucket_bytes, std::size_t alignment) {
+                                     std::size_t max_bucket_bytes, std::size_t alignment,
+                                     std::span<const AtomicGroup> groups) {
   WC_ENFORCE_GT(max_bucket_bytes, 0u, "max_bucket_bytes");
   check_alignment(alignment);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    WC_ENFORCE(groups[g].first < groups[g].end && groups[g].end <= metas.size(), "atomic group ",
+               groups[g].name, " outside the tensor list");
+    WC_ENFORCE(g == 0 || groups[g - 1].end <= groups[g].first, "atomic groups out of order at ",
+               groups[g].name);
+  }
   std::vector<BucketPlan> plans;
-  for (const TensorMeta& meta : metas) {
+  std::size_t next_group = 0;
+  std::size_t group_end = 0;  // tensors before this index belong to an already placed group
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    const TensorMeta& meta = metas[i];
     const std::size_t bytes = meta.byte_count();
+    bool forced = i < group_end;  // inside a group its first member placed: no split
+    if (next_group < groups.size() && groups[next_group].first == i) {
+      const AtomicGroup& group = groups[next_group++];
+      group_end = group.end;
+      const std::size_t alone = span_end(metas, group.first, group.end, 0, alignment);
+      if (alone > max_bucket_bytes) {
+        throw comm::ConfigError(
+            "atomic group " + sync::quoted(group.name) + " (" +
+            std::to_string(group.end - group.first) + " tensors, " + std::to_string(alone) +
+            " bytes) does not fit in a bucket of " + std::to_string(max_bucket_bytes) +
+            " bytes; an engine loads these tensors together, so raise the bucket size");
+      }
+      // The whole group joins the current bucket if it fits there, else opens the next one.
+      const bool fits = plans.empty() || plans.back().total_bytes == 0 ||
+                        span_end(metas, group.first, group.end, plans.back().total_bytes,
+                                 alignment) <= max_bucket_bytes;
+      if (fits && !plans.empty()) {
+        forced = true;
+      } else {
+        BucketPlan next;
+        next.sequence = plans.size();
+        append(next, meta, 0, bytes);
+        plans.push_back(std::move(next));
+        continue;
+      }
+    }
     std::size_t offset = 0;
     if (!plans.empty()) {
       BucketPlan& current = plans.back();
@@ -55,7 +101,7 @@ std::vector<BucketPlan> plan_buckets(const std::vector<TensorMeta>& metas,
       // An empty bucket (only zero-byte tensors so far) takes any tensor: no collective is
       // spent on zero bytes.
       const bool fits =
-          bytes == 0 || current.total_bytes == 0 || offset + bytes <= max_bucket_bytes;
+          forced || bytes == 0 || current.total_bytes == 0 || offset + bytes <= max_bucket_bytes;
       if (fits) {
         append(current, meta, offset, bytes);
         continue;

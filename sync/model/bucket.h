@@ -11,7 +11,10 @@
 //   - total_bytes is the end of the last tensor (no trailing padding).
 // plan_buckets() splits greedily: a tensor that would end past max_bucket_bytes closes the
 // current bucket, unless that bucket holds no bytes yet; so a tensor larger than
-// max_bucket_bytes gets a bucket of its own (shared only with zero-byte tensors). An engine that
+// max_bucket_bytes gets a bucket of its own (shared only with zero-byte tensors). Atomic groups
+// (sync/model/atomic_groups.h) are never cut: a group that would end past max_bucket_bytes closes
+// the current bucket and opens the next, and a group larger than max_bucket_bytes on its own is a
+// comm::ConfigError naming it and its size. An engine that
 // receives one bucket's tensor list rebuilds the same plan with make_bucket().
 // pack() writes a bucket into a buffer (padding zeroed, so bucket bytes are deterministic);
 // unpack() gives each tensor's bytes inside a received buffer, without copying.
@@ -25,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "sync/model/atomic_groups.h"
 #include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
@@ -47,12 +51,14 @@ struct BucketPlan {
   bool operator==(const BucketPlan&) const = default;
 };
 
-// Splits `metas` into buckets as described above. An empty list gives no buckets.
-// max_bucket_bytes > 0 and alignment a power of two (EnforceError otherwise); a byte count or
-// offset that overflows throws comm::BadRequestError naming the tensor.
+// Splits `metas` into buckets as described above, keeping each of `groups` (atomic_groups() of
+// `metas`: sorted, disjoint, within the list, else EnforceError) in one bucket. An empty list
+// gives no buckets. max_bucket_bytes > 0 and alignment a power of two (EnforceError otherwise); a
+// byte count or offset that overflows throws comm::BadRequestError naming the tensor.
 std::vector<BucketPlan> plan_buckets(const std::vector<TensorMeta>& metas,
                                      std::size_t max_bucket_bytes,
-                                     std::size_t alignment = kDefaultBucketAlignment);
+                                     std::size_t alignment = kDefaultBucketAlignment,
+                                     std::span<const AtomicGroup> groups = {});
 
 // One bucket holding all of `metas`, with the offsets plan_buckets() would give them.
 BucketPlan make_bucket(std::uint64_t sequence, std::vector<TensorMeta> metas,

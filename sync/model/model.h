@@ -6,7 +6,13 @@
 // trainer, which "trains" by jumping to step k, knows exactly what every engine must hold
 // afterwards, so correctness is checked bit for bit, not by sampling.
 //
-// Names follow HF Qwen2/Qwen3 checkpoints (no biases, no QK-norm). MTP layers follow
+// Names follow HF Qwen2/Qwen3 checkpoints (no biases, no QK-norm). Mixture-of-experts layers
+// follow Qwen3-MoE (router mlp.gate.weight, experts mlp.experts.{e}.{gate,up,down}_proj.weight,
+// and Qwen2-MoE's optional shared expert mlp.shared_expert.{gate,up,down}_proj.weight with its
+// mlp.shared_expert_gate.weight); with multi-head latent attention (kv_lora_rank > 0) a layer
+// follows DeepSeek-V3 instead: self_attn.{q_a_proj, kv_a_proj_with_mqa, q_a_layernorm, q_b_proj,
+// kv_a_layernorm, kv_b_proj, o_proj} and shared experts mlp.shared_experts.{gate,up,down}_proj.
+// The first first_k_dense_replace layers of an MoE model keep the dense MLP. MTP layers follow
 // Qwen3-Next's checkpoint naming under "mtp.": mtp.fc.weight, mtp.pre_fc_norm_embedding.weight,
 // mtp.pre_fc_norm_hidden.weight, mtp.layers.{j}.<decoder layer>, mtp.norm.weight; they come
 // after the main model's tensors. The draft runner of an engine holds draft_tensors(): the MTP
@@ -45,6 +51,26 @@ struct ModelSpec {
   std::int64_t mtp_num_layers = 0;  // 0: no MTP module
   DType dtype = DType::kBFloat16;
   bool tie_word_embeddings = false;  // true: no lm_head.weight, as in HF
+  // Mixture of experts: num_experts 0 is a dense model. Every layer from first_k_dense_replace
+  // on has num_experts experts of moe_intermediate_size, and a shared expert of
+  // shared_expert_intermediate_size unless that is 0.
+  std::int64_t num_experts = 0;
+  std::int64_t moe_intermediate_size = 0;
+  std::int64_t shared_expert_intermediate_size = 0;
+  std::int64_t first_k_dense_replace = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank 0 is plain GQA attention, and then
+  // the other four are 0 too.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+
+  bool is_moe() const { return num_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // Whether decoder layer `layer` (of the main model; MTP layers count as the last ones) has
+  // experts.
+  bool is_moe_layer(std::int64_t layer) const { return is_moe() && layer >= first_k_dense_replace; }
 
   bool operator==(const ModelSpec&) const = default;
 };
@@ -58,16 +84,23 @@ void validate(const ModelSpec& spec);
 // num_attention_heads, intermediate_size (required); num_key_value_heads (default
 // num_attention_heads), head_dim (default hidden_size / num_attention_heads),
 // num_nextn_predict_layers (default 0), torch_dtype (default "bfloat16"), tie_word_embeddings
-// (default false). Integers must be JSON integers, the flag a JSON bool. Other keys are ignored
-// so a real config.json loads. Throws comm::ConfigError naming the field; the result is
-// validated.
+// (default false); for MoE num_experts (or DeepSeek's n_routed_experts), moe_intermediate_size,
+// shared_expert_intermediate_size (or DeepSeek's n_shared_experts * moe_intermediate_size),
+// first_k_dense_replace; for MLA q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+// v_head_dim (all default 0; null counts as 0). Integers must be JSON integers, the flag a JSON
+// bool. Other keys are ignored so a real config.json loads. Throws comm::ConfigError naming the
+// field; the result is validated.
 ModelSpec model_spec_from_json(const nlohmann::json& json);
 // The fields above, all of them; model_spec_from_json(to_json(s)) == s.
 nlohmann::json to_json(const ModelSpec& spec);
 
 // Named presets: "tiny" (~3 MiB, 2 layers, for unit tests), "small" (~64 MiB, 8 layers),
-// "qwen3-0.6b" and "qwen3-8b" (the real models' shapes). Unknown names throw comm::ConfigError
-// listing the valid ones.
+// "qwen3-0.6b" and "qwen3-8b" (the real models' shapes); mixtures of experts in Qwen3-MoE naming
+// "moe-tiny" (~5 MiB, 8 experts), "moe-small" (~80 MiB, 16 experts and a shared expert) and
+// "moe-1g" (~1 GiB, 64 experts, for benchmarks) and its dense twin "dense-1g" (one MLP as wide as
+// the 64 experts: the same bytes within 0.1%); "deepseek-tiny" (~5 MiB, DeepSeek-V3 style: MLA
+// attention, one dense layer, then MoE layers with 8 experts and a shared expert). Unknown names
+// throw comm::ConfigError listing the valid ones.
 ModelSpec model_preset(std::string_view name);
 std::vector<std::string_view> model_preset_names();
 
@@ -78,8 +111,11 @@ std::vector<std::string_view> model_preset_names();
 ModelSpec model_spec_for_bytes(std::size_t target_bytes, DType dtype = DType::kBFloat16);
 
 // Every tensor a trainer sends, in HF order: embed_tokens; per layer input_layernorm,
-// self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj; model.norm;
-// lm_head (unless tied); then the MTP module. Shapes are [out, in] as in torch.nn.Linear.
+// self_attn.{q,k,v,o}_proj (MLA: q_a_proj, kv_a_proj_with_mqa, q_a_layernorm, q_b_proj,
+// kv_a_layernorm, kv_b_proj, o_proj), post_attention_layernorm, then mlp.{gate,up,down}_proj or,
+// in an MoE layer, mlp.gate, each expert's gate/up/down in expert order, the shared expert;
+// model.norm; lm_head (unless tied); then the MTP module (its layers as the model's last one).
+// Shapes are [out, in] as in torch.nn.Linear.
 std::vector<TensorMeta> hf_tensors(const ModelSpec& spec);
 // What the target runner holds: hf_tensors() without the MTP module.
 std::vector<TensorMeta> target_tensors(const ModelSpec& spec);

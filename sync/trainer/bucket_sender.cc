@@ -238,7 +238,9 @@ void Sender::plan(std::span<const NamedTensor> tensors) {
   const std::size_t alignment = options_.load_format == LoadFormat::kWeightcastBucket
                                     ? kDefaultBucketAlignment
                                     : std::size_t{1};
-  plans_ = plan_buckets(metas, options_.bucket_bytes, alignment);
+  std::vector<AtomicGroup> groups;
+  if (options_.atomic_groups) groups = atomic_groups(metas, *options_.atomic_groups);
+  plans_ = plan_buckets(metas, options_.bucket_bytes, alignment, groups);
   if (options_.memory == comm::MemoryKind::kCuda) {
     device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
   }

@@ -26,12 +26,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
+#include "sync/model/atomic_groups.h"
 #include "sync/trainer/delta_source.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/packer.h"
@@ -65,6 +67,9 @@ struct BucketSendOptions {
   // read its bytes (the packer's, or the sender's for unpacked sends), and returns once they are
   // all there; throws to fail the send. Null: every tensor's bytes are there at the call.
   std::function<void(const std::string& name, comm::Deadline deadline)> await_tensor;
+  // Tensors an engine loads together (sync/model/atomic_groups.h) stay in one bucket; a group
+  // larger than bucket_bytes fails the send with comm::ConfigError. Unset: no groups.
+  std::optional<GroupRule> atomic_groups;
 };
 
 struct BucketSendResult {

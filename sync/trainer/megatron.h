@@ -15,6 +15,18 @@
 // must be divisible by the TP size (no vocab padding): ConfigError otherwise.
 // Pipeline stage s of P holds layers [s*L/P, (s+1)*L/P); the embedding sits on stage 0; the final
 // norm, the LM head and the MTP module on the last stage.
+// Mixtures of experts (Megatron-core MoE layers): the router `mlp.router.weight` (mlp.gate) and
+// `pre_mlp_layernorm.weight` (post_attention_layernorm) are replicated; shared experts are an MLP
+// under `mlp.shared_experts.` (linear_fc1 = [gate; up], linear_fc2 = down, `gate_weight` =
+// Qwen's shared_expert_gate). Experts are split over EP ranks: EP rank p of EP holds experts
+// [p*E/EP, (p+1)*E/EP), global index = ep_rank * (E/EP) + local index, under either layout:
+//   - kLocalExperts (SequentialMLP): mlp.experts.local_experts.{j}.linear_fc1.weight / linear_fc2
+//   - kGroupedGemm (TEGroupedMLP):   mlp.experts.linear_fc1.weight{j} / linear_fc2.weight{j}
+// Each expert's own matrices are also split over TP as an MLP's are (expert TP = TP).
+// Multi-head latent attention (Megatron-core MLA): linear_q_down_proj (q_a_proj) and
+// linear_kv_down_proj (kv_a_proj_with_mqa) are replicated; linear_q_up_proj (q_b_proj) and
+// linear_kv_up_proj (kv_b_proj) are column-parallel with their input norms (q_a_layernorm,
+// kv_a_layernorm) as `layer_norm_weight`; the layer's input norm is `input_layernorm.weight`.
 // Lifetime/threading: plain values and pure functions; safe from any thread.
 #pragma once
 
@@ -40,10 +52,25 @@ enum class TpSplit {
 
 std::string_view to_string(TpSplit split);
 
+enum class ExpertLayout {
+  kLocalExperts,  // mlp.experts.local_experts.{j}.linear_fc{1,2}.weight
+  kGroupedGemm,   // mlp.experts.linear_fc{1,2}.weight{j}
+};
+std::string_view to_string(ExpertLayout layout);
+// "local" or "grouped"; ConfigError otherwise.
+ExpertLayout parse_expert_layout(std::string_view text);
+
+// How the experts of an MoE model are spread: `ep` ranks, each holding num_experts / ep.
+struct ExpertParallel {
+  int ep = 1;
+  ExpertLayout layout = ExpertLayout::kLocalExperts;
+};
+
 struct MegatronParam {
-  std::string name;  // Megatron name, layer index local to the stage
+  std::string name;  // Megatron name, layer index local to the stage (expert index local to EP)
   TpSplit split = TpSplit::kReplicated;
   std::vector<TensorMeta> parts;  // the HF tensors it holds, in order (one unless fused)
+  int ep_rank = -1;  // an expert's: the EP rank that holds it; -1: every EP rank (dense)
 
   DType dtype() const { return parts.front().dtype; }
   // Shape of the full (unsharded) Megatron tensor; fused parts stack along dim 0.
@@ -59,13 +86,22 @@ struct StageLayers {
 };
 StageLayers stage_layers(const ModelSpec& spec, int stage, int stages);
 
-// The Megatron parameters of one pipeline stage, ordered by their first HF part in
-// hf_tensors(spec) order, so converting them back yields the stage's HF tensors in that order.
-// ConfigError for an HF name this conversion does not know.
-std::vector<MegatronParam> stage_params(const ModelSpec& spec, int stage, int stages);
+// The Megatron parameters of one pipeline stage, the experts of every EP rank included (each
+// with its ep_rank), ordered by their first HF part in hf_tensors(spec) order, so converting them
+// back yields the stage's HF tensors in that order. ConfigError for an HF name this conversion
+// does not know, or an EP size that does not divide num_experts (or is > 1 for a dense model).
+std::vector<MegatronParam> stage_params(const ModelSpec& spec, int stage, int stages,
+                                        const ExpertParallel& experts = {});
 
 // The HF tensors of one stage, in hf_tensors(spec) order.
 std::vector<TensorMeta> stage_hf_tensors(const ModelSpec& spec, int stage, int stages);
+
+// The HF names of the Megatron parameter `megatron` (a stage-local name as stage_params() gives
+// it) held by EP rank `ep_rank` on stage `stage`: what a trainer's EP rank converts its own
+// parameters with. ConfigError for a name that stage and EP rank do not hold.
+std::vector<std::string> hf_names(const ModelSpec& spec, int stage, int stages,
+                                  const ExpertParallel& experts, int ep_rank,
+                                  std::string_view megatron);
 
 // Throws ConfigError naming the tensor and the dimension when `tp` does not divide a split
 // dimension of one of `params`.
@@ -92,21 +128,27 @@ void write_hf(const MegatronParam& param, std::span<const std::span<const std::b
 // write_hf functions fill.
 std::vector<HostTensor> allocate_hf(std::span<const MegatronParam> params);
 
-// What TP rank `tp_rank` contributes to its stage source's gather at training step `step`: the
-// shard of each of `params`, back to back in order, cut from the generator's full HF tensors
-// (fill_tensor with `seed`, `step`). Replicated params come from TP rank 0 only; the other ranks
-// hold the same bytes, and sending them would only grow the gather.
-std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int tp, int tp_rank,
-                                   std::uint64_t seed, std::uint64_t step);
+// Bytes the rank (tp_rank, ep_rank) contributes for `param` to its stage source's gather: a
+// dense param comes from EP rank 0 only and a replicated one from TP rank 0 only (the other
+// ranks hold the same bytes, and sending them would only grow the gather); an expert from the
+// TP ranks of the EP rank that holds it.
+std::size_t contributed_bytes(const MegatronParam& param, int tp, int tp_rank, int ep_rank);
 
-// The source's side: the stage's HF tensors, in order, from blocks[r] = rank_shards() of TP rank
-// r (blocks.size() is the TP size). EnforceError when a block has the wrong size.
+// What the rank (tp_rank, ep_rank) contributes to its stage source's gather at training step
+// `step`: its contributed_bytes() of each of `params`, back to back in order, cut from the
+// generator's full HF tensors (fill_tensor with `seed`, `step`).
+std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int tp, int tp_rank,
+                                   std::uint64_t seed, std::uint64_t step, int ep_rank = 0);
+
+// The source's side: the stage's HF tensors, in order, from blocks[tp_rank + tp * ep_rank] =
+// rank_shards() of that rank (blocks.size() is a multiple of `tp`: TP times the EP ranks that
+// hold experts). EnforceError when a block has the wrong size.
 std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
-                                    std::span<const std::span<const std::byte>> blocks);
+                                    std::span<const std::span<const std::byte>> blocks, int tp);
 // The same into `out` = allocate_hf(params) (or tensors of the same metas and sizes), so a
 // source can fill its tensors part by part, in place, while it sends the earlier ones.
 void assemble_hf_into(std::span<const MegatronParam> params,
-                      std::span<const std::span<const std::byte>> blocks,
+                      std::span<const std::span<const std::byte>> blocks, int tp,
                       std::span<HostTensor> out);
 
 }  // namespace weightcast::sync::trainer

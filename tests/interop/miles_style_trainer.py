@@ -126,7 +126,12 @@ def update(args, urls, pg, metas, step):
         flush(url)
         ok(url, "/begin_weight_update", {"selector": args.selector})
     digests, total = {}, 0
-    for bucket in buckets(metas, args.bucket_bytes):
+    # As Miles does: the non-expert buckets first, then the expert buckets (which Miles fills
+    # after an all-gather over the expert-parallel group); a dense model has none.
+    dense = [m for m in metas if ".mlp.experts." not in m[0]]
+    experts = [m for m in metas if ".mlp.experts." in m[0]]
+    dense_buckets, expert_buckets = buckets(dense, args.bucket_bytes), buckets(experts, args.bucket_bytes)
+    for bucket in dense_buckets + expert_buckets:
         tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
                    for _, d, s in bucket]
         body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
@@ -157,7 +162,8 @@ def update(args, urls, pg, metas, step):
         ok(url, "/end_weight_update", {})
         ok(url, "/continue_generation", {})
     seconds = time.monotonic() - start
-    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds}),
+    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds,
+                      "dense_buckets": len(dense_buckets), "expert_buckets": len(expert_buckets)}),
           flush=True)
 
 

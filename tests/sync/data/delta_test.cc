@@ -149,5 +149,22 @@ TEST(Drift, ChangesAFewPercentOfElementsAndIsDeterministic) {
   EXPECT_THROW(Drift(DType::kInt8, initial, 7, kRealisticLr), comm::ConfigError);
 }
 
+// The MoE and MLA presets drift like dense ones: every tensor kind (router, experts, shared
+// experts, MLA projections and norms) changes a few percent of its elements per step.
+TEST(Drift, CoversTheMoeAndMlaPresets) {
+  for (const char* preset : {"moe-tiny", "deepseek-tiny"}) {
+    for (const auto& meta : hf_tensors(model_preset(preset))) {
+      if (meta.byte_count() < 64 * 1024) continue;  // too few elements for a stable fraction
+      std::vector<std::byte> bytes(meta.byte_count());
+      fill_tensor(meta, 1, 0, bytes);
+      Drift drift(meta.dtype, bytes, 7, kRealisticLr);
+      const double fraction =
+          static_cast<double>(drift.step(1, bytes)) / static_cast<double>(drift.elements());
+      EXPECT_GT(fraction, 0.002) << preset << " " << meta.name;
+      EXPECT_LT(fraction, 0.08) << preset << " " << meta.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weightcast::sync

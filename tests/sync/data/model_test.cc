@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -165,6 +166,106 @@ TEST(ModelSpec, JsonRoundTripAndRealConfig) {
   EXPECT_EQ(m.mtp_num_layers, 0);
   EXPECT_EQ(m.dtype, DType::kBFloat16);
   EXPECT_FALSE(m.tie_word_embeddings);
+}
+
+TEST(HfTensors, MoeLayerInQwen3MoeNaming) {
+  const ModelSpec spec = model_preset("moe-small");
+  const auto metas = hf_tensors(spec);
+  std::vector<std::string> layer;  // layer 1's tensors
+  for (const auto& m : metas) {
+    if (m.name.starts_with("model.layers.1.")) layer.push_back(m.name.substr(15));
+  }
+  std::vector<std::string> expected = {"input_layernorm.weight",  "self_attn.q_proj.weight",
+                                       "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                       "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                       "mlp.gate.weight"};
+  for (int e = 0; e < 16; ++e) {
+    for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
+      expected.push_back("mlp.experts." + std::to_string(e) + "." + m + ".weight");
+    }
+  }
+  for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
+    expected.push_back(std::string("mlp.shared_expert.") + m + ".weight");
+  }
+  expected.push_back("mlp.shared_expert_gate.weight");
+  EXPECT_EQ(layer, expected);
+  const auto shape_of = [&](const std::string& name) {
+    for (const auto& m : metas) {
+      if (m.name == name) return m.shape;
+    }
+    return std::vector<std::int64_t>{-1};
+  };
+  using S = std::vector<std::int64_t>;
+  EXPECT_EQ(shape_of("model.layers.0.mlp.gate.weight"), (S{16, 512}));
+  EXPECT_EQ(shape_of("model.layers.0.mlp.experts.15.gate_proj.weight"), (S{256, 512}));
+  EXPECT_EQ(shape_of("model.layers.0.mlp.experts.15.down_proj.weight"), (S{512, 256}));
+  EXPECT_EQ(shape_of("model.layers.3.mlp.shared_expert.up_proj.weight"), (S{512, 512}));
+  EXPECT_EQ(shape_of("model.layers.3.mlp.shared_expert_gate.weight"), (S{1, 512}));
+}
+
+TEST(HfTensors, DeepSeekStyleMlaAndDenseFirstLayer) {
+  const ModelSpec spec = model_preset("deepseek-tiny");
+  ASSERT_TRUE(spec.is_mla());
+  const auto metas = hf_tensors(spec);
+  std::map<std::string, std::vector<std::int64_t>> shape;
+  for (const auto& m : metas) shape[m.name] = m.shape;
+  using S = std::vector<std::int64_t>;
+  // heads 4, q_lora 128, kv_lora 64, nope 32, rope 16, v 32
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.q_a_proj.weight"), (S{128, 256}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.q_a_layernorm.weight"), (S{128}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.q_b_proj.weight"), (S{4 * 48, 128}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"), (S{64 + 16, 256}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.kv_a_layernorm.weight"), (S{64}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.kv_b_proj.weight"), (S{4 * 64, 64}));
+  EXPECT_EQ(shape.at("model.layers.0.self_attn.o_proj.weight"), (S{256, 4 * 32}));
+  EXPECT_FALSE(shape.contains("model.layers.0.self_attn.q_proj.weight"));
+  // first_k_dense_replace 1: layer 0 dense, layers 1 and 2 MoE with DeepSeek's shared experts.
+  EXPECT_EQ(shape.at("model.layers.0.mlp.gate_proj.weight"), (S{512, 256}));
+  EXPECT_FALSE(shape.contains("model.layers.0.mlp.gate.weight"));
+  EXPECT_EQ(shape.at("model.layers.1.mlp.gate.weight"), (S{8, 256}));
+  EXPECT_EQ(shape.at("model.layers.2.mlp.experts.7.up_proj.weight"), (S{128, 256}));
+  EXPECT_EQ(shape.at("model.layers.2.mlp.shared_experts.down_proj.weight"), (S{256, 128}));
+  EXPECT_FALSE(shape.contains("model.layers.2.mlp.shared_expert_gate.weight"));
+  // The EAGLE draft stays dense.
+  for (const auto& m : draft_tensors(spec)) EXPECT_EQ(m.name.find("experts"), std::string::npos);
+}
+
+TEST(ModelSpec, MoeAndMlaFromRealConfigs) {
+  // Abridged from Qwen3-30B-A3B's config.json.
+  const auto qwen = nlohmann::json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_size": 2048, "intermediate_size": 6144, "mlp_only_layers": [],
+    "moe_intermediate_size": 768, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 151936})");
+  const ModelSpec q = model_spec_from_json(qwen);
+  EXPECT_EQ(q.num_experts, 128);
+  EXPECT_EQ(q.moe_intermediate_size, 768);
+  EXPECT_EQ(q.shared_expert_intermediate_size, 0);
+  EXPECT_FALSE(q.is_mla());
+  // Abridged from DeepSeek-V3's config.json.
+  const auto deepseek = nlohmann::json::parse(R"({
+    "first_k_dense_replace": 3, "hidden_size": 7168, "intermediate_size": 18432,
+    "kv_lora_rank": 512, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+    "n_shared_experts": 1, "num_attention_heads": 128, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "torch_dtype": "bfloat16", "vocab_size": 129280})");
+  const ModelSpec d = model_spec_from_json(deepseek);
+  EXPECT_EQ(d.num_experts, 256);
+  EXPECT_EQ(d.shared_expert_intermediate_size, 2048);
+  EXPECT_EQ(d.first_k_dense_replace, 3);
+  EXPECT_EQ(d.kv_lora_rank, 512);
+  EXPECT_TRUE(d.is_moe_layer(3));
+  EXPECT_FALSE(d.is_moe_layer(2));
+  EXPECT_EQ(model_spec_from_json(to_json(d)), d);
+  // A dense model cannot carry expert sizes, and MLA needs all its dimensions.
+  ModelSpec bad = model_preset("tiny");
+  bad.moe_intermediate_size = 64;
+  EXPECT_THROW(validate(bad), comm::ConfigError);
+  ModelSpec half_mla = model_preset("tiny");
+  half_mla.kv_lora_rank = 64;
+  EXPECT_THROW(validate(half_mla), comm::ConfigError);
 }
 
 TEST(ModelSpec, JsonErrorsNameTheField) {

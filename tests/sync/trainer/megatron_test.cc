@@ -20,16 +20,20 @@ std::vector<std::byte> generated(const TensorMeta& meta, std::uint64_t seed, std
   return bytes;
 }
 
-void expect_round_trip(const ModelSpec& spec, int tp, int pp, std::uint64_t step) {
-  SCOPED_TRACE("tp " + std::to_string(tp) + " pp " + std::to_string(pp));
+void expect_round_trip(const ModelSpec& spec, int tp, int pp, std::uint64_t step,
+                       const ExpertParallel& experts = {}) {
+  SCOPED_TRACE("tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " ep " +
+               std::to_string(experts.ep) + " " + std::string(to_string(experts.layout)));
   std::vector<std::string> all_names;
   for (int stage = 0; stage < pp; ++stage) {
-    const auto params = stage_params(spec, stage, pp);
+    const auto params = stage_params(spec, stage, pp, experts);
     check_tp_divisible(params, tp);
-    std::vector<std::vector<std::byte>> blocks;
-    for (int r = 0; r < tp; ++r) blocks.push_back(rank_shards(params, tp, r, 42, step));
+    std::vector<std::vector<std::byte>> blocks;  // [tp_rank + tp * ep_rank]
+    for (int e = 0; e < experts.ep; ++e) {
+      for (int r = 0; r < tp; ++r) blocks.push_back(rank_shards(params, tp, r, 42, step, e));
+    }
     std::vector<std::span<const std::byte>> spans(blocks.begin(), blocks.end());
-    const auto tensors = assemble_hf(params, spans);
+    const auto tensors = assemble_hf(params, spans, tp);
     const auto expected = stage_hf_tensors(spec, stage, pp);
     ASSERT_EQ(tensors.size(), expected.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
