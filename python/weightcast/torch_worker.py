@@ -63,7 +63,7 @@ class Worker:
             for name, tensor in pairs:
                 if name == self.fail_on:
                     raise RuntimeError(f"injected load failure on '{name}'")
-                self.loaded_order.append(name)
+                self.loaded_order.append((name, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
             model.load_weights(iter(pairs))
 
         return load
@@ -128,7 +128,7 @@ class Worker:
 
     def op_info(self):
         return {"weight_version": self.rx.weight_version, "delta_base_bytes": self.rx.delta_base_bytes,
-                "in_session": self.rx.in_session, "draft_processed": self.draft.processed if self.draft else 0,
+                "in_session": self.rx.in_session, "bytes_received": self.rx.bytes_received, "draft_processed": self.draft.processed if self.draft else 0,
                 "pid": os.getpid(), "tensor_count": {r: len(self.rx.digests(r)) for r in self.runner_names()}}
 
     def runner_names(self):
