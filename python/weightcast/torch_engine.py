@@ -225,13 +225,22 @@ class Engine:
         return out
 
     def update(self, body):
-        self.check_owner(body.get("session_id"))
+        # Clients that open no session (SGLang's own, slime) get one per bucket: staged, verified
+        # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
+        implicit = self.session is None and body.get("session_id") is None
+        if not implicit:
+            self.check_owner(body.get("session_id"))
         with self.mu:
             self.busy += 1
         try:
             # Ownership is checked here; the workers' sessions are this front's own.
             relayed = {k: v for k, v in body.items() if k != "session_id"}
-            sizes = self.workers.call_all("receive", json.dumps(relayed))
+            if implicit:
+                with self.model_lock:
+                    answers = self.workers.call_all("receive", json.dumps(relayed))
+                self.weight_version = answers[0]["weight_version"]
+            else:
+                answers = self.workers.call_all("receive", json.dumps(relayed))
         except WorkerError:
             self.abort_all("a bucket failed on a worker")
             raise
@@ -239,7 +248,7 @@ class Engine:
             with self.mu:
                 self.busy -= 1
             self.touch()
-        message = f"bucket received: {len(body.get('names', []))} tensors, {sizes[0]} bytes"
+        message = f"bucket received: {len(body.get('names', []))} tensors ({answers[0]['message']})"
         if body.get("weight_version") is not None:
             message += f". Weight version updated to {body['weight_version']}."
         return {"message": message}

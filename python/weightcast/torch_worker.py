@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from . import _weightcast
-from .receiver import LoadError, Receiver, ReceiverError, Runner
+from .engine_rank import EngineRank
+from .receiver import LoadError, ReceiverError, Runner
 from .torch_model import DraftModel, Parallel, TargetModel, model_spec
 
 TARGET_FILTER = "model.*,lm_head.weight"
@@ -44,10 +45,12 @@ class Worker:
             # The fixed behaviour: post-processing runs when the draft loaded something.
             finish = None if cfg["legacy_finalize"] else self.draft.process_weights_after_loading
             runners.append(Runner("draft", self._loader(self.draft), filter=DRAFT_FILTER, finish=finish))
-        self.rx = Receiver(runners, engine_rank=rank, rank_count=cfg["tp"],
-                           keep_delta_base=cfg["delta"], bind_address=cfg["bind_address"],
-                           store_token=cfg.get("store_token"), init_timeout=cfg["init_timeout"],
-                           comm_timeout=cfg["comm_timeout"])
+        # The plug-ins' core (weightcast.engine_rank), so the torch engine tests it too.
+        self.core = EngineRank(runners=runners, engine_rank=rank, rank_count=cfg["tp"],
+                               keep_delta_base=cfg["delta"], bind_address=cfg["bind_address"],
+                               store_token=cfg.get("store_token"), init_timeout=cfg["init_timeout"],
+                               comm_timeout=cfg["comm_timeout"])
+        self.rx = self.core.receiver
         for runner in ["target"] + (["draft"] if self.draft is not None else []):
             tensors = []
             for name, dtype, shape, raw in _weightcast._model_tensors(cfg["model"], runner, cfg["seed"], 0):
@@ -70,25 +73,26 @@ class Worker:
 
     # --- operations the front relays ---------------------------------------------------------
     def op_join(self, body):
-        self.rx.join(body)
+        self.core.init_group(body)
 
     def op_leave(self, name):
-        self.rx.leave(name)
+        self.core.destroy_group(name)
 
     def op_begin(self, selector):
-        return self.rx.begin(selector)
+        return self.core.begin(selector)
 
     def op_receive(self, body):
-        return self.rx.receive(body)
+        ok, message = self.core.update(body)
+        return {"message": message, "weight_version": self.rx.weight_version}
 
     def op_set_version(self, version):
         self.rx.set_version(version)
 
     def op_abort(self, reason):
-        self.rx.abort(reason)
+        self.core.abort(reason)
 
     def op_commit(self, version, selector):
-        result = self.rx.commit(version)
+        result = self.core.end(version)
         if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
             # The old behaviour: every covered runner's resident weights are post-processed again
             # at the end of the session, whether or not it loaded anything.
