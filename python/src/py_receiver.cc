@@ -3,6 +3,8 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -131,9 +133,21 @@ void translate(std::exception_ptr p) {
 
 // Initial weights of the synthetic models (sync/model/model.h), as the trainer generates them:
 // [(name, dtype, shape, bytes)] of a preset's target or draft runner at `step`.
+// A preset name, or an HF-style config as JSON text (sync/model/model.h).
+sync::ModelSpec spec_of(const std::string& model) {
+  if (!model.empty() && model.front() == '{') {
+    try {
+      return sync::model_spec_from_json(nlohmann::json::parse(model));
+    } catch (const nlohmann::json::exception& e) {
+      throw comm::ConfigError(std::string("model spec: ") + e.what());
+    }
+  }
+  return sync::model_preset(model);
+}
+
 py::list model_tensors(const std::string& preset, const std::string& runner, std::uint64_t seed,
                        std::uint64_t step) {
-  const sync::ModelSpec spec = sync::model_preset(preset);
+  const sync::ModelSpec spec = spec_of(preset);
   const auto metas = runner == "draft" ? sync::draft_tensors(spec)
                      : runner == "all" ? sync::hf_tensors(spec)
                                        : sync::target_tensors(spec);
@@ -199,7 +213,7 @@ std::string digest_of(const py::buffer& buffer) {
 }
 
 std::string model_spec(const std::string& preset) {
-  return sync::to_json(sync::model_preset(preset)).dump();
+  return sync::to_json(spec_of(preset)).dump();
 }
 
 }  // namespace
@@ -324,6 +338,7 @@ void bind_receiver(py::module_& m) {
       .def_property_readonly("in_session", &se::Receiver::in_session)
       .def_property_readonly("delta_base_bytes", &se::Receiver::delta_base_bytes)
       .def_property_readonly("bytes_received", &se::Receiver::bytes_received)
+      .def_property_readonly("staging_pool_bytes", &se::Receiver::staging_pool_bytes)
       .def_property("keep_delta_base", &se::Receiver::keeps_delta_base,
                     &se::Receiver::set_keep_delta_base)
       .def_property_readonly("groups", &se::Receiver::groups)

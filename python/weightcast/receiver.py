@@ -138,6 +138,7 @@ class Receiver:
     in_session = property(lambda self: self._rx.in_session)
     delta_base_bytes = property(lambda self: self._rx.delta_base_bytes)
     bytes_received = property(lambda self: self._rx.bytes_received)
+    staging_pool_bytes = property(lambda self: self._rx.staging_pool_bytes)
     groups = property(lambda self: self._rx.groups)
 
     @property

@@ -277,7 +277,10 @@ class Engine:
         if len(versions) != 1:
             raise WorkerError({"status": 500, "message": f"workers committed different versions: {versions}"})
         self.weight_version = answers[0]["weight_version"]
-        out = {"message": "committed", "weight_version": self.weight_version, "runners": answers[0]["runners"]}
+        slowest = max(a.get("seconds", 0) for a in answers)
+        print(f"weightcast.torch_engine: committed version {answers[0]['weight_version']} "
+              f"(load and finish: {slowest:.3f} s on the slowest worker)", flush=True)
+        out = {"message": f"committed (slowest worker {slowest:.3f} s)", "weight_version": self.weight_version, "runners": answers[0]["runners"]}
         if answers[0]["runner_digest"]:
             out["runner_digest"] = answers[0]["runner_digest"]
         return out
@@ -338,6 +341,7 @@ def make_handler(engine):
     }
     if engine.cfg["debug_routes"]:
         posts["/debug/save_params"] = lambda b: (engine.workers.call_all("save", b["path"]), {"message": "saved"})[1]
+        posts["/debug/reset_peak"] = lambda b: (engine.workers.call_all("reset_peak"), {"message": "reset"})[1]
         posts["/debug/fail_load"] = lambda b: (engine.workers.call_all("fail_load", b.get("tensor")), {"message": "set"})[1]
     gets = {
         "/health": lambda q: {"message": "ok"},
@@ -402,6 +406,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m weightcast.torch_engine", description=__doc__.split("\n\n")[0])
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel worker processes")
     p.add_argument("--model", default="tiny", help="weightcast model preset (sync/model/model.h)")
+    p.add_argument("--num-layers", type=int, help="override the preset's num_hidden_layers (as weightcast-train's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the trainer's --seed)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: an ephemeral port (see --port-file)")
@@ -423,7 +428,13 @@ def parse_args(argv):
 
 def main(argv=None):
     a = parse_args(argv)
-    cfg = {"tp": a.tp, "model": a.model, "seed": a.seed, "draft": not a.no_draft, "delta": a.delta,
+    model = a.model
+    if a.num_layers:
+        from .torch_model import model_spec
+        spec = model_spec(a.model)
+        spec["num_hidden_layers"] = a.num_layers
+        model = json.dumps(spec)
+    cfg = {"tp": a.tp, "model": model, "seed": a.seed, "draft": not a.no_draft, "delta": a.delta,
            "legacy_finalize": a.legacy_finalize, "bind_address": a.bind_address, "tp_host": "127.0.0.1",
            "store_token": a.store_token, "init_timeout": a.init_timeout, "comm_timeout": a.comm_timeout,
            "session_timeout": a.session_timeout, "debug_routes": a.debug_routes}

@@ -11,6 +11,7 @@ collectives across workers (generate, commit, the accept-length probe).
 
 import os
 import threading
+import time
 import traceback
 
 import torch
@@ -92,7 +93,9 @@ class Worker:
         self.core.abort(reason)
 
     def op_commit(self, version, selector):
+        start = time.monotonic()
         result = self.core.end(version)
+        result["seconds"] = time.monotonic() - start
         if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
             # The old behaviour: every covered runner's resident weights are post-processed again
             # at the end of the session, whether or not it loaded anything.
@@ -130,9 +133,17 @@ class Worker:
                    for n, d in sorted(digests.items())]
         return {"digest": _weightcast._combined_digest(sorted(digests.items())), "tensors": tensors}
 
+    def op_reset_peak(self):
+        """Test hook: restarts the kernel's peak-RSS count (VmHWM) of this worker."""
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
     def op_info(self):
-        return {"weight_version": self.rx.weight_version, "delta_base_bytes": self.rx.delta_base_bytes,
-                "in_session": self.rx.in_session, "bytes_received": self.rx.bytes_received, "draft_processed": self.draft.processed if self.draft else 0,
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        kib = lambda key: int(status[key].split()[0]) * 1024  # noqa: E731
+        return {"rss": kib("VmRSS"), "peak_rss": kib("VmHWM"), "weight_version": self.rx.weight_version, "delta_base_bytes": self.rx.delta_base_bytes,
+                "in_session": self.rx.in_session, "bytes_received": self.rx.bytes_received,
+                "staging_pool_bytes": self.rx.staging_pool_bytes, "draft_processed": self.draft.processed if self.draft else 0,
                 "pid": os.getpid(), "tensor_count": {r: len(self.rx.digests(r)) for r in self.runner_names()}}
 
     def runner_names(self):

@@ -367,6 +367,13 @@ void Receiver::install(Runner id, const std::vector<TensorMeta>& metas,
     views.push_back({&metas[i], bytes[i]});
   }
   load_views(*runner, views);
+  // The staging pool, pre-faulted for one full update of what was installed (as
+  // weightcast-engine does at start): no update then pays page faults for fresh memory.
+  std::size_t total = 0;
+  for (const auto& b : bytes)
+    total += (b.size() + kDefaultBucketAlignment - 1) / kDefaultBucketAlignment *
+             kDefaultBucketAlignment;
+  pool_->reserve(total + total / 64 + (std::size_t{4} << 20));
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < metas.size(); ++i) {
     const SharedBytes held = base_.keeps_bytes() ? SharedBytes::copy_of(bytes[i]) : SharedBytes();

@@ -121,7 +121,8 @@ class Receiver {
   void abort(const std::string& reason = "aborted");
 
   // Initial weights of `runner`, through the same begin/load/finish path (outside a session);
-  // recorded as committed (digests, and the delta base when kept).
+  // recorded as committed (digests, and the delta base when kept). Also reserves (pre-faults)
+  // staging memory for one full update of these tensors.
   void install(Runner runner, const std::vector<TensorMeta>& metas,
                const std::vector<std::span<const std::byte>>& bytes);
 
@@ -136,6 +137,8 @@ class Receiver {
   std::vector<Runner> runners() const;
   const NameFilter& filter(Runner runner) const;
   std::uint64_t bytes_received() const;
+  // Host memory of the staging pool (blocks in use and pooled), sync/engine/block_pool.h.
+  std::size_t staging_pool_bytes() const { return pool_->stats().allocated_bytes; }
 
  private:
   struct Submitted {

@@ -169,6 +169,27 @@ class TorchEngine(unittest.TestCase):
                 self.assertGreaterEqual(b - (a + n), 0)
                 self.assertLess(b - (a + n), 256, "views are not back to back in one staged block")
 
+    def test_peak_rss_1gib(self):
+        """A 1 GiB update adds at most one bucket to a worker's peak RSS beyond its staging
+        pool (reserved at start): the load callbacks get views, nobody copies the update."""
+        bucket = 64 << 20
+        with torch_engines.running([1], SEED, ["--model", "small", "--num-layers", "170", "--no-draft"]) as (e,):
+            e.ok("/debug/reset_peak", {})
+            (before,) = e.ok("/debug/info")["workers"]
+            code, out = torch_engines.train([e], 1, SEED, ["--model", "small", "--num-layers", "170",
+                                                           "--bucket-bytes", "64M"], tp=1, pp=1, timeout=400)
+            self.assertEqual(code, 0, out)
+            (after,) = e.ok("/debug/info")["workers"]
+            sent = after["bytes_received"]
+            self.assertGreaterEqual(sent, 1 << 30)
+            slack = 48 << 20  # interpreter and allocator noise
+            self.assertLessEqual(after["staging_pool_bytes"], sent + sent // 64 + (4 << 20) + bucket)
+            grew = after["peak_rss"] - before["rss"]
+            print(f"1 GiB update: peak RSS grew {grew / 2**20:.1f} MiB; staging pool "
+                  f"{after['staging_pool_bytes'] / 2**20:.1f} MiB (reserved at start)")
+            self.assertLessEqual(grew, bucket + slack,
+                                 f"peak RSS grew {grew} bytes during a {sent}-byte update")
+
     def test_failed_updates_change_nothing(self):
         with torch_engines.running([2], SEED, ["--delta", "--comm-timeout", "3", "--session-timeout", "3"]) as (e,):
             before = e.params()
