@@ -79,6 +79,12 @@ se::ReceiverRunner runner_from(const py::dict& spec) {
     try {
       (*load)(views_to_python(views));
     } catch (py::error_already_set& e) {
+      // weightcast/receiver.py tags the exception with the tensor its callback was on.
+      if (py::hasattr(e.value(), "weightcast_tensor") &&
+          !e.value().attr("weightcast_tensor").is_none()) {
+        throw se::TensorLoadFailure(e.value().attr("weightcast_tensor").cast<std::string>(),
+                                    e.what());
+      }
       throw std::runtime_error(e.what());
     }
   };

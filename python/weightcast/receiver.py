@@ -51,19 +51,28 @@ class Runner:
 
     def _spec(self):
         def load(items):
-            current = None
+            pairs = _Tracked([(name, as_tensor(name, dtype, shape, view)) for name, dtype, shape, view in items])
             try:
-                pairs = []
-                for name, dtype, shape, view in items:
-                    current = name
-                    pairs.append((name, as_tensor(name, dtype, shape, view)))
-                current = None
                 self.load(pairs)
-            except Exception as e:  # named for the LoadError that C++ raises around it
-                raise RuntimeError(f"{type(e).__name__}: {e}" + (f" (tensor '{current}')" if current else ""))
+            except Exception as e:
+                # The C++ side names this tensor in its LoadError: the one being consumed.
+                failure = RuntimeError(f"{type(e).__name__}: {e}")
+                failure.weightcast_tensor = pairs.current
+                raise failure from e
 
         return {"name": self.name, "filter": self.filter, "load": load,
                 "begin": self.begin, "finish": self.finish}
+
+
+class _Tracked(list):
+    """A layer's (name, tensor) pairs that remember the last one handed out by iteration."""
+
+    current = None
+
+    def __iter__(self):
+        for pair in list.__iter__(self):
+            self.current = pair[0]
+            yield pair
 
 
 def load_weights_runner(model, name="target", filter="*", finish=None):

@@ -78,6 +78,7 @@ std::vector<RunnerUpdateStats> load_staged(
       if (runner.finish) runner.finish();
     } catch (const std::exception& e) {
       for (const auto& [r, done] : loaded) reload_base(*r, done, base);
+      if (const auto* known = dynamic_cast<const TensorLoadFailure*>(&e)) current = known->tensor();
       const std::string what = current.empty() ? "finish" : "load of tensor '" + current + "'";
       throw LoadError(
           id, current,

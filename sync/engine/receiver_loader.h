@@ -46,6 +46,18 @@ class LoadError : public ReceiverError {
   std::string tensor_;
 };
 
+// Thrown by a `load` callback that knows which tensor of the layer failed (the Python binding
+// does); the commit's LoadError then names that tensor instead of the layer's first.
+class TensorLoadFailure : public std::runtime_error {
+ public:
+  TensorLoadFailure(std::string tensor, const std::string& what)
+      : std::runtime_error(what), tensor_(std::move(tensor)) {}
+  const std::string& tensor() const noexcept { return tensor_; }
+
+ private:
+  std::string tensor_;
+};
+
 // One tensor handed to `load`: its metadata and its raw bytes (valid during the call only).
 struct TensorView {
   const TensorMeta* meta = nullptr;

@@ -198,7 +198,7 @@ class TorchEngine(unittest.TestCase):
             e.ok("/debug/fail_load", {"tensor": "model.layers.1.mlp.down_proj.weight"})
             code, out = torch_engines.train([e], 1, SEED)
             self.assertNotEqual(code, 0, out)
-            self.assertIn("model.layers.1.mlp.down_proj.weight", out)
+            self.assertIn("failed in load of tensor 'model.layers.1.mlp.down_proj.weight'", out)
             self.assert_unchanged(e, before, "default")
             e.ok("/debug/fail_load", {"tensor": None})
             # 2. The trainer killed mid-update: small, slow buckets; killed once bytes arrived.
