@@ -37,8 +37,9 @@ class Engine:
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                output = self.output()
                 self.stop()
-                raise RuntimeError("torch engine did not start: " + self.output())
+                raise RuntimeError("torch engine did not start: " + output)
             time.sleep(0.1)
         with open(port_file) as f:
             self.url = f"http://127.0.0.1:{f.read().strip()}"
@@ -56,6 +57,7 @@ class Engine:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.log.close()
 
     def call(self, route, body=None, timeout=120):
         data = None if body is None else json.dumps(body).encode()
