@@ -12,6 +12,9 @@
 #                                     WEIGHTCAST_REQUIRE_CUDA_DEVICES=<GPUs> a device test that
 #                                     would skip fails instead)
 #   6. weightcast-bench broadcast     nccl (CUDA memory) vs gloo-chain (host) over all GPUs, if built
+#   7. engine plug-ins                tests/python/plugin_check.py loads weightcast.vllm and
+#                                     weightcast.sglang into the real vLLM / SGLang wherever they
+#                                     import; fails when neither does (this is the GPU machine)
 # Everything is printed; a device test that skips prints its reason in the ctest output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +52,11 @@ if [ -x "${bench}" ]; then
     --ranks "${ranks}" --min-bytes 1M --max-bytes 1G --iters 5
 else
   echo "=== gpu-check: broadcast bench skipped (${bench} was not built)"
+fi
+if [ -d "${build_dir}/python/weightcast" ]; then
+  step 600 "engine plug-ins" env PYTHONPATH="${build_dir}/python" python3 tests/python/plugin_check.py
+else
+  echo "=== gpu-check: engine plug-ins: FAILED (the Python module was not built)"
+  exit 1
 fi
 echo "=== gpu-check: all steps passed (${gpus} GPU(s))"

@@ -14,6 +14,7 @@
 
 #include "comm/errors.h"
 #include "errors.h"
+#include "py_receiver.h"
 #include "py_updater.h"
 #include "report_binding.h"
 #include "stage_result.h"
@@ -185,6 +186,7 @@ PYBIND11_MODULE(_weightcast, m) {
   m.doc() = "weightcast: push a Python trainer's weights to rollout engines";
   m.attr("__version__") = WEIGHTCAST_VERSION;
   wp::register_errors(m);
+  wp::bind_receiver(m);
   wp::bind_report(m);
   wp::bind_stage_result(m);
   m.def("weight_update_selector", &wp::selector_of, py::kw_only(),

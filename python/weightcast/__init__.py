@@ -28,6 +28,7 @@ from ._weightcast import (  # noqa: F401  (re-exported)
     weight_update_selector,
 )
 from .pipeline import pipeline_update  # noqa: F401
+from .receiver import LoadError, Receiver, ReceiverError, Runner, load_weights_runner  # noqa: F401
 
 __all__ = [
     "ConfigError",
@@ -36,12 +37,17 @@ __all__ = [
     "EngineTimeoutError",
     "Error",
     "InputError",
+    "LoadError",
     "PeerError",
+    "Receiver",
+    "ReceiverError",
+    "Runner",
     "StageResult",
     "TimeoutError",
     "UpdateError",
     "UpdateReport",
     "VerifyError",
+    "load_weights_runner",
     "pipeline_update",
     "weight_update_selector",
 ]

@@ -1,0 +1,161 @@
+"""weightcast.Receiver: one engine rank's side of weight updates, for engines written in Python.
+
+An engine creates one Receiver per rank (per tensor-parallel worker process) with its runners and
+forwards the control plane's calls to it (the JSON bodies of the HTTP routes, unchanged)::
+
+    import weightcast
+    rx = weightcast.Receiver(
+        runners=[weightcast.load_weights_runner(model)],  # "target", every name
+        engine_rank=tp_rank, rank_count=tp_size)
+    rx.join(init_body)                   # POST /init_weights_update_group
+    rx.begin("target")                   # POST /begin_weight_update
+    rx.receive(bucket_body)              # POST /update_weights_from_distributed (each bucket)
+    rx.commit()                          # POST /end_weight_update: verify, load, finish
+
+Nothing reaches the model before commit(). commit() checks every staged tensor's digest, then
+calls each covered runner's ``begin``, its ``load`` once per layer (layers in order) and its
+``finish``. The tensors handed to ``load`` are torch tensors that VIEW the received bytes (no
+copy): they are valid only during the call; copy what you keep (``param.data.copy_(t)`` does).
+A ``load`` that raises fails the commit with LoadError (.runner, .tensor); with deltas on the
+receiver loads the previous version back into what it had already loaded. The version changes
+only when every ``load`` and ``finish`` returned.
+"""
+
+
+from . import _weightcast
+
+ReceiverError = _weightcast.ReceiverError
+LoadError = _weightcast.LoadError
+
+
+def _torch():
+    import torch  # imported lazily: the trainer side of the package needs no torch
+
+    return torch
+
+
+def as_tensor(name, dtype, shape, view):
+    """A torch tensor over `view` (a memoryview of raw bytes), without copying."""
+    torch = _torch()
+    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
+    return flat.view(getattr(torch, dtype)).view(shape)
+
+
+class Runner:
+    """A runner: `name` ("target" or "draft"), the names it takes (`filter`: comma-separated
+    globs), and its callbacks. `load(list of (hf_name, tensor))` gets one layer at a time."""
+
+    def __init__(self, name, load, filter="*", begin=None, finish=None):
+        self.name, self.load, self.filter = name, load, filter
+        self.begin, self.finish = begin, finish
+
+    def _spec(self):
+        def load(items):
+            pairs = _Tracked([(name, as_tensor(name, dtype, shape, view)) for name, dtype, shape, view in items])
+            try:
+                self.load(pairs)
+            except Exception as e:
+                # The C++ side names this tensor in its LoadError: the one being consumed.
+                failure = RuntimeError(f"{type(e).__name__}: {e}")
+                failure.weightcast_tensor = pairs.current
+                raise failure from e
+
+        return {"name": self.name, "filter": self.filter, "load": load,
+                "begin": self.begin, "finish": self.finish}
+
+
+class _Tracked(list):
+    """A layer's (name, tensor) pairs that remember the last one handed out by iteration."""
+
+    current = None
+
+    def __iter__(self):
+        for pair in list.__iter__(self):
+            self.current = pair[0]
+            yield pair
+
+
+def load_weights_runner(model, name="target", filter="*", finish=None):
+    """A Runner that feeds `model.load_weights(iterable of (hf_name, tensor))` as vLLM and SGLang
+    models take it: HF names, full unsharded tensors (each layer narrows its own shard)."""
+    return Runner(name, lambda pairs: model.load_weights(iter(pairs)), filter=filter, finish=finish)
+
+
+class Receiver:
+    """One engine rank (see the module docstring). `device`: None for host memory, else a CUDA
+    ordinal (NCCL groups receive there). `keep_delta_base`: keep the last committed tensors'
+    bytes on the host so delta buckets can be applied (delta_base_bytes says how much)."""
+
+    def __init__(self, runners, *, engine_rank=0, rank_count=1, device=None,
+                 keep_delta_base=False, init_timeout=60.0, comm_timeout=60.0,
+                 max_bucket_bytes=4 << 30, bind_address="127.0.0.1", store_token=None,
+                 single_copy=True, initial_version="default"):
+        self._runners = list(runners)
+        self._rx = _weightcast._Receiver(
+            engine_rank=engine_rank, rank_count=rank_count,
+            cuda_device=-1 if device is None else int(device),
+            runners=[r._spec() for r in self._runners], keep_delta_base=keep_delta_base,
+            init_timeout=init_timeout, comm_timeout=comm_timeout,
+            max_bucket_bytes=max_bucket_bytes, bind_address=bind_address,
+            store_token=store_token, single_copy=single_copy, initial_version=initial_version)
+
+    @staticmethod
+    def _body(body):
+        import json
+
+        return body if isinstance(body, str) else json.dumps(body)
+
+    def join(self, body):
+        """init_weights_update_group's body (str or dict): joins as this rank."""
+        self._rx.join(self._body(body))
+
+    def leave(self, group_name="weight_update_group"):
+        self._rx.leave(group_name)
+
+    def begin(self, selector="all", holder=None):
+        return self._rx.begin(selector, holder)
+
+    def receive(self, body):
+        """update_weights_from_distributed's body: receives and stages one bucket (blocks)."""
+        return self._rx.receive(self._body(body))
+
+    def set_version(self, version):
+        self._rx.set_version(version)
+
+    def commit(self, version=None):
+        return self._rx.commit(version)
+
+    def abort(self, reason="aborted"):
+        self._rx.abort(reason)
+
+    def install(self, runner, tensors):
+        """Initial weights of `runner` through the same load path: (name, tensor) pairs of
+        contiguous CPU tensors. Records their digests (and the delta base when kept)."""
+        items = []
+        keep = []
+        for name, t in tensors:
+            t = t.detach().contiguous().cpu()
+            keep.append(t)
+            raw = t.view(-1).view(_torch().uint8).numpy() if t.numel() else b""
+            items.append((name, str(t.dtype).replace("torch.", ""), list(t.shape), raw))
+        self._rx.install(runner, items)
+
+    def digests(self, runner="target"):
+        return self._rx.digests(runner)
+
+    weight_version = property(lambda self: self._rx.weight_version)
+    in_session = property(lambda self: self._rx.in_session)
+    delta_base_bytes = property(lambda self: self._rx.delta_base_bytes)
+    bytes_received = property(lambda self: self._rx.bytes_received)
+    staging_pool_bytes = property(lambda self: self._rx.staging_pool_bytes)
+    groups = property(lambda self: self._rx.groups)
+
+    @property
+    def keep_delta_base(self):
+        return self._rx.keep_delta_base
+
+    @keep_delta_base.setter
+    def keep_delta_base(self, keep):
+        self._rx.keep_delta_base = bool(keep)
+
+

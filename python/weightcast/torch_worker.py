@@ -1,0 +1,205 @@
+"""One tensor-parallel worker of the torch reference engine (weightcast.torch_engine).
+
+Each worker process holds its TP shard of the target (weightcast.torch_model.TargetModel) and a
+replica of the EAGLE-style draft, and receives weight updates through its own
+weightcast.Receiver: the engine's HTTP front relays every control-plane call to every worker
+over a pipe, and each worker joins the trainer's group as its own engine rank.
+Requests run on threads (a receive blocks in C++ without the GIL, so the next bucket's request
+is already queued when the current one lands); the front serializes the calls that run
+collectives across workers (generate, commit, the accept-length probe).
+"""
+
+import os
+import threading
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from . import _weightcast
+from .engine_rank import EngineRank
+from .receiver import LoadError, ReceiverError, Runner
+from .torch_model import DraftModel, Parallel, TargetModel, model_spec
+
+TARGET_FILTER = "model.*,lm_head.weight"
+DRAFT_FILTER = "draft.*"
+
+
+def _tensor(dtype, shape, raw):
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+
+
+class Worker:
+    def __init__(self, rank, cfg):
+        self.rank, self.cfg = rank, cfg
+        self.tp = Parallel(rank, cfg["tp"])
+        spec = model_spec(cfg["model"])
+        self.spec = spec
+        self.target = TargetModel(spec, self.tp)
+        self.draft = DraftModel(spec) if cfg["draft"] else None
+        self.fail_on = None  # test hook: a load of this name raises
+        self.loaded_order = []  # names in the order load() saw them, for tests
+        self.metas = {}
+        runners = [Runner("target", self._loader(self.target), filter=TARGET_FILTER)]
+        if self.draft is not None:
+            # The fixed behaviour: post-processing runs when the draft loaded something.
+            finish = None if cfg["legacy_finalize"] else self.draft.process_weights_after_loading
+            runners.append(Runner("draft", self._loader(self.draft), filter=DRAFT_FILTER, finish=finish))
+        # The plug-ins' core (weightcast.engine_rank), so the torch engine tests it too.
+        self.core = EngineRank(runners=runners, engine_rank=rank, rank_count=cfg["tp"],
+                               keep_delta_base=cfg["delta"], bind_address=cfg["bind_address"],
+                               store_token=cfg.get("store_token"), init_timeout=cfg["init_timeout"],
+                               comm_timeout=cfg["comm_timeout"])
+        self.rx = self.core.receiver
+        for runner in ["target"] + (["draft"] if self.draft is not None else []):
+            tensors = []
+            for name, dtype, shape, raw in _weightcast._model_tensors(cfg["model"], runner, cfg["seed"], 0):
+                tensors.append((name, _tensor(dtype, shape, raw)))
+                self.metas[name] = (dtype, shape)
+            self.rx.install(runner, tensors)
+        if cfg["legacy_finalize"] and self.draft is not None:
+            self.draft.process_weights_after_loading()  # its startup post-processing
+        self.loaded_order.clear()
+
+    def _loader(self, model):
+        def load(pairs):
+            for name, tensor in pairs:
+                if name == self.fail_on:
+                    raise RuntimeError(f"injected load failure on '{name}'")
+                self.loaded_order.append((name, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
+            model.load_weights(iter(pairs))
+
+        return load
+
+    # --- operations the front relays ---------------------------------------------------------
+    def op_join(self, body):
+        self.core.init_group(body)
+
+    def op_leave(self, name):
+        self.core.destroy_group(name)
+
+    def op_begin(self, selector):
+        return self.core.begin(selector)
+
+    def op_receive(self, body):
+        ok, message = self.core.update(body)
+        return {"message": message, "weight_version": self.rx.weight_version}
+
+    def op_set_version(self, version):
+        self.rx.set_version(version)
+
+    def op_abort(self, reason):
+        self.core.abort(reason)
+
+    def op_commit(self, version, selector):
+        start = time.monotonic()
+        result = self.core.end(version)
+        result["seconds"] = time.monotonic() - start
+        if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
+            # The old behaviour: every covered runner's resident weights are post-processed again
+            # at the end of the session, whether or not it loaded anything.
+            self.draft.process_weights_after_loading()
+            for entry in result["runners"]:
+                if entry["runner"] == "draft":
+                    break
+            else:
+                result["runners"].append({"runner": "draft", "tensors_loaded": 0, "tensors_transformed": 0})
+            for entry in result["runners"]:
+                if entry["runner"] == "draft":
+                    entry["tensors_transformed"] = sum(1 for p in self.draft.parameters() if p.dim() == 2)
+        return result
+
+    def op_generate(self, ids, max_new_tokens):
+        return self.target.generate(ids, max_new_tokens)
+
+    def op_accept_length(self):
+        embed = self.target.full_tensor("model.embed_tokens.weight")
+        head = self.target.full_tensor("lm_head.weight")
+        fc = self.draft.logical("draft.fc.weight")
+        raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
+        return _weightcast._spec_accept_length(str(fc.dtype).replace("torch.", ""), self.spec["vocab_size"],
+                                               self.spec["hidden_size"], raw(embed), raw(head), raw(fc))
+
+    def op_checksum(self, runner, recompute):
+        """Per-tensor digests: as received (the Receiver's record), or with `recompute` of the
+        full tensors rebuilt from this engine's parameters (every worker takes part)."""
+        digests = self.rx.digests(runner)
+        if recompute:
+            model = self.target if runner == "target" else self.draft
+            raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
+            digests = {n: _weightcast._tensor_digest(raw(t)) for n, t in model.hf_tensors().items()}
+        tensors = [{"name": n, "digest": d, "dtype": self.metas[n][0], "shape": self.metas[n][1]}
+                   for n, d in sorted(digests.items())]
+        return {"digest": _weightcast._combined_digest(sorted(digests.items())), "tensors": tensors}
+
+    def op_reset_peak(self):
+        """Test hook: restarts the kernel's peak-RSS count (VmHWM) of this worker."""
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+    def op_info(self):
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        kib = lambda key: int(status[key].split()[0]) * 1024  # noqa: E731
+        return {"rss": kib("VmRSS"), "peak_rss": kib("VmHWM"), "weight_version": self.rx.weight_version, "delta_base_bytes": self.rx.delta_base_bytes,
+                "in_session": self.rx.in_session, "bytes_received": self.rx.bytes_received,
+                "staging_pool_bytes": self.rx.staging_pool_bytes, "draft_processed": self.draft.processed if self.draft else 0,
+                "pid": os.getpid(), "tensor_count": {r: len(self.rx.digests(r)) for r in self.runner_names()}}
+
+    def runner_names(self):
+        return ["target"] + (["draft"] if self.draft is not None else [])
+
+    def op_save(self, path):
+        """Test hook: this worker's parameters (its shards, as held) to `path`/rank<r>.pt."""
+        state = {"target": {k: v.clone() for k, v in self.target.state_dict().items()},
+                 "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
+                 "loaded_order": list(self.loaded_order)}
+        torch.save(state, os.path.join(path, f"rank{self.rank}.pt"))
+
+    def op_fail_load(self, name):
+        self.fail_on = name
+
+
+def _error(e):
+    if isinstance(e, LoadError):
+        return {"status": 500, "message": str(e), "runner": e.runner, "tensor": e.tensor}
+    if isinstance(e, ReceiverError):
+        return {"status": e.status, "message": str(e)}
+    return {"status": 500, "message": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+
+
+def main(rank, cfg, conn, store_port):
+    """Process entry: forms the TP group, builds the worker, serves the front's requests."""
+    torch.set_num_threads(1)
+    store = dist.TCPStore(cfg["tp_host"], store_port, cfg["tp"], False,
+                          timeout=__import__("datetime").timedelta(seconds=cfg["init_timeout"]))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=cfg["tp"])
+    send_lock = threading.Lock()
+
+    def reply(msg):
+        with send_lock:
+            conn.send(msg)
+
+    try:
+        worker = Worker(rank, cfg)
+    except Exception as e:  # reported to the front, which exits with it
+        reply((None, False, _error(e)))
+        return
+    reply((None, True, "ready"))
+
+    def run(rid, op, args):
+        try:
+            reply((rid, True, getattr(worker, "op_" + op)(*args)))
+        except Exception as e:
+            reply((rid, False, _error(e)))
+
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg is None:
+            break
+        rid, op, args = msg
+        threading.Thread(target=run, args=(rid, op, args), daemon=True).start()
+    os._exit(0)  # daemon threads may be blocked in a receive; the front is gone

@@ -1,0 +1,41 @@
+#include "sync/engine/receiver_order.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+namespace weightcast::sync::engine {
+
+LoadKey load_key(std::string_view name) {
+  constexpr std::string_view kLayers = "layers.";
+  for (std::size_t at = name.find(kLayers); at != std::string_view::npos;
+       at = name.find(kLayers, at + 1)) {
+    if (at != 0 && name[at - 1] != '.') continue;
+    const std::string_view rest = name.substr(at + kLayers.size());
+    std::int64_t layer = 0;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), layer);
+    if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() ||
+        *end != '.') {
+      continue;
+    }
+    return {std::string(name.substr(0, at)), 1, layer};
+  }
+  // Group non-layer tensors with the layers of their top-level prefix ("model.", "mtp.").
+  const auto dot = name.find('.');
+  std::string prefix = dot == std::string_view::npos ? "" : std::string(name.substr(0, dot + 1));
+  // lm_head.* has no prefix of its own: it belongs after "model."'s layers.
+  if (prefix == "lm_head.") prefix = "model.";
+  const bool embedding = name.find("embed") != std::string_view::npos;
+  return {std::move(prefix), embedding ? 0 : 2, -1};
+}
+
+std::vector<std::vector<std::string>> load_groups(const std::vector<std::string>& names) {
+  std::map<LoadKey, std::vector<std::string>> groups;
+  for (const auto& name : names) groups[load_key(name)].push_back(name);
+  std::vector<std::vector<std::string>> out;
+  out.reserve(groups.size());
+  for (auto& [key, group] : groups) out.push_back(std::move(group));
+  return out;
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,258 @@
+"""The torch reference engine updated by weightcast-train, checked with torch alone.
+
+Real processes: torch engines at TP 2 and TP 1 (python -m weightcast.torch_engine, each worker
+receiving through weightcast.Receiver) and `mpirun -np 4 weightcast-train --tp 2 --pp 2`.
+Expectations are computed here, independently of weightcast's digests: the trainer's weights at
+step k are the generator's (weightcast._weightcast._model_tensors, --drift jump), each worker
+must hold exactly their TP slices (narrowed here with torch), and /generate must match a
+single-process forward written here over the full tensors.
+Run one case: test_torch_engine.py TorchEngine.test_trainer_update
+"""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import torch_engines  # noqa: E402
+
+torch_engines.require_torch()
+import torch  # noqa: E402
+
+from weightcast import _weightcast  # noqa: E402
+
+SEED = 7
+PROMPT = [3, 14, 15, 92, 65]
+
+
+def full_tensors(step, runner="target"):
+    out = {}
+    for name, dtype, shape, raw in _weightcast._model_tensors("tiny", runner, SEED, step):
+        out[name] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+    return out
+
+
+def spec():
+    import json
+    return json.loads(_weightcast._model_spec("tiny"))
+
+
+def shard(full, dim, rank, tp):
+    size = full.shape[dim] // tp
+    return full.narrow(dim, rank * size, size)
+
+
+def expected_worker(full, rank, tp):
+    """What worker `rank` of a TP-`tp` engine must hold, fused as its parameters are."""
+    s = spec()
+    out = {"model.embed_tokens.weight": shard(full["model.embed_tokens.weight"], 0, rank, tp),
+           "model.norm.weight": full["model.norm.weight"],
+           "lm_head.weight": shard(full["lm_head.weight"], 0, rank, tp)}
+    for i in range(s["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        f = lambda n: full[p + n]  # noqa: E731
+        out[p + "self_attn.qkv_proj.weight"] = torch.cat(
+            [shard(f(f"self_attn.{x}_proj.weight"), 0, rank, tp) for x in "qkv"])
+        out[p + "mlp.gate_up_proj.weight"] = torch.cat(
+            [shard(f(f"mlp.{x}_proj.weight"), 0, rank, tp) for x in ("gate", "up")])
+        out[p + "self_attn.o_proj.weight"] = shard(f("self_attn.o_proj.weight"), 1, rank, tp)
+        out[p + "mlp.down_proj.weight"] = shard(f("mlp.down_proj.weight"), 1, rank, tp)
+        out[p + "input_layernorm.weight"] = f("input_layernorm.weight")
+        out[p + "post_attention_layernorm.weight"] = f("post_attention_layernorm.weight")
+    return out
+
+
+def reference_generate(full, ids, n):
+    """Greedy decoding with one process and the full, unfused tensors (float64)."""
+    s, d = spec(), torch.float64
+    w = {k: v.to(d) for k, v in full.items()}
+    hd, heads, kvh = s["head_dim"], s["num_attention_heads"], s["num_key_value_heads"]
+
+    def norm(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+
+    def rope(x, pos):
+        half = hd // 2
+        inv = 1.0 / (10000.0 ** (torch.arange(0, half, dtype=d) * 2 / hd))
+        ang = pos[:, None] * inv[None, :]
+        cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+        a, b = x[..., :half], x[..., half:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+
+    ids = list(ids)
+    for _ in range(n):
+        t = len(ids)
+        pos = torch.arange(t, dtype=d)
+        x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+        for i in range(s["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            h = norm(x, w[p + "input_layernorm.weight"])
+            q = rope((h @ w[p + "self_attn.q_proj.weight"].t()).view(t, heads, hd), pos)
+            k = rope((h @ w[p + "self_attn.k_proj.weight"].t()).view(t, kvh, hd), pos)
+            v = (h @ w[p + "self_attn.v_proj.weight"].t()).view(t, kvh, hd)
+            k, v = k.repeat_interleave(heads // kvh, 1), v.repeat_interleave(heads // kvh, 1)
+            att = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+            att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+            o = torch.einsum("hqk,khd->qhd", att, v).reshape(t, heads * hd)
+            x = x + o @ w[p + "self_attn.o_proj.weight"].t()
+            h = norm(x, w[p + "post_attention_layernorm.weight"])
+            g, u = h @ w[p + "mlp.gate_proj.weight"].t(), h @ w[p + "mlp.up_proj.weight"].t()
+            x = x + (torch.nn.functional.silu(g) * u) @ w[p + "mlp.down_proj.weight"].t()
+        logits = norm(x, w["model.norm.weight"])[-1] @ w["lm_head.weight"].t()
+        ids.append(int(logits.argmax()))
+    return ids[-n:]
+
+
+def raw(t):
+    return t.contiguous().view(-1).view(torch.uint8).numpy()
+
+
+def accept_length(full_target, draft_fc):
+    s = spec()
+    return _weightcast._spec_accept_length("bfloat16", s["vocab_size"], s["hidden_size"],
+                                           raw(full_target["model.embed_tokens.weight"]),
+                                           raw(full_target["lm_head.weight"]), raw(draft_fc))
+
+
+class TorchEngine(unittest.TestCase):
+    def assert_holds(self, engine, full, draft_before=None):
+        for rank, held in enumerate(engine.params()):
+            expected = expected_worker(full, rank, engine.tp)
+            self.assertEqual(set(held["target"]), set(expected))
+            for name, t in expected.items():
+                self.assertTrue(torch.equal(held["target"][name], t),
+                                f"TP{engine.tp} worker {rank}: {name} differs from the narrowed slice")
+            if draft_before is not None:
+                for name, t in draft_before[rank]["draft"].items():
+                    self.assertTrue(torch.equal(held["draft"][name], t), f"draft {name} changed on worker {rank}")
+
+    def test_trainer_update(self):
+        """TP 2 and TP 1 engines, trainer tp 2 x pp 2, delta on, 5 steps, --verify."""
+        with torch_engines.running([2, 1], SEED, ["--delta"]) as engines:
+            drafts = [e.params() for e in engines]
+            self.assert_holds(engines[0], full_tensors(0))
+            code, out = torch_engines.train(engines, 5, SEED, ["--verify", "--delta", "on"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("step 5/5 version 5", out)
+            self.assertIn("verified yes", out)
+            # Deltas really travelled and were applied to the receivers' kept bases.
+            self.assertRegex(out, r"step 2/5 .*delta_buckets [1-9]")
+            full = full_tensors(5)
+            for engine, before in zip(engines, drafts):
+                self.assert_holds(engine, full, draft_before=before)
+                answer = engine.generate(PROMPT, 8)
+                self.assertEqual(answer["meta_info"]["weight_version"], "5")
+                self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+                info = engine.ok("/debug/info")["workers"]
+                self.assertTrue(all(w["delta_base_bytes"] > 0 for w in info))
+            # Layer order, and zero copy: within each load call the views of one bucket sit
+            # back to back in one staged block (gaps below the bucket alignment), never copies.
+            order = [name for name, ptr, size in engines[0].params()[0]["loaded_order"]]
+            last = order[-len(full):]
+            layers = [int(n.split(".")[2]) for n in last if n.startswith("model.layers.")]
+            self.assertEqual(layers, sorted(layers))
+            self.assertEqual(last[0], "model.embed_tokens.weight")
+
+    def test_views_are_zero_copy(self):
+        with torch_engines.running([1], SEED) as engines:
+            code, out = torch_engines.train(engines, 1, SEED, ["--bucket-bytes", "64M"], tp=1, pp=1)
+            self.assertEqual(code, 0, out)
+            seen = engines[0].params()[0]["loaded_order"]
+            self.assertEqual(len(seen), len(full_tensors(1)))
+            spans = sorted((ptr, size) for _, ptr, size in seen)
+            # One bucket: every view lies in one block at the packer's aligned offsets.
+            for (a, n), (b, _) in zip(spans, spans[1:]):
+                self.assertGreaterEqual(b - (a + n), 0)
+                self.assertLess(b - (a + n), 256, "views are not back to back in one staged block")
+
+    def test_peak_rss_1gib(self):
+        """A 1 GiB update adds at most one bucket to a worker's peak RSS beyond its staging
+        pool (reserved at start): the load callbacks get views, nobody copies the update."""
+        bucket = 64 << 20
+        with torch_engines.running([1], SEED, ["--model", "small", "--num-layers", "170", "--no-draft"]) as (e,):
+            e.ok("/debug/reset_peak", {})
+            (before,) = e.ok("/debug/info")["workers"]
+            code, out = torch_engines.train([e], 1, SEED, ["--model", "small", "--num-layers", "170",
+                                                           "--bucket-bytes", "64M"], tp=1, pp=1, timeout=400)
+            self.assertEqual(code, 0, out)
+            (after,) = e.ok("/debug/info")["workers"]
+            sent = after["bytes_received"]
+            self.assertGreaterEqual(sent, 1 << 30)
+            slack = 48 << 20  # interpreter and allocator noise
+            self.assertLessEqual(after["staging_pool_bytes"], sent + sent // 64 + (4 << 20) + bucket)
+            grew = after["peak_rss"] - before["rss"]
+            print(f"1 GiB update: peak RSS grew {grew / 2**20:.1f} MiB; staging pool "
+                  f"{after['staging_pool_bytes'] / 2**20:.1f} MiB (reserved at start)")
+            self.assertLessEqual(grew, bucket + slack,
+                                 f"peak RSS grew {grew} bytes during a {sent}-byte update")
+
+    def test_failed_updates_change_nothing(self):
+        with torch_engines.running([2], SEED, ["--delta", "--comm-timeout", "3", "--session-timeout", "3"]) as (e,):
+            before = e.params()
+            # 1. A load callback raising: the commit fails naming runner and tensor; what was
+            # already loaded is loaded again from the kept base.
+            e.ok("/debug/fail_load", {"tensor": "model.layers.1.mlp.down_proj.weight"})
+            code, out = torch_engines.train([e], 1, SEED)
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("failed in load of tensor 'model.layers.1.mlp.down_proj.weight'", out)
+            self.assert_unchanged(e, before, "default")
+            e.ok("/debug/fail_load", {"tensor": None})
+            # 2. The trainer killed mid-update: small, slow buckets; killed once bytes arrived.
+            argv = torch_engines.train_argv([e], 1, SEED, ["--bucket-bytes", "128K", "--bucket-delay-ms", "400"])
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    preexec_fn=torch_engines._die_with_parent)
+            try:
+                deadline = time.monotonic() + 60
+                while not any(w["bytes_received"] for w in e.ok("/debug/info")["workers"]):
+                    self.assertLess(time.monotonic(), deadline, "no bucket arrived")
+                    time.sleep(0.05)
+            finally:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            deadline = time.monotonic() + 30
+            while any(w["in_session"] for w in e.ok("/debug/info")["workers"]):
+                self.assertLess(time.monotonic(), deadline, "the dead trainer's session never ended")
+                time.sleep(0.1)
+            self.assert_unchanged(e, before, "default")
+            # And a later update goes through.
+            code, out = torch_engines.train([e], 1, SEED, ["--verify"])
+            self.assertEqual(code, 0, out)
+
+    def assert_unchanged(self, e, before, version):
+        after = e.params()
+        for rank in range(e.tp):
+            for part in ("target", "draft"):
+                for name, t in before[rank][part].items():
+                    self.assertTrue(torch.equal(after[rank][part][name], t), f"{part} {name} changed on {rank}")
+        answer = e.generate(PROMPT, 4)  # still generating, on the previous weights
+        self.assertEqual(answer["meta_info"]["weight_version"], version)
+        self.assertEqual(answer["output_ids"], reference_generate(full_tensors(0), PROMPT, 4))
+
+    def test_frozen_draft(self):
+        """`all` with the old finalize corrupts the frozen draft; the Receiver's scoping does not."""
+        with torch_engines.running([2, 1], SEED, []) as (fixed, _), \
+                torch_engines.running([1], SEED, ["--legacy-finalize"]) as (legacy,):
+            draft_fc = full_tensors(0, "draft")["draft.fc.weight"]
+            start = accept_length(full_tensors(0), draft_fc)
+            self.assertGreater(start, 2.0, "the initial draft should be a good one")
+            for e in (fixed, legacy):
+                self.assertAlmostEqual(e.ok("/spec_accept_length")["accept_length"], start, places=6)
+            drafts = fixed.params()
+            code, out = torch_engines.train([fixed, legacy], 1, SEED, ["--selector", "all"])
+            self.assertEqual(code, 0, out)
+            # Same draft, new target: exactly the accept length of the unchanged draft.
+            now = accept_length(full_tensors(1), draft_fc)
+            self.assertAlmostEqual(fixed.ok("/spec_accept_length")["accept_length"], now, places=6)
+            for rank, held in enumerate(fixed.params()):
+                for name, t in drafts[rank]["draft"].items():
+                    self.assertTrue(torch.equal(held["draft"][name], t), name)
+            broken = legacy.ok("/spec_accept_length")["accept_length"]
+            self.assertLess(broken, 1.5, f"legacy finalize left accept length {broken} (from {now:.2f})")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,218 @@
+// Receiver: one engine rank as a library, driven through fake channels (no sockets): staging
+// until commit, digests checked before the first load, layer order, selector scope, failed loads
+// put the previous version back, deltas against the kept base and against a wrong one.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "sync/engine/receiver.h"
+#include "sync/engine/receiver_order.h"
+#include "sync/model/delta.h"
+#include "tests/sync/engine/fake_channel.h"
+#include "tests/sync/engine/test_util.h"
+
+namespace weightcast::sync::engine {
+namespace {
+
+using testing::FakeSource;
+using testing::pack_bucket;
+using testing::tensor;
+
+// The engine's side of the callbacks: what each runner holds, and the order loads came in.
+struct Model {
+  std::mutex mu;
+  std::map<std::string, std::vector<std::byte>> weights[2];
+  std::vector<std::string> order[2];
+  int finishes[2] = {0, 0};
+  std::string fail_on;  // a load of this name throws
+
+  ReceiverRunner runner(Runner id, const char* filter) {
+    const int i = static_cast<int>(id);
+    ReceiverRunner r;
+    r.id = id;
+    r.filter = NameFilter::parse(filter);
+    r.load = [this, i](std::span<const TensorView> views) {
+      std::lock_guard lock(mu);
+      for (const auto& v : views) {
+        if (v.meta->name == fail_on) throw std::runtime_error("refusing " + fail_on);
+        weights[i][v.meta->name].assign(v.bytes.begin(), v.bytes.end());
+        order[i].push_back(v.meta->name);
+      }
+    };
+    r.finish = [this, i] { finishes[i] += 1; };
+    return r;
+  }
+};
+
+std::vector<RawTensor> target_round(std::uint64_t step) {
+  return {tensor("model.layers.10.mlp.up_proj.weight", {8, 16}, step),
+          tensor("model.layers.2.mlp.up_proj.weight", {8, 16}, step),
+          tensor("lm_head.weight", {32, 16}, step),
+          tensor("model.embed_tokens.weight", {32, 16}, step),
+          tensor("draft.fc.weight", {16, 32}, step)};
+}
+
+UpdateWeightsFromDistributedRequest request_for(const std::vector<RawTensor>& tensors,
+                                                Selector selector, std::uint64_t sequence) {
+  UpdateWeightsFromDistributedRequest req;
+  req.tensors = testing::metas_of(tensors);
+  req.group_name = "g";
+  req.selector = selector;
+  req.sequence = sequence;
+  return req;
+}
+
+class ReceiverTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Receiver> make(bool keep_base) {
+    ReceiverOptions opts;
+    opts.place = {0, 1, -1};
+    opts.comm_timeout = comm::Millis(10000);
+    opts.keep_delta_base = keep_base;
+    opts.connector = [src = source_](const GroupSpec& spec, const ConnectOptions&, int rank) {
+      return std::move(src->make_channels(1, spec.rank_offset + rank).front());
+    };
+    std::vector<ReceiverRunner> runners{model_.runner(Runner::kTarget, "model.*,lm_head.weight"),
+                                        model_.runner(Runner::kDraft, "draft.*")};
+    auto r = std::make_unique<Receiver>(opts, std::move(runners));
+    GroupSpec spec;
+    spec.group_name = "g";
+    r->join(spec);
+    return r;
+  }
+
+  // One full round with `selector`: begin, one bucket, commit with version "v<step>".
+  ReceiverCommit round(Receiver& r, std::uint64_t step, Selector selector) {
+    const auto tensors = target_round(step);
+    r.begin(selector);
+    auto packed = pack_bucket(0, tensors);
+    source_->broadcast(packed.bytes);
+    r.receive(request_for(tensors, selector, 0));
+    return r.commit("v" + std::to_string(step));
+  }
+
+  std::shared_ptr<FakeSource> source_ = std::make_shared<FakeSource>();
+  Model model_;
+};
+
+TEST_F(ReceiverTest, LoadsNothingBeforeCommitThenEachLayerInOrder) {
+  auto r = make(false);
+  const auto tensors = target_round(1);
+  r->begin(Selector::kTarget);
+  source_->broadcast(pack_bucket(0, tensors).bytes);
+  EXPECT_GT(r->receive(request_for(tensors, Selector::kTarget, 0)), 0u);
+  EXPECT_TRUE(model_.order[0].empty()) << "a load ran before commit";
+  const auto commit = r->commit("v1");
+  EXPECT_EQ(commit.weight_version, "v1");
+  EXPECT_EQ(r->weight_version(), "v1");
+  EXPECT_EQ(model_.order[0], (std::vector<std::string>{
+                                 "model.embed_tokens.weight", "model.layers.2.mlp.up_proj.weight",
+                                 "model.layers.10.mlp.up_proj.weight", "lm_head.weight"}));
+  // The selector scoped the draft out: never loaded, never post-processed.
+  EXPECT_TRUE(model_.order[1].empty());
+  EXPECT_EQ(model_.finishes[1], 0);
+  EXPECT_EQ(model_.finishes[0], 1);
+  for (const auto& t : tensors) {
+    if (t.meta.name.rfind("draft.", 0) == 0) continue;
+    EXPECT_EQ(model_.weights[0][t.meta.name], t.bytes) << t.meta.name;
+  }
+  EXPECT_EQ(r->delta_base_bytes(), 0u) << "no base is kept while deltas are off";
+  EXPECT_TRUE(commit.runner_digest.empty());
+}
+
+TEST_F(ReceiverTest, AFailingLoadNamesRunnerAndTensorAndPutsThePreviousVersionBack) {
+  auto r = make(true);
+  round(*r, 1, Selector::kAll);
+  const auto before = model_.weights[0];
+  EXPECT_GT(r->delta_base_bytes(), 0u);
+  model_.fail_on = "model.layers.10.mlp.up_proj.weight";
+  try {
+    round(*r, 2, Selector::kAll);
+    FAIL() << "the commit succeeded";
+  } catch (const LoadError& e) {
+    EXPECT_EQ(e.runner(), Runner::kTarget);
+    EXPECT_EQ(e.tensor(), "model.layers.10.mlp.up_proj.weight");
+    EXPECT_NE(std::string(e.what()).find("refusing"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r->weight_version(), "v1");
+  EXPECT_FALSE(r->in_session());
+  // Layers 2 and the embedding had taken v2 bytes before layer 10 threw; they hold v1 again.
+  EXPECT_EQ(model_.weights[0], before);
+  // The receiver is usable again.
+  model_.fail_on.clear();
+  EXPECT_EQ(round(*r, 3, Selector::kAll).weight_version, "v3");
+}
+
+TEST_F(ReceiverTest, DeltaAppliesToTheKeptBaseAndAWrongBaseChangesNothing) {
+  auto r = make(true);
+  const auto commit = round(*r, 1, Selector::kAll);
+  const std::size_t sent = total_bytes(testing::metas_of(target_round(1)));
+  EXPECT_EQ(r->delta_base_bytes(), sent);
+  const auto begun = r->begin(Selector::kAll);
+  EXPECT_EQ(begun.runner_digest, commit.runner_digest) << "the trainer's delta precondition";
+  const auto base = target_round(1), next = target_round(2);
+  const auto base_bucket = pack_bucket(0, base), next_bucket = pack_bucket(0, next);
+  DeltaEncoder encoder(DeltaCodec::kXorZstd);
+  std::vector<std::byte> payload;
+  ASSERT_TRUE(
+      encoder.encode(next_bucket.bytes, base_bucket.bytes, next_bucket.bytes.size(), payload));
+  auto req = request_for(next, Selector::kAll, 0);
+  BucketDelta delta{DeltaCodec::kXorZstd, payload.size(), "v1", {}};
+  for (const auto& t : base) delta.base_digests.push_back(to_string(tensor_digest(t.bytes)));
+  req.delta = delta;
+  source_->broadcast(payload);
+  r->receive(req);
+  r->commit("v2");
+  for (const auto& t : next) {
+    const int i = t.meta.name.rfind("draft.", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(model_.weights[i][t.meta.name], t.bytes) << t.meta.name;
+  }
+  // A delta against a version this receiver does not hold: refused, nothing changes.
+  const auto held = model_.weights[0];
+  r->begin(Selector::kAll);
+  req.delta->base_version = "v0";
+  try {
+    r->receive(req);
+    FAIL() << "a delta against the wrong base was accepted";
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 409) << e.what();
+  }
+  EXPECT_EQ(r->weight_version(), "v2");
+  EXPECT_EQ(model_.weights[0], held);
+  r->set_keep_delta_base(false);
+  EXPECT_EQ(r->delta_base_bytes(), 0u);
+}
+
+TEST_F(ReceiverTest, RefusesOutOfSessionAndAbortDiscards) {
+  auto r = make(false);
+  const auto tensors = target_round(1);
+  try {
+    r->receive(request_for(tensors, Selector::kAll, 0));
+    FAIL();
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 409);
+  }
+  r->begin(Selector::kTarget);
+  EXPECT_THROW(r->begin(Selector::kTarget), ReceiverError);
+  source_->broadcast(pack_bucket(0, tensors).bytes);
+  r->receive(request_for(tensors, Selector::kTarget, 0));
+  r->abort("test");
+  EXPECT_THROW(r->commit(), ReceiverError);
+  EXPECT_TRUE(model_.order[0].empty());
+  EXPECT_EQ(r->weight_version(), "default");
+}
+
+TEST(ReceiverOrder, LayersSortNumericallyEmbeddingsFirstHeadLast) {
+  const auto groups =
+      load_groups({"model.norm.weight", "model.layers.10.a", "lm_head.weight", "model.layers.9.b",
+                   "model.layers.9.a", "model.embed_tokens.weight"});
+  ASSERT_EQ(groups.size(), 4u);
+  EXPECT_EQ(groups[0], std::vector<std::string>{"model.embed_tokens.weight"});
+  EXPECT_EQ(groups[1], (std::vector<std::string>{"model.layers.9.b", "model.layers.9.a"}));
+  EXPECT_EQ(groups[2], std::vector<std::string>{"model.layers.10.a"});
+  EXPECT_EQ(groups[3], (std::vector<std::string>{"model.norm.weight", "lm_head.weight"}));
+}
+
+}  // namespace
+}  // namespace weightcast::sync::engine
