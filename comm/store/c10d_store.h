@@ -51,7 +51,18 @@ struct C10dStoreServerOptions {
   std::size_t max_keys_per_request = 128u << 10;
   std::size_t max_request_bytes = 32u << 20;  // one whole request; bounds a connection's buffer
   std::size_t max_connections = 512;
-  Millis io_timeout{30000};  // a silent half-sent request is dropped after this
+  Millis io_timeout{30000};  // a silent half-sent request, or replies left untaken, drop after this
+  // What peers can make the server hold (docs/security.md). torch's protocol has no error reply,
+  // so each refusal drops only the connection that asked, and is logged with its peer.
+  std::size_t max_store_bytes = 256u << 20;  // keys + values + 128 B a key, all keys together
+  std::size_t max_keys = 64u << 10;
+  // A connection is not read while its unsent replies exceed this: the server first sends them
+  // (bounded by io_timeout). One reply larger than max_request_bytes (a MULTI_GET naming one big
+  // value many times) is refused outright.
+  std::size_t max_unsent_reply_bytes = 16u << 20;
+  // All connections' buffered requests and unsent replies together, beyond the first 64 KiB of
+  // each (which a connection may always hold, so small requests always get through).
+  std::size_t max_buffered_bytes = 256u << 20;
 };
 
 struct C10dStoreServerStats {
@@ -60,6 +71,9 @@ struct C10dStoreServerStats {
   std::uint64_t active = 0;
   std::uint64_t rejected_frames = 0;  // garbage, oversized or unknown query: connection dropped
   std::uint64_t dropped_stalled = 0;  // half-sent requests dropped after io_timeout
+  std::uint64_t dropped_over_cap = 0;  // a cap above refused what the connection asked
+  std::uint64_t store_bytes = 0;       // what max_store_bytes counts, now
+  std::uint64_t buffered_bytes = 0;    // what max_buffered_bytes counts, now
   std::uint64_t torch1_connections = 0;
   std::uint64_t torch2_connections = 0;
 };

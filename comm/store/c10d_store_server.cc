@@ -5,12 +5,19 @@
 // the state and goes on reading, and answers STOP_WAITING when a change makes the keys present — so
 // CANCEL_WAIT (2.x) and further requests on the same connection are still read, and other
 // connections never wait on this one.
+//
+// Bounds (C10dStoreServerOptions, docs/security.md): the state refuses changes past the store's
+// byte and key caps; a connection is not read further while its unsent replies exceed
+// max_unsent_reply_bytes (they are sent first, within io_timeout); one reply may not exceed
+// max_request_bytes; and all connections' buffers beyond a free 64 KiB each share one budget. torch
+// has no error reply, so every refusal drops the connection that asked and is logged with its peer.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <list>
 #include <optional>
 
@@ -20,6 +27,7 @@
 #include "comm/store/c10d_store_state.h"
 #include "comm/store/connection_server.h"
 #include "comm/store/socket_io.h"
+#include "comm/store/store_quota.h"
 
 namespace weightcast::comm {
 
@@ -32,6 +40,8 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 // send another. More than this on one connection is abuse.
 constexpr std::size_t kMaxPendingWaits = 64;
 const std::string kInitKey = "init/";
+// What a connection may buffer (requests in, replies out) without drawing on the shared budget.
+constexpr std::size_t kFreeBufferBytes = kReadChunk;
 
 enum class Woke { kSocket, kWake, kBoth, kTimeout, kStopped, kError };
 
@@ -68,21 +78,66 @@ struct C10dStoreServer::Impl {
     std::string in;                               // bytes read, not yet decoded
     std::string out;                              // replies not yet sent
     bool consumed = false;                        // the last process() completed a request
+    bool refused = false;                         // refuse() ran: a cap, not a bad frame
+    std::size_t charged = 0;                      // bytes drawn from the shared buffer budget
   };
+
+  explicit Impl(C10dStoreServerOptions o)
+      : opts(std::move(o)),
+        limits{opts.max_key_bytes, opts.max_value_bytes, opts.max_keys_per_request,
+               opts.max_request_bytes},
+        state(opts.max_store_bytes, opts.max_keys, opts.max_value_bytes) {}
 
   C10dStoreServerOptions opts;
   proto::Limits limits;
   const std::atomic<bool>* stopping = nullptr;  // the connection server's stop flag
   C10dStoreState state;
 
-  std::atomic<std::uint64_t> rejected_frames{0}, dropped_stalled{0}, torch1{0}, torch2{0};
+  std::atomic<std::uint64_t> rejected_frames{0}, dropped_stalled{0}, dropped_over_cap{0}, torch1{0},
+      torch2{0};
+  std::atomic<std::size_t> buffered{0};  // drawn from max_buffered_bytes by all connections
+
+  // Logs why the connection is dropped, with its peer, and counts it; returns false, for callers
+  // to return.
+  bool refuse(Session& s, const std::string& why) {
+    s.refused = true;
+    ++dropped_over_cap;
+    std::fprintf(stderr, "weightcast: c10d store server drops the connection from %s: %s\n",
+                 net::peer_name(s.fd).c_str(), why.c_str());
+    return false;
+  }
+  // Brings the connection's draw on the shared budget to what its buffers hold beyond
+  // kFreeBufferBytes; refuses (false) when that would pass max_buffered_bytes.
+  bool recharge(Session& s) {
+    const std::size_t held = s.in.size() + s.out.size();
+    const std::size_t want = held > kFreeBufferBytes ? held - kFreeBufferBytes : 0;
+    if (want <= s.charged) {
+      buffered -= s.charged - want;
+      s.charged = want;
+      return true;
+    }
+    const std::size_t more = want - s.charged;
+    if (buffered.fetch_add(more) + more > opts.max_buffered_bytes) {
+      buffered -= more;
+      return refuse(s, detail::concat("its ", held,
+                                      " buffered bytes would take all connections "
+                                      "past the cap of ",
+                                      opts.max_buffered_bytes));
+    }
+    s.charged = want;
+    return true;
+  }
 
   void serve(int fd);
   void serve_loop(Session& s);
   // Decodes and answers every complete request in s.in; false drops the connection.
   bool process(Session& s);
   bool handle(Session& s, const proto::Request& req);
+  bool answer(Session& s, const proto::Request& req);  // handle() past VALIDATE
   bool handle_add(Session& s, const proto::Request& req);
+  bool handle_multi_get(Session& s, const proto::Request& req);
+  // Sends the replies that passed max_unsent_reply_bytes before anything more is read.
+  bool flush_over_cap(Session& s);
   bool handle_wait(Session& s, std::vector<std::string> keys);
   void cancel_waits(Session& s);
   void answer_ready_waits(Session& s);
@@ -94,7 +149,9 @@ struct C10dStoreServer::Impl {
   }
 };
 
-C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+C10dStoreServerOptions checked(C10dStoreServerOptions opts) {
   if (opts.max_connections == 0) throw ConfigError("c10d store max_connections must be positive");
   if (opts.io_timeout <= Millis(0)) throw ConfigError("c10d store io_timeout must be positive");
   if (opts.max_key_bytes == 0 || opts.max_keys_per_request == 0) {
@@ -104,10 +161,17 @@ C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts) : impl_(std::make_
     throw ConfigError(detail::concat("c10d store max_request_bytes ", opts.max_request_bytes,
                                      " cannot hold one SET of the largest key and value"));
   }
+  if (opts.max_unsent_reply_bytes == 0 || opts.max_buffered_bytes == 0) {
+    throw ConfigError("c10d store buffer caps must be positive");
+  }
+  return opts;
+}
+
+}  // namespace
+
+C10dStoreServer::C10dStoreServer(C10dStoreServerOptions opts)
+    : impl_(std::make_unique<Impl>(checked(std::move(opts)))) {
   auto& s = *impl_;
-  s.opts = std::move(opts);
-  s.limits = {s.opts.max_key_bytes, s.opts.max_value_bytes, s.opts.max_keys_per_request,
-              s.opts.max_request_bytes};
   ConnectionServer& server =
       listen({s.opts.bind_address, s.opts.port, s.opts.max_connections, "c10d store server"},
              [&s] { s.state.stop(); });
@@ -123,9 +187,18 @@ C10dStoreServer::~C10dStoreServer() {
 C10dStoreServerStats C10dStoreServer::stats() const {
   const auto& s = *impl_;
   const ConnectionCounts c = connections().counts();
-  return {
-      c.accepted,      c.refused,      c.active, s.rejected_frames.load(), s.dropped_stalled.load(),
-      s.torch1.load(), s.torch2.load()};
+  C10dStoreServerStats st;
+  st.accepted = c.accepted;
+  st.refused = c.refused;
+  st.active = c.active;
+  st.rejected_frames = s.rejected_frames.load();
+  st.dropped_stalled = s.dropped_stalled.load();
+  st.torch1_connections = s.torch1.load();
+  st.torch2_connections = s.torch2.load();
+  st.dropped_over_cap = s.dropped_over_cap.load();
+  st.store_bytes = s.state.bytes();
+  st.buffered_bytes = s.buffered.load();
+  return st;
 }
 
 std::vector<std::string> C10dStoreServer::keys() const {
@@ -148,6 +221,7 @@ void C10dStoreServer::Impl::serve(int fd) {
   s.fd = fd;
   s.wake_fd = wake.get();
   serve_loop(s);
+  buffered -= s.charged;
   state.unwatch(s.wake_fd);  // before the eventfd closes, so no change writes to a reused fd
   // The peer learns at once that it was dropped; the fd itself closes when the reaper joins us.
   ::shutdown(fd, SHUT_RDWR);
@@ -180,11 +254,12 @@ void C10dStoreServer::Impl::serve_loop(Session& s) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       return;
     }
+    if (!recharge(s)) return;
     if (!process(s)) {
-      ++rejected_frames;
+      if (!s.refused) ++rejected_frames;
       return;
     }
-    if (!flush(s)) return;
+    if (!recharge(s) || !flush(s) || !recharge(s)) return;
     // A partial request left over starts (or keeps) its clock; a clean boundary stops it.
     if (s.in.empty()) {
       request_deadline = Deadline::max();
@@ -207,9 +282,23 @@ bool C10dStoreServer::Impl::process(Session& s) {
     if (d.status == proto::Decode::kBad) return false;
     s.in.erase(0, d.consumed);
     s.consumed = true;
-    if (!handle(s, d.request)) return false;
+    // Every reply is charged to the shared budget as soon as it is made.
+    if (!handle(s, d.request) || !recharge(s)) return false;
+    if (!flush_over_cap(s)) return false;
   }
   return true;
+}
+
+bool C10dStoreServer::Impl::flush_over_cap(Session& s) {
+  if (s.out.size() <= opts.max_unsent_reply_bytes) return true;
+  if (!recharge(s)) return false;
+  const std::size_t unsent = s.out.size();
+  if (!flush(s)) {
+    return refuse(s, detail::concat("it left ", unsent, " bytes of replies (cap ",
+                                    opts.max_unsent_reply_bytes, ") untaken for ",
+                                    opts.io_timeout.count(), " ms"));
+  }
+  return recharge(s);
 }
 
 // Answers one request into s.out; false when it is out of protocol (the connection is dropped).
@@ -219,6 +308,17 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
   const bool first = !s.seen_first;
   s.seen_first = true;
   if (req.query == Query::kValidate) return first && req.word == proto::kValidateMagic;
+  try {
+    return answer(s, req);
+  } catch (const StoreFullError& e) {
+    return refuse(s, detail::concat(proto::query_name(req.query), ": ", e.what()));
+  } catch (const BadRequestError&) {
+    return false;  // ADD on a value that is not a counter, or an overflow: out of protocol
+  }
+}
+
+bool C10dStoreServer::Impl::answer(Session& s, const proto::Request& req) {
+  using proto::Query;
   switch (req.query) {
     case Query::kSet:
       state.set(req.keys[0], req.values[0]);
@@ -249,10 +349,7 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
       state.append(req.keys[0], req.values[0]);
       return true;
     case Query::kMultiGet:
-      for (const auto& k : req.keys) {
-        proto::append_bytes(&s.out, state.get(k).value_or(std::string()));
-      }
-      return true;
+      return handle_multi_get(s, req);
     case Query::kMultiSet:
       for (std::size_t i = 0; i < req.keys.size(); ++i) state.set(req.keys[i], req.values[i]);
       return true;
@@ -270,10 +367,28 @@ bool C10dStoreServer::Impl::handle(Session& s, const proto::Request& req) {
 }
 
 bool C10dStoreServer::Impl::handle_add(Session& s, const proto::Request& req) {
-  try {
-    proto::append_i64(&s.out, state.add(req.keys[0], req.delta));
-  } catch (const BadRequestError&) {
-    return false;  // not a counter, or overflow: torch has no error reply either
+  // Not a counter, an overflow (handle() drops the connection: torch has no error reply either)
+  // or a full store (refused, logged).
+  proto::append_i64(&s.out, state.add(req.keys[0], req.delta));
+  return true;
+}
+
+bool C10dStoreServer::Impl::handle_multi_get(Session& s, const proto::Request& req) {
+  // 131,072 keys naming one 8 MiB value are a 1 TiB reply from a 1 MiB request: no reply may be
+  // larger than a request may be.
+  const std::size_t start = s.out.size();
+  for (const auto& k : req.keys) {
+    proto::append_bytes(&s.out, state.get(k).value_or(std::string()));
+    if (!recharge(s)) {  // refused: the budget of all connections is spent
+      s.out.resize(start);
+      return false;
+    }
+    if (s.out.size() - start > opts.max_request_bytes) {
+      s.out.resize(start);
+      return refuse(
+          s, detail::concat("MULTI_GET of ", req.keys.size(), " keys: its reply passes the cap of ",
+                            opts.max_request_bytes, " bytes"));
+    }
   }
   return true;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "comm/errors.h"
 #include "comm/store/counter.h"
 
 namespace weightcast::comm {
@@ -19,8 +20,15 @@ void C10dStoreState::changed() {
   }
 }
 
+void C10dStoreState::charge(const std::string& key, std::size_t new_bytes) {
+  auto it = data_.find(key);
+  quota_.charge(key, it == data_.end() ? std::nullopt : std::optional(it->second.size()),
+                new_bytes);
+}
+
 void C10dStoreState::set(const std::string& key, std::string value) {
   std::lock_guard lock(mu_);
+  charge(key, value.size());
   data_.insert_or_assign(key, std::move(value));
   changed();
 }
@@ -31,11 +39,13 @@ std::string C10dStoreState::compare_set(const std::string& key, const std::strin
   auto it = data_.find(key);
   if (it == data_.end()) {
     if (!expected.empty()) return expected;  // torch "lies" here; clients rely on it
+    quota_.charge(key, std::nullopt, desired.size());
     it = data_.emplace(key, std::move(desired)).first;
     changed();
     return it->second;
   }
   if (it->second == expected) {
+    quota_.charge(key, it->second.size(), desired.size());
     it->second = std::move(desired);
     changed();
   }
@@ -54,20 +64,33 @@ std::int64_t C10dStoreState::add(const std::string& key, std::int64_t delta) {
   auto it = data_.find(key);
   std::int64_t value = it == data_.end() ? 0 : decode_counter(key, it->second);
   value = add_counter(key, value, delta);
-  data_.insert_or_assign(key, encode_counter(value));
+  std::string text = encode_counter(value);
+  charge(key, text.size());
+  data_.insert_or_assign(key, std::move(text));
   changed();
   return value;
 }
 
 void C10dStoreState::append(const std::string& key, const std::string& value) {
   std::lock_guard lock(mu_);
+  auto it = data_.find(key);
+  const std::size_t now = it == data_.end() ? 0 : it->second.size();
+  if (value.size() > max_value_bytes_ - std::min(now, max_value_bytes_)) {
+    throw StoreFullError(detail::concat("APPEND of ", value.size(), " bytes to a value of ", now,
+                                         " bytes would pass the value cap of ", max_value_bytes_));
+  }
+  charge(key, now + value.size());
   data_[key].append(value);
   changed();
 }
 
 bool C10dStoreState::erase(const std::string& key) {
   std::lock_guard lock(mu_);
-  return data_.erase(key) > 0;
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  quota_.release(key, it->second.size());
+  data_.erase(it);
+  return true;
 }
 
 bool C10dStoreState::has_all(const std::vector<std::string>& keys) const {
@@ -86,6 +109,11 @@ std::vector<std::string> C10dStoreState::keys() const {
   out.reserve(data_.size());
   for (const auto& [k, v] : data_) out.push_back(k);
   return out;
+}
+
+std::size_t C10dStoreState::bytes() const {
+  std::lock_guard lock(mu_);
+  return quota_.bytes();
 }
 
 bool C10dStoreState::watch_unless_ready(const std::vector<std::string>& keys, int event_fd) {

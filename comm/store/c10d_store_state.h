@@ -5,6 +5,10 @@
 // A connection thread with a WAIT outstanding registers an eventfd through watch_unless_ready();
 // every later change writes to each registered eventfd, and the thread rechecks its waits. Writing
 // to an eventfd never blocks, so a connection that stopped reading cannot hold up a setter.
+// Every change is charged to a StoreQuota first: past the store's byte or key cap, or an APPEND
+// past max_value_bytes, the change is refused with BadRequestError and nothing is stored (the
+// server then drops the connection that asked).
+//
 // Lifetime: owned by the server. Threading: every member is safe to call from any thread.
 #pragma once
 
@@ -18,11 +22,15 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "comm/store/store_quota.h"
 
 namespace weightcast::comm {
 
 class C10dStoreState {
  public:
+  C10dStoreState(std::size_t max_bytes, std::size_t max_keys, std::size_t max_value_bytes)
+      : quota_(max_bytes, max_keys), max_value_bytes_(max_value_bytes) {}
+
   void set(const std::string& key, std::string value);
   // torch's COMPARE_SET: a missing key is created only when `expected` is empty (the reply is then
   // `desired`), else nothing is stored and `expected` comes back; a present key is swapped when it
@@ -32,11 +40,13 @@ class C10dStoreState {
   // Adds to the decimal counter at `key` (absent = 0). BadRequestError for a value that is not a
   // counter or a sum that overflows (torch's std::stoll would throw too: the connection drops).
   std::int64_t add(const std::string& key, std::int64_t delta);
+  // BadRequestError when the value would grow past max_value_bytes.
   void append(const std::string& key, const std::string& value);
   bool erase(const std::string& key);
   bool has_all(const std::vector<std::string>& keys) const;
   std::int64_t size() const;
   std::vector<std::string> keys() const;
+  std::size_t bytes() const;  // what the quota counts: keys, values and per-key overhead
 
   // True when every key is present now; otherwise registers `event_fd` to be signalled on every
   // later change (atomically with the check, so no change is missed).
@@ -51,10 +61,14 @@ class C10dStoreState {
  private:
   void changed();                                              // with mu_ held
   std::int64_t counter_or_zero(const std::string& key) const;  // with mu_ held
+  // Charges `key` going to `new_bytes` of value (throws past a cap); with mu_ held.
+  void charge(const std::string& key, std::size_t new_bytes);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string, std::less<>> data_;
+  StoreQuota quota_;
+  const std::size_t max_value_bytes_;
   std::set<int> watchers_;
   bool stopping_ = false;
 };

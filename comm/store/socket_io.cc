@@ -286,4 +286,22 @@ void shutdown_and_drain(int fd, Millis linger, const std::atomic<bool>* stop) {
   }
 }
 
+std::string peer_name(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+    return endpoint(text, ntohs(a->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+    return endpoint(text, ntohs(a->sin6_port));
+  }
+  return "unknown peer";
+}
+
 }  // namespace weightcast::comm::net

@@ -113,6 +113,9 @@ IoResult recv_exact(int fd, char* buf, std::size_t n, Deadline deadline,
 IoResult recv_append(int fd, std::string* out, std::size_t n, Deadline deadline,
                      const std::atomic<bool>* stop = nullptr);
 
+// "address:port" of a connected socket's peer (for logs), or "unknown peer".
+std::string peer_name(int fd);
+
 // True when the peer has closed or reset the connection (checked without blocking).
 bool peer_hung_up(int fd);
 

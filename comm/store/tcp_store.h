@@ -34,6 +34,11 @@ struct TcpStoreServerOptions {
   std::size_t max_value_bytes = Store::kDefaultMaxValueBytes;
   std::size_t max_connections = 512;
   Millis io_timeout{30000};  // a silent half-sent frame is dropped after this
+  // What clients can make the server hold (docs/security.md): a SET or ADD past either cap is
+  // answered TOO_LARGE ("store full: ..."), the connection dropped and the refusal logged with its
+  // peer; the client sees BadRequestError.
+  std::size_t max_store_bytes = 256u << 20;  // keys + values + 128 B a key, all keys together
+  std::size_t max_keys = 64u << 10;
 };
 
 // Counters since construction, for tests and diagnostics.
@@ -44,6 +49,7 @@ struct TcpStoreServerStats {
   std::uint64_t rejected_frames = 0;  // malformed or oversized frames (connection dropped)
   std::uint64_t auth_failures = 0;    // missing or wrong token (connection dropped)
   std::uint64_t dropped_stalled = 0;  // half-sent frames dropped after io_timeout
+  std::uint64_t dropped_over_cap = 0;  // SET/ADD refused by max_store_bytes or max_keys
 };
 
 // port(), host() and stop() (idempotent) are StoreServerBase's.

@@ -1,9 +1,11 @@
 // TcpStoreServer: a ConnectionServer (connection_server.h: acceptor, one thread per connection,
 // reaping, stop) serving the store protocol. Each connection thread reads a frame, answers it and
 // loops; blocking GET/WAIT wait on the data condition variable in short slices so they notice
-// stop() and a client that hung up.
+// stop() and a client that hung up. Every change of a value is charged to a StoreQuota first, so
+// the data never passes max_store_bytes or max_keys.
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "comm/store/counter.h"
 #include "comm/store/socket_io.h"
 #include "comm/store/store_protocol.h"
+#include "comm/store/store_quota.h"
 #include "comm/store/tcp_store.h"
 
 namespace weightcast::comm {
@@ -29,6 +32,9 @@ constexpr Millis kPeerCheckSlice{100};
 }  // namespace
 
 struct TcpStoreServer::Impl {
+  explicit Impl(TcpStoreServerOptions o)
+      : opts(std::move(o)), quota(opts.max_store_bytes, opts.max_keys) {}
+
   TcpStoreServerOptions opts;
   proto::Limits limits;
   const std::atomic<bool>* stopping = nullptr;  // the connection server's stop flag
@@ -36,8 +42,24 @@ struct TcpStoreServer::Impl {
   std::mutex data_mu;
   std::condition_variable data_cv;
   std::map<std::string, std::string, std::less<>> data;
+  StoreQuota quota;  // of `data`, under data_mu
 
-  std::atomic<std::uint64_t> rejected_frames{0}, auth_failures{0}, dropped_stalled{0};
+  std::atomic<std::uint64_t> rejected_frames{0}, auth_failures{0}, dropped_stalled{0},
+      dropped_over_cap{0};
+
+  // Charges `key` going to `value_bytes` (under data_mu); StoreFullError past a cap.
+  void charge(const std::string& key, std::size_t value_bytes) {
+    auto it = data.find(key);
+    quota.charge(key, it == data.end() ? std::nullopt : std::optional(it->second.size()),
+                 value_bytes);
+  }
+  proto::Response over_cap(int fd, const proto::Request& req, const std::string& why) {
+    ++dropped_over_cap;
+    std::fprintf(stderr, "weightcast: store server refuses %s from %s: %s\n",
+                 std::string(proto::op_name(req.op)).c_str(), net::peer_name(fd).c_str(),
+                 why.c_str());
+    return {proto::Status::kTooLarge, why, {}};
+  }
 
   void refuse_over_limit(int fd);
   void serve(int fd);
@@ -63,7 +85,9 @@ struct TcpStoreServer::Impl {
   }
 };
 
-TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+TcpStoreServerOptions checked(TcpStoreServerOptions opts) {
   if (opts.max_value_bytes > proto::kMaxValueBytesLimit) {
     throw ConfigError(detail::concat("store max_value_bytes ", opts.max_value_bytes,
                                      " exceeds the protocol limit of ",
@@ -75,8 +99,14 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts) : impl_(std::make_uni
                                      " bytes exceeds the limit of ", proto::kMaxTokenBytes));
   }
   if (opts.io_timeout <= Millis(0)) throw ConfigError("store io_timeout must be positive");
+  return opts;
+}
+
+}  // namespace
+
+TcpStoreServer::TcpStoreServer(TcpStoreServerOptions opts)
+    : impl_(std::make_unique<Impl>(checked(std::move(opts)))) {
   auto& s = *impl_;
-  s.opts = std::move(opts);
   s.limits.max_value_bytes = s.opts.max_value_bytes;
   // Taking data_mu after the stop flag is set orders it before any waiter's predicate check: a
   // waiter either sees the flag or is already waiting when notify_all() runs.
@@ -101,7 +131,8 @@ TcpStoreServerStats TcpStoreServer::stats() const {
           c.active,
           s.rejected_frames.load(),
           s.auth_failures.load(),
-          s.dropped_stalled.load()};
+          s.dropped_stalled.load(),
+          s.dropped_over_cap.load()};
 }
 
 void TcpStoreServer::Impl::refuse_over_limit(int fd) {
@@ -209,9 +240,12 @@ proto::Response TcpStoreServer::Impl::handle(const proto::Request& req, int fd, 
   const std::string& key = req.keys.front();
   switch (req.op) {
     case Op::kSet: {
-      {
+      try {
         std::lock_guard lock(data_mu);
+        charge(key, req.value.size());
         data.insert_or_assign(key, req.value);
+      } catch (const StoreFullError& e) {
+        return over_cap(fd, req, e.what());
       }
       data_cv.notify_all();
       return {};
@@ -235,7 +269,13 @@ proto::Response TcpStoreServer::Impl::handle(const proto::Request& req, int fd, 
         auto it = data.find(key);
         if (it != data.end()) value = decode_counter(key, it->second);
         value = add_counter(key, value, delta);
-        data.insert_or_assign(key, encode_counter(value));
+        std::string text = encode_counter(value);
+        try {
+          charge(key, text.size());
+        } catch (const StoreFullError& full) {
+          return over_cap(fd, req, full.what());
+        }
+        data.insert_or_assign(key, std::move(text));
       } catch (const BadRequestError& e) {
         return {Status::kRejected, e.what(), {}};
       }

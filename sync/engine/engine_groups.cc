@@ -278,9 +278,11 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
     if (auto* refusal = std::get_if<Refusal>(&made)) return *refusal;
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
+  std::vector<Digest> expected;
+  for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
   out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
                                         staging_, request.load_format == LoadFormat::kPerTensor,
-                                        std::move(delta));
+                                        std::move(delta), std::move(expected));
   if (auto refusal = out.group->submit(out.job)) return *refusal;
   groups_.queued(request.group_name, out.sequence);
   for (const auto& meta : request.tensors) session_names_.insert(meta.name);

@@ -21,14 +21,17 @@ int failure_status(const std::exception& error) {
 BucketJob::BucketJob(std::uint64_t session_id, BucketPlan plan,
                      std::vector<std::vector<Runner>> destinations,
                      std::shared_ptr<Staging> staging, bool per_tensor,
-                     std::shared_ptr<const DeltaSpec> delta)
+                     std::shared_ptr<const DeltaSpec> delta, std::vector<Digest> expected)
     : session_id_(session_id),
       plan_(std::move(plan)),
       destinations_(std::move(destinations)),
       staging_(std::move(staging)),
       per_tensor_(per_tensor),
-      delta_(std::move(delta)) {
+      delta_(std::move(delta)),
+      expected_(std::move(expected)) {
   WC_ENFORCE_EQ(destinations_.size(), plan_.entries.size());
+  WC_ENFORCE(expected_.empty() || expected_.size() == plan_.entries.size(),
+             "one expected digest per tensor");
   WC_ENFORCE(staging_ != nullptr);
   WC_ENFORCE(!(per_tensor_ && delta_), "a delta bucket travels as one broadcast");
   WC_ENFORCE(!delta_ || delta_->fill_base, "a delta bucket needs its base");
@@ -293,12 +296,28 @@ void Group::receive_loop(int r) {
 void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block) {
   const std::span<std::byte> bytes(block->data(), job.plan().total_bytes);
   const auto views = unpack(bytes, job.plan());
+  // One digest per routed tensor, while the next bucket is on the wire. All are checked against
+  // the trainer's before the first is staged, so a bucket that decoded wrong stages nothing.
+  std::vector<Digest> digests(views.size());
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    if (job.destinations()[i].empty()) continue;  // dropped, not checked
+    digests[i] = tensor_digest(views[i].bytes);
+    if (!job.expected_.empty() && digests[i] != job.expected_[i]) {
+      job.finish({500,
+                  "engine rank " + std::to_string(r) + ", bucket " +
+                      std::to_string(job.sequence()) + ": tensor '" + views[i].entry->meta.name +
+                      "' holds digest " + to_string(digests[i]) + " after " +
+                      (job.delta() ? "decoding the delta" : "the broadcast") +
+                      ", the trainer sent " + to_string(job.expected_[i]),
+                  true});
+      return;
+    }
+  }
   for (std::size_t i = 0; i < views.size(); ++i) {
     const auto& runners = job.destinations()[i];
     if (runners.empty()) continue;
-    // One digest per tensor, while the next bucket is on the wire; rank 0 keeps a view of the
-    // block (sharing its ownership), the other ranks keep only the digest.
-    const Digest digest = tensor_digest(views[i].bytes);
+    // Rank 0 keeps a view of the block (sharing its ownership), the other ranks only the digest.
+    const Digest& digest = digests[i];
     const auto offset = static_cast<std::size_t>(views[i].bytes.data() - bytes.data());
     for (Runner runner : runners) {
       SharedBytes view;
@@ -334,6 +353,7 @@ void Group::apply_delta(int r, BucketJob& job, int slot) {
                 true});
     return;
   }
+  if (test_hooks::after_delta_decode) test_hooks::after_delta_decode(job.plan(), bucket);
   stage_bucket(r, job, std::move(block));
 }
 

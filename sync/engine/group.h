@@ -35,6 +35,7 @@
 #include "sync/engine/session.h"
 #include "sync/engine/staging.h"
 #include "sync/model/bucket.h"
+#include "sync/model/checksum.h"
 
 namespace weightcast::sync::engine {
 
@@ -64,10 +65,12 @@ class BucketJob {
  public:
   // destinations[i]: the runners entry i of `plan` is staged for (may be empty).
   // `per_tensor`: the source sends one broadcast per entry (into its place in the plan) instead
-  // of one broadcast of the whole bucket.
+  // of one broadcast of the whole bucket. `expected`: the trainer's digest of each entry's new
+  // bytes (empty: it sent none); checked after decoding, before anything is staged.
   BucketJob(std::uint64_t session_id, BucketPlan plan,
             std::vector<std::vector<Runner>> destinations, std::shared_ptr<Staging> staging,
-            bool per_tensor = false, std::shared_ptr<const DeltaSpec> delta = nullptr);
+            bool per_tensor = false, std::shared_ptr<const DeltaSpec> delta = nullptr,
+            std::vector<Digest> expected = {});
 
   std::uint64_t session_id() const { return session_id_; }
   std::uint64_t sequence() const { return plan_.sequence; }
@@ -92,6 +95,7 @@ class BucketJob {
   const std::shared_ptr<Staging> staging_;
   const bool per_tensor_;
   const std::shared_ptr<const DeltaSpec> delta_;
+  const std::vector<Digest> expected_;
   int ranks_done_ = 0;  // guarded by the owning Group's mutex
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -149,6 +153,8 @@ class Group {
   void receive_loop(int r);
   void unpack_loop(int r);
   // Digests the tensors of `job` received in `block` and stages them for their runners.
+  // Digests every routed tensor, checks the digests the trainer sent (a mismatch fails the bucket
+  // and the session, naming the tensor, and stages nothing), then stages.
   void stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block);
   // A delta bucket: the base rebuilt into a pool block, the payload in `slot` applied to it, then
   // staged as above. A base this engine does not hold or a bad payload finishes the job with
@@ -176,5 +182,13 @@ class Group {
 
 // The HTTP status for a failure of kind `error` (504 for comm::TimeoutError, else 500).
 int failure_status(const std::exception& error);
+
+namespace test_hooks {
+// Fault injection for tests only (a decoder bug, made on purpose): a test binary that defines this
+// function gets it called with every delta bucket right after decoding, before the digests are
+// checked. It is declared weak and no production source defines it, so in every other binary the
+// reference is null and nothing at run time can turn it on.
+[[gnu::weak]] void after_delta_decode(const BucketPlan& plan, std::span<std::byte> bucket);
+}  // namespace test_hooks
 
 }  // namespace weightcast::sync::engine

@@ -76,6 +76,26 @@ std::vector<TensorMeta> read_bucket_tensors(const wire::FieldReader& r,
   return tensors;
 }
 
+// A list of XXH3-128 digests (32 hex digits each), one per tensor of the bucket.
+std::vector<std::string> read_digests(const Json& v, const std::string& field, std::size_t tensors,
+                                      const ProtocolLimits& limits) {
+  const Json& digests = wire::as_array(v, field, limits.max_names_per_bucket);
+  if (digests.size() != tensors) {
+    fail(field,
+         std::to_string(digests.size()) + " entries, but names has " + std::to_string(tensors));
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    const std::string path = indexed(field, i);
+    std::string text = wire::as_text(digests[i], path, 32);
+    const bool hex =
+        text.size() == 32 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+    if (!hex) fail(path, "must be 32 hex digits (got " + quoted(text) + ")");
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
 // The optional "delta" object of a bucket request; `tensors` is the number of names.
 std::optional<BucketDelta> read_bucket_delta(const wire::FieldReader& r, LoadFormat format,
                                              std::size_t tensors, const ProtocolLimits& limits) {
@@ -96,20 +116,8 @@ std::optional<BucketDelta> read_bucket_delta(const wire::FieldReader& r, LoadFor
   }
   out.base_version =
       wire::as_text(d.required("base_version"), "delta.base_version", limits.max_string_length);
-  const Json& digests =
-      wire::as_array(d.required("base_digests"), "delta.base_digests", limits.max_names_per_bucket);
-  if (digests.size() != tensors) {
-    fail("delta.base_digests",
-         std::to_string(digests.size()) + " entries, but names has " + std::to_string(tensors));
-  }
-  for (std::size_t i = 0; i < digests.size(); ++i) {
-    const std::string path = indexed("delta.base_digests", i);
-    std::string text = wire::as_text(digests[i], path, 32);
-    const bool hex =
-        text.size() == 32 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-    if (!hex) fail(path, "must be 32 hex digits (got " + quoted(text) + ")");
-    out.base_digests.push_back(std::move(text));
-  }
+  out.base_digests =
+      read_digests(d.required("base_digests"), "delta.base_digests", tensors, limits);
   return out;
 }
 
@@ -219,6 +227,9 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
   out.session_id = read_session_text(r, "session_id", limits);
   out.tensors = read_bucket_tensors(r, limits);
   out.delta = read_bucket_delta(r, out.load_format, out.tensors.size(), limits);
+  if (const Json* v = r.optional("digests")) {
+    out.digests = read_digests(*v, "digests", out.tensors.size(), limits);
+  }
   return out;
 }
 
@@ -327,6 +338,7 @@ std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
                   {"base_version", request.delta->base_version},
                   {"base_digests", request.delta->base_digests}};
   }
+  if (!request.digests.empty()) j["digests"] = request.digests;
   return wire::dump(j);
 }
 

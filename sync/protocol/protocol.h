@@ -124,6 +124,10 @@ struct UpdateWeightsFromDistributedRequest {
   bool torch_empty_cache = false;                        // SGLang field; accepted and carried
   std::optional<std::string> session_id = std::nullopt;  // ours: the owner's session
   std::optional<BucketDelta> delta = std::nullopt;       // ours: absent = the bucket in full
+  // Ours, optional: XXH3-128 (32 hex digits) of each tensor's new bytes, parallel to the tensors,
+  // for full and delta buckets alike; the engine checks them once the bucket is decoded, before
+  // staging (docs/protocol.md, "Digests of the new bytes"). Empty: not sent (SGLang, Miles).
+  std::vector<std::string> digests;
   bool operator==(const UpdateWeightsFromDistributedRequest&) const = default;
 
   // Sum of the tensors' byte counts, unpadded (bucket layout and alignment belong to the data

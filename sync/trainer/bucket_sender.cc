@@ -12,6 +12,7 @@
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
+#include "sync/model/checksum.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/packer.h"
 
@@ -45,6 +46,12 @@ class Sender {
   };
 
   void issue(std::uint64_t k, const std::optional<BucketDelta>& delta);
+  // Our format: digests the new bytes of every bucket's tensors, in order, ahead of the sends
+  // (a thread of its own, started by run()), so a request carries them before its bucket is
+  // packed; the look-ahead request k+1 goes out before bucket k is broadcast, as without them.
+  void hash_ahead();
+  // Bucket k's digests (waits for hash_ahead, bounded by the phase deadline; rethrows its error).
+  std::vector<std::string> digests_of(std::uint64_t k);
   // Sends the requests of buckets [next_, last] (bounded by max_in_flight, never waiting for
   // bucket k's own answer). False when the phase failed meanwhile.
   bool issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline deadline,
@@ -78,6 +85,11 @@ class Sender {
   std::mutex mu_;  // guards result_.failures against the request threads
   BucketSendResult result_;
   std::unique_ptr<DeviceBuffer> device_;
+  bool data_plane_failed_ = false;  // the exception being handled came out of a broadcast
+  // hash_ahead()'s results, one per bucket; empty when requests carry no digests.
+  std::vector<std::promise<std::vector<std::string>>> digests_promised_;
+  std::vector<std::future<std::vector<std::string>>> digests_;
+  std::thread hasher_;
   // Bucket k acquired from the packer, with its delta (nullopt: in full).
   struct Ready {
     std::span<std::byte> bucket;
@@ -114,9 +126,39 @@ void Sender::record(EngineFailure failure) {
   result_.failures.push_back(std::move(failure));
 }
 
+void Sender::hash_ahead() {
+  for (std::size_t k = 0; k < plans_.size(); ++k) {
+    try {
+      std::vector<std::string> out;
+      for (const BucketEntry& e : plans_[k].entries) {
+        if (failed_) throw comm::Error("the data phase failed");
+        out.push_back(to_string(tensor_digest(tensor_bytes(e))));
+      }
+      digests_promised_[k].set_value(std::move(out));
+    } catch (...) {
+      // The bucket's request (and every later one) fails with it: a trainer-side fault.
+      for (std::size_t j = k; j < plans_.size(); ++j) {
+        digests_promised_[j].set_exception(std::current_exception());
+      }
+      return;
+    }
+  }
+}
+
+std::vector<std::string> Sender::digests_of(std::uint64_t k) {
+  if (digests_.empty()) return {};
+  auto& f = digests_[k];
+  if (f.wait_until(deadline_) != std::future_status::ready) {
+    throw comm::TimeoutError("the digests of bucket " + std::to_string(k) +
+                             " were not ready before the data phase deadline");
+  }
+  return f.get();
+}
+
 void Sender::issue(std::uint64_t k, const std::optional<BucketDelta>& delta) {
   auto base = session_.bucket_request(plans_[k], group_, options_.load_format);
   base.delta = delta;
+  base.digests = digests_of(k);
   InFlight flight{k, {}};
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineApi* engine = engines_[e];
@@ -223,7 +265,12 @@ void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline 
   opts.root = 0;
   opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
   opts.memory = options_.memory;
-  comm_.broadcast(opts);
+  try {
+    comm_.broadcast(opts);
+  } catch (...) {
+    data_plane_failed_ = true;
+    throw;
+  }
 }
 
 void Sender::plan(std::span<const NamedTensor> tensors) {
@@ -309,6 +356,7 @@ void Sender::send_all() {
     } catch (const std::exception& e) {
       if (result_.error.empty()) {
         result_.error = "bucket " + std::to_string(k) + " on group " + group_ + ": " + e.what();
+        result_.source_fault = !data_plane_failed_;
       }
       fail();
     }
@@ -322,6 +370,21 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
   plan(tensors);
   delta_ = options_.load_format == LoadFormat::kWeightcastBucket ? options_.delta : nullptr;
   deltas_ = delta_ != nullptr && delta_->begin(plans_, session_.delta_base());
+  if (delta_ != nullptr) result_.delta_change = delta_->change();
+  // SGLang's request type has no digests field: only our format carries them.
+  if (options_.load_format == LoadFormat::kWeightcastBucket) {
+    digests_promised_.resize(plans_.size());
+    for (auto& p : digests_promised_) digests_.push_back(p.get_future());
+    hasher_ = std::thread([this] { hash_ahead(); });
+  }
+  // Joined on every way out (send_all() rethrows EnforceError); after a failure the hasher stops
+  // at its next tensor.
+  struct JoinHasher {
+    Sender& s;
+    ~JoinHasher() {
+      if (s.hasher_.joinable()) s.hasher_.join();
+    }
+  } join_hasher{*this};
   send_all();
   // After the packer stopped: it no longer writes the base.
   if (delta_ != nullptr) {

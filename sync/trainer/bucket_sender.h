@@ -64,7 +64,8 @@ struct BucketSendOptions {
   DeltaSource* delta = nullptr;
   // Tensors whose bytes are still being produced while earlier buckets go out (the trainer's TP
   // gather, launcher/train/stage_gather.h): called with a tensor's name, on the thread about to
-  // read its bytes (the packer's, or the sender's for unpacked sends), and returns once they are
+  // read its bytes (the packer's, the one digesting our format's buckets ahead of the sends, or
+  // the sender's for unpacked sends; so from two threads at once), and returns once they are
   // all there; throws to fail the send. Null: every tensor's bytes are there at the call.
   std::function<void(const std::string& name, comm::Deadline deadline)> await_tensor;
   // Tensors an engine loads together (sync/model/atomic_groups.h) stay in one bucket; a group
@@ -85,6 +86,10 @@ struct BucketSendResult {
   double broadcast_seconds = 0;
   std::vector<EngineFailure> failures;
   std::string error;  // the first non-engine failure (broadcast, packer, deadline), if any
+  // That failure began on this side, outside the data plane (packing, encoding, the tensors'
+  // source): it is no evidence against any engine.
+  bool source_fault = false;
+  std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
 };
 
 // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on

@@ -25,7 +25,19 @@ DeltaSource::DeltaSource(DeltaCodec codec, DeltaMode mode, double max_ratio)
 bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
                         const std::optional<std::string>& delta_base) {
   if (mode_ == DeltaMode::kAuto && link_rate_.load() > 0 && encode_rate_ <= 0) calibrate();
-  keep_base_ = pays();
+  ++updates_;
+  change_.clear();
+  const bool pay = pays();
+  recheck_encode_ = false;
+  recheck_link_ = false;
+  if (mode_ == DeltaMode::kAuto && link_rate_.load() > 0) {
+    if (decided_ && *decided_ != pay) change_ = describe(pay);
+    decided_ = pay;
+    // Keep learning: what the decision rests on is measured again every few updates.
+    recheck_encode_ = !pay && updates_ - encoded_at_ >= kRecheckEvery;
+    recheck_link_ = pay && updates_ - linked_at_ >= kRecheckEvery;
+  }
+  keep_base_ = pay || recheck_encode_;
   deltas_ = keep_base_ && delta_base && version_ && *delta_base == *version_ && plans == plans_ &&
             !buckets_.empty();
   if (!keep_base_) {
@@ -63,7 +75,9 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   next_ = k + 1;
   std::byte* base = buckets_[k].get();
   std::optional<BucketDelta> delta;
-  if (deltas_ && plan.total_bytes > 0 && pays()) {
+  const bool relink = recheck_link_ && k == 0;  // full, so the link is timed again
+  if (deltas_ && plan.total_bytes > 0 && !relink && (pays() || recheck_encode_)) {
+    encoded_at_ = updates_;
     const auto limit = static_cast<std::size_t>(max_ratio_ * static_cast<double>(plan.total_bytes));
     const auto start = comm::Clock::now();
     const bool encoded = encoder_.encode(packed, {base, plan.total_bytes}, limit, payload);
@@ -73,7 +87,8 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
     const double ratio = encoded ? static_cast<double>(payload.size()) / bytes : 1.0;
     encode_rate_ = encode_rate_ > 0 ? 0.5 * (encode_rate_ + rate) : rate;
     payload_ratio_ = 0.5 * (payload_ratio_ + ratio);
-    if (encoded) {
+    // A re-check encodes to measure; what it made is sent only where deltas pay on that.
+    if (encoded && pays()) {
       delta = BucketDelta{encoder_.codec(), payload.size(), base_version_, {}};
     }
   }
@@ -127,8 +142,19 @@ void DeltaSource::calibrate() {
   }
 }
 
+std::string DeltaSource::describe(bool pay) const {
+  const auto rate = [](double bytes_per_s) {
+    return std::to_string(bytes_per_s / 1e9).substr(0, 5) + " GB/s";
+  };
+  return std::string("delta auto: deltas ") + (pay ? "now pay" : "no longer pay") + " (payload " +
+         std::to_string(payload_ratio_).substr(0, 5) + " of a bucket, link " +
+         rate(link_rate_.load()) + ", encode " + rate(encode_rate_) + ", decode " +
+         rate(decode_rate_) + ")";
+}
+
 void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
   if (bytes == 0 || seconds <= 0) return;
+  linked_at_ = updates_;
   const double rate = static_cast<double>(bytes) / seconds;
   const double old = link_rate_.load();
   link_rate_.store(old > 0 ? 0.5 * (old + rate) : rate);

@@ -44,7 +44,11 @@ namespace weightcast::sync::trainer {
 // keep a base (a copy per bucket), so the third update is the first that can send deltas; real
 // encodes then refine both rates. Where deltas stop paying the base is dropped (no copy, no
 // memory), and should the link become slow enough, the next update keeps one again and the one
-// after sends deltas. kOn keeps a base from the first update and sends a delta whenever one is
+// after sends deltas. kAuto keeps measuring: while deltas pay, every kRecheckEvery-th update sends
+// its first bucket in full to re-measure the link; while they do not, every kRecheckEvery-th update
+// keeps a base again so the next one encodes the model's real buckets (and sends what pays), which
+// re-measures the payload ratio and the encoder on real data. When the decision flips, change()
+// says so for the report. kOn keeps a base from the first update and sends a delta whenever one is
 // smaller (tests, measurements): deltas from the second update. kOff sends every bucket in full and
 // keeps no base.
 enum class DeltaMode { kOff, kAuto, kOn };
@@ -54,6 +58,10 @@ DeltaMode parse_delta_mode(std::string_view text);
 // A delta is sent only when its payload is under this fraction of the bucket: decoding costs the
 // engine a pass over the bucket, which a barely smaller payload does not pay back on fast links.
 inline constexpr double kDefaultDeltaMaxRatio = 0.75;
+
+// kAuto re-measures what it decided on (the link, or the payload ratio and encoder) this often, in
+// updates.
+inline constexpr std::uint64_t kRecheckEvery = 4;
 
 class DeltaSource {
  public:
@@ -80,12 +88,19 @@ class DeltaSource {
 
   const std::optional<std::string>& version() const { return version_; }
 
+  // kAuto: set by begin() when this update's decision differs from the last measured one ("delta
+  // auto: deltas now pay (...)" or "... no longer pay (...)", with the rates it was made on);
+  // empty otherwise.
+  const std::string& change() const { return change_; }
+
  private:
   // kAuto: whether a delta is expected to arrive sooner than the full bucket (false while the link
   // is not measured yet); kOn, kOff: true.
   bool pays() const;
   // Measures the encoder on a synthetic slice, once, before the first real encode.
   void calibrate();
+  // change()'s text for a decision that `pay`.
+  std::string describe(bool pay) const;
 
   DeltaEncoder encoder_;
   const DeltaMode mode_;
@@ -101,6 +116,14 @@ class DeltaSource {
   std::string base_version_;  // the version this update's deltas are against
   bool deltas_ = false;
   std::uint64_t next_ = 0;
+  // kAuto's re-checks (counted in updates, i.e. begin() calls).
+  std::uint64_t updates_ = 0;
+  std::uint64_t encoded_at_ = 0;  // the last update whose real buckets were encoded
+  std::uint64_t linked_at_ = 0;   // the last update with a full broadcast timed
+  bool recheck_encode_ = false;   // this update encodes (and keeps a base) to re-measure
+  bool recheck_link_ = false;     // this update sends bucket 0 in full to re-measure the link
+  std::optional<bool> decided_;   // the last decision made on measurements
+  std::string change_;
 };
 
 }  // namespace weightcast::sync::trainer

@@ -27,7 +27,7 @@ std::string to_string(const EngineFailure& failure) {
 void UpdateReport::fail(std::string what) {
   ok = false;
   if (!error.empty()) return;
-  if (const EngineFailure* f = blame(failures)) {
+  if (const EngineFailure* f = trainer_fault ? nullptr : blame(failures)) {
     failed_engine = f->engine;
     failed_route = f->route;
     error = what + ": " + to_string(*f);
@@ -75,6 +75,7 @@ std::string summary(const UpdateReport& report) {
                 static_cast<unsigned long long>(report.tensors),
                 static_cast<unsigned long long>(report.bytes),
                 static_cast<unsigned long long>(report.buckets), report.seconds, report.gbps());
+  if (!report.delta_change.empty()) return std::string(line) + " (" + report.delta_change + ")";
   return line;
 }
 

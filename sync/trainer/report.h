@@ -51,9 +51,14 @@ struct UpdateReport {
   // is the data plane itself.
   double http_wait_seconds = 0;
   double pack_wait_seconds = 0;
+  // --delta auto changed its mind at this update (DeltaSource::change()); empty when it did not.
+  std::string delta_change;
 
   std::string error;          // empty when ok
   std::string failed_engine;  // URL of the engine blamed; empty when no engine was at fault
+  // The failure began on the trainer's side (its packing, its tensors' source): no engine is
+  // blamed, whatever the engines answered after the trainer aborted the data plane.
+  bool trainer_fault = false;
   std::string failed_route;
   std::vector<EngineFailure> failures;
   // Engines left holding part of a failed update (SGLang ones, which cannot discard it): each
@@ -77,7 +82,8 @@ struct UpdateReport {
 
   // bytes / seconds / 1e9; 0 when nothing was timed.
   double gbps() const;
-  // Sets error / failed_engine / failed_route from failures (see blame()) unless error is set.
+  // Sets error / failed_engine / failed_route from failures (see blame()) unless error is set;
+  // with trainer_fault, only error.
   void fail(std::string what);
 };
 

@@ -213,7 +213,7 @@ BucketSendResult DistributedUpdater::send_stage(
     comm::cuda_set_device(options_.cuda_device);
   }
   opts.load_format = load_format();
-  opts.await_tensor = std::move(await_tensor);
+  if (await_tensor) opts.await_tensor = std::move(await_tensor);
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
   if (options_.delta != DeltaMode::kOff && !common_) {
@@ -235,8 +235,10 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   report.phases.data += result.seconds;
   report.http_wait_seconds += result.http_wait_seconds;
   report.pack_wait_seconds += result.pack_wait_seconds;
+  if (!result.delta_change.empty()) report.delta_change = result.delta_change;
   report.failures.insert(report.failures.end(), result.failures.begin(), result.failures.end());
   if (!result.ok) {
+    report.trainer_fault = result.source_fault;
     abort(report, result.error.empty() ? "sending buckets failed"
                                        : "sending buckets failed (" + result.error + ")");
   }

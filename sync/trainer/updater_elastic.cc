@@ -98,14 +98,17 @@ void DistributedUpdater::readmit(std::size_t engine) {
 
 bool DistributedUpdater::drop_failed(UpdateReport& report) {
   if (options_.on_engine_failure != EngineFailurePolicy::kDrop || report.ok) return false;
-  // The engines that are gone: no answer to /health within the probe timeout. When all answer,
-  // the one the report blames (it answered, but failed the update).
+  // Blame only with evidence. The engines that are gone: no answer to /health within the probe
+  // timeout. When all answer, the one the report blames: its error answer, its missing answer or
+  // its dead connection failed the update. A failure that began on the trainer's side (its packer,
+  // its tensors) points at nobody: the engines' errors then only echo the trainer's abort, so
+  // nobody is dropped and the step fails.
   const std::vector<char> alive = probe(members_, /*with_info=*/false);
   std::vector<std::size_t> culprits;
   for (std::size_t i = 0; i < members_.size(); ++i) {
     if (!alive[i]) culprits.push_back(members_[i]);
   }
-  if (culprits.empty()) {
+  if (culprits.empty() && !report.trainer_fault) {
     for (std::size_t e : members_) {
       if (engines_[e]->url() == report.failed_engine) culprits.push_back(e);
     }

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "tests/faults/fault_support.h"
+#include "tests/support/time_bounds.h"
 
 namespace weightcast::faults {
 namespace {
@@ -65,9 +66,10 @@ void expect_within(Fault fault, double ms, Millis deadline, const std::string& w
   const double d = static_cast<double>(deadline.count());
   if (fault == Fault::kStop) {
     EXPECT_GE(ms, 0.5 * d) << who << " failed before half its deadline: not by the deadline";
-    EXPECT_LE(ms, 2.0 * d) << who << " failed after twice its deadline";
+    EXPECT_LE(ms, testing::late_bound_ms(d)) << who << " failed long after its deadline";
   } else {
     EXPECT_LT(ms, 0.5 * d) << who << " waited for a deadline although the peer's sockets closed";
+    EXPECT_GE(d, static_cast<double>(testing::kFastFailureDeadline.count())) << "too short to tell";
   }
 }
 
@@ -79,13 +81,19 @@ TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdate
   const std::string fault_name = p.fault == Fault::kKill ? "SIGKILL" : "SIGSTOP";
   std::vector<EngineConfig> configs(2);
   configs[1].ranks = 2;
+  TrainerConfig tc;
+  tc.bucket_delay = 80ms;
+  if (p.fault == Fault::kKill) {
+    // "Without waiting for a deadline" is told apart from waiting for it, under load, only against
+    // a long deadline; a passing run does not wait for it.
+    for (auto& c : configs) c.comm_timeout = testing::kFastFailureDeadline;
+    tc.data_timeout = testing::kFastFailureDeadline;
+  }
   std::vector<std::unique_ptr<EnginePeer>> engines;
   for (const auto& c : configs) engines.push_back(std::make_unique<EnginePeer>(c));
   auto urls = [&] { return std::vector<std::string>{engines[0]->url(), engines[1]->url()}; };
   const Millis engine_deadline = configs[survivor].comm_timeout;
 
-  TrainerConfig tc;
-  tc.bucket_delay = 80ms;
   auto updater = make_updater(urls(), tc);
   const auto first = updater->update(views_at(1));
   ASSERT_TRUE(first.ok) << sync::trainer::summary(first);

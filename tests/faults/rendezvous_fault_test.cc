@@ -24,6 +24,7 @@
 #include "sync/trainer/engine_calls.h"
 #include "tests/faults/fault_support.h"
 #include "tests/faults/faulty_engine.h"
+#include "tests/support/time_bounds.h"
 
 namespace weightcast::faults {
 namespace {
@@ -84,9 +85,10 @@ void expect_bounded(bool by_deadline, double ms, Millis deadline, const std::str
   const double d = static_cast<double>(deadline.count());
   if (by_deadline) {
     EXPECT_GE(ms, 0.5 * d) << who << " failed before half its deadline";
-    EXPECT_LE(ms, 2.0 * d) << who << " failed after twice its deadline";
+    EXPECT_LE(ms, testing::late_bound_ms(d)) << who << " failed long after its deadline";
   } else {
     EXPECT_LT(ms, 0.5 * d) << who << " waited for a deadline on a visible mismatch";
+    EXPECT_GE(d, static_cast<double>(testing::kFastFailureDeadline.count())) << "too short to tell";
   }
 }
 
@@ -114,6 +116,9 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
   const Kind kind = GetParam();
   const std::size_t n = is(kind, kRankMissing) ? 2 : 1;
   EngineConfig config;  // --init-timeout-ms 3000
+  // "Without waiting for a deadline" is told apart from waiting for it, under load, only against
+  // a long deadline; a passing run does not wait for it.
+  if (!kind.by_deadline) config.init_timeout = testing::kFastFailureDeadline;
   if (is(kind, kChunkSizeMismatch)) config.extra = {"--chunk-bytes", "64K"};
   std::vector<std::unique_ptr<EnginePeer>> engines;
   std::vector<std::string> urls;
@@ -127,8 +132,8 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
   const std::set<int> trainer_ports = listening_ports(::getpid());
 
   TrainerConfig tc;
-  tc.group_timeout = 4000ms;  // above the engines' 3000 ms, so their answer can arrive
-  tc.data_timeout = 4000ms;
+  tc.group_timeout = config.init_timeout + 1000ms;  // above the engines', so their answer arrives
+  tc.data_timeout = tc.group_timeout;
   auto options = updater_options(tc);
   RefusingPort refusing;
   auto [faulty, apis] = faulty_clients(urls, options);
