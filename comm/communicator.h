@@ -57,6 +57,12 @@ struct CommOptions {
   // lap). Every member must use the same single_copy_min_bytes.
   bool single_copy = true;
   std::size_t single_copy_min_bytes = 256u << 10;
+  // Gloo, single copy on: declare every process of this user a permitted reader of this one's
+  // memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)) before the group probes, so single copy
+  // works under Yama ptrace_scope 1 without lowering it system-wide. Every member of the group
+  // must set it (each reads the others' tokens; receivers read the root's buffers). What it
+  // exposes: docs/security.md, "Same-host single copy".
+  bool allow_same_user_reads = false;
 
   // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
   int cuda_device = -1;
@@ -81,6 +87,10 @@ class Communicator {
   virtual int size() const = 0;
   virtual std::string_view backend() const = 0;
   virtual Millis default_timeout() const = 0;
+  // How large broadcasts travel in this group, as the group agreed: "single-copy" (same-host
+  // process_vm_readv), "chain" (the pipelined chain over sockets), "gloo-tree" (torch-compatible
+  // gloo::broadcast), "nccl". For /metrics, the trainer's step line and the bench.
+  virtual std::string_view data_path() const = 0;
 
   // Throws EnforceError on misuse (null buffer with bytes > 0, root out of range, a memory kind
   // the backend cannot handle), TimeoutError / PeerError on failure (the communicator is then

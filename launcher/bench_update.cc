@@ -307,6 +307,7 @@ class UpdateBench {
       ++failed_;
       return r;
     }
+    if (step == 1) table_.note("set " + set.mode + ": buckets travel by " + r.data_path);
     const std::uint64_t wrong =
         wrong_tensors(set.urls, metas_, weights_.storage(), milliseconds(o_.timeout_ms));
     // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.

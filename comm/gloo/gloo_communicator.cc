@@ -1,5 +1,11 @@
 #include "comm/gloo/gloo_communicator.h"
 
+#include <sys/prctl.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -132,6 +138,10 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
   }
 
   bool single_copy() const override { return ring_ && ring_->single_copy(); }
+  std::string_view data_path() const override {
+    if (opts_.torch_compatible) return "gloo-tree";
+    return single_copy() ? "single-copy" : "chain";
+  }
 
   void broadcast_stock(const BroadcastOptions& opts) override {
     check_args(opts);
@@ -338,6 +348,16 @@ std::unique_ptr<GlooCommunicator> connect_torch_compatible(
   return std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), context, nullptr);
 }
 
+// CommOptions::allow_same_user_reads. EINVAL means the kernel has no Yama (nothing to allow:
+// same-user reads are already permitted); any other refusal leaves the group to find out at its
+// probe, which then keeps it on sockets.
+void allow_same_user_reads() {
+  if (::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0 && errno != EINVAL) {
+    std::fprintf(stderr, "weightcast: prctl(PR_SET_PTRACER_ANY) failed: %s\n",
+                 std::strerror(errno));
+  }
+}
+
 }  // namespace
 }  // namespace gloo_backend
 
@@ -350,6 +370,7 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   context->setTimeout(opts.timeout);
   const std::string who = detail::concat("rank ", opts.rank, " of ", opts.size);
   if (opts.torch_compatible) return connect_torch_compatible(opts, std::move(device), context, who);
+  if (opts.single_copy && opts.allow_same_user_reads) allow_same_user_reads();
   GlooStoreAdapter store(opts.store, opts.timeout, who);
   try {
     if (opts.rank == 0) publish_group_settings(store, opts);

@@ -54,6 +54,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "nccl"; }
+  std::string_view data_path() const override { return "nccl"; }
   Millis default_timeout() const override { return timeout_; }
 
   void broadcast(const BroadcastOptions& opts) override;

@@ -118,6 +118,10 @@ void add_data_plane_options(CLI::App& app, CommandLine& c) {
                  "comma-separated master_address values init_weights_update_group may connect "
                  "to, compared as text (default: any)");
   with_default(app, "--chunk-bytes", c.args.chunk_bytes, "Gloo chain chunk size");
+  app.add_flag("--allow-same-user-reads", c.args.allow_same_user_reads,
+               "Gloo groups: let processes of this user read this engine's memory "
+               "(PR_SET_PTRACER_ANY), so same-host single copy works under Yama ptrace_scope 1; "
+               "every member of the group needs it (docs/security.md)");
   app.add_flag("!--no-single-copy", c.args.single_copy,
                "Gloo groups: never copy buckets straight out of a trainer's memory on the same "
                "host; one member with this flag keeps its whole group on sockets and Gloo");

@@ -102,6 +102,7 @@ EngineOptions make_engine_options(const EngineArgs& args) {
   o.connect.store_token = args.store_token;
   o.connect.chunk_bytes = bytes_arg(args.chunk_bytes, "--chunk-bytes");
   o.connect.single_copy = args.single_copy;
+  o.connect.allow_same_user_reads = args.allow_same_user_reads;
   if (args.base_gpu_id < 0) {
     throw comm::ConfigError("--base-gpu-id must be >= 0 (got " + std::to_string(args.base_gpu_id) +
                             ")");

@@ -48,7 +48,8 @@ struct EngineArgs {
   std::string store_token;
   std::string chunk_bytes = "4M";
   bool single_copy = true;  // Gloo: same-host single copy (comm::CommOptions::single_copy)
-  int base_gpu_id = 0;      // NCCL: engine rank i uses CUDA device base_gpu_id + i
+  bool allow_same_user_reads = false;  // comm::CommOptions::allow_same_user_reads
+  int base_gpu_id = 0;                 // NCCL: engine rank i uses CUDA device base_gpu_id + i
 };
 
 // Builds the runners (generating or loading their weights); throws comm::ConfigError.

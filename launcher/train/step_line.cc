@@ -86,16 +86,16 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
     }
   }
   char line[896];
-  std::snprintf(line, sizeof(line),
-                "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
-                " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s wire %" PRIu64
-                " (%s) delta_buckets %" PRIu64 "%s%s",
-                step, o_.steps, report.version.c_str(),
-                std::string(sync::to_string(report.selector)).c_str(), report.bytes,
-                format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
-                verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
-                format_bytes(report.wire_bytes).c_str(), report.delta_buckets, changed_.c_str(),
-                accept.c_str());
+  std::snprintf(
+      line, sizeof(line),
+      "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
+      " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s wire %" PRIu64
+      " (%s) delta_buckets %" PRIu64 " path %s%s%s",
+      step, o_.steps, report.version.c_str(), std::string(sync::to_string(report.selector)).c_str(),
+      report.bytes, format_bytes(report.bytes).c_str(), report.buckets, report.seconds,
+      report.gbps(), verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
+      format_bytes(report.wire_bytes).c_str(), report.delta_buckets,
+      report.data_path.empty() ? "-" : report.data_path.c_str(), changed_.c_str(), accept.c_str());
   return {kExitOk, line + membership(report)};
 }
 

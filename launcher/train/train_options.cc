@@ -113,6 +113,10 @@ void add_engine_options(CLI::App& app, TrainOptions& o) {
                  "an SGLang engine left holding part of a failed update is reloaded from this "
                  "checkpoint (POST /update_weights_from_disk) before it resumes; without it, it "
                  "stays paused and is reported");
+  app.add_flag("--allow-same-user-reads", o.allow_same_user_reads,
+               "let processes of this user read this trainer's memory (PR_SET_PTRACER_ANY), so "
+               "same-host single copy works under Yama ptrace_scope 1; the engines need "
+               "--allow-same-user-reads too (docs/security.md)");
   ranged(app, "--lease-ttl-s", o.lease_ttl_s,
          "the lease this trainer holds on each weightcast engine outlives its last session by "
          "this long should the trainer vanish (0: the engine's --lease-ttl-s)",
@@ -287,6 +291,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.flush_attempts = o.flush_attempts;
   u.flush_retry = Millis(o.flush_retry_ms);
   u.sglang_reload_path = o.sglang_reload_path;
+  u.allow_same_user_reads = o.allow_same_user_reads;
   if (o.lease_ttl_s > 0) u.lease_ttl_s = static_cast<std::uint64_t>(o.lease_ttl_s);
   return u;
 }

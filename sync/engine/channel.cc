@@ -28,6 +28,7 @@ class CommChannel final : public BucketChannel {
     return comm_->backend() == "nccl" ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
   }
   int group_rank() const override { return comm_->rank(); }
+  std::string data_path() const override { return std::string(comm_->data_path()); }
 
  private:
   std::unique_ptr<comm::Communicator> comm_;

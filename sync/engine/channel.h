@@ -32,6 +32,8 @@ class BucketChannel {
   virtual void abort() = 0;
   virtual comm::MemoryKind memory() const = 0;
   virtual int group_rank() const = 0;
+  // How the group's broadcasts reach this rank (comm::Communicator::data_path()).
+  virtual std::string data_path() const = 0;
 };
 
 // What /init_weights_update_group asks for, plus the engine's own settings.
@@ -60,6 +62,8 @@ struct ConnectOptions {
   // Same-host single copy (comm::CommOptions::single_copy); false keeps every group this engine
   // joins off it.
   bool single_copy = true;
+  // comm::CommOptions::allow_same_user_reads: single copy under Yama ptrace_scope 1.
+  bool allow_same_user_reads = false;
 };
 
 // Forms the group: one channel per engine rank, index i = group rank rank_offset + i.

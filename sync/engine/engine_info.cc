@@ -108,7 +108,8 @@ Reply Engine::server_info() const {
                       {"aborted", group->aborted()},
                       {"abort_reason", group->abort_reason()},
                       {"buckets_received", group->buckets_received()},
-                      {"bytes_received", group->bytes_received()}});
+                      {"bytes_received", group->bytes_received()},
+                      {"data_path", group->data_path()}});
   }
   j["groups"] = groups;
   add_sglang_keys(j, opts_.rank_count, opts_.speculative_algorithm);
@@ -221,6 +222,13 @@ Reply Engine::metrics() const {
   os << "weightcast_engine_pool_bytes{state=\"free\"} " << pool.free_bytes << '\n';
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
   os << "weightcast_engine_groups " << groups_.size() << '\n';
+  metric_header(os, "weightcast_engine_group_data_path", "gauge",
+                "1 per joined group, labelled with how its broadcasts reach this engine: "
+                "single-copy, chain, gloo-tree or nccl.");
+  for (const auto& [name, group] : groups_.all()) {
+    os << "weightcast_engine_group_data_path{group=\"" << label_value(name) << "\",path=\""
+       << label_value(group->data_path()) << "\"} 1\n";
+  }
   return {200, os.str(), "text/plain; version=0.0.4"};
 }
 

@@ -190,6 +190,10 @@ std::string Group::abort_reason() const {
   return abort_reason_;
 }
 
+std::string Group::data_path() const {
+  return ranks_.empty() ? std::string() : ranks_[0]->channel->data_path();
+}
+
 std::uint64_t Group::bytes_received() const {
   std::lock_guard lock(mu_);
   return bytes_received_;

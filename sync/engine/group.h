@@ -140,6 +140,8 @@ class Group {
   void abort(int status, const std::string& reason);
 
   std::uint64_t bytes_received() const;
+  // How broadcasts reach the engine's first rank ("single-copy", "chain", "gloo-tree", "nccl").
+  std::string data_path() const;
   std::uint64_t buckets_received() const;
 
  private:

@@ -212,7 +212,9 @@ std::shared_ptr<const DeltaSpec> Receiver::delta_spec_locked(const BucketDelta& 
 }
 
 Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
-  if (auto refusal = session_.check_payload(request.selector)) refuse(*refusal);
+  // A request without a selector (SGLang's body) takes the session's.
+  const Selector selector = request.selector.value_or(session_.selector().value_or(Selector::kAll));
+  if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
   if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
     refuse(*refusal);
   }
@@ -229,7 +231,7 @@ Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRe
     }
     std::vector<Runner> dest;
     for (const auto& r : runners_) {
-      if (covers(request.selector, r.id) && r.filter.accepts(meta.name)) dest.push_back(r.id);
+      if (covers(selector, r.id) && r.filter.accepts(meta.name)) dest.push_back(r.id);
     }
     destinations.push_back(std::move(dest));
   }

@@ -24,6 +24,7 @@ comm::CommOptions base_options(std::shared_ptr<comm::Store> store, const GroupSp
   comm_opts.chunk_bytes = opts.chunk_bytes;
   comm_opts.chunks_in_flight = opts.chunks_in_flight;
   comm_opts.single_copy = opts.single_copy;
+  comm_opts.allow_same_user_reads = opts.allow_same_user_reads;
   // Engine rank i drives GPU base_gpu_id + i, as a TP worker of an engine started at that GPU
   // would.
   comm_opts.cuda_device = opts.base_gpu_id + engine_rank;

@@ -90,6 +90,7 @@ struct BucketSendResult {
   // source): it is no evidence against any engine.
   bool source_fault = false;
   std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
+  std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
 
 // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on

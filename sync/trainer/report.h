@@ -51,6 +51,9 @@ struct UpdateReport {
   // is the data plane itself.
   double http_wait_seconds = 0;
   double pack_wait_seconds = 0;
+  // How the buckets travelled (comm::Communicator::data_path(): single-copy, chain, gloo-tree,
+  // nccl), as the group agreed; the coordinating stage's group for a pipeline-parallel update.
+  std::string data_path;
   // --delta auto changed its mind at this update (DeltaSource::change()); empty when it did not.
   std::string delta_change;
 

@@ -29,6 +29,7 @@ json stage_outcome_json(const StageOutcome& o) {
           {"pack_wait", r.pack_wait_seconds},
           {"broadcast", r.broadcast_seconds},
           {"send_error", r.error},
+          {"data_path", r.data_path},
           {"failures", failures},
           {"digests", to_text(o.digests)}};
 }
@@ -49,6 +50,7 @@ StageOutcome stage_outcome_from_json(const json& j) {
   r.pack_wait_seconds = j.at("pack_wait").get<double>();
   r.broadcast_seconds = j.at("broadcast").get<double>();
   r.error = j.at("send_error").get<std::string>();
+  r.data_path = j.at("data_path").get<std::string>();
   for (const auto& f : j.at("failures")) {
     r.failures.push_back({f.at("engine").get<std::string>(), f.at("route").get<std::string>(),
                           f.at("message").get<std::string>(), f.at("unreachable").get<bool>(),

@@ -179,6 +179,7 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.timeout = options_.group_timeout;
   opts.factory = options_.communicator_factory;
   opts.cuda_device = options_.cuda_device;
+  opts.allow_same_user_reads = options_.allow_same_user_reads;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
   std::vector<int> counts;
@@ -223,7 +224,10 @@ BucketSendResult DistributedUpdater::send_stage(
     }
     opts.delta = delta_sources_[index].get();
   }
-  return send_buckets(session, group.name(), group.comm(), member_ptrs_, tensors, opts);
+  BucketSendResult result =
+      send_buckets(session, group.name(), group.comm(), member_ptrs_, tensors, opts);
+  result.data_path = std::string(group.comm().data_path());
+  return result;
 }
 
 void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
@@ -235,6 +239,7 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   report.phases.data += result.seconds;
   report.http_wait_seconds += result.http_wait_seconds;
   report.pack_wait_seconds += result.pack_wait_seconds;
+  if (report.data_path.empty()) report.data_path = result.data_path;
   if (!result.delta_change.empty()) report.delta_change = result.delta_change;
   report.failures.insert(report.failures.end(), result.failures.begin(), result.failures.end());
   if (!result.ok) {

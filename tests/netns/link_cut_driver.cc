@@ -62,6 +62,7 @@ class HoldingCommunicator final : public wc::Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string_view backend() const override { return inner_->backend(); }
+  std::string_view data_path() const override { return inner_->data_path(); }
   wc::Millis default_timeout() const override { return inner_->default_timeout(); }
   void broadcast(const wc::BroadcastOptions& opts) override {
     if (hold_->armed && hold_->broadcasts++ == hold_->before_bucket) {

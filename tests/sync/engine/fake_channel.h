@@ -120,6 +120,7 @@ class FakeChannel final : public BucketChannel {
 
   comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
   int group_rank() const override { return group_rank_; }
+  std::string data_path() const override { return "fake"; }
 
  private:
   std::shared_ptr<FakeSource> source_;

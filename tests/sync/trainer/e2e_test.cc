@@ -41,11 +41,28 @@ EngineClient client(const Engine& e) {
   return testing::test_client(e.url);
 }
 
+// The path engine `e`'s /metrics reports for group "weightcast-pp_0", polled while the trainer
+// runs (it leaves the group on exit); "" when it never shows within `timeout`.
+std::string engine_data_path(const Engine& e, milliseconds timeout) {
+  const std::regex re(
+      R"re(weightcast_engine_group_data_path\{group="weightcast-pp_0",path="([a-z-]+)"\} 1)re");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::smatch m;
+    const std::string metrics = client(e).metrics();
+    if (std::regex_search(metrics, m, re)) return m[1].str();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return "";
+}
+
 TEST(TrainerE2E, AutoSelectsTargetAndVerifiesOnMixedEngines) {
   std::vector<Engine> engines;
   engines.push_back(start_engine(1));
   engines.push_back(start_engine(2));
   auto trainer = start_trainer(engines, {"--steps", "3", "--verify", "--bucket-bytes", "256K"});
+  std::vector<std::string> engine_paths;
+  for (const auto& e : engines) engine_paths.push_back(engine_data_path(e, milliseconds(60000)));
   const auto code = trainer->wait(seconds(90));
   const std::string out = trainer->drain(seconds(5));
   ASSERT_EQ(code, std::optional<int>(0)) << out;
@@ -57,6 +74,12 @@ TEST(TrainerE2E, AutoSelectsTargetAndVerifiesOnMixedEngines) {
     EXPECT_EQ(count_matches(out, line), 1) << out;
   }
   for (const auto& e : engines) EXPECT_EQ(client(e).server_info().weight_version, "3");
+  // The path the group agreed on is on every step line and in every engine's /metrics, the same
+  // (one host: single copy where processes may read each other's memory, else the chain).
+  std::smatch path;
+  ASSERT_TRUE(std::regex_search(out, path, std::regex("step 3/3 .* path (single-copy|chain)")))
+      << out;
+  for (const auto& p : engine_paths) EXPECT_EQ(p, path[1].str());
 }
 
 TEST(TrainerE2E, SelectorAllOnLegacyEnginesFailsVerificationNamingTheDraft) {

@@ -66,6 +66,7 @@ class FakeCommunicator final : public comm::Communicator {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "fake"; }
+  std::string_view data_path() const override { return "fake"; }
   comm::Millis default_timeout() const override { return comm::Millis(5000); }
   void broadcast(const comm::BroadcastOptions& opts) override;
   void barrier(comm::Millis) override {}
