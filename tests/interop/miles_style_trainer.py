@@ -117,6 +117,38 @@ def join_group(args, urls, ranks, timeout):
     return store, pg
 
 
+def send_bucket(args, urls, pg, bucket, gen, extra, digests):
+    """One bucket request to every engine at once (`extra`: the body's fields besides the
+    tensor lists and group), then one async dist.broadcast per tensor in `names` order, as Miles
+    and slime send them; exits unless every engine answers 200. Adds the XXH3-128 of each sent
+    tensor to `digests`; returns the bytes sent."""
+    tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
+               for _, d, s in bucket]
+    body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
+            "shapes": [m[2] for m in bucket], "group_name": args.group, **extra}
+    answers = [None] * len(urls)
+
+    def post(i):
+        answers[i] = call(urls[i], "/update_weights_from_distributed", body, timeout=args.timeout)
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(urls))]
+    for t in threads:
+        t.start()
+    works = [dist.broadcast(t, src=0, group=pg, async_op=True) for t in tensors]
+    for w in works:
+        w.wait()
+    for t in threads:
+        t.join(args.timeout)
+    for url, a in zip(urls, answers):
+        if a is None or a[0] != 200:
+            sys.exit(f"{url} update_weights_from_distributed: {a}")
+    sent = 0
+    for (name, _, _), t in zip(bucket, tensors):
+        digests[name] = xxhash.xxh3_128(t.numpy().tobytes()).hexdigest()
+        sent += t.numel()
+    return sent
+
+
 def update(args, urls, pg, metas, step):
     version = str(step)
     gen = torch.Generator().manual_seed(1000 + step)
@@ -132,31 +164,8 @@ def update(args, urls, pg, metas, step):
     experts = [m for m in metas if ".mlp.experts." in m[0]]
     dense_buckets, expert_buckets = buckets(dense, args.bucket_bytes), buckets(experts, args.bucket_bytes)
     for bucket in dense_buckets + expert_buckets:
-        tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
-                   for _, d, s in bucket]
-        body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
-                "shapes": [m[2] for m in bucket], "group_name": args.group,
-                "flush_cache": False, "selector": args.selector, "weight_version": version}
-        answers = [None] * len(urls)
-
-        def post(i):
-            answers[i] = call(urls[i], "/update_weights_from_distributed", body,
-                              timeout=args.timeout)
-
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(urls))]
-        for t in threads:
-            t.start()
-        works = [dist.broadcast(t, src=0, group=pg, async_op=True) for t in tensors]
-        for w in works:
-            w.wait()
-        for t in threads:
-            t.join(args.timeout)
-        for url, a in zip(urls, answers):
-            if a is None or a[0] != 200:
-                sys.exit(f"{url} update_weights_from_distributed: {a}")
-        for (name, _, _), t in zip(bucket, tensors):
-            digests[name] = xxhash.xxh3_128(t.numpy().tobytes()).hexdigest()
-            total += t.numel()
+        extra = {"flush_cache": False, "selector": args.selector, "weight_version": version}
+        total += send_bucket(args, urls, pg, bucket, gen, extra, digests)
     for url in urls:
         ok(url, "/update_weight_version", {"new_version": version, "abort_all_requests": False})
         ok(url, "/end_weight_update", {})

@@ -16,14 +16,11 @@ import argparse
 import datetime
 import json
 import sys
-import threading
 import time
 
 import torch
-import torch.distributed as dist
-import xxhash
 
-from miles_style_trainer import buckets, call, flush, join_group, nbytes, ok, target_tensors
+from miles_style_trainer import buckets, flush, join_group, ok, send_bucket, target_tensors
 
 
 def update(args, urls, pg, metas, step):
@@ -35,31 +32,9 @@ def update(args, urls, pg, metas, step):
         flush(url)
     digests, total = {}, 0
     for bucket in buckets(metas, args.bucket_bytes):
-        tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
-                   for _, d, s in bucket]
-        body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
-                "shapes": [m[2] for m in bucket], "group_name": args.group,
-                "flush_cache": False, "weight_version": version}
-        answers = [None] * len(urls)
-
-        def post(i):
-            answers[i] = call(urls[i], "/update_weights_from_distributed", body,
-                              timeout=args.timeout)
-
-        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(urls))]
-        for t in threads:
-            t.start()
-        works = [dist.broadcast(t, src=0, group=pg, async_op=True) for t in tensors]
-        for w in works:
-            w.wait()
-        for t in threads:
-            t.join(args.timeout)
-        for url, a in zip(urls, answers):
-            if a is None or a[0] != 200:
-                sys.exit(f"{url} update_weights_from_distributed: {a}")
-        for (name, _, _), t in zip(bucket, tensors):
-            digests[name] = xxhash.xxh3_128(t.numpy().tobytes()).hexdigest()
-            total += t.numel()
+        # No selector, no session: slime's body; the version rides in every bucket.
+        extra = {"flush_cache": False, "weight_version": version}
+        total += send_bucket(args, urls, pg, bucket, gen, extra, digests)
     for url in urls:
         ok(url, "/continue_generation", {})
         held = json.loads(ok(url, "/get_weight_version", method="GET"))["weight_version"]
