@@ -212,32 +212,6 @@ std::optional<Refusal> Engine::check_bucket_locked(
   return std::nullopt;
 }
 
-namespace {
-
-// The bucket's layout as the sender built it, checked against --max-bucket-bytes before anything
-// is allocated for it (the receive buffers grow to this size).
-std::variant<Refusal, BucketPlan> plan_bucket(const UpdateWeightsFromDistributedRequest& request,
-                                              std::uint64_t sequence, std::size_t max_bytes) {
-  BucketPlan plan;
-  try {
-    // SGLang's layouts (per tensor, flattened bucket) put tensors back to back; ours aligns.
-    const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
-                                      ? kDefaultBucketAlignment
-                                      : std::size_t{1};
-    plan = make_bucket(sequence, request.tensors, alignment);
-  } catch (const comm::BadRequestError& e) {
-    return Refusal{400, e.what()};
-  }
-  if (plan.total_bytes > max_bytes) {
-    return Refusal{
-        400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
-                 " bytes (with alignment), over --max-bucket-bytes = " + std::to_string(max_bytes)};
-  }
-  return plan;
-}
-
-}  // namespace
-
 std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
     const UpdateWeightsFromDistributedRequest& request, bool sessionless) {
   if (!session_.in_session()) {

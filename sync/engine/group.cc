@@ -1,5 +1,7 @@
 #include "sync/engine/group.h"
 
+#include <variant>
+
 #include <algorithm>
 #include <span>
 
@@ -188,6 +190,28 @@ bool Group::aborted() const {
 std::string Group::abort_reason() const {
   std::lock_guard lock(mu_);
   return abort_reason_;
+}
+
+// The bucket's layout as the sender built it, checked against --max-bucket-bytes before anything
+// is allocated for it (the receive buffers grow to this size).
+std::variant<Refusal, BucketPlan> plan_bucket(const UpdateWeightsFromDistributedRequest& request,
+                                              std::uint64_t sequence, std::size_t max_bytes) {
+  BucketPlan plan;
+  try {
+    // SGLang's layouts (per tensor, flattened bucket) put tensors back to back; ours aligns.
+    const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
+                                      ? kDefaultBucketAlignment
+                                      : std::size_t{1};
+    plan = make_bucket(sequence, request.tensors, alignment);
+  } catch (const comm::BadRequestError& e) {
+    return Refusal{400, e.what()};
+  }
+  if (plan.total_bytes > max_bytes) {
+    return Refusal{
+        400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
+                 " bytes (with alignment), over --max-bucket-bytes = " + std::to_string(max_bytes)};
+  }
+  return plan;
 }
 
 std::string Group::data_path() const {

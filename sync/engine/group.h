@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "comm/deadline.h"
@@ -36,6 +37,7 @@
 #include "sync/engine/staging.h"
 #include "sync/model/bucket.h"
 #include "sync/model/checksum.h"
+#include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::engine {
 
@@ -181,6 +183,12 @@ class Group {
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::jthread> threads_;
 };
+
+// The layout of a bucket request's tensors as the sender built it (ours aligned, SGLang's back to
+// back), or a refusal (400) when it does not parse or holds more than `max_bytes`: checked
+// before anything is allocated for it. Shared by the Engine and the Receiver.
+std::variant<Refusal, BucketPlan> plan_bucket(const UpdateWeightsFromDistributedRequest& request,
+                                              std::uint64_t sequence, std::size_t max_bytes);
 
 // The HTTP status for a failure of kind `error` (504 for comm::TimeoutError, else 500).
 int failure_status(const std::exception& error);

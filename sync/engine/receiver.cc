@@ -237,20 +237,9 @@ Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRe
   }
   const std::uint64_t sequence =
       groups_.sequence(request.group_name, out.session_id, request.sequence);
-  BucketPlan plan;
-  try {
-    const std::size_t alignment = request.load_format == LoadFormat::kWeightcastBucket
-                                      ? kDefaultBucketAlignment
-                                      : std::size_t{1};
-    plan = make_bucket(sequence, request.tensors, alignment);
-  } catch (const comm::BadRequestError& e) {
-    throw ReceiverError(400, e.what());
-  }
-  if (plan.total_bytes > opts_.max_bucket_bytes) {
-    throw ReceiverError(400, "shapes: the bucket holds " + std::to_string(plan.total_bytes) +
-                                 " bytes, over the bucket limit of " +
-                                 std::to_string(opts_.max_bucket_bytes));
-  }
+  auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
+  if (auto* refusal = std::get_if<Refusal>(&planned)) throw ReceiverError(400, refusal->message);
+  BucketPlan plan = std::get<BucketPlan>(std::move(planned));
   std::shared_ptr<const DeltaSpec> delta;
   if (request.delta) delta = delta_spec_locked(*request.delta);
   out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
