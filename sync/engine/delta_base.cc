@@ -58,4 +58,35 @@ std::optional<std::string> fill_delta_base(const RunnerSet& runners, const Bucke
   return std::nullopt;
 }
 
+std::variant<Refusal, std::shared_ptr<const DeltaSpec>> make_delta_spec(
+    const BucketDelta& delta, const std::string& held_version, bool has_base,
+    std::size_t max_wire_bytes, DeltaBaseSource source) {
+  if (delta.base_version != held_version || !has_base) {
+    return Refusal{409, "delta.base_version: the delta is against weight_version '" +
+                            delta.base_version + "' but this engine holds '" + held_version +
+                            (has_base ? "'" : "' with no delta base kept") +
+                            "; send the bucket in full"};
+  }
+  if (delta.wire_bytes > max_wire_bytes) {
+    return Refusal{400, "delta.wire_bytes: " + std::to_string(delta.wire_bytes) +
+                            " over --max-bucket-bytes = " + std::to_string(max_wire_bytes)};
+  }
+  std::vector<Digest> expected;
+  try {
+    for (const auto& d : delta.base_digests) {
+      expected.push_back(parse_digest(d, "delta.base_digests"));
+    }
+  } catch (const comm::BadRequestError& e) {
+    return Refusal{400, e.what()};
+  }
+  auto spec = std::make_shared<DeltaSpec>();
+  spec->codec = delta.codec;
+  spec->wire_bytes = delta.wire_bytes;
+  spec->fill_base =
+      [source = std::move(source), expected = std::move(expected), base = delta.base_version](
+          const BucketPlan& plan, const std::vector<std::vector<Runner>>& dest,
+          std::span<std::byte> bucket) { return source(plan, dest, expected, base, bucket); };
+  return std::shared_ptr<const DeltaSpec>(std::move(spec));
+}
+
 }  // namespace weightcast::sync::engine

@@ -13,11 +13,15 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "sync/engine/group.h"
 #include "sync/engine/runner.h"
 #include "sync/model/bucket.h"
 #include "sync/model/checksum.h"
@@ -33,5 +37,21 @@ std::optional<std::string> fill_delta_base(const RunnerSet& runners, const Bucke
                                            const std::vector<Digest>& expected,
                                            const std::string& base_version,
                                            std::span<std::byte> bucket);
+
+// The delta base from an engine that can rebuild the exact bytes a delta was computed against
+// from its own weights (weightcast-engine undoes its layout, sync/engine/delta_base.h): writes
+// the base of `plan` into `bucket`, checked against the trainer's `expected` digests; a refusal
+// message naming the first tensor that does not match. With one, the receiver keeps no copy.
+using DeltaBaseSource = std::function<std::optional<std::string>(
+    const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
+    const std::vector<Digest>& expected, const std::string& base_version,
+    std::span<std::byte> bucket)>;
+
+// The DeltaSpec of a delta bucket request for an engine holding `held_version`, its base written
+// by `source`: a refusal when the delta is against another version or no base is held (409), or
+// when its payload is over `max_wire_bytes` or its digests do not parse (400).
+std::variant<Refusal, std::shared_ptr<const DeltaSpec>> make_delta_spec(
+    const BucketDelta& delta, const std::string& held_version, bool has_base,
+    std::size_t max_wire_bytes, DeltaBaseSource source);
 
 }  // namespace weightcast::sync::engine

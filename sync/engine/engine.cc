@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
+#include "sync/engine/delta_base.h"
 #include "sync/engine/dialect.h"
 
 namespace weightcast::sync::engine {
@@ -21,10 +22,44 @@ Reply refused(const Refusal& refusal) {
   return error_reply(refusal.status, refusal.message);
 }
 
+// The data plane of all of the engine's ranks in this process: one Receiver over every rank,
+// loading into the runner set and rebuilding delta bases from its committed weights.
+std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* set) {
+  WC_ENFORCE(set != nullptr);
+  RunnerSet& runners = *set;
+  WC_ENFORCE_EQ(runners.rank_count(), opts.rank_count, "runner set built for another rank count");
+  WC_ENFORCE(static_cast<bool>(opts.connector), "a group connector is required");
+  ReceiverOptions r;
+  r.place.rank_count = opts.rank_count;
+  r.place.local_ranks = opts.rank_count;
+  r.init_timeout = opts.init_timeout;
+  r.comm_timeout = opts.comm_timeout;
+  r.max_bucket_bytes = opts.max_bucket_bytes;
+  r.max_buckets_ahead = opts.max_buckets_ahead;
+  r.connect = opts.connect;
+  r.initial_version = runners.weight_version();
+  r.group_connector = opts.connector;
+  r.pool = runners.block_pool();
+  r.base_source = [&runners](const BucketPlan& plan,
+                             const std::vector<std::vector<Runner>>& destinations,
+                             const std::vector<Digest>& expected, const std::string& base_version,
+                             std::span<std::byte> bucket) {
+    return fill_delta_base(runners, plan, destinations, expected, base_version, bucket);
+  };
+  // The runners keep the staged blocks as their weights and recompute digests on request
+  // (/weights_checksum?recompute): the digests taken at receive stand.
+  r.verify_at_commit = false;
+  std::vector<ReceiverRunner> loaders;
+  for (Runner id : runners.runners()) loaders.push_back(runners.receiver_runner(id));
+  return std::make_unique<Receiver>(std::move(r), std::move(loaders));
+}
+
 }  // namespace
 
 Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
-    : opts_(std::move(opts)), runners_(std::move(runners)) {
+    : opts_(std::move(opts)),
+      runners_(std::move(runners)),
+      receiver_(make_receiver(opts_, runners_.get())) {
   WC_ENFORCE(runners_ != nullptr);
   WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count,
                 "runner set built for another rank count");
@@ -42,13 +77,7 @@ Engine::~Engine() {
   watchdog_.request_stop();
   watchdog_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  GroupTable::Groups groups;
-  {
-    std::lock_guard lock(mu_);
-    groups = groups_.take_all();
-    if (staging_) staging_->discard();
-  }
-  groups.clear();  // each Group aborts and joins its threads
+  // receiver_ goes next (member order): it aborts its groups and joins their threads.
 }
 
 void Engine::shutdown() {
@@ -56,7 +85,7 @@ void Engine::shutdown() {
   if (session_.in_session()) {
     fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true, 503);
   }
-  for (auto& [name, group] : groups_.all()) group->abort(503, "engine shutting down");
+  receiver_->abort_groups(503, "engine shutting down");
 }
 
 void Engine::touch() {
@@ -90,7 +119,7 @@ void Engine::watchdog_loop(std::stop_token stop) {
       continue;
     }
     // A bucket in flight is bounded by the group's collective timeout, not by this one.
-    if (groups_.any_busy()) {
+    if (receiver_->busy()) {
       last_activity_ = comm::Clock::now();
       continue;
     }
@@ -105,18 +134,12 @@ void Engine::watchdog_loop(std::stop_token stop) {
 void Engine::fail_session_locked(std::uint64_t session_id, const std::string& reason,
                                  bool abort_groups, int status) {
   if (!session_.in_session() || session_.session_id() != session_id) return;
-  if (staging_) staging_->discard();
-  staging_.reset();
-  session_names_.clear();
+  // The receiver discards staging. A group with a bucket in flight cannot be left half-way
+  // through a broadcast; with abort_groups (timeout) every group of the session goes, since its
+  // trainer is gone. A no-op when the receiver already ended its session (a failed bucket).
+  receiver_->abort(reason, status, abort_groups);
   session_.close();
   counters_.update_failed();
-  for (auto& [name, group] : groups_.all()) {
-    // A group with a bucket in flight cannot be left half-way through a broadcast; with
-    // abort_groups (timeout) every group of the session goes, since its trainer is gone.
-    if (group->busy() || (abort_groups && group->used_in(session_id))) {
-      group->abort(status, "session failed: " + reason);
-    }
-  }
 }
 
 Reply Engine::pause_generation(const PauseGenerationRequest& request) {
@@ -156,9 +179,14 @@ Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
   if (auto refusal = session_.begin(request.selector, request.holder)) {
     return in_dialect(native, refused(*refusal));
   }
+  try {
+    receiver_->begin(request.selector);
+  } catch (const ReceiverError& e) {
+    session_.close();
+    return in_dialect(native,
+                      error_reply(e.status(), std::string("begin_weight_update: ") + e.what()));
+  }
   last_activity_ = comm::Clock::now();
-  staging_ = std::make_shared<Staging>(opts_.rank_count);
-  session_names_.clear();
   session_start_ = now;
   BeginWeightUpdateResponse response;
   response.message = "session opened";
@@ -213,6 +241,7 @@ Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
       request.abort_all_requests ? " (abort_all_requests: no request was in flight)" : "";
   if (session_.set_version(request.new_version)) {
     runners_->set_weight_version(request.new_version);
+    receiver_->set_version(request.new_version);
     Json j = Json::parse(to_json_string(
         BasicResponse{true, "Weight version updated to " + request.new_version + aborted}));
     j["new_version"] = request.new_version;
@@ -230,7 +259,7 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
     return in_dialect(native, refused(*refusal));
   }
   last_activity_ = comm::Clock::now();
-  for (const auto& [name, group] : groups_.all()) {
+  for (const auto& [name, group] : receiver_->joined()) {
     if (group->busy()) {
       return in_dialect(native, error_reply(409, "end_weight_update: buckets of group '" + name +
                                                      "' are still in flight; wait for their "
@@ -259,18 +288,24 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
 std::variant<Reply, Engine::Committed> Engine::commit_locked() {
   const std::uint64_t id = session_.session_id();
   const Selector selector = *session_.selector();
+  const std::optional<std::string> version = session_.pending_version();
   std::vector<RunnerCommit> commits;
   try {
-    commits =
-        runners_->commit(*staging_, selector, session_.pending_version(), opts_.legacy_finalize);
+    // Checks every rank's digests and loads each covered runner (pending, not yet visible),
+    // then publishes all of them at once.
+    receiver_->commit(version);
+    commits = runners_->publish(selector, version, opts_.legacy_finalize);
   } catch (const std::exception& e) {
-    // Nothing was committed; the session is over and the previous weights stay.
-    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false, 500);
-    return error_reply(failure_status(e), std::string("end_weight_update: commit failed: ") +
-                                              e.what() + "; previous weights kept");
+    // Nothing was published; the session is over and the previous weights and version stay.
+    runners_->discard_pending();
+    receiver_->set_version(runners_->weight_version());
+    const auto* refused = dynamic_cast<const ReceiverError*>(&e);
+    const int status = refused ? refused->status() : failure_status(e);
+    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false,
+                        status);
+    return error_reply(status, std::string("end_weight_update: commit failed: ") + e.what() +
+                                   "; previous weights kept");
   }
-  staging_.reset();
-  session_names_.clear();
   const bool flush = session_.flush_requested();
   session_.close();
   counters_.update_ok(comm::seconds_since(session_start_));

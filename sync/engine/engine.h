@@ -1,7 +1,12 @@
 // Engine: the rollout engine's weight-update logic behind the HTTP routes, without HTTP.
 //
-// It owns the runners (RunnerSet), the session state machine (SessionMachine), the joined groups
-// (one Group per trainer PP stage) and the current session's Staging. Each public method is one
+// The control plane over one Receiver (sync/engine/receiver.h), which is the whole data plane:
+// the joined groups (one per trainer PP stage), staging, the digest and cross-rank checks and the
+// commit's load into the runners. The Engine adds what a served engine needs around it: the
+// session state machine with owners and leases (SessionMachine, Lease), sessionless updates, the
+// two dialects' answers, pause/flush, the watchdog, metrics and readers. Its runners (RunnerSet)
+// are the Receiver's runners: their load keeps the staged blocks, and a commit becomes visible
+// to readers in one publish after every load returned. Each public method is one
 // route: it takes the parsed request body and returns the Reply the route sends, so the whole
 // protocol is testable without sockets (give EngineOptions a fake GroupConnector). Refusals
 // (409 state, 400 input) change nothing. A failed, aborted or timed-out session discards its
@@ -33,6 +38,7 @@
 #include "sync/engine/group.h"
 #include "sync/engine/group_table.h"
 #include "sync/engine/lease.h"
+#include "sync/engine/receiver.h"
 #include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
@@ -116,58 +122,38 @@ class Engine {
   // waiting bucket requests then answer `status`.
   void fail_session_locked(std::uint64_t session_id, const std::string& reason, bool abort_groups,
                            int status);
-  Reply fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
-                    const std::string& reason);
   // The bucket route in the engine's own statuses (update_weights_from_distributed() puts the
   // answer in the request's dialect).
   Reply receive_bucket(const UpdateWeightsFromDistributedRequest& request);
   // Opens the one-request session of a sessionless update (sync/engine/sessionless.h).
   std::optional<Refusal> open_sessionless_locked(
       const UpdateWeightsFromDistributedRequest& request);
-  // Commits the open session's staging and closes it, then flushes the caches when a bucket
-  // asked for it (flush_cache): the reply of a failed commit (the session is then failed,
-  // previous weights kept), else what each runner did and what the flush dropped.
+  // Commits the open session through the receiver and publishes it in the runners, closes the
+  // session, then flushes the caches when a bucket asked for it (flush_cache): the reply of a
+  // failed commit (the session is then failed, previous weights kept), else what each runner
+  // did and what the flush dropped.
   struct Committed {
     std::vector<RunnerCommit> runners;
     std::string flush_note;  // empty: no flush asked for
   };
   std::variant<Reply, Committed> commit_locked();
-  // The bucket's sequence: its own, or (absent, SGLang/Miles) the next in arrival order on its
-  // group within session `session_id`.
-  // A bucket request accepted and queued on its group.
-  struct SubmittedBucket {
-    std::shared_ptr<BucketJob> job;
-    std::shared_ptr<Group> group;
-    std::uint64_t session_id = 0;
-    std::uint64_t sequence = 0;
-  };
-  // Checks a bucket request against the session, the group and the runners, and queues it.
-  // `sessionless`: the request opened the session itself (no owner check).
-  std::variant<Refusal, SubmittedBucket> submit_bucket_locked(
+  // Checks a bucket request against the session and queues it on the receiver (which checks it
+  // against its groups and runners). `sessionless`: the request opened the session itself (no
+  // owner check).
+  std::variant<Refusal, Receiver::Ticket> submit_bucket_locked(
       const UpdateWeightsFromDistributedRequest& request, bool sessionless);
-  // Reserves `name` for a group being joined, replacing an idle group of that name; a reply
-  // (409) when it is being joined or in use by the open session.
-  std::optional<Reply> claim_group_name(const std::string& name);
-  // The delta of a bucket request, checked against the committed version, with its base filler.
-  std::variant<Refusal, std::shared_ptr<const DeltaSpec>> delta_spec_locked(
-      const BucketDelta& delta) const;
-  std::optional<Refusal> check_bucket_locked(const UpdateWeightsFromDistributedRequest& request,
-                                             Selector selector,
-                                             std::vector<std::vector<Runner>>& destinations) const;
   void watchdog_loop(std::stop_token stop);
 
   const EngineOptions opts_;
   const std::unique_ptr<RunnerSet> runners_;
+  const std::unique_ptr<Receiver> receiver_;  // after runners_: its runners call into them
   mutable std::mutex mu_;
   SessionMachine session_;
   Lease lease_;
   // Held for the whole of a sessionless update, so they apply one at a time.
   std::timed_mutex sessionless_mu_;
   WeightsChecker checker_;
-  std::shared_ptr<Staging> staging_;
-  std::set<std::string> session_names_;  // tensor names sent in the open session
   std::chrono::steady_clock::time_point session_start_;
-  GroupTable groups_;  // joined groups, names being joined, arrival order (under mu_)
   comm::Deadline last_activity_;
   EngineCounters counters_;         // for /metrics, guarded by mu_
   mutable ProbeCache probe_cache_;  // /spec_accept_length's last answer (its own lock)

@@ -16,15 +16,6 @@ Reply ok_basic(std::string message) {
   return {200, to_json_string(BasicResponse{true, std::move(message)})};
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 Reply refused_reply(const Refusal& refusal) {
   return error_reply(refusal.status, refusal.message);
 }
@@ -64,16 +55,7 @@ std::optional<Reply> refuse_init(const EngineOptions& opts,
                                 " is not in this engine's --allowed-master-addresses (" + list +
                                 ")");
   }
-  if (request.rank_offset < 1) {
-    return error_reply(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
-                                std::to_string(request.rank_offset) + ")");
-  }
-  if (static_cast<std::int64_t>(request.rank_offset) + opts.rank_count > request.world_size) {
-    return error_reply(400, "world_size: " + std::to_string(request.world_size) +
-                                " leaves no room for this engine's " +
-                                std::to_string(opts.rank_count) + " ranks at rank_offset " +
-                                std::to_string(request.rank_offset));
-  }
+  // rank_offset and world_size are the receiver's checks (Receiver::join), before it dials.
   const auto available = comm::available_backends();
   const std::string backend(to_string(request.backend));
   if (std::find(available.begin(), available.end(), backend) == available.end()) {
@@ -93,126 +75,51 @@ GroupSpec group_spec(const InitWeightsUpdateGroupRequest& request) {
           .rendezvous = request.rendezvous};
 }
 
-// Joins the group (bounded by --init-timeout-ms): the group, or the reply that says why not.
-std::variant<Reply, std::shared_ptr<Group>> form_group(const EngineOptions& opts,
-                                                       std::shared_ptr<BlockPool> pool,
-                                                       const GroupSpec& spec) {
-  ConnectOptions connect = opts.connect;
-  connect.rank_count = opts.rank_count;
-  connect.init_timeout = opts.init_timeout;
-  try {
-    auto channels = opts.connector(spec, connect);
-    GroupOptions gopts;
-    gopts.comm_timeout = opts.comm_timeout;
-    gopts.max_ahead = opts.max_buckets_ahead;
-    gopts.pool = std::move(pool);
-    return std::make_shared<Group>(spec, std::move(channels), gopts);
-  } catch (const comm::TimeoutError& e) {
-    return error_reply(504, "init_weights_update_group: group '" + spec.group_name +
-                                "' did not form within " +
-                                std::to_string(opts.init_timeout.count()) + " ms: " + e.what());
-  } catch (const comm::ConfigError& e) {
-    return error_reply(400, std::string("init_weights_update_group: ") + e.what());
-  } catch (const std::exception& e) {
-    return error_reply(500, std::string("init_weights_update_group: ") + e.what());
-  }
-}
-
 }  // namespace
-
-std::optional<Reply> Engine::claim_group_name(const std::string& name) {
-  std::shared_ptr<Group> old;
-  {
-    std::lock_guard lock(mu_);
-    if (groups_.joining(name)) {
-      return error_reply(409, "group_name: group '" + name + "' is already being joined");
-    }
-    // Re-init replaces a group (the recovery path), but not one the open session relies on.
-    if (auto existing = groups_.find(name);
-        existing &&
-        (existing->busy() || (session_.in_session() && existing->used_in(session_.session_id())))) {
-      return error_reply(
-          409, "group_name: group '" + name + "' is in use by the open session; abort it first");
-    }
-    old = groups_.begin_join(name);
-  }
-  old.reset();  // aborts and joins the replaced group's threads
-  return std::nullopt;
-}
 
 Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
   touch();
   const bool native = native_request(request);
   const std::string& name = request.group_name;
   if (auto refusal = refuse_init(opts_, request)) return in_dialect(native, *refusal);
-  if (auto refusal = claim_group_name(name)) return in_dialect(native, *refusal);
   const GroupSpec spec = group_spec(request);
-  auto formed = form_group(opts_, runners_->block_pool(), spec);
-
-  std::lock_guard lock(mu_);
-  last_activity_ = comm::Clock::now();
-  if (auto* failure = std::get_if<Reply>(&formed)) {
-    groups_.end_join(name, nullptr);
-    return in_dialect(native, *failure);
+  // The receiver reserves the name, replaces an idle group of that name and joins, bounded by
+  // --init-timeout-ms; the engine's lock is not held meanwhile.
+  try {
+    receiver_->join(spec);
+  } catch (const ReceiverError& e) {
+    touch();
+    return in_dialect(
+        native, error_reply(e.status(), std::string("init_weights_update_group: ") + e.what()));
   }
-  groups_.end_join(name, std::get<std::shared_ptr<Group>>(std::move(formed)));
+  touch();
   return ok_basic("joined group '" + name + "' as ranks " + std::to_string(spec.rank_offset) +
                   ".." + std::to_string(spec.rank_offset + opts_.rank_count - 1) + " of " +
                   std::to_string(spec.world_size));
 }
 
 Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request) {
-  std::shared_ptr<Group> group;
-  std::string note;
-  {
-    std::lock_guard lock(mu_);
-    last_activity_ = comm::Clock::now();
-    group = groups_.find(request.group_name);
-    if (!group) {
-      // SGLang's answer, word for word, in both dialects: a trainer that destroys before it
-      // initializes (Miles) ignores it.
-      return error_reply(400, "The group to be destroyed does not exist.");
-    }
-    if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
-      fail_session_locked(session_.session_id(),
-                          "group '" + request.group_name + "' destroyed during the session",
-                          /*abort_groups=*/false, 409);
-      note = "; the open session was aborted and its staging discarded";
-    }
-    groups_.remove(request.group_name);
+  std::lock_guard lock(mu_);
+  last_activity_ = comm::Clock::now();
+  try {
+    // SGLang's answer to an unknown group, word for word, in both dialects: a trainer that
+    // destroys before it initializes (Miles) ignores it.
+    receiver_->leave(request.group_name);
+  } catch (const ReceiverError& e) {
+    return error_reply(e.status(), e.what());
   }
-  group->abort(409, "group '" + request.group_name + "' destroyed");
-  group.reset();
+  std::string note;
+  // The receiver ended its session when the open session relied on the group.
+  if (session_.in_session() && !receiver_->in_session()) {
+    fail_session_locked(session_.session_id(),
+                        "group '" + request.group_name + "' destroyed during the session",
+                        /*abort_groups=*/false, 409);
+    note = "; the open session was aborted and its staging discarded";
+  }
   return ok_basic("left group '" + request.group_name + "'" + note);
 }
 
-std::optional<Refusal> Engine::check_bucket_locked(
-    const UpdateWeightsFromDistributedRequest& request, Selector selector,
-    std::vector<std::vector<Runner>>& destinations) const {
-  destinations.clear();
-  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
-    const TensorMeta& meta = request.tensors[i];
-    const std::string field = "names[" + std::to_string(i) + "]";
-    if (session_names_.count(meta.name)) {
-      return Refusal{400, field + ": '" + meta.name + "' was already sent in this session"};
-    }
-    auto dest = runners_->destinations(selector, meta.name);
-    for (Runner runner : dest) {
-      auto resident = runners_->resident_meta(runner, meta.name);
-      if (resident && (resident->dtype != meta.dtype || resident->shape != meta.shape)) {
-        return Refusal{400, field + ": '" + meta.name + "' is " +
-                                std::string(to_string(meta.dtype)) + shape_text(meta.shape) +
-                                " but runner '" + std::string(to_string(runner)) + "' holds " +
-                                std::string(to_string(resident->dtype)) +
-                                shape_text(resident->shape)};
-      }
-    }
-    destinations.push_back(std::move(dest));
-  }
-  return std::nullopt;
-}
-
-std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
+std::variant<Refusal, Receiver::Ticket> Engine::submit_bucket_locked(
     const UpdateWeightsFromDistributedRequest& request, bool sessionless) {
   if (!session_.in_session()) {
     return Refusal{409, request.session_id
@@ -234,35 +141,19 @@ std::variant<Refusal, Engine::SubmittedBucket> Engine::submit_bucket_locked(
     }
   }
   last_activity_ = comm::Clock::now();
-  std::shared_ptr<Group> group = groups_.find(request.group_name);
-  if (!group) {
-    return Refusal{409, "group_name: no group '" + request.group_name +
-                            "' is joined; call init_weights_update_group first"};
+  // The receiver's session is the engine's, opened and ended with it; owners are checked here.
+  UpdateWeightsFromDistributedRequest forwarded = request;
+  forwarded.selector = selector;
+  forwarded.session_id.reset();
+  Receiver::Ticket ticket;
+  try {
+    ticket = receiver_->submit(forwarded);
+  } catch (const ReceiverError& e) {
+    return Refusal{e.status(), e.what()};
   }
-  SubmittedBucket out{nullptr, std::move(group), session_.session_id(), 0};
-  std::vector<std::vector<Runner>> destinations;
-  if (auto refusal = check_bucket_locked(request, selector, destinations)) return *refusal;
-  out.sequence = groups_.sequence(request.group_name, out.session_id, request.sequence);
-  auto planned = plan_bucket(request, out.sequence, opts_.max_bucket_bytes);
-  if (auto* refusal = std::get_if<Refusal>(&planned)) return *refusal;
-  BucketPlan plan = std::get<BucketPlan>(std::move(planned));
-  std::shared_ptr<const DeltaSpec> delta;
-  if (request.delta) {
-    auto made = delta_spec_locked(*request.delta);
-    if (auto* refusal = std::get_if<Refusal>(&made)) return *refusal;
-    delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
-  }
-  std::vector<Digest> expected;
-  for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
-  out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
-                                        staging_, request.load_format == LoadFormat::kPerTensor,
-                                        std::move(delta), std::move(expected));
-  if (auto refusal = out.group->submit(out.job)) return *refusal;
-  groups_.queued(request.group_name, out.sequence);
-  for (const auto& meta : request.tensors) session_names_.insert(meta.name);
   if (request.weight_version) session_.set_version(*request.weight_version);
   if (request.flush_cache) session_.request_flush();
-  return out;
+  return ticket;
 }
 
 Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
@@ -281,14 +172,19 @@ std::optional<Refusal> Engine::open_sessionless_locked(
           session_.begin(std::get<Selector>(scope), std::nullopt, /*sessionless=*/true)) {
     return refusal;
   }
-  staging_ = std::make_shared<Staging>(opts_.rank_count);
-  session_names_.clear();
+  try {
+    receiver_->begin(std::get<Selector>(scope));
+  } catch (const ReceiverError& e) {
+    session_.close();
+    return Refusal{e.status(), e.what()};
+  }
   session_start_ = std::chrono::steady_clock::now();
   return std::nullopt;
 }
 
 Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request) {
-  std::variant<Refusal, SubmittedBucket> submitted;
+  std::variant<Refusal, Receiver::Ticket> submitted;
+  std::uint64_t engine_session = 0;
   // Held from the sessionless session's opening to its commit, so such updates apply one at a
   // time (slime and SGLang clients keep one request in flight anyway).
   std::unique_lock<std::timed_mutex> serial(sessionless_mu_, std::defer_lock);
@@ -312,6 +208,7 @@ Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request)
       }
     }
     submitted = submit_bucket_locked(request, serial.owns_lock());
+    engine_session = session_.session_id();
     if (std::holds_alternative<Refusal>(submitted) && serial.owns_lock()) {
       fail_session_locked(session_.session_id(), "refused", /*abort_groups=*/false, 400);
     }
@@ -319,29 +216,28 @@ Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request)
   if (auto* refusal = std::get_if<Refusal>(&submitted)) {
     return error_reply(refusal->status, refusal->message);
   }
-  const auto& [job, group, session_id, sequence] = std::get<SubmittedBucket>(submitted);
-  // Bounded backstop: every step inside is bounded by the collective timeout per bucket.
-  const auto budget = opts_.comm_timeout * static_cast<int>(opts_.max_buckets_ahead + 2);
-  auto result = job->wait(comm::deadline_after(budget));
-  if (!result) {
-    return fail_bucket(session_id, group, 504,
-                       "bucket " + std::to_string(sequence) + " not received within " +
-                           std::to_string(budget.count()) + " ms");
-  }
-  // The bucket was received but could not be applied (a delta whose base this engine does not
-  // hold, or a bad payload): the session ends, the group stays.
-  if (result->session_failed) {
+  const Receiver::Ticket& ticket = std::get<Receiver::Ticket>(submitted);
+  const std::uint64_t session_id = engine_session;
+  const ReceiveOutcome outcome = receiver_->wait(ticket);
+  if (outcome.failure) {
+    const ReceiveFailure& f = *outcome.failure;
+    // 409: the session was aborted by a request while this bucket was received; the group is
+    // fine and the session already ended.
+    if (f.stale) return error_reply(409, f.reason);
+    // The receiver ended its session (and aborted a broken group); the engine's ends with it.
     std::lock_guard lock(mu_);
-    fail_session_locked(session_id, result->message, /*abort_groups=*/false, result->status);
-    return error_reply(result->status, "update_weights_from_distributed: " + result->message +
-                                           "; session aborted, previous weights kept");
+    last_activity_ = comm::Clock::now();
+    fail_session_locked(session_id, f.reason, /*abort_groups=*/false, f.status);
+    // A bucket received but not applicable (a delta whose base this engine does not hold, or a
+    // bad payload) leaves the group; a broken group does not.
+    return error_reply(f.status, std::string("update_weights_from_distributed") +
+                                     (f.group_failed ? " failed: " : ": ") + f.reason +
+                                     "; session aborted, previous weights kept");
   }
-  // 409: the session was aborted by a request while this bucket was received; the group is fine.
-  if (result->status == 409) return error_reply(409, result->message);
-  if (result->status != 200) return fail_bucket(session_id, group, result->status, result->message);
+  const std::uint64_t sequence = outcome.sequence;
   std::string message = "bucket " + std::to_string(sequence) +
                         " received: " + std::to_string(request.tensors.size()) + " tensors, " +
-                        std::to_string(job->plan().total_bytes) + " bytes";
+                        std::to_string(outcome.bytes) + " bytes";
   if (serial.owns_lock()) {
     std::lock_guard lock(mu_);
     last_activity_ = comm::Clock::now();
@@ -362,48 +258,6 @@ Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request)
     message += ". Weight version updated to " + *request.weight_version + ".";
   }
   return ok_basic(std::move(message));
-}
-
-std::variant<Refusal, std::shared_ptr<const DeltaSpec>> Engine::delta_spec_locked(
-    const BucketDelta& delta) const {
-  const std::string held = runners_->weight_version();
-  if (delta.base_version != held) {
-    return Refusal{409, "delta.base_version: the delta is against weight_version '" +
-                            delta.base_version + "' but this engine holds '" + held +
-                            "'; send the bucket in full"};
-  }
-  if (delta.wire_bytes > opts_.max_bucket_bytes) {
-    return Refusal{400, "delta.wire_bytes: " + std::to_string(delta.wire_bytes) +
-                            " over --max-bucket-bytes = " + std::to_string(opts_.max_bucket_bytes)};
-  }
-  std::vector<Digest> expected;
-  try {
-    for (const std::string& d : delta.base_digests) {
-      expected.push_back(parse_digest(d, "delta.base_digests"));
-    }
-  } catch (const comm::BadRequestError& e) {
-    return Refusal{400, e.what()};
-  }
-  auto spec = std::make_shared<DeltaSpec>();
-  spec->codec = delta.codec;
-  spec->wire_bytes = delta.wire_bytes;
-  spec->fill_base =
-      [runners = runners_.get(), expected = std::move(expected), base = delta.base_version](
-          const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
-          std::span<std::byte> bucket) {
-        return fill_delta_base(*runners, plan, destinations, expected, base, bucket);
-      };
-  return std::shared_ptr<const DeltaSpec>(std::move(spec));
-}
-
-Reply Engine::fail_bucket(std::uint64_t session_id, const std::shared_ptr<Group>& group, int status,
-                          const std::string& reason) {
-  group->abort(status, reason);
-  std::lock_guard lock(mu_);
-  last_activity_ = comm::Clock::now();
-  fail_session_locked(session_id, reason, /*abort_groups=*/false, status);
-  return error_reply(status, "update_weights_from_distributed failed: " + reason +
-                                 "; session aborted, previous weights kept");
 }
 
 }  // namespace weightcast::sync::engine

@@ -99,7 +99,7 @@ Reply Engine::server_info() const {
   for (Runner r : opts_.sessionless.frozen) frozen.push_back(to_string(r));
   j["frozen_runners"] = frozen;
   Json groups = Json::array();
-  for (const auto& [name, group] : groups_.all()) {
+  for (const auto& [name, group] : receiver_->joined()) {
     groups.push_back({{"group_name", name},
                       {"backend", to_string(group->spec().backend)},
                       {"rank_offset", group->spec().rank_offset},
@@ -180,7 +180,7 @@ Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) c
 Reply Engine::metrics() const {
   std::ostringstream os;
   std::lock_guard lock(mu_);
-  counters_.write(os, groups_.bytes_received());
+  counters_.write(os, receiver_->bytes_received());
   const std::string version = runners_->weight_version();
   metric_header(os, "weightcast_engine_weight_version_info", "gauge",
                 "The committed weight_version, as a label.");
@@ -221,11 +221,11 @@ Reply Engine::metrics() const {
   os << "weightcast_engine_pool_bytes{state=\"allocated\"} " << pool.allocated_bytes << '\n';
   os << "weightcast_engine_pool_bytes{state=\"free\"} " << pool.free_bytes << '\n';
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
-  os << "weightcast_engine_groups " << groups_.size() << '\n';
+  os << "weightcast_engine_groups " << receiver_->joined().size() << '\n';
   metric_header(os, "weightcast_engine_group_data_path", "gauge",
                 "1 per joined group, labelled with how its broadcasts reach this engine: "
                 "single-copy, chain, gloo-tree or nccl.");
-  for (const auto& [name, group] : groups_.all()) {
+  for (const auto& [name, group] : receiver_->joined()) {
     os << "weightcast_engine_group_data_path{group=\"" << label_value(name) << "\",path=\""
        << label_value(group->data_path()) << "\"} 1\n";
   }

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <variant>
 
-#include "sync/engine/rendezvous.h"
-
 namespace weightcast::sync::engine {
 
 namespace {
@@ -13,35 +11,33 @@ namespace {
   throw ReceiverError(refusal.status, refusal.message);
 }
 
-int join_status(const std::exception& e) {
-  if (dynamic_cast<const comm::TimeoutError*>(&e)) return 504;
-  if (dynamic_cast<const comm::ConfigError*>(&e)) return 400;
-  return 500;
+}  // namespace
+
+namespace {
+
+LocalRanksOptions local_ranks_options(const ReceiverOptions& opts,
+                                      std::shared_ptr<BlockPool> pool) {
+  return {.place = opts.place,
+          .init_timeout = opts.init_timeout,
+          .comm_timeout = opts.comm_timeout,
+          .max_buckets_ahead = opts.max_buckets_ahead,
+          .connect = opts.connect,
+          .connector = opts.connector,
+          .group_connector = opts.group_connector,
+          .pool = std::move(pool)};
 }
 
 }  // namespace
 
-std::unique_ptr<BucketChannel> connect_rank(const GroupSpec& spec, const ConnectOptions& opts,
-                                            int engine_rank) {
-  const comm::Deadline deadline = comm::deadline_after(opts.init_timeout);
-  const RendezvousPlan plan = detect_rendezvous(spec, opts, deadline);
-  return make_comm_channel(join_rank(spec, opts, plan, engine_rank, deadline));
-}
-
 Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
     : opts_(std::move(opts)),
       runners_(std::move(runners)),
+      pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
+      ranks_(local_ranks_options(opts_, pool_)),
       base_(opts_.keep_delta_base),
       version_(opts_.initial_version) {
-  const ReceiverPlace& p = opts_.place;
-  WC_ENFORCE_GT(p.rank_count, 0, "engine rank count");
-  WC_ENFORCE(p.engine_rank >= 0 && p.engine_rank < p.rank_count, "engine rank ", p.engine_rank,
-             " of ", p.rank_count);
-  WC_ENFORCE(p.cuda_device >= -1, "cuda_device: -1 (host) or a CUDA ordinal");
-  WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
-  WC_ENFORCE_GT(opts_.init_timeout.count(), 0);
-  WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
-  WC_ENFORCE(static_cast<bool>(opts_.connector), "a rank connector is required");
+  WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
+             "a delta base source and a kept delta base exclude each other");
   WC_ENFORCE(!runners_.empty(), "a receiver needs at least one runner");
   for (std::size_t i = 0; i < runners_.size(); ++i) {
     WC_ENFORCE(static_cast<bool>(runners_[i].load), "runner '", to_string(runners_[i].id),
@@ -85,48 +81,29 @@ const NameFilter& Receiver::filter(Runner runner) const {
 }
 
 void Receiver::join(const GroupSpec& spec) {
-  const ReceiverPlace& p = opts_.place;
-  if (spec.rank_offset < 1) {
-    throw ReceiverError(400, "rank_offset: must be >= 1, group rank 0 is the source");
-  }
-  if (spec.rank_offset + p.rank_count > spec.world_size) {
-    throw ReceiverError(400, "world_size: " + std::to_string(spec.world_size) +
-                                 " leaves no room for " + std::to_string(p.rank_count) +
-                                 " engine ranks at rank_offset " +
-                                 std::to_string(spec.rank_offset));
-  }
   std::shared_ptr<Group> old;
   {
     std::lock_guard lock(mu_);
     if (groups_.joining(spec.group_name)) {
-      throw ReceiverError(409, "group '" + spec.group_name + "' is already being joined");
+      throw ReceiverError(409,
+                          "group_name: group '" + spec.group_name + "' is already being joined");
     }
+    // Re-init replaces a group (the recovery path), but not one the open session relies on.
     if (auto g = groups_.find(spec.group_name);
         g && (g->busy() || (session_.in_session() && g->used_in(session_.session_id())))) {
-      throw ReceiverError(409, "group '" + spec.group_name + "' is in use by the open session");
+      throw ReceiverError(409, "group_name: group '" + spec.group_name +
+                                   "' is in use by the open session; abort it first");
     }
     old = groups_.begin_join(spec.group_name);
   }
-  old.reset();
-  ConnectOptions connect = opts_.connect;
-  connect.rank_count = p.rank_count;
-  connect.init_timeout = opts_.init_timeout;
-  // join_rank() drives device base_gpu_id + engine rank.
-  connect.base_gpu_id = p.cuda_device >= 0 ? p.cuda_device - p.engine_rank : 0;
+  old.reset();  // aborts and joins the replaced group's threads
   std::shared_ptr<Group> group;
   try {
-    std::vector<std::unique_ptr<BucketChannel>> channels;
-    channels.push_back(opts_.connector(spec, connect, p.engine_rank));
-    GroupOptions gopts;
-    gopts.comm_timeout = opts_.comm_timeout;
-    gopts.max_ahead = opts_.max_buckets_ahead;
-    gopts.pool = pool_;
-    group = std::make_shared<Group>(spec, std::move(channels), gopts);
-  } catch (const std::exception& e) {
+    group = ranks_.form(spec);
+  } catch (...) {
     std::lock_guard lock(mu_);
     groups_.end_join(spec.group_name, nullptr);
-    throw ReceiverError(join_status(e), "join group '" + spec.group_name + "' as engine rank " +
-                                            std::to_string(p.engine_rank) + ": " + e.what());
+    throw;
   }
   std::lock_guard lock(mu_);
   groups_.end_join(spec.group_name, std::move(group));
@@ -137,7 +114,7 @@ void Receiver::leave(const std::string& group_name) {
   {
     std::lock_guard lock(mu_);
     group = groups_.find(group_name);
-    if (!group) throw ReceiverError(409, "group_name: no group '" + group_name + "' is joined");
+    if (!group) throw ReceiverError(400, "The group to be destroyed does not exist.");
     if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
       fail_session_locked(session_.session_id(), false, 409,
                           "group '" + group_name + "' left during the session");
@@ -158,13 +135,13 @@ ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> hold
   std::lock_guard lock(mu_);
   if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
   if (auto refusal = session_.begin(selector, std::move(holder))) refuse(*refusal);
-  staging_ = std::make_shared<Staging>(1);
+  staging_ = std::make_shared<Staging>(ranks_.count());
   session_names_.clear();
   return {session_.token(), version_, base_.held_digest(selector)};
 }
 
 void Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
-                                   const std::string& reason) {
+                                   const std::string& reason, bool abort_used_groups) {
   if (!session_.in_session() || session_.session_id() != session_id) return;
   if (staging_) staging_->discard();
   staging_.reset();
@@ -172,55 +149,53 @@ void Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_gro
   session_.close();
   // A group left half-way through a broadcast cannot be reused: its peers are out of step.
   for (auto& [name, group] : groups_.all()) {
-    if (abort_busy_groups && group->busy()) group->abort(status, "session failed: " + reason);
+    if ((abort_busy_groups && group->busy()) || (abort_used_groups && group->used_in(session_id))) {
+      group->abort(status, "session failed: " + reason);
+    }
   }
 }
 
-void Receiver::abort(const std::string& reason) {
+void Receiver::abort(const std::string& reason, int status, bool abort_used_groups) {
   std::lock_guard lock(mu_);
-  if (session_.in_session()) fail_session_locked(session_.session_id(), true, 409, reason);
+  if (session_.in_session()) {
+    fail_session_locked(session_.session_id(), true, status, reason, abort_used_groups);
+  }
 }
 
-std::shared_ptr<const DeltaSpec> Receiver::delta_spec_locked(const BucketDelta& delta) const {
-  if (delta.base_version != version_ || !base_.has_base()) {
-    throw ReceiverError(409, "delta.base_version: the delta is against weight_version '" +
-                                 delta.base_version + "' but this receiver holds '" + version_ +
-                                 (base_.has_base() ? "'" : "' with no delta base kept") +
-                                 "; send the bucket in full");
-  }
-  if (delta.wire_bytes > opts_.max_bucket_bytes) {
-    throw ReceiverError(
-        400, "delta.wire_bytes: " + std::to_string(delta.wire_bytes) + " over the bucket limit");
-  }
-  std::vector<Digest> expected;
-  try {
-    for (const auto& d : delta.base_digests)
-      expected.push_back(parse_digest(d, "delta.base_digests"));
-  } catch (const comm::BadRequestError& e) {
-    throw ReceiverError(400, e.what());
-  }
-  auto spec = std::make_shared<DeltaSpec>();
-  spec->codec = delta.codec;
-  spec->wire_bytes = delta.wire_bytes;
-  spec->fill_base = [this, expected = std::move(expected)](
-                        const BucketPlan& plan, const std::vector<std::vector<Runner>>& dest,
-                        std::span<std::byte> bucket) {
-    std::lock_guard lock(mu_);
-    return base_.fill(plan, dest, expected, bucket);
-  };
-  return spec;
+void Receiver::abort_groups(int status, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  for (auto& [name, group] : groups_.all()) group->abort(status, reason);
 }
 
-Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
+bool Receiver::busy() const {
+  std::lock_guard lock(mu_);
+  return groups_.any_busy();
+}
+
+GroupTable::Groups Receiver::joined() const {
+  std::lock_guard lock(mu_);
+  return groups_.all();
+}
+
+Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
   // A request without a selector (SGLang's body) takes the session's.
   const Selector selector = request.selector.value_or(session_.selector().value_or(Selector::kAll));
   if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
   if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
     refuse(*refusal);
   }
-  Submitted out{nullptr, groups_.find(request.group_name), session_.session_id()};
+  if (!session_.in_session()) {
+    throw ReceiverError(
+        409, request.session_id
+                 ? "update_weights_from_distributed: session_id '" + *request.session_id +
+                       "' is not open (ended, aborted or timed out)"
+                 : std::string("update_weights_from_distributed: no session is open; call "
+                               "begin_weight_update first"));
+  }
+  Ticket out{nullptr, groups_.find(request.group_name), session_.session_id()};
   if (!out.group) {
-    throw ReceiverError(409, "group_name: no group '" + request.group_name + "' is joined");
+    throw ReceiverError(409, "group_name: no group '" + request.group_name +
+                                 "' is joined; call init_weights_update_group first");
   }
   std::vector<std::vector<Runner>> destinations;
   for (std::size_t i = 0; i < request.tensors.size(); ++i) {
@@ -231,7 +206,13 @@ Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRe
     }
     std::vector<Runner> dest;
     for (const auto& r : runners_) {
-      if (covers(selector, r.id) && r.filter.accepts(meta.name)) dest.push_back(r.id);
+      if (!covers(selector, r.id) || !r.filter.accepts(meta.name)) continue;
+      if (r.check) {
+        if (auto why = r.check(meta)) {
+          throw ReceiverError(400, "names[" + std::to_string(i) + "]: " + *why);
+        }
+      }
+      dest.push_back(r.id);
     }
     destinations.push_back(std::move(dest));
   }
@@ -241,10 +222,31 @@ Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRe
   if (auto* refusal = std::get_if<Refusal>(&planned)) throw ReceiverError(400, refusal->message);
   BucketPlan plan = std::get<BucketPlan>(std::move(planned));
   std::shared_ptr<const DeltaSpec> delta;
-  if (request.delta) delta = delta_spec_locked(*request.delta);
+  if (request.delta) {
+    // The engine's own base (base_source), or the kept copy of the last committed tensors.
+    DeltaBaseSource source = opts_.base_source;
+    if (!source) {
+      source = [this](const BucketPlan& bucket_plan, const std::vector<std::vector<Runner>>& dest,
+                      const std::vector<Digest>& expected, const std::string&,
+                      std::span<std::byte> bytes) {
+        std::lock_guard lock(mu_);
+        return base_.fill(bucket_plan, dest, expected, bytes);
+      };
+    }
+    auto made = make_delta_spec(*request.delta, version_, opts_.base_source || base_.has_base(),
+                                opts_.max_bucket_bytes, std::move(source));
+    if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
+    delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
+  }
+  std::vector<Digest> expected;
+  try {
+    for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
+  } catch (const comm::BadRequestError& e) {
+    throw ReceiverError(400, e.what());
+  }
   out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
                                         staging_, request.load_format == LoadFormat::kPerTensor,
-                                        std::move(delta));
+                                        std::move(delta), std::move(expected));
   if (auto refusal = out.group->submit(out.job)) refuse(*refusal);
   groups_.queued(request.group_name, sequence);
   for (const auto& meta : request.tensors) session_names_.insert(meta.name);
@@ -253,25 +255,42 @@ Receiver::Submitted Receiver::submit_locked(const UpdateWeightsFromDistributedRe
 }
 
 std::size_t Receiver::receive(const UpdateWeightsFromDistributedRequest& request) {
-  Submitted s;
-  {
-    std::lock_guard lock(mu_);
-    s = submit_locked(request);
-  }
+  ReceiveOutcome outcome = wait(submit(request));
+  if (!outcome.failure) return outcome.bytes;
+  if (outcome.failure->stale) throw ReceiverError(409, outcome.failure->reason);
+  throw ReceiverError(outcome.failure->status, "receive: " + outcome.failure->reason +
+                                                   "; session aborted, previous weights kept");
+}
+
+Receiver::Ticket Receiver::submit(const UpdateWeightsFromDistributedRequest& request) {
+  std::lock_guard lock(mu_);
+  return submit_locked(request);
+}
+
+ReceiveOutcome Receiver::wait(const Ticket& s) {
+  ReceiveOutcome out;
+  out.sequence = s.job->sequence();
+  out.bytes = s.job->plan().total_bytes;
+  // Bounded backstop: every step inside is bounded by the collective timeout per bucket.
   const auto budget = opts_.comm_timeout * static_cast<int>(opts_.max_buckets_ahead + 2);
   auto result = s.job->wait(comm::deadline_after(budget));
   if (!result) {
     result = JobResult{504, "bucket " + std::to_string(s.job->sequence()) +
                                 " not received within " + std::to_string(budget.count()) + " ms"};
   }
-  if (result->status == 200) return s.job->plan().total_bytes;
-  // 409 without session_failed: the session was aborted meanwhile; the group is fine.
-  const bool group_fine = result->session_failed || result->status == 409;
-  if (!group_fine) s.group->abort(result->status, result->message);
-  std::lock_guard lock(mu_);
-  fail_session_locked(s.session_id, false, result->status, result->message);
-  throw ReceiverError(result->status,
-                      "receive: " + result->message + "; session aborted, previous weights kept");
+  if (result->status == 200) return out;
+  ReceiveFailure failure{result->status, result->message};
+  // 409 without session_failed: the session was aborted meanwhile; the group is fine. A bucket
+  // received but not applicable (session_failed) leaves the group fine too.
+  failure.stale = !result->session_failed && result->status == 409;
+  failure.group_failed = !result->session_failed && !failure.stale;
+  if (failure.group_failed) s.group->abort(result->status, result->message);
+  if (!failure.stale) {
+    std::lock_guard lock(mu_);
+    fail_session_locked(s.session_id, false, result->status, result->message);
+  }
+  out.failure = std::move(failure);
+  return out;
 }
 
 void Receiver::set_version(const std::string& version,
@@ -313,19 +332,7 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
       self->committing_ = false;
     }
   } done{this};
-  // Every staged byte is checked before the first load: what reaches the engine is what the
-  // unpack thread hashed while the bucket was hot.
-  for (const auto& [id, tensors] : staged) {
-    for (const auto& [name, t] : tensors) {
-      if (t.rank_digests.empty() || !t.rank_digests[0] ||
-          tensor_digest(t.bytes) != *t.rank_digests[0]) {
-        throw ReceiverError(500, "commit: staged bytes of tensor '" + name + "' for runner '" +
-                                     std::string(to_string(id)) +
-                                     "' no longer match their digest at receive; nothing loaded, "
-                                     "weight_version unchanged");
-      }
-    }
-  }
+  ranks_.verify(staged, opts_.verify_at_commit);
   ReceiverCommit out;
   out.runners = load_staged(runners_, staged, base_);
   std::lock_guard lock(mu_);

@@ -1,15 +1,18 @@
-// Receiver: one engine rank's side of weight updates, as a library — no HTTP server, no model.
+// Receiver: one engine rank's side of weight updates (or several ranks of one process), as a
+// library — no HTTP server, no model.
 //
 // An inference engine embeds one Receiver per rank (per TP worker process) and forwards the
-// control plane's calls to it: join/leave a group (our store or torch's c10d store; Gloo chain,
-// same-host single copy or NCCL, as sync/engine/rendezvous.h decides), begin a session (selector,
-// holder), receive bucket requests in every format (weightcast buckets, delta buckets, SGLang's
-// per-tensor and flattened buckets), commit, abort. Buckets go through the same receive pipeline
-// as weightcast-engine (sync/engine/group.h: pool blocks, double buffering, digests while the
-// next bucket is on the wire) into this rank's own Staging; nothing reaches the engine's weights
-// before commit.
+// control plane's calls to it; weightcast-engine's control plane (sync/engine/engine.h) is built
+// on one Receiver serving all of its ranks. The calls: join/leave a group (our store or torch's
+// c10d store; Gloo chain, same-host single copy or NCCL, as sync/engine/rendezvous.h decides),
+// begin a session (selector, holder), receive bucket requests in every format (weightcast
+// buckets, delta buckets, SGLang's per-tensor and flattened buckets), commit, abort. Buckets go
+// through one receive pipeline (sync/engine/group.h: pool blocks, double buffering, digests while
+// the next bucket is on the wire) into this receiver's own Staging; nothing reaches the engine's
+// weights before commit.
 //
-// Commit: every staged tensor's bytes are hashed again and checked against the digest taken at
+// Commit: every local rank's digest of every staged tensor must equal the first's, and (unless
+// verify_at_commit is off) its bytes are hashed again and checked against the digest taken at
 // receive, before the first `load`. Then each covered runner that received tensors gets `begin`,
 // `load(views)` once per layer in layer order (sync/engine/receiver_order.h), and `finish` (where
 // an engine runs its post-load processing). The version changes only when every `load` and
@@ -44,8 +47,10 @@
 #include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/engine/channel.h"
+#include "sync/engine/delta_base.h"
 #include "sync/engine/group.h"
 #include "sync/engine/group_table.h"
+#include "sync/engine/local_ranks.h"
 #include "sync/engine/receiver_base.h"
 #include "sync/engine/receiver_loader.h"
 #include "sync/engine/session.h"
@@ -54,21 +59,6 @@
 #include "sync/protocol/protocol.h"
 
 namespace weightcast::sync::engine {
-
-// Where this rank lives: its index among the engine's ranks and its device.
-struct ReceiverPlace {
-  int engine_rank = 0;
-  int rank_count = 1;
-  int cuda_device = -1;  // -1: host memory (Gloo); else the CUDA ordinal NCCL groups use
-};
-
-// Forms this rank's channel of a group (tests plug in fake channels).
-using RankConnector = std::function<std::unique_ptr<BucketChannel>(
-    const GroupSpec&, const ConnectOptions&, int engine_rank)>;
-
-// The real connector: rendezvous detection and join_rank() (sync/engine/rendezvous.h).
-std::unique_ptr<BucketChannel> connect_rank(const GroupSpec& spec, const ConnectOptions& opts,
-                                            int engine_rank);
 
 struct ReceiverOptions {
   ReceiverPlace place;
@@ -80,6 +70,35 @@ struct ReceiverOptions {
   bool keep_delta_base = false;  // deltas on: keep the last committed tensors' bytes
   std::string initial_version = "default";
   RankConnector connector = connect_rank;
+  // Forms every local rank's channel at once (place.engine_rank 0, local_ranks == rank_count):
+  // used instead of `connector` when set. weightcast-engine passes connect_group.
+  GroupConnector group_connector;
+  // Where buckets are received; null: the receiver's own pool. An in-process engine that keeps
+  // staged blocks as its weights passes its pool, so replaced weights return their blocks.
+  std::shared_ptr<BlockPool> pool;
+  // Deltas against the engine's own weights instead of a kept copy (see DeltaBaseSource).
+  DeltaBaseSource base_source;
+  // Commit hashes every staged byte again before the first load (memory that changed between
+  // receive and commit is caught). Off: the digests taken while each bucket was hot, and checked
+  // against the trainer's, stand; an engine that keeps the staged blocks themselves as its
+  // weights (and can recompute their digests on request) saves a pass over every byte.
+  bool verify_at_commit = true;
+};
+
+// A bucket request that was not received and staged: the status the control plane answers, the
+// reason, and what failed. `group_failed`: the group was aborted (the trainer re-initializes it);
+// `stale`: the session was aborted by another request meanwhile (409, the group is fine).
+struct ReceiveFailure {
+  int status = 500;
+  std::string reason;
+  bool group_failed = false;
+  bool stale = false;
+};
+
+struct ReceiveOutcome {
+  std::uint64_t sequence = 0;
+  std::size_t bytes = 0;  // staged (the whole bucket, also for a delta)
+  std::optional<ReceiveFailure> failure;
 };
 
 struct ReceiverBegin {
@@ -102,7 +121,7 @@ class Receiver {
   Receiver(const Receiver&) = delete;
   Receiver& operator=(const Receiver&) = delete;
 
-  const ReceiverPlace& place() const { return opts_.place; }
+  const ReceiverPlace& place() const { return ranks_.place(); }
 
   // Joins `spec`'s group as engine rank place().engine_rank (group rank rank_offset + it),
   // replacing an idle group of that name; bounded by init_timeout.
@@ -113,12 +132,32 @@ class Receiver {
   ReceiverBegin begin(Selector selector, std::optional<std::string> holder = std::nullopt);
   // Receives one bucket request's data and stages it; returns the bytes staged.
   std::size_t receive(const UpdateWeightsFromDistributedRequest& request);
+  // receive() in two steps, for a control plane that checks and words its own answers: submit()
+  // queues the request on its group (a refusal throws ReceiverError and changes nothing); wait()
+  // blocks until it is staged. A failure after submit ends the session (and, for a broken group,
+  // aborts the group) and is returned instead of thrown.
+  struct Ticket {
+    std::shared_ptr<BucketJob> job;
+    std::shared_ptr<Group> group;
+    std::uint64_t session_id = 0;
+  };
+  Ticket submit(const UpdateWeightsFromDistributedRequest& request);
+  ReceiveOutcome wait(const Ticket& ticket);
   // update_weight_version: staged for commit inside a session, applied at once outside one.
   void set_version(const std::string& version, const std::optional<std::string>& session_id = {});
   ReceiverCommit commit(const std::optional<std::string>& version = std::nullopt,
                         const std::optional<std::string>& session_id = std::nullopt);
-  // Ends the open session without loading anything (no-op without one).
-  void abort(const std::string& reason = "aborted");
+  // Ends the open session without loading anything (no-op without one). Groups with a bucket in
+  // flight are aborted with `status` (their peers are out of step); `abort_used_groups`: every
+  // group that took a bucket of the session as well (its trainer is gone).
+  void abort(const std::string& reason = "aborted", int status = 409,
+             bool abort_used_groups = false);
+  // Aborts every group with `status` (the engine is shutting down); the groups stay joined.
+  void abort_groups(int status, const std::string& reason);
+  // Whether any group has buckets queued or in flight.
+  bool busy() const;
+  // The joined groups, for readers (server info, metrics).
+  GroupTable::Groups joined() const;
 
   // Initial weights of `runner`, through the same begin/load/finish path (outside a session);
   // recorded as committed (digests, and the delta base when kept). Also reserves (pre-faults)
@@ -139,22 +178,18 @@ class Receiver {
   std::uint64_t bytes_received() const;
   // Host memory of the staging pool (blocks in use and pooled), sync/engine/block_pool.h.
   std::size_t staging_pool_bytes() const { return pool_->stats().allocated_bytes; }
+  const std::shared_ptr<BlockPool>& pool() const { return pool_; }
 
  private:
-  struct Submitted {
-    std::shared_ptr<BucketJob> job;
-    std::shared_ptr<Group> group;
-    std::uint64_t session_id = 0;
-  };
-  Submitted submit_locked(const UpdateWeightsFromDistributedRequest& request);
-  std::shared_ptr<const DeltaSpec> delta_spec_locked(const BucketDelta& delta) const;
+  Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
   void fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
-                           const std::string& reason);
+                           const std::string& reason, bool abort_used_groups = false);
   const ReceiverRunner* find(Runner id) const;
 
   const ReceiverOptions opts_;
   const std::vector<ReceiverRunner> runners_;
-  const std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>();
+  const std::shared_ptr<BlockPool> pool_;
+  const LocalRanks ranks_;
   mutable std::mutex mu_;
   std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)
   SessionMachine session_;

@@ -68,7 +68,7 @@ std::vector<RunnerUpdateStats> load_staged(
         std::vector<TensorView> views;
         for (const auto& name : group) {
           const StagedTensor& t = tensors.at(name);
-          views.push_back({&t.meta, t.bytes});
+          views.push_back({&t.meta, t.bytes, &t});
         }
         current = group.front();
         loaded.back().second.insert(loaded.back().second.end(), group.begin(), group.end());

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,9 +60,13 @@ class TensorLoadFailure : public std::runtime_error {
 };
 
 // One tensor handed to `load`: its metadata and its raw bytes (valid during the call only).
+// `staged`: the staged tensor the bytes come from (null for initial weights and kept bases). An
+// in-process runner may keep `staged->bytes` (shared ownership of the pool block, no copy) and
+// read each engine rank's digest there; every other runner copies what it keeps.
 struct TensorView {
   const TensorMeta* meta = nullptr;
   std::span<const std::byte> bytes;
+  const StagedTensor* staged = nullptr;
 };
 
 struct ReceiverRunner {
@@ -70,6 +75,10 @@ struct ReceiverRunner {
   std::function<void()> begin;  // optional: before its first load of a commit
   std::function<void(std::span<const TensorView>)> load;  // one layer's tensors
   std::function<void()> finish;  // optional: post-load processing, once per commit that loaded
+  // Optional: checked for every tensor routed to this runner when its bucket request arrives,
+  // before anything is received; a message (what differs from what the runner holds, e.g. dtype
+  // or shape) refuses the request with 400 and changes nothing.
+  std::function<std::optional<std::string>(const TensorMeta&)> check;
 };
 
 // Loads `staged` (per runner: name -> staged tensor) into `runners`; throws LoadError after the

@@ -17,6 +17,15 @@ namespace {
 
 using comm::seconds_since;
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
@@ -185,7 +194,8 @@ struct RunnerSet::Prepared {
   std::vector<Digest> rank_staged;
 };
 
-std::vector<RunnerSet::Prepared> RunnerSet::prepare(Staging& staging, Selector selector) const {
+std::vector<RunnerSet::Prepared> RunnerSet::prepare(StagedByRunner staged,
+                                                    Selector selector) const {
   std::vector<Prepared> prepared;
   // Every runner is verified before any is transformed, since a view staged for two runners must
   // be copied for the second before the first one's layout rewrites it in place.
@@ -193,7 +203,7 @@ std::vector<RunnerSet::Prepared> RunnerSet::prepare(Staging& staging, Selector s
   for (Runner id : covered_runners(selector)) {
     if (find(id) == nullptr) continue;
     Prepared p{id, {}, {}};
-    p.fresh = verify_staged(staging.take(id), rank_count_, id, p.rank_staged);
+    p.fresh = verify_staged(std::move(staged[id]), rank_count_, id, p.rank_staged);
     for (auto& [name, tensor] : p.fresh) {
       if (!tensor.bytes.empty() && !claimed.insert(tensor.bytes.data()).second) {
         tensor.bytes = SharedBytes::copy_of(tensor.bytes);
@@ -254,8 +264,63 @@ void RunnerSet::install_locked(std::vector<Prepared>& prepared, std::vector<Runn
 std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
                                             const std::optional<std::string>& version,
                                             bool legacy_finalize) {
+  {
+    std::lock_guard lock(pending_mu_);
+    for (Runner id : runners()) {
+      for (auto& [name, t] : staging.take(id)) pending_[id][name] = std::move(t);
+    }
+  }
+  return publish(selector, version, legacy_finalize);
+}
+
+ReceiverRunner RunnerSet::receiver_runner(Runner id) {
+  const Slot& slot = get(id);
+  ReceiverRunner r;
+  r.id = id;
+  r.filter = slot.config.filter;
+  r.load = [this, id](std::span<const TensorView> views) {
+    std::lock_guard lock(pending_mu_);
+    auto& pending = pending_[id];
+    for (const TensorView& v : views) {
+      StagedTensor t;
+      t.meta = *v.meta;
+      if (v.staged != nullptr) {
+        t.bytes = v.staged->bytes;
+        t.rank_digests = v.staged->rank_digests;
+      } else {
+        t.bytes = SharedBytes::copy_of(v.bytes);
+        t.rank_digests.assign(static_cast<std::size_t>(rank_count_), tensor_digest(v.bytes));
+      }
+      pending[v.meta->name] = std::move(t);
+    }
+  };
+  r.check = [this, id](const TensorMeta& meta) -> std::optional<std::string> {
+    auto resident = resident_meta(id, meta.name);
+    if (!resident || (resident->dtype == meta.dtype && resident->shape == meta.shape)) {
+      return std::nullopt;
+    }
+    return "'" + meta.name + "' is " + std::string(to_string(meta.dtype)) + shape_text(meta.shape) +
+           " but runner '" + std::string(to_string(id)) + "' holds " +
+           std::string(to_string(resident->dtype)) + shape_text(resident->shape);
+  };
+  return r;
+}
+
+void RunnerSet::discard_pending() {
+  std::lock_guard lock(pending_mu_);
+  pending_.clear();
+}
+
+std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
+                                             const std::optional<std::string>& version,
+                                             bool legacy_finalize) {
+  StagedByRunner staged;
+  {
+    std::lock_guard lock(pending_mu_);
+    staged.swap(pending_);
+  }
   // Verify and transform outside the lock: nothing here is visible to readers yet.
-  std::vector<Prepared> prepared = prepare(staging, selector);
+  std::vector<Prepared> prepared = prepare(std::move(staged), selector);
   std::vector<RunnerCommit> report = lay_out(prepared, legacy_finalize);
   std::unique_lock lock(mu_);
   install_locked(prepared, report, legacy_finalize);

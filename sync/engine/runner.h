@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sync/engine/receiver_loader.h"
 #include "sync/engine/staging.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
@@ -107,9 +109,19 @@ class RunnerSet {
   // The resident metadata of `name` in `id`, if it is resident.
   std::optional<TensorMeta> resident_meta(Runner id, const std::string& name) const;
 
-  // Commits `staging` into the runners `selector` covers and sets `version` when given.
-  // Throws comm::PeerError naming the engine rank when ranks staged different bytes; nothing
-  // changes then.
+  // The runner as a Receiver sees it (sync/engine/receiver_loader.h): `load` keeps each staged
+  // tensor's pool block itself (no copy) as pending, `check` refuses a tensor whose dtype or
+  // shape differs from the resident one. Nothing is visible until publish().
+  ReceiverRunner receiver_runner(Runner id);
+  // Makes what the receiver loaded since the last publish() the runners' tensors, as one
+  // transaction for readers: lays out the fresh tensors of the runners `selector` covers (legacy:
+  // every resident tensor again) and sets `version` when given. Throws comm::PeerError naming
+  // the engine rank when ranks staged different bytes; nothing changes then.
+  std::vector<RunnerCommit> publish(Selector selector, const std::optional<std::string>& version,
+                                    bool legacy_finalize);
+  // Drops what was loaded since the last publish() (a failed commit).
+  void discard_pending();
+  // Loads `staging` and publishes it (tests and callers without a Receiver).
   std::vector<RunnerCommit> commit(Staging& staging, Selector selector,
                                    const std::optional<std::string>& version, bool legacy_finalize);
 
@@ -143,7 +155,8 @@ class RunnerSet {
   // commit() in three steps: the staged tensors of each covered runner, checked across ranks
   // (prepare); laid out, outside the lock (lay_out); swapped in under the lock (install_locked).
   struct Prepared;
-  std::vector<Prepared> prepare(Staging& staging, Selector selector) const;
+  using StagedByRunner = std::map<Runner, std::map<std::string, StagedTensor>>;
+  std::vector<Prepared> prepare(StagedByRunner staged, Selector selector) const;
   std::vector<RunnerCommit> lay_out(std::vector<Prepared>& prepared, bool legacy_finalize) const;
   void install_locked(std::vector<Prepared>& prepared, std::vector<RunnerCommit>& report,
                       bool legacy_finalize);
@@ -154,6 +167,8 @@ class RunnerSet {
   mutable std::shared_mutex mu_;
   std::vector<Slot> slots_;
   std::string version_;
+  std::mutex pending_mu_;  // loads run on the committing thread, outside mu_
+  StagedByRunner pending_;
 };
 
 // Applies `layout` to a tensor that is not laid out yet and refreshes its digest.
