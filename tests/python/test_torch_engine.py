@@ -222,6 +222,48 @@ class TorchEngine(unittest.TestCase):
             code, out = torch_engines.train([e], 1, SEED, ["--verify"])
             self.assertEqual(code, 0, out)
 
+    def test_vllm_trainer_update(self):
+        """The TP 2 engine serving vLLM's routes (--api vllm): weightcast-train detects the flavor
+        from /server_info and drives /init_weight_transfer_engine ... /finish_weight_update;
+        3 steps, delta on (vLLM's start answers no base digest, so buckets go in full), --verify."""
+        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm"]) as (e,):
+            self.assertIn("vllm_config", e.ok("/server_info"))
+            before = e.params()
+            code, out = torch_engines.train([e], 3, SEED, ["--verify", "--delta", "on"])
+            self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {e.url} flavor vllm", out)
+            self.assertIn("step 3/3 version 3", out)
+            self.assertIn("verified yes", out)
+            self.assertNotIn("cannot verify", out)
+            full = full_tensors(3)
+            self.assert_holds(e, full, draft_before=before)
+            self.assertEqual(e.ok("/weight_info")["weight_version"], "3")
+            answer = e.generate(PROMPT, 8)
+            self.assertEqual(answer["meta_info"]["weight_version"], "3")
+            self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
+    def test_vllm_failed_update_changes_nothing(self):
+        """A bucket failing mid-way through /update_weights (refused by the engine once received,
+        as a bucket whose bytes do not match their digests is) fails the update; the trainer
+        aborts through /update_weights {"abort"} and resumes: previous version and weights on
+        every worker, generation running, and the next update goes through."""
+        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "5",
+                                               "--session-timeout", "5"]) as (e,):
+            before = e.params()
+            e.ok("/debug/fail_bucket", {"sequence": 2})
+            code, out = torch_engines.train([e], 1, SEED, ["--bucket-bytes", "256K"])
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("flavor vllm", out)
+            self.assertIn("POST /update_weights", out)
+            self.assertIn("injected failure of bucket 2", out)
+            self.assertTrue(all(not w["in_session"] for w in e.ok("/debug/info")["workers"]))
+            self.assertEqual(e.ok("/weight_info")["weight_version"], "default")
+            self.assert_unchanged(e, before, "default")
+            # And the next update goes through.
+            code, out = torch_engines.train([e], 1, SEED, ["--verify"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("verified yes", out)
+
     def assert_unchanged(self, e, before, version):
         after = e.params()
         for rank in range(e.tp):
