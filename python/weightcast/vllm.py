@@ -44,7 +44,12 @@ def register():
 
 
 def _tp_place(parallel_config, device):
+    """Each worker joins as its TP rank; PP stages would collide on ranks (the trainer refuses
+    such engines too: sync/trainer/vllm_client.h)."""
     from vllm.distributed import get_tensor_model_parallel_rank
+
+    if getattr(parallel_config, "pipeline_parallel_size", 1) != 1:
+        raise ValueError("weightcast: the backend receives on TP-only engines (pipeline_parallel_size 1)")
 
     return {"engine_rank": get_tensor_model_parallel_rank(),
             "rank_count": parallel_config.tensor_parallel_size,

@@ -10,6 +10,7 @@
 #include "sync/protocol/protocol_text.h"
 #include "sync/trainer/server_info_answers.h"
 #include "sync/trainer/sglang_answers.h"
+#include "sync/trainer/vllm_client.h"
 
 namespace weightcast::sync::trainer {
 

@@ -19,9 +19,10 @@
 #include "comm/deadline.h"
 #include "sync/protocol/protocol_limits.h"
 #include "sync/trainer/engine_api.h"
-#include "sync/trainer/vllm_client.h"
 
 namespace weightcast::sync::trainer {
+
+class VllmDialect;  // sync/trainer/vllm_client.h
 
 struct EngineClientOptions {
   std::string token;                    // bearer token; empty: none sent

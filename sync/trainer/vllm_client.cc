@@ -95,9 +95,12 @@ ServerInfoResponse read_vllm_server_info(std::string_view body, int world_size) 
   info.tp_size = world_size;
   if (const Json* parallel = member(*config, "parallel_config")) {
     const Json* tp = member(*parallel, "tensor_parallel_size");
-    if (tp != nullptr && tp->is_number_integer() && tp->get<std::int64_t>() >= 1 &&
-        tp->get<std::int64_t>() <= world_size) {
-      info.tp_size = static_cast<int>(tp->get<std::int64_t>());
+    if (tp != nullptr && tp->is_number_integer() && tp->get<std::int64_t>() != world_size) {
+      // Each worker joins as its TP rank (python/weightcast/vllm.py): PP or DP workers would
+      // collide on ranks, so only TP-only engines are driven.
+      throw comm::ConfigError("vLLM world size " + std::to_string(world_size) +
+                              " is not its tensor_parallel_size " + tp->dump() +
+                              ": the weightcast backend receives on TP-only engines (PP = DP = 1)");
     }
   }
   if (const Json* spec = member(*config, "speculative_config")) {

@@ -46,9 +46,10 @@ std::string vllm_finish_body(const std::string& weight_version);
 // "/pause?mode=abort" (abort), "wait" (retract: running requests finish), "keep" (in_place).
 std::string vllm_pause_route(PauseMode mode);
 // What a trainer needs from vLLM's /server_info answer (`body`, its vllm_config as JSON or text)
-// and /get_world_size: rank_count = world_size (one receiver per worker), tp_size from the
-// parallel config when readable, every selector and backend, speculative_algorithm from the
-// speculative config. comm::ConfigError when the config names another weight-transfer backend.
+// and /get_world_size: rank_count = tp_size = world_size (one receiver per worker), every
+// selector and backend, speculative_algorithm from the speculative config, runners from a
+// `weightcast` announce. comm::ConfigError when the config names another weight-transfer backend
+// or a tensor_parallel_size other than the world size (PP or DP workers would share TP ranks).
 ServerInfoResponse read_vllm_server_info(std::string_view body, int world_size);
 // The "detail" text of a FastAPI error answer ({"detail": "..."}), if that is what `body` is.
 std::optional<std::string> read_vllm_detail(std::string_view body);

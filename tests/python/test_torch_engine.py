@@ -133,10 +133,14 @@ class TorchEngine(unittest.TestCase):
     def test_trainer_update(self):
         """TP 2 and TP 1 engines, trainer tp 2 x pp 2, delta on, 5 steps, --verify."""
         with torch_engines.running([2, 1], SEED, ["--delta"]) as engines:
+            # The announce SGLang's plug-in gives, here with our native routes: flavor weightcast.
+            announce = engines[0].ok("/server_info")["internal_states"][0]["weightcast"]
+            self.assertTrue(announce["native_routes"])
             drafts = [e.params() for e in engines]
             self.assert_holds(engines[0], full_tensors(0))
             code, out = torch_engines.train(engines, 5, SEED, ["--verify", "--delta", "on"])
             self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {engines[0].url} flavor weightcast", out)
             self.assertIn("step 5/5 version 5", out)
             self.assertIn("verified yes", out)
             # Deltas really travelled and were applied to the receivers' kept bases.
@@ -227,7 +231,11 @@ class TorchEngine(unittest.TestCase):
         from /server_info and drives /init_weight_transfer_engine ... /finish_weight_update;
         3 steps, delta on (vLLM's start answers no base digest, so buckets go in full), --verify."""
         with torch_engines.running([2], SEED, ["--delta", "--api", "vllm"]) as (e,):
-            self.assertIn("vllm_config", e.ok("/server_info"))
+            info = e.ok("/server_info")
+            self.assertEqual(info["vllm_config"]["weight_transfer_config"], {"backend": "weightcast"})
+            # The receiver announces itself (as the SGLang plug-in does), with runners for --verify.
+            self.assertFalse(info["weightcast"]["native_routes"])
+            self.assertEqual([r["name"] for r in info["weightcast"]["runners"]], ["target", "draft"])
             before = e.params()
             code, out = torch_engines.train([e], 3, SEED, ["--verify", "--delta", "on"])
             self.assertEqual(code, 0, out)

@@ -202,6 +202,13 @@ TEST(VllmClient, RefusesAnotherWeightTransferBackend) {
   EXPECT_THROW(client.server_info(), comm::ConfigError);
 }
 
+TEST(VllmClient, RefusesEnginesWithMoreWorkersThanTpRanks) {
+  // /get_world_size answers 2 (TP 1 x PP 2): the workers' TP ranks would collide.
+  VllmLike v(R"({"vllm_config":{"parallel_config":{"tensor_parallel_size":1}}})");
+  EngineClient client(v.url(), testing::fast_client_options());
+  EXPECT_THROW(client.server_info(), comm::ConfigError);
+}
+
 TEST(VllmClient, TextConfigIsReadAgainAsJson) {
   VllmLike v(R"({"vllm_config":"model='m', weight_transfer_config=..."})");
   EngineClient client(v.url(), testing::fast_client_options());
