@@ -20,8 +20,10 @@ detects them from /server_info): /init_weight_transfer_engine {init_info},
 /finish_weight_update {weight_version}, /pause?mode=, /resume, /reset_prefix_cache,
 /get_world_size, /weight_info, /server_info (vllm_config). The bodies are read with the vLLM
 plug-in's own parsers (weightcast.engine_rank.parse_init_info / parse_update_info).
-Both APIs add a ``weightcast`` key to /server_info (version, receiver, runners, whether our
-native routes are served), as the SGLang plug-in adds it to SGLang's.
+--api sglang keeps the routes and answers /server_info in SGLang's shape (no "success"), with
+the plug-in's announce in ``internal_states``. Every API adds a ``weightcast`` key to
+/server_info (version, receiver, runners, whether our native routes are served), as the SGLang
+plug-in adds it to SGLang's; under --api sglang and vllm sessions have no owners.
 
 --debug-routes adds test hooks (/debug/save_params, /debug/fail_load, /debug/fail_bucket,
 /debug/info).
@@ -209,6 +211,14 @@ class Engine:
                 "session_selector": self.session["selector"] if self.session else None,
                 "weightcast": self.announce(), "internal_states": [{"weightcast": self.announce()}]}
 
+    def sglang_info(self):
+        """SGLang's /server_info shape (--api sglang): its ServerArgs fields the trainer reads,
+        and the plug-in's announce in internal_states, as a real SGLang with weightcast.sglang
+        answers."""
+        return {"tp_size": self.cfg["tp"], "dp_size": 1, "pp_size": 1, "weight_version": self.weight_version,
+                "speculative_algorithm": "EAGLE" if self.cfg["draft"] else None, "model_path": self.cfg["model"],
+                "version": "torch-engine", "internal_states": [{"weightcast": self.announce()}]}
+
     def vllm_info(self):
         """vLLM's /server_info (dev mode, config_format=json) for this engine, plus the announce."""
         spec = {"method": "eagle", "num_speculative_tokens": 4} if self.cfg["draft"] else None
@@ -243,6 +253,8 @@ class Engine:
 
     def begin(self, body):
         selector = body.get("selector", "all")
+        if self.cfg["api"] != "weightcast":
+            body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
         with self.mu:
             if self.session is not None:
                 raise WorkerError({"status": 409, "message": "begin_weight_update: a session is already open"})
@@ -454,6 +466,8 @@ def vllm_routes(engine):
 def make_handler(engine):
     vllm = engine.cfg["api"] == "vllm"
     posts, gets = vllm_routes(engine) if vllm else weightcast_routes(engine)
+    if engine.cfg["api"] == "sglang":  # SGLang's server info; its routes are the ones above
+        gets["/server_info"] = gets["/get_server_info"] = lambda q: engine.sglang_info()
     posts["/generate"] = engine.generate
     gets["/spec_accept_length"] = lambda q: engine.accept_length()
     gets["/weights_checksum"] = lambda q: engine.checksum(q.get("runner", ["target"])[0],
@@ -487,8 +501,10 @@ def make_handler(engine):
                 engine.touch()
             if fn is None:
                 return self._fail(404, f"no route {self.path}")
-            # Our own routes keep our shape under --api vllm (the trainer reads them strictly).
-            ours = not vllm or path in ("/weights_checksum", "/spec_accept_length") or path.startswith("/debug/")
+            # vLLM's answers, and SGLang's server info, come as they are; our own routes keep our
+            # shape whatever the API (the trainer reads them strictly).
+            plain = vllm or (engine.cfg["api"] == "sglang" and path in ("/server_info", "/get_server_info"))
+            ours = not plain or path in ("/weights_checksum", "/spec_accept_length") or path.startswith("/debug/")
             try:
                 out = fn(arg)
                 self._answer(200, {"success": True, "message": "", **out} if ours else out)
@@ -540,9 +556,10 @@ def parse_args(argv):
     p.add_argument("--comm-timeout", type=float, default=60.0)
     p.add_argument("--session-timeout", type=float, default=60.0,
                    help="abort a session (and lift a pause) idle this many seconds")
-    p.add_argument("--api", choices=("weightcast", "vllm"), default="weightcast",
-                   help="control-plane routes: weightcast's (with SGLang's names) or vLLM's dev-mode "
-                        "weight-transfer routes")
+    p.add_argument("--api", choices=("weightcast", "sglang", "vllm"), default="weightcast",
+                   help="control-plane routes: weightcast's (with SGLang's names); sglang: the same "
+                        "routes, /server_info in SGLang's shape with the plug-in's announce; vllm: "
+                        "vLLM's dev-mode weight-transfer routes")
     p.add_argument("--debug-routes", action="store_true", help="test hooks under /debug/")
     return p.parse_args(argv)
 

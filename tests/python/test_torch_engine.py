@@ -272,6 +272,26 @@ class TorchEngine(unittest.TestCase):
             self.assertEqual(code, 0, out)
             self.assertIn("verified yes", out)
 
+    def test_sglang_announce(self):
+        """The TP 2 engine answering /server_info as SGLang does with the weightcast.sglang
+        plug-in (--api sglang: ServerArgs fields, the announce in internal_states, no "success"):
+        the trainer takes it for SGLang (its routes are SGLang's) and updates it in the common
+        mode (torch store, one broadcast per tensor) through every worker's Receiver."""
+        with torch_engines.running([2], SEED, ["--api", "sglang"]) as (e,):
+            info = e.ok("/server_info")
+            self.assertNotIn("success", info)
+            self.assertFalse(info["internal_states"][0]["weightcast"]["native_routes"])
+            before = e.params()
+            code, out = torch_engines.train([e], 2, SEED)
+            self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {e.url} flavor sglang", out)
+            self.assertIn("step 2/2 version 2", out)
+            full = full_tensors(2)
+            self.assert_holds(e, full, draft_before=before)
+            answer = e.generate(PROMPT, 8)
+            self.assertEqual(answer["meta_info"]["weight_version"], "2")
+            self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
     def assert_unchanged(self, e, before, version):
         after = e.params()
         for rank in range(e.tp):
