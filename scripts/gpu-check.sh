@@ -12,9 +12,14 @@
 #                                     WEIGHTCAST_REQUIRE_CUDA_DEVICES=<GPUs> a device test that
 #                                     would skip fails instead)
 #   6. weightcast-bench broadcast     nccl (CUDA memory) vs gloo-chain (host) over all GPUs, if built
-#   7. engine plug-ins                tests/python/plugin_check.py loads weightcast.vllm and
-#                                     weightcast.sglang into the real vLLM / SGLang wherever they
-#                                     import; fails when neither does (this is the GPU machine)
+#   7. engine plug-ins                tests/python/plugin_check.py loads weightcast.vllm (backend,
+#                                     its init_info/update_info parsers, worker extension) and
+#                                     weightcast.sglang (worker hooks, server-info announce hook)
+#                                     into the real vLLM / SGLang wherever they import; fails when
+#                                     neither does (this is the GPU machine), and when an engine
+#                                     named in WEIGHTCAST_REQUIRE_ENGINES (e.g. vllm,sglang) does
+#                                     not import; then the shared vLLM dialect readers
+#                                     (tests/python/test_vllm_dialect.py)
 # Everything is printed; a device test that skips prints its reason in the ctest output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +60,8 @@ else
 fi
 if [ -d "${build_dir}/python/weightcast" ]; then
   step 600 "engine plug-ins" env PYTHONPATH="${build_dir}/python" python3 tests/python/plugin_check.py
+  step 120 "vLLM dialect readers" env PYTHONPATH="${build_dir}/python" \
+    python3 tests/python/test_vllm_dialect.py
 else
   echo "=== gpu-check: engine plug-ins: FAILED (the Python module was not built)"
   exit 1

@@ -55,7 +55,7 @@ struct TrainOptions {
   std::string group_prefix = "weightcast";
   std::string bind_address = "127.0.0.1";
   std::string pause_mode = "abort";
-  std::string engine_flavor = "auto";        // auto | weightcast | sglang
+  std::string engine_flavor = "auto";        // auto | weightcast | sglang | vllm
   std::string common_format = "per_tensor";  // per_tensor | flattened_bucket (common mode)
   std::string torch_store = "auto";          // auto | torch1 | torch2: the torch store's generation
   int flush_attempts = 60;                   // flush_cache tries while it answers non-200 (Miles)

@@ -145,6 +145,10 @@ class Rank {
                 has_draft_ = has_draft_ || runner.name == sync::Runner::kDraft;
               }
             }
+            for (const auto* engine : updater_->engines()) {
+              std::fprintf(out_, "engine %s flavor %s\n", engine->url().c_str(),
+                           std::string(to_string(engine->flavor())).c_str());
+            }
           }
           if (coordinator()) {
             checker_ = std::make_unique<StepChecker>(o_, spec_, *updater_, has_draft_);

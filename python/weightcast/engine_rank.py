@@ -13,6 +13,59 @@ import json
 
 from .receiver import Receiver, load_weights_runner
 
+# vLLM's weight-transfer dialect (docs/protocol.md, "vLLM's dialect"): weightcast-train sends our
+# init_weights_update_group body as vLLM's `init_info` and each bucket request as `update_info`.
+# The vLLM plug-in's backend (weightcast.vllm) and the torch engine's --api vllm routes both read
+# them with these two functions.
+INIT_GROUP_FIELDS = ("master_address", "master_port", "rank_offset", "world_size", "group_name",
+                     "backend", "rendezvous")
+INIT_OPTION_FIELDS = ("keep_delta_base",)
+
+
+def _int_field(info, where, key):
+    value = info.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}.{key}: must be an integer (got {type(value).__name__})")
+    return value
+
+
+def parse_init_info(info):
+    """vLLM's ``init_info`` as weightcast-train sends it: our init_weights_update_group body
+    (master_address, master_port, rank_offset, world_size, group_name, backend, rendezvous),
+    plus our option keep_delta_base. Returns (group body, options); ValueError naming the field
+    otherwise (vLLM answers it as a failed request)."""
+    if not isinstance(info, dict):
+        raise ValueError(f"init_info: must be a JSON object (got {type(info).__name__})")
+    unknown = sorted(set(info) - set(INIT_GROUP_FIELDS) - set(INIT_OPTION_FIELDS))
+    if unknown:
+        raise ValueError(f"init_info: unknown field(s) {', '.join(unknown)}")
+    if not isinstance(info.get("master_address"), str) or not info["master_address"]:
+        raise ValueError("init_info.master_address: required, a non-empty string")
+    for key in ("master_port", "rank_offset", "world_size"):
+        _int_field(info, "init_info", key)
+    body = {k: info[k] for k in INIT_GROUP_FIELDS if info.get(k) is not None}
+    options = {"keep_delta_base": bool(info.get("keep_delta_base", False))}
+    return body, options
+
+
+def parse_update_info(info):
+    """vLLM's ``update_info``: ("bucket", our update_weights_from_distributed body without
+    session_id), or ("abort", reason) for {"abort": true, "reason"} (vLLM has no abort route, so
+    weightcast-train sends its abort as an update). ValueError naming the field otherwise; the
+    Receiver checks the rest of the bucket request as strictly as on our own route."""
+    if not isinstance(info, dict):
+        raise ValueError(f"update_info: must be a JSON object (got {type(info).__name__})")
+    if info.get("abort") is True:
+        return "abort", str(info.get("reason") or "aborted")
+    lists = [info.get(key) for key in ("names", "dtypes", "shapes")]
+    for key, value in zip(("names", "dtypes", "shapes"), lists):
+        if not isinstance(value, list):
+            raise ValueError(f"update_info.{key}: required, a list")
+    if not len(lists[0]) == len(lists[1]) == len(lists[2]):
+        raise ValueError("update_info: names, dtypes and shapes must have one entry per tensor")
+    body = {k: v for k, v in info.items() if k != "session_id"}
+    return "bucket", body
+
 
 class EngineRank:
     def __init__(self, model=None, *, engine_rank, rank_count, device=None, keep_delta_base=False,
@@ -63,3 +116,39 @@ class EngineRank:
     def abort(self, reason="aborted"):
         self.explicit_session = False
         self.receiver.abort(reason)
+
+    # vLLM's lifecycle, as its WeightTransferEngine calls it in every worker (weightcast.vllm):
+    # start_weight_update, then update_weights per bucket (or the trainer's abort), then
+    # finish_weight_update. The session opens at the first bucket, with the selector the bucket
+    # carries (vLLM's start takes no argument); an update after an abort or a failed bucket is
+    # refused until the next start, so nothing of a broken round is ever committed.
+    def vllm_start(self, selector=None):
+        if self.receiver.in_session:
+            self.abort("a new update started before the previous one finished")
+        self._vllm_start = selector or "target"
+
+    def vllm_update(self, update_info):
+        kind, payload = parse_update_info(update_info)
+        if kind == "abort":
+            self._vllm_start = None
+            if self.receiver.in_session:
+                self.abort(payload)
+            return True, f"aborted: {payload}"
+        if not self.receiver.in_session:
+            selector = getattr(self, "_vllm_start", None)
+            if selector is None:
+                raise RuntimeError("update_weights without start_weight_update (or after an abort)")
+            self.begin(payload.get("selector") or selector)
+            self._vllm_start = None
+        try:
+            return self.update(payload)
+        except Exception:
+            self.abort("a bucket failed")
+            raise
+
+    def vllm_finish(self, version=None):
+        selector = getattr(self, "_vllm_start", None)
+        if not self.receiver.in_session and selector is not None:
+            self.begin(selector)  # an update of no bucket still commits (and sets the version)
+        self._vllm_start = None
+        return self.end(version)

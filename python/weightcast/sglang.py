@@ -13,14 +13,37 @@ scripts/gpu-check.sh loads the plug-in wherever SGLang imports.
     pip install ./python && python -m sglang.launch_server --model-path MODEL ...
     (SGLANG_PLUGINS=weightcast restricts loading to this one)
 
+The plug-in also announces itself: an AFTER hook on ``Scheduler.get_internal_state`` adds a
+``weightcast`` key ({"version", "receiver", "native_routes": false, "hooked"}) to each
+scheduler's internal state, which SGLang's ``/server_info`` and ``/get_server_info`` return under
+``internal_states``; weightcast-train reads it (sync/trainer/server_info_answers.h) and names the
+receiver in its server info.
+
 With the plug-in, each TP worker joins the trainer's group as its own weightcast rank: the
 trainer's chain broadcast, delta buckets and owned sessions reach it, and a bucket is staged and
 verified before ``load_weights`` sees it (per bucket without begin/end, per session with them).
 """
 
+from . import __version__
 from .engine_rank import EngineRank
 
 WORKER = "sglang.srt.managers.tp_worker.TpModelWorker"
+SCHEDULER_STATE = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
+HOOKED = ("init_weights_update_group", "update_weights_from_distributed", "destroy_weights_update_group",
+          "begin_weight_update", "end_weight_update")
+
+
+def announce():
+    """The `weightcast` key of /server_info (the torch reference engine answers the same)."""
+    return {"version": __version__, "receiver": "weightcast.Receiver", "native_routes": False,
+            "hooked": [f"TpModelWorker.{m}" for m in HOOKED]}
+
+
+def _announce_state(result, *args, **kwargs):
+    state = getattr(result, "internal_state", None)
+    if isinstance(state, dict):
+        state["weightcast"] = announce()
+    return result
 
 
 def _fields(req):
@@ -60,3 +83,4 @@ def register():
     }
     for method, fn in routes.items():
         HookRegistry.register(f"{WORKER}.{method}", _answer(fn), HookType.REPLACE)
+    HookRegistry.register(SCHEDULER_STATE, _announce_state, HookType.AFTER)

@@ -13,7 +13,20 @@ routes and field names (docs/protocol.md), relaying each call to every worker, p
         greedy decoding; answers {"output_ids", "meta_info": {"weight_version"}}
     GET  /spec_accept_length   the draft's speculative accept length (sync/model/spec_probe.h)
 
---debug-routes adds test hooks (/debug/save_params, /debug/fail_load, /debug/info).
+--api vllm serves vLLM's dev-mode weight-transfer routes instead of weightcast's (the ones a
+vLLM server with the ``weightcast`` backend serves, answered in vLLM's shapes; weightcast-train
+detects them from /server_info): /init_weight_transfer_engine {init_info},
+/start_weight_update, /start_draft_weight_update, /update_weights {update_info},
+/finish_weight_update {weight_version}, /pause?mode=, /resume, /reset_prefix_cache,
+/get_world_size, /weight_info, /server_info (vllm_config). The bodies are read with the vLLM
+plug-in's own parsers (weightcast.engine_rank.parse_init_info / parse_update_info).
+--api sglang keeps the routes and answers /server_info in SGLang's shape (no "success"), with
+the plug-in's announce in ``internal_states``. Every API adds a ``weightcast`` key to
+/server_info (version, receiver, runners, whether our native routes are served), as the SGLang
+plug-in adds it to SGLang's; under --api sglang and vllm sessions have no owners.
+
+--debug-routes adds test hooks (/debug/save_params, /debug/fail_load, /debug/fail_bucket,
+/debug/info).
 Sessions are owned as in weightcast-engine: a begin that names a holder gets a session_id every
 later call must carry. A bucket that fails on any worker aborts the session on all of them.
 """
@@ -33,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from . import __version__, torch_worker
+from .engine_rank import parse_init_info, parse_update_info
 
 
 class WorkerError(Exception):
@@ -147,6 +161,7 @@ class Engine:
         self.weight_version = "default"
         self.last_activity = time.monotonic()
         self.busy = 0  # bucket requests in flight (bounded by the workers' comm timeout)
+        self.fail_bucket = None  # test hook: the bucket (sequence) refused once received
         threading.Thread(target=self._watchdog, daemon=True).start()
 
     def touch(self):
@@ -171,19 +186,47 @@ class Engine:
             elif self.paused.is_set():
                 self.paused.clear()
 
-    def info(self):
+    def runners(self):
         runners = [{"name": "target", "filters": torch_worker.TARGET_FILTER.split(","), "layout": "none",
                     "tensor_count": self.tensor_count("target"), "seed": self.cfg["seed"]}]
         if self.cfg["draft"]:
             runners.append({"name": "draft", "filters": torch_worker.DRAFT_FILTER.split(","), "layout": "none",
                             "tensor_count": self.tensor_count("draft"), "seed": self.cfg["seed"]})
+        return runners
+
+    def announce(self):
+        """The `weightcast` key of /server_info: what the trainer reads to know a weightcast
+        receiver runs inside (the SGLang plug-in adds the same key to SGLang's answer)."""
+        return {"version": __version__, "receiver": "weightcast.Receiver", "runners": self.runners(),
+                "native_routes": self.cfg["api"] == "weightcast", "routes": ["/weights_checksum"]}
+
+    def info(self):
+        runners = self.runners()
         return {"success": True, "message": "ok", "version": __version__, "runners": runners,
                 "selectors": ["all", "target", "draft"], "backends": ["gloo"],
                 "rank_count": self.cfg["tp"], "tp_size": self.cfg["tp"], "dp_size": 1, "pp_size": 1,
                 "weight_version": self.weight_version, "engine": "weightcast.torch_engine",
                 "weight_receiver": "weightcast.Receiver",
                 "speculative_algorithm": "EAGLE" if self.cfg["draft"] else None,
-                "session_selector": self.session["selector"] if self.session else None}
+                "session_selector": self.session["selector"] if self.session else None,
+                "weightcast": self.announce(), "internal_states": [{"weightcast": self.announce()}]}
+
+    def sglang_info(self):
+        """SGLang's /server_info shape (--api sglang): its ServerArgs fields the trainer reads,
+        and the plug-in's announce in internal_states, as a real SGLang with weightcast.sglang
+        answers."""
+        return {"tp_size": self.cfg["tp"], "dp_size": 1, "pp_size": 1, "weight_version": self.weight_version,
+                "speculative_algorithm": "EAGLE" if self.cfg["draft"] else None, "model_path": self.cfg["model"],
+                "version": "torch-engine", "internal_states": [{"weightcast": self.announce()}]}
+
+    def vllm_info(self):
+        """vLLM's /server_info (dev mode, config_format=json) for this engine, plus the announce."""
+        spec = {"method": "eagle", "num_speculative_tokens": 4} if self.cfg["draft"] else None
+        config = {"model_config": {"model": self.cfg["model"]},
+                  "parallel_config": {"tensor_parallel_size": self.cfg["tp"], "pipeline_parallel_size": 1,
+                                      "data_parallel_size": 1},
+                  "speculative_config": spec, "weight_transfer_config": {"backend": "weightcast"}}
+        return {"vllm_config": config, "vllm_env": {}, "system_env": {}, "weightcast": self.announce()}
 
     def tensor_count(self, runner):
         if not hasattr(self, "_counts"):
@@ -210,6 +253,8 @@ class Engine:
 
     def begin(self, body):
         selector = body.get("selector", "all")
+        if self.cfg["api"] != "weightcast":
+            body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
         with self.mu:
             if self.session is not None:
                 raise WorkerError({"status": 409, "message": "begin_weight_update: a session is already open"})
@@ -224,10 +269,11 @@ class Engine:
             out["runner_digest"] = answers[0]["runner_digest"]
         return out
 
-    def update(self, body):
+    def update(self, body, implicit_ok=True):
         # Clients that open no session (SGLang's own, slime) get one per bucket: staged, verified
         # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
-        implicit = self.session is None and body.get("session_id") is None
+        # vLLM's routes never do: a bucket outside start/finish (after an abort) is refused.
+        implicit = implicit_ok and self.session is None and body.get("session_id") is None
         if not implicit:
             self.check_owner(body.get("session_id"))
         with self.mu:
@@ -241,6 +287,12 @@ class Engine:
                 self.weight_version = answers[0]["weight_version"]
             else:
                 answers = self.workers.call_all("receive", json.dumps(relayed))
+            if self.fail_bucket is not None and body.get("sequence") == self.fail_bucket:
+                # Test hook (/debug/fail_bucket): the engine fails this bucket after the broadcast,
+                # as it would a bucket whose bytes do not match their digests.
+                self.fail_bucket = None
+                raise WorkerError({"status": 500, "message": f"injected failure of bucket {body['sequence']} "
+                                                            "after it was received"})
         except WorkerError:
             self.abort_all("a bucket failed on a worker")
             raise
@@ -252,6 +304,40 @@ class Engine:
         if body.get("weight_version") is not None:
             message += f". Weight version updated to {body['weight_version']}."
         return {"message": message}
+
+    # --- vLLM's routes (--api vllm) ------------------------------------------------------------
+    def vllm_init(self, body):
+        group, _ = parse_init_info(body.get("init_info"))  # keep_delta_base: this engine's --delta
+        self.init_group(group)
+        return {"message": "Weight transfer initialized"}
+
+    def vllm_start(self, selector):
+        if self.session is not None:  # as the plug-in's backend: a new start drops a stale round
+            self.abort_all("a new update started before the previous one finished")
+        self.begin({"selector": selector})
+        return {"message": "Weight update started"}
+
+    def vllm_update(self, body):
+        if "update_info" not in body:
+            raise WorkerError({"status": 400, "message": "Missing 'update_info' in request body"})
+        kind, payload = parse_update_info(body["update_info"])
+        if kind == "abort":
+            if self.session is not None:
+                self.abort_all(payload)
+            return {"message": f"Weight update aborted: {payload}"}
+        if self.session is None:
+            raise WorkerError({"status": 409, "message": "update_weights without start_weight_update"})
+        self.update(payload, implicit_ok=False)
+        return {"message": "Weights updated"}
+
+    def vllm_finish(self, body):
+        version = body.get("weight_version")
+        if self.session is None:
+            raise WorkerError({"status": 409, "message": "finish_weight_update without start_weight_update"})
+        if version is not None:
+            self.set_version({"new_version": str(version)})
+        self.end({})
+        return {"message": "Weight update finished"}
 
     def abort_all(self, reason):
         with self.mu:
@@ -325,7 +411,7 @@ class Engine:
         return {"runner": runner, "weight_version": self.weight_version, "recomputed": recompute, **answer}
 
 
-def make_handler(engine):
+def weightcast_routes(engine):
     posts = {
         "/init_weights_update_group": engine.init_group,
         "/destroy_weights_update_group": engine.destroy_group,
@@ -334,15 +420,10 @@ def make_handler(engine):
         "/update_weight_version": engine.set_version,
         "/end_weight_update": engine.end,
         "/abort_weight_update": engine.abort,
-        "/generate": engine.generate,
         "/pause_generation": lambda b: (engine.paused.set(), {"message": "generation paused"})[1],
         "/continue_generation": lambda b: (engine.paused.clear(), {"message": "generation resumed"})[1],
         "/flush_cache": lambda b: {"message": "cache flushed"},
     }
-    if engine.cfg["debug_routes"]:
-        posts["/debug/save_params"] = lambda b: (engine.workers.call_all("save", b["path"]), {"message": "saved"})[1]
-        posts["/debug/reset_peak"] = lambda b: (engine.workers.call_all("reset_peak"), {"message": "reset"})[1]
-        posts["/debug/fail_load"] = lambda b: (engine.workers.call_all("fail_load", b.get("tensor")), {"message": "set"})[1]
     gets = {
         "/health": lambda q: {"message": "ok"},
         "/server_info": lambda q: engine.info(),
@@ -350,11 +431,53 @@ def make_handler(engine):
         "/flush_cache": lambda q: {"message": "cache flushed"},
         "/get_weight_version": lambda q: {"weight_version": engine.weight_version},
         "/model_info": lambda q: {"weight_version": engine.weight_version, "model_path": engine.cfg["model"]},
-        "/spec_accept_length": lambda q: engine.accept_length(),
-        "/weights_checksum": lambda q: engine.checksum(q.get("runner", ["target"])[0],
-                                                       q.get("recompute", ["0"])[0] in ("1", "true")),
     }
+    return posts, gets
+
+
+def vllm_routes(engine):
+    """vLLM's dev-mode routes, answered in vLLM's shapes ({"message"}, {"status"})."""
+    def pause(mode):
+        if mode not in ("abort", "wait", "keep"):
+            raise WorkerError({"status": 400, "message": f"mode: 'abort', 'wait' or 'keep' (got '{mode}')"})
+        engine.paused.set()
+        return {"status": "paused"}
+
+    posts = {
+        "/init_weight_transfer_engine": engine.vllm_init,
+        "/start_weight_update": lambda b: engine.vllm_start(b.get("selector") or "target"),
+        "/start_draft_weight_update": lambda b: engine.vllm_start("draft"),
+        "/update_weights": engine.vllm_update,
+        "/finish_weight_update": engine.vllm_finish,
+        "/pause": lambda b: pause(b.get("mode", "abort")),
+        "/resume": lambda b: (engine.paused.clear(), {"status": "resumed"})[1],
+        "/reset_prefix_cache": lambda b: {},
+    }
+    gets = {
+        "/health": lambda q: {},
+        "/server_info": lambda q: engine.vllm_info(),
+        "/get_world_size": lambda q: {"world_size": engine.cfg["tp"]},
+        "/weight_info": lambda q: {"weight_version": engine.weight_version},
+        "/is_paused": lambda q: {"is_paused": engine.paused.is_set()},
+    }
+    return posts, gets
+
+
+def make_handler(engine):
+    vllm = engine.cfg["api"] == "vllm"
+    posts, gets = vllm_routes(engine) if vllm else weightcast_routes(engine)
+    if engine.cfg["api"] == "sglang":  # SGLang's server info; its routes are the ones above
+        gets["/server_info"] = gets["/get_server_info"] = lambda q: engine.sglang_info()
+    posts["/generate"] = engine.generate
+    gets["/spec_accept_length"] = lambda q: engine.accept_length()
+    gets["/weights_checksum"] = lambda q: engine.checksum(q.get("runner", ["target"])[0],
+                                                          q.get("recompute", ["0"])[0] in ("1", "true"))
     if engine.cfg["debug_routes"]:
+        posts["/debug/save_params"] = lambda b: (engine.workers.call_all("save", b["path"]), {"message": "saved"})[1]
+        posts["/debug/reset_peak"] = lambda b: (engine.workers.call_all("reset_peak"), {"message": "reset"})[1]
+        posts["/debug/fail_load"] = lambda b: (engine.workers.call_all("fail_load", b.get("tensor")), {"message": "set"})[1]
+        posts["/debug/fail_bucket"] = lambda b: (setattr(engine, "fail_bucket", b.get("sequence")),
+                                                 {"message": "set"})[1]
         gets["/debug/info"] = lambda q: {"workers": engine.workers.call_all("info")}
 
     class Handler(BaseHTTPRequestHandler):
@@ -372,18 +495,27 @@ def make_handler(engine):
             self.wfile.write(data)
 
         def _serve(self, table, arg):
-            fn = table.get(urlparse(self.path).path)
+            path = urlparse(self.path).path
+            fn = table.get(path)
             if self.command == "POST":
                 engine.touch()
             if fn is None:
-                return self._answer(404, {"success": False, "message": f"no route {self.path}"})
+                return self._fail(404, f"no route {self.path}")
+            # vLLM's answers, and SGLang's server info, come as they are; our own routes keep our
+            # shape whatever the API (the trainer reads them strictly).
+            plain = vllm or (engine.cfg["api"] == "sglang" and path in ("/server_info", "/get_server_info"))
+            ours = not plain or path in ("/weights_checksum", "/spec_accept_length") or path.startswith("/debug/")
             try:
                 out = fn(arg)
-                self._answer(200, {"success": True, "message": "", **out})
+                self._answer(200, {"success": True, "message": "", **out} if ours else out)
             except WorkerError as e:
-                self._answer(e.status, {"success": False, "message": str(e)})
+                self._fail(e.status, str(e))
             except (KeyError, ValueError, TypeError) as e:
-                self._answer(400, {"success": False, "message": f"bad request: {e!r}"})
+                self._fail(400, f"bad request: {e!r}")
+
+        def _fail(self, status, message):
+            # vLLM's failures are FastAPI's {"detail": ...}; ours {"success": false, "message"}.
+            self._answer(status, {"detail": message} if vllm else {"success": False, "message": message})
 
         def do_GET(self):
             self._serve(gets, parse_qs(urlparse(self.path).query))
@@ -396,7 +528,9 @@ def make_handler(engine):
                 if not isinstance(body, dict):
                     raise ValueError("the body must be a JSON object")
             except ValueError as e:
-                return self._answer(400, {"success": False, "message": f"body: {e}"})
+                return self._fail(400, f"body: {e}")
+            for key, values in parse_qs(urlparse(self.path).query).items():
+                body.setdefault(key, values[0])  # vLLM's query parameters (/pause?mode=...)
             self._serve(posts, body)
 
     return Handler
@@ -422,6 +556,10 @@ def parse_args(argv):
     p.add_argument("--comm-timeout", type=float, default=60.0)
     p.add_argument("--session-timeout", type=float, default=60.0,
                    help="abort a session (and lift a pause) idle this many seconds")
+    p.add_argument("--api", choices=("weightcast", "sglang", "vllm"), default="weightcast",
+                   help="control-plane routes: weightcast's (with SGLang's names); sglang: the same "
+                        "routes, /server_info in SGLang's shape with the plug-in's announce; vllm: "
+                        "vLLM's dev-mode weight-transfer routes")
     p.add_argument("--debug-routes", action="store_true", help="test hooks under /debug/")
     return p.parse_args(argv)
 
@@ -437,7 +575,7 @@ def main(argv=None):
     cfg = {"tp": a.tp, "model": model, "seed": a.seed, "draft": not a.no_draft, "delta": a.delta,
            "legacy_finalize": a.legacy_finalize, "bind_address": a.bind_address, "tp_host": "127.0.0.1",
            "store_token": a.store_token, "init_timeout": a.init_timeout, "comm_timeout": a.comm_timeout,
-           "session_timeout": a.session_timeout, "debug_routes": a.debug_routes}
+           "session_timeout": a.session_timeout, "debug_routes": a.debug_routes, "api": a.api}
     engine = Engine(cfg)
     server = ThreadingHTTPServer((a.host, a.port), make_handler(engine))
     server.daemon_threads = True
@@ -447,7 +585,8 @@ def main(argv=None):
         with open(tmp, "w") as f:
             f.write(str(port))
         os.replace(tmp, a.port_file)
-    print(f"weightcast.torch_engine: serving on http://{a.host}:{port} (tp {a.tp}, model {a.model})", flush=True)
+    print(f"weightcast.torch_engine: serving on http://{a.host}:{port} (tp {a.tp}, model {a.model}, "
+          f"api {a.api})", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

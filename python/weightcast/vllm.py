@@ -12,8 +12,12 @@ written: scripts/gpu-check.sh imports and exercises this module wherever vLLM im
 
    ``/init_weight_transfer_engine {"init_info": <init_weights_update_group body>}``,
    ``/start_weight_update``, ``/update_weights {"update_info": <update_weights_from_distributed
-   body>}`` (one per bucket), ``/finish_weight_update`` map onto the Receiver's join, begin,
-   receive and commit: buckets are staged and verified, and ``load_weights`` runs at finish.
+   body>}`` (one per bucket; ``{"abort": true}`` aborts), ``/finish_weight_update`` map onto the
+   Receiver's join, begin, receive and commit: buckets are staged and verified, and
+   ``load_weights`` runs at finish. weightcast-train speaks these routes itself (engine flavor
+   ``vllm``, detected from ``/server_info``); the dicts are read by
+   ``weightcast.engine_rank.parse_init_info`` / ``parse_update_info``, the same functions the
+   torch reference engine's ``--api vllm`` routes use.
 
 2. Worker extension, for builds without custom backends::
 
@@ -24,7 +28,7 @@ written: scripts/gpu-check.sh imports and exercises this module wherever vLLM im
    (every method is prefixed: newer workers define ``update_weights`` themselves).
 """
 
-from .engine_rank import EngineRank
+from .engine_rank import EngineRank, parse_init_info, parse_update_info
 
 BACKEND = "weightcast"
 
@@ -40,7 +44,12 @@ def register():
 
 
 def _tp_place(parallel_config, device):
+    """Each worker joins as its TP rank; PP stages would collide on ranks (the trainer refuses
+    such engines too: sync/trainer/vllm_client.h)."""
     from vllm.distributed import get_tensor_model_parallel_rank
+
+    if getattr(parallel_config, "pipeline_parallel_size", 1) != 1:
+        raise ValueError("weightcast: the backend receives on TP-only engines (pipeline_parallel_size 1)")
 
     return {"engine_rank": get_tensor_model_parallel_rank(),
             "rank_count": parallel_config.tensor_parallel_size,
@@ -49,29 +58,17 @@ def _tp_place(parallel_config, device):
 
 def _make_engine_class():
     from dataclasses import dataclass, field
-    from typing import Any, Optional
 
     from vllm.distributed.weight_transfer.base import WeightTransferEngine
 
     @dataclass
     class WeightcastInitInfo:
-        master_address: str
-        master_port: int
-        rank_offset: int
-        world_size: int
-        group_name: str = "weight_update_group"
-        backend: str = "nccl"
-        rendezvous: Optional[str] = None
-        selector: str = "all"
-        keep_delta_base: bool = False
-
-        def body(self):
-            return {k: v for k, v in self.__dict__.items()
-                    if k not in ("selector", "keep_delta_base") and v is not None}
+        body: dict = field(default_factory=dict)      # the init_weights_update_group body
+        options: dict = field(default_factory=dict)   # keep_delta_base
 
     @dataclass
     class WeightcastUpdateInfo:
-        body: dict = field(default_factory=dict)
+        info: dict = field(default_factory=dict)      # the update_info dict, parsed in the rank
 
     class WeightcastTransferEngine(WeightTransferEngine):
         init_info_cls = WeightcastInitInfo
@@ -80,35 +77,32 @@ def _make_engine_class():
         def __init__(self, config, vllm_config, device, model):
             super().__init__(config, vllm_config, device, model)
             self.rank = None
-            self.selector = "all"
 
-        def parse_update_info(self, update_dict: dict[str, Any]):
+        def parse_init_info(self, init_dict):
+            return WeightcastInitInfo(*parse_init_info(init_dict))
+
+        def parse_update_info(self, update_dict):
+            parse_update_info(update_dict)  # fails here, naming the field, before any receive
             return WeightcastUpdateInfo(dict(update_dict))
 
         def init_transfer_engine(self, init_info):
-            self.selector = init_info.selector
-            self.rank = EngineRank(self.model, keep_delta_base=init_info.keep_delta_base,
+            self.rank = EngineRank(self.model, keep_delta_base=init_info.options["keep_delta_base"],
                                    **_tp_place(self.parallel_config, self.device))
-            self.rank.init_group(init_info.body())
+            self.rank.init_group(init_info.body)
 
         def start_weight_update(self):
-            self.rank.begin(self.selector)
+            self.rank.vllm_start()
 
         def receive_weights(self, update_info):
-            self.rank.update(update_info.body)
+            self.rank.vllm_update(update_info.info)
 
         def finish_weight_update(self):
-            self.rank.end()
+            self.rank.vllm_finish()
 
         def shutdown(self):
             if self.rank is not None:
                 for group in self.rank.receiver.groups:
                     self.rank.destroy_group(group)
-
-        @staticmethod
-        def trainer_send_weights(iterator, trainer_args):
-            raise NotImplementedError("the sending side is weightcast-train or "
-                                      "weightcast.DistributedUpdater (docs/engines.md)")
 
     return WeightcastTransferEngine
 

@@ -27,9 +27,14 @@ namespace weightcast::sync::trainer {
 // "success", /server_info, /weights_checksum, /abort_weight_update, sequenced padded buckets,
 // native groups). kSglang: an SGLang server (with the begin/end_weight_update routes Miles
 // uses): SGLang's response shapes, /get_server_info, no abort, no checksum, torch groups.
-enum class EngineFlavor { kWeightcast, kSglang };
+// kVllm: a vLLM server in dev mode (VLLM_SERVER_DEV_MODE=1) running the `weightcast`
+// weight-transfer backend (python/weightcast/vllm.py): vLLM's routes (/init_weight_transfer_engine,
+// /start_weight_update, /update_weights, /finish_weight_update, /pause, /resume) carrying our
+// bodies inside init_info / update_info, so the data plane is ours (native groups, our buckets);
+// sync/trainer/vllm_client.h maps each call.
+enum class EngineFlavor { kWeightcast, kSglang, kVllm };
 std::string_view to_string(EngineFlavor flavor);
-// "weightcast" or "sglang"; comm::ConfigError otherwise.
+// "weightcast", "sglang" or "vllm"; comm::ConfigError otherwise.
 EngineFlavor parse_engine_flavor(std::string_view text);
 
 // A failed engine call. status() is the HTTP status, or 0 when no answer arrived at all (refused,

@@ -8,7 +8,9 @@
 
 #include "comm/enum_names.h"
 #include "sync/protocol/protocol_text.h"
+#include "sync/trainer/server_info_answers.h"
 #include "sync/trainer/sglang_answers.h"
+#include "sync/trainer/vllm_client.h"
 
 namespace weightcast::sync::trainer {
 
@@ -27,6 +29,7 @@ std::string engine_message(const std::string& body, const ProtocolLimits& limits
   try {
     return parse_basic_response(body, limits).message;
   } catch (const comm::Error&) {
+    if (auto detail = read_vllm_detail(body)) return *detail;  // FastAPI's failures (vLLM)
     return "unparsed answer " + quoted(body);
   }
 }
@@ -45,9 +48,10 @@ std::string transport_error(httplib::Error error) {
   }
 }
 
-constexpr auto kFlavors = comm::enum_names<EngineFlavor>(
-    "engine flavor",
-    {{EngineFlavor::kWeightcast, "weightcast"}, {EngineFlavor::kSglang, "sglang"}});
+constexpr auto kFlavors =
+    comm::enum_names<EngineFlavor>("engine flavor", {{EngineFlavor::kWeightcast, "weightcast"},
+                                                     {EngineFlavor::kSglang, "sglang"},
+                                                     {EngineFlavor::kVllm, "vllm"}});
 
 std::string normalize_url(std::string url) {
   while (!url.empty() && url.back() == '/') url.pop_back();
@@ -78,7 +82,14 @@ EngineError::EngineError(std::string engine, std::string route, int status,
 EngineClient::EngineClient(std::string url, EngineClientOptions options)
     : url_(normalize_url(std::move(url))),
       options_(std::move(options)),
-      sglang_(options_.flavor == EngineFlavor::kSglang) {}
+      sglang_(options_.flavor == EngineFlavor::kSglang),
+      vllm_on_(options_.flavor == EngineFlavor::kVllm),
+      vllm_(std::make_unique<VllmDialect>(
+          url_, options_.request_timeout, options_.data_timeout,
+          [this](std::string_view method, const std::string& route, const std::string& body,
+                 comm::Millis read_timeout) { return call(method, route, body, read_timeout); })) {}
+
+EngineClient::~EngineClient() = default;
 
 std::string EngineClient::call(std::string_view method, const std::string& route,
                                const std::string& body, comm::Millis read_timeout) const {
@@ -210,45 +221,88 @@ std::string EngineClient::sglang_weight_version() const {
 }
 
 BasicResponse EngineClient::health() {
+  if (vllm_on_) return vllm_->health();
   return flavored("GET", "/health", "", options_.request_timeout);
 }
 
 ServerInfoResponse EngineClient::server_info() {
   if (!sglang_) {
+    std::string body;
     try {
-      return typed(parse_server_info_response, "GET", "/server_info");
+      body = call("GET", "/server_info", "", options_.request_timeout);
     } catch (const EngineError& e) {
-      // Only an engine that does not know the route is taken for SGLang; a forced weightcast
-      // flavor never is.
-      if (e.status() != 404 || options_.flavor) throw;
+      // Only an engine that does not know the route is taken for an older SGLang; a forced
+      // weightcast or vllm flavor never is.
+      if (e.status() != 404 || options_.flavor) {
+        if (e.status() == 404 && vllm_on_) {
+          throw EngineError(url_, "GET /server_info", 404,
+                            "vLLM serves its weight-transfer routes only in dev mode "
+                            "(VLLM_SERVER_DEV_MODE=1)");
+        }
+        throw;
+      }
+    }
+    if (!body.empty() || options_.flavor) {
+      const EngineFlavor seen = options_.flavor.value_or(flavor_of_server_info(body));
+      if (seen == EngineFlavor::kVllm) {
+        vllm_on_ = true;
+        return vllm_->server_info(body);
+      }
+      if (seen == EngineFlavor::kWeightcast) {
+        return checked(parse_server_info_response(body, options_.limits), url_, "GET /server_info");
+      }
+      return sglang_info(body, "/server_info");  // SGLang's canonical route
     }
   }
-  auto info = read_sglang_server_info(call("GET", "/get_server_info", "", options_.request_timeout),
-                                      options_.limits);
+  try {
+    return sglang_info(call("GET", "/get_server_info", "", options_.request_timeout),
+                       "/get_server_info");
+  } catch (const EngineError& e) {
+    if (e.status() != 404) throw;
+    throw EngineError(url_, "GET /get_server_info", 404,
+                      "neither /server_info nor /get_server_info is served (a vLLM server "
+                      "serves them only in dev mode, VLLM_SERVER_DEV_MODE=1)");
+  }
+}
+
+ServerInfoResponse EngineClient::sglang_info(const std::string& body, const std::string& route) {
+  auto info = read_sglang_server_info(body, options_.limits);
+  try {
+    if (const auto announce = read_receiver_announce(body, options_.limits)) {
+      info.message = "sglang with weightcast receiver " + announce->version;
+    }
+  } catch (const comm::BadRequestError& e) {
+    throw EngineError(url_, "GET " + route, 200, e.what());
+  }
   sglang_ = true;
   return info;
 }
 
 BasicResponse EngineClient::init_weights_update_group(const InitWeightsUpdateGroupRequest& req) {
+  if (vllm_on_) return vllm_->init(req);
   return post("/init_weights_update_group", req, Answer::kStrict, options_.data_timeout);
 }
 
 BasicResponse EngineClient::destroy_weights_update_group(
     const DestroyWeightsUpdateGroupRequest& req) {
+  if (vllm_on_) return vllm_->destroy(req);
   return post("/destroy_weights_update_group", req, Answer::kStrict, options_.request_timeout);
 }
 
 BasicResponse EngineClient::pause_generation(const PauseGenerationRequest& req) {
+  if (vllm_on_) return vllm_->pause(req);
   return post("/pause_generation", req, Answer::kFlavored, options_.request_timeout);
 }
 
 BasicResponse EngineClient::flush_cache() {
+  if (vllm_on_) return vllm_->flush_cache();
   // SGLang answers plain text, to GET as Miles sends it.
   if (sglang_) return lenient("GET", "/flush_cache", "", options_.request_timeout);
   return post("/flush_cache", FlushCacheRequest{}, Answer::kStrict, options_.request_timeout);
 }
 
 BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpdateRequest& req) {
+  if (vllm_on_) return vllm_->begin(req);
   if (sessionless_) {
     BeginWeightUpdateResponse out;
     out.message = "no session: this SGLang engine serves none (begin answered 404)";
@@ -269,14 +323,17 @@ BeginWeightUpdateResponse EngineClient::begin_weight_update(const BeginWeightUpd
 
 BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
+  if (vllm_on_) return vllm_->update(req);
   return post("/update_weights_from_distributed", req, Answer::kFlavored, options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {
+  if (vllm_on_) return vllm_->set_version(req);
   return post("/update_weight_version", req, Answer::kFlavored, options_.request_timeout);
 }
 
 EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateRequest& req) {
+  if (vllm_on_) return vllm_->end(req);
   if (sessionless_) {
     // Nothing to end: each bucket was applied with the version it carried; read it back.
     EndWeightUpdateResponse out;
@@ -290,10 +347,12 @@ EndWeightUpdateResponse EngineClient::end_weight_update(const EndWeightUpdateReq
 }
 
 BasicResponse EngineClient::continue_generation(const ContinueGenerationRequest& req) {
+  if (vllm_on_) return vllm_->resume();
   return post("/continue_generation", req, Answer::kFlavored, options_.request_timeout);
 }
 
 BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& req) {
+  if (vllm_on_) return vllm_->abort(req);
   if (sglang_) {
     throw EngineError(url_, "POST /abort_weight_update", 0,
                       "SGLang has no abort route: the engine needs a fresh group and a reload");
@@ -302,11 +361,16 @@ BasicResponse EngineClient::abort_weight_update(const AbortWeightUpdateRequest& 
 }
 
 BasicResponse EngineClient::release_lease(const ReleaseLeaseRequest& req) {
+  if (vllm_on_) return {true, "vLLM engines hold no lease"};
   if (sglang_) return {true, "SGLang engines hold no lease"};
   return post("/release_weight_update_lease", req, Answer::kStrict, options_.request_timeout);
 }
 
 BasicResponse EngineClient::update_weights_from_disk(const std::string& model_path) {
+  if (vllm_on_) {
+    throw EngineError(url_, "POST /update_weights_from_disk", 0,
+                      "not served by vLLM: restart the engine on the checkpoint");
+  }
   const nlohmann::json body = {{"model_path", model_path}};
   return flavored("POST", "/update_weights_from_disk", body.dump(), options_.data_timeout);
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,14 +22,17 @@
 
 namespace weightcast::sync::trainer {
 
+class VllmDialect;  // sync/trainer/vllm_client.h
+
 struct EngineClientOptions {
   std::string token;                    // bearer token; empty: none sent
   comm::Millis connect_timeout{5000};   // TCP connect
   comm::Millis request_timeout{60000};  // read/write of control routes
   comm::Millis data_timeout{300000};    // read of init and bucket routes
   ProtocolLimits limits;                // applied to every response body
-  // Unset: detected by server_info() (/server_info answers: weightcast; only /get_server_info
-  // does: sglang).
+  // Unset: detected by server_info() from the /server_info answer (sync/trainer/
+  // server_info_answers.h: "vllm_config": vllm; ours, or a receiver announcing native routes:
+  // weightcast; another object, or only /get_server_info answering: sglang).
   std::optional<EngineFlavor> flavor;
 };
 
@@ -37,9 +41,11 @@ class EngineClient final : public EngineApi {
   // `url` is "http://host:port" (a trailing '/' is dropped). Throws comm::ConfigError for a URL
   // without scheme or host.
   EngineClient(std::string url, EngineClientOptions options);
+  ~EngineClient() override;
 
   const std::string& url() const override { return url_; }
   EngineFlavor flavor() const override {
+    if (vllm_on_) return EngineFlavor::kVllm;
     return sglang_ ? EngineFlavor::kSglang : EngineFlavor::kWeightcast;
   }
   bool sessions() const override { return !sessionless_; }
@@ -100,11 +106,15 @@ class EngineClient final : public EngineApi {
                       const std::string& route, const std::string& body, Fill sglang_fill) const;
   // SGLang's committed version: /get_weight_version, else /model_info.
   std::string sglang_weight_version() const;
+  // An SGLang /server_info or /get_server_info answer read (its receiver announce noted).
+  ServerInfoResponse sglang_info(const std::string& body, const std::string& route);
 
   std::string url_;
   EngineClientOptions options_;
   std::atomic<bool> sglang_{false};
   std::atomic<bool> sessionless_{false};  // an SGLang engine whose begin answered 404
+  std::atomic<bool> vllm_on_{false};      // requests go through vllm_
+  std::unique_ptr<VllmDialect> vllm_;
 };
 
 }  // namespace weightcast::sync::trainer

@@ -184,7 +184,7 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.torch_protocol = options_.torch_protocol;
   std::vector<int> counts;
   for (std::size_t e : members_) {
-    opts.name_rendezvous.push_back(engines_[e]->flavor() == EngineFlavor::kWeightcast);
+    opts.name_rendezvous.push_back(engines_[e]->flavor() != EngineFlavor::kSglang);
     counts.push_back(rank_counts_[e]);
   }
   group = WeightGroup::create(member_ptrs_, counts, opts);

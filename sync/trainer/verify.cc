@@ -104,7 +104,7 @@ UpdateVerifier::UpdateVerifier(std::span<EngineApi* const> engines,
   WC_ENFORCE_EQ(engines.size(), infos.size());
   for (std::size_t i = 0; i < infos.size(); ++i) {
     auto& runners = mirrors_.emplace_back();
-    if (engines[i]->flavor() == EngineFlavor::kSglang) {
+    if (engines[i]->flavor() == EngineFlavor::kSglang || infos[i].runners.empty()) {
       unverifiable_.push_back(engines[i]->url());
       continue;
     }

@@ -133,10 +133,14 @@ class TorchEngine(unittest.TestCase):
     def test_trainer_update(self):
         """TP 2 and TP 1 engines, trainer tp 2 x pp 2, delta on, 5 steps, --verify."""
         with torch_engines.running([2, 1], SEED, ["--delta"]) as engines:
+            # The announce SGLang's plug-in gives, here with our native routes: flavor weightcast.
+            announce = engines[0].ok("/server_info")["internal_states"][0]["weightcast"]
+            self.assertTrue(announce["native_routes"])
             drafts = [e.params() for e in engines]
             self.assert_holds(engines[0], full_tensors(0))
             code, out = torch_engines.train(engines, 5, SEED, ["--verify", "--delta", "on"])
             self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {engines[0].url} flavor weightcast", out)
             self.assertIn("step 5/5 version 5", out)
             self.assertIn("verified yes", out)
             # Deltas really travelled and were applied to the receivers' kept bases.
@@ -221,6 +225,72 @@ class TorchEngine(unittest.TestCase):
             # And a later update goes through.
             code, out = torch_engines.train([e], 1, SEED, ["--verify"])
             self.assertEqual(code, 0, out)
+
+    def test_vllm_trainer_update(self):
+        """The TP 2 engine serving vLLM's routes (--api vllm): weightcast-train detects the flavor
+        from /server_info and drives /init_weight_transfer_engine ... /finish_weight_update;
+        3 steps, delta on (vLLM's start answers no base digest, so buckets go in full), --verify."""
+        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm"]) as (e,):
+            info = e.ok("/server_info")
+            self.assertEqual(info["vllm_config"]["weight_transfer_config"], {"backend": "weightcast"})
+            # The receiver announces itself (as the SGLang plug-in does), with runners for --verify.
+            self.assertFalse(info["weightcast"]["native_routes"])
+            self.assertEqual([r["name"] for r in info["weightcast"]["runners"]], ["target", "draft"])
+            before = e.params()
+            code, out = torch_engines.train([e], 3, SEED, ["--verify", "--delta", "on"])
+            self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {e.url} flavor vllm", out)
+            self.assertIn("step 3/3 version 3", out)
+            self.assertIn("verified yes", out)
+            self.assertNotIn("cannot verify", out)
+            full = full_tensors(3)
+            self.assert_holds(e, full, draft_before=before)
+            self.assertEqual(e.ok("/weight_info")["weight_version"], "3")
+            answer = e.generate(PROMPT, 8)
+            self.assertEqual(answer["meta_info"]["weight_version"], "3")
+            self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
+    def test_vllm_failed_update_changes_nothing(self):
+        """A bucket failing mid-way through /update_weights (refused by the engine once received,
+        as a bucket whose bytes do not match their digests is) fails the update; the trainer
+        aborts through /update_weights {"abort"} and resumes: previous version and weights on
+        every worker, generation running, and the next update goes through."""
+        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "5",
+                                               "--session-timeout", "5"]) as (e,):
+            before = e.params()
+            e.ok("/debug/fail_bucket", {"sequence": 2})
+            code, out = torch_engines.train([e], 1, SEED, ["--bucket-bytes", "256K"])
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("flavor vllm", out)
+            self.assertIn("POST /update_weights", out)
+            self.assertIn("injected failure of bucket 2", out)
+            self.assertTrue(all(not w["in_session"] for w in e.ok("/debug/info")["workers"]))
+            self.assertEqual(e.ok("/weight_info")["weight_version"], "default")
+            self.assert_unchanged(e, before, "default")
+            # And the next update goes through.
+            code, out = torch_engines.train([e], 1, SEED, ["--verify"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("verified yes", out)
+
+    def test_sglang_announce(self):
+        """The TP 2 engine answering /server_info as SGLang does with the weightcast.sglang
+        plug-in (--api sglang: ServerArgs fields, the announce in internal_states, no "success"):
+        the trainer takes it for SGLang (its routes are SGLang's) and updates it in the common
+        mode (torch store, one broadcast per tensor) through every worker's Receiver."""
+        with torch_engines.running([2], SEED, ["--api", "sglang"]) as (e,):
+            info = e.ok("/server_info")
+            self.assertNotIn("success", info)
+            self.assertFalse(info["internal_states"][0]["weightcast"]["native_routes"])
+            before = e.params()
+            code, out = torch_engines.train([e], 2, SEED)
+            self.assertEqual(code, 0, out)
+            self.assertIn(f"engine {e.url} flavor sglang", out)
+            self.assertIn("step 2/2 version 2", out)
+            full = full_tensors(2)
+            self.assert_holds(e, full, draft_before=before)
+            answer = e.generate(PROMPT, 8)
+            self.assertEqual(answer["meta_info"]["weight_version"], "2")
+            self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
 
     def assert_unchanged(self, e, before, version):
         after = e.params()
