@@ -78,6 +78,14 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
                "let updates without a session touch --frozen-runner runners after all");
   app.add_option("--speculative-algorithm", a.speculative_algorithm,
                  "reported in /server_info (default EAGLE with --draft, else none)");
+  ranged(app, "--ep-size", a.ep_size,
+         "expert parallelism over the engine's ranks (divides --ranks; MoE models): each rank "
+         "holds its EP rank's routed experts, reported in /server_info as SGLang reports it",
+         1, 1024);
+  with_default(app, "--expert-placement", a.expert_placement,
+               "which experts an EP rank holds: linear (contiguous blocks, SGLang and vLLM's "
+               "default) or round_robin (vLLM)")
+      ->check(CLI::IsMember({"linear", "round_robin"}));
 }
 
 void add_timeout_options(CLI::App& app, EngineArgs& a) {

@@ -124,6 +124,20 @@ EngineOptions make_engine_options(const EngineArgs& args) {
   }
   o.sessionless.touch_frozen = args.sessionless_updates_frozen;
   o.lease_ttl = comm::Millis(args.lease_ttl_s * 1000);
+  if (args.ep_size != 1) {
+    const ModelSpec spec = load_model(args.model);
+    if (!spec.is_moe()) {
+      throw comm::ConfigError("--ep-size " + std::to_string(args.ep_size) + ": model '" +
+                              args.model + "' has no routed experts");
+    }
+    if (args.ep_size < 1 || args.ranks % args.ep_size != 0) {
+      throw comm::ConfigError("--ep-size must divide --ranks (got " + std::to_string(args.ep_size) +
+                              " with " + std::to_string(args.ranks) + " ranks)");
+    }
+    o.experts.ep_size = args.ep_size;
+    o.experts.num_experts = static_cast<int>(spec.num_experts);
+    o.experts.strategy = parse_placement_strategy(args.expert_placement);
+  }
   return o;
 }
 

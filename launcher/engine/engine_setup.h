@@ -50,6 +50,8 @@ struct EngineArgs {
   bool single_copy = true;  // Gloo: same-host single copy (comm::CommOptions::single_copy)
   bool allow_same_user_reads = false;  // comm::CommOptions::allow_same_user_reads
   int base_gpu_id = 0;                 // NCCL: engine rank i uses CUDA device base_gpu_id + i
+  int ep_size = 1;                     // expert parallelism over the engine's ranks
+  std::string expert_placement = "linear";
 };
 
 // Builds the runners (generating or loading their weights); throws comm::ConfigError.

@@ -252,9 +252,11 @@ void bind_receiver(py::module_& m) {
                        bool keep_delta_base, double init_timeout, double comm_timeout,
                        std::size_t max_bucket_bytes, std::string bind_address,
                        std::optional<std::string> store_token, bool single_copy,
-                       std::string initial_version) {
+                       std::string initial_version, int ep_size, int num_experts,
+                       const std::string& expert_placement) {
              se::ReceiverOptions o;
              o.place = {engine_rank, rank_count, cuda_device};
+             o.experts = {ep_size, num_experts, sync::parse_placement_strategy(expert_placement)};
              o.keep_delta_base = keep_delta_base;
              o.init_timeout = millis(init_timeout, "init_timeout");
              o.comm_timeout = millis(comm_timeout, "comm_timeout");
@@ -270,7 +272,9 @@ void bind_receiver(py::module_& m) {
            py::kw_only(), py::arg("engine_rank"), py::arg("rank_count"), py::arg("cuda_device"),
            py::arg("runners"), py::arg("keep_delta_base"), py::arg("init_timeout"),
            py::arg("comm_timeout"), py::arg("max_bucket_bytes"), py::arg("bind_address"),
-           py::arg("store_token"), py::arg("single_copy"), py::arg("initial_version"))
+           py::arg("store_token"), py::arg("single_copy"), py::arg("initial_version"),
+           py::arg("ep_size") = 1, py::arg("num_experts") = 0,
+           py::arg("expert_placement") = "linear")
       .def("join",
            [](se::Receiver& r, const std::string& body) {
              const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
@@ -344,6 +348,14 @@ void bind_receiver(py::module_& m) {
       .def_property_readonly("in_session", &se::Receiver::in_session)
       .def_property_readonly("delta_base_bytes", &se::Receiver::delta_base_bytes)
       .def_property_readonly("bytes_received", &se::Receiver::bytes_received)
+      .def_property_readonly("experts_dropped", &se::Receiver::experts_dropped)
+      .def_property_readonly("expert_placement",
+                             [](const se::Receiver& r) {
+                               std::vector<std::string> out;
+                               for (const auto& p : r.expert_placements())
+                                 out.push_back(p.describe());
+                               return out;
+                             })
       .def_property_readonly("staging_pool_bytes", &se::Receiver::staging_pool_bytes)
       .def_property("keep_delta_base", &se::Receiver::keeps_delta_base,
                     &se::Receiver::set_keep_delta_base)

@@ -84,12 +84,17 @@ def load_weights_runner(model, name="target", filter="*", finish=None):
 class Receiver:
     """One engine rank (see the module docstring). `device`: None for host memory, else a CUDA
     ordinal (NCCL groups receive there). `keep_delta_base`: keep the last committed tensors'
-    bytes on the host so delta buckets can be applied (delta_base_bytes says how much)."""
+    bytes on the host so delta buckets can be applied (delta_base_bytes says how much).
+    `ep_size` > 1 (with the model's `num_experts`): expert parallelism as vLLM and SGLang place
+    experts (`expert_placement` "linear" or "round_robin"); this rank's EP rank is
+    engine_rank // (rank_count // ep_size), and routed experts it does not hold are dropped as
+    they arrive: never staged, never handed to `load` (`experts_dropped` counts them)."""
 
     def __init__(self, runners, *, engine_rank=0, rank_count=1, device=None,
                  keep_delta_base=False, init_timeout=60.0, comm_timeout=60.0,
                  max_bucket_bytes=4 << 30, bind_address="127.0.0.1", store_token=None,
-                 single_copy=True, initial_version="default"):
+                 single_copy=True, initial_version="default", ep_size=1, num_experts=0,
+                 expert_placement="linear"):
         self._runners = list(runners)
         self._rx = _weightcast._Receiver(
             engine_rank=engine_rank, rank_count=rank_count,
@@ -97,7 +102,8 @@ class Receiver:
             runners=[r._spec() for r in self._runners], keep_delta_base=keep_delta_base,
             init_timeout=init_timeout, comm_timeout=comm_timeout,
             max_bucket_bytes=max_bucket_bytes, bind_address=bind_address,
-            store_token=store_token, single_copy=single_copy, initial_version=initial_version)
+            store_token=store_token, single_copy=single_copy, initial_version=initial_version,
+            ep_size=ep_size, num_experts=num_experts, expert_placement=expert_placement)
 
     @staticmethod
     def _body(body):
@@ -147,6 +153,8 @@ class Receiver:
     in_session = property(lambda self: self._rx.in_session)
     delta_base_bytes = property(lambda self: self._rx.delta_base_bytes)
     bytes_received = property(lambda self: self._rx.bytes_received)
+    experts_dropped = property(lambda self: self._rx.experts_dropped)
+    expert_placement = property(lambda self: self._rx.expert_placement)
     staging_pool_bytes = property(lambda self: self._rx.staging_pool_bytes)
     groups = property(lambda self: self._rx.groups)
 

@@ -39,6 +39,7 @@ std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* se
   r.connect = opts.connect;
   r.initial_version = runners.weight_version();
   r.group_connector = opts.connector;
+  r.experts = opts.experts;
   r.pool = runners.block_pool();
   r.base_source = [&runners](const BucketPlan& plan,
                              const std::vector<std::vector<Runner>>& destinations,

@@ -69,6 +69,9 @@ struct EngineOptions {
   SessionlessRules sessionless;
   // A holder's lease when its begin asks for no time to live (sync/engine/lease.h).
   comm::Millis lease_ttl{300000};
+  // Expert parallelism over the engine's ranks, reported in /server_info (ep_size, and which
+  // experts each rank holds); the runners keep every expert, shared by the ranks.
+  ExpertParallel experts;
 };
 
 class Engine {

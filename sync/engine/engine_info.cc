@@ -31,11 +31,12 @@ std::string label_value(std::string_view text) {
 }
 
 // The ServerArgs keys of SGLang's /get_server_info that trainers read, with this engine's values:
-// one data-parallel replica, no pipeline or expert parallelism, speculative knobs unset.
-void add_sglang_keys(Json& j, int tp_size, const std::optional<std::string>& algorithm) {
+// one data-parallel replica, no pipeline parallelism, speculative knobs unset.
+void add_sglang_keys(Json& j, int tp_size, int ep_size,
+                     const std::optional<std::string>& algorithm) {
   j["dp_size"] = 1;
   j["pp_size"] = 1;
-  j["ep_size"] = 1;
+  j["ep_size"] = ep_size;
   j["tp_size"] = tp_size;
   for (const char* key :
        {"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"}) {
@@ -112,7 +113,13 @@ Reply Engine::server_info() const {
                       {"data_path", group->data_path()}});
   }
   j["groups"] = groups;
-  add_sglang_keys(j, opts_.rank_count, opts_.speculative_algorithm);
+  add_sglang_keys(j, opts_.rank_count, opts_.experts.ep_size, opts_.speculative_algorithm);
+  // Which routed experts each engine rank holds (its EP rank's), as SGLang's loaders keep them.
+  Json placements = Json::array();
+  for (const auto& placement : receiver_->expert_placements()) {
+    placements.push_back(placement.describe());
+  }
+  j["expert_placement"] = placements;
   return {200, j.dump()};
 }
 

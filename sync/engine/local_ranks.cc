@@ -42,6 +42,24 @@ LocalRanks::LocalRanks(LocalRanksOptions opts) : opts_(std::move(opts)) {
   WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
   WC_ENFORCE(opts_.connector || opts_.group_connector, "a rank connector is required");
   WC_ENFORCE(opts_.pool != nullptr, "a receive pool is required");
+  const ExpertParallel& ep = opts_.experts;
+  if (ep.ep_size > 1) {
+    if (ep.num_experts < ep.ep_size) {
+      throw comm::ConfigError("ep_size " + std::to_string(ep.ep_size) +
+                              " needs a model with at least as many routed experts (it has " +
+                              std::to_string(ep.num_experts) + ")");
+    }
+    for (int r = p.engine_rank; r < p.engine_rank + p.local_ranks; ++r) {
+      placements_.emplace_back(ep.num_experts, ep.ep_size,
+                               ep_rank_of_tp_rank(r, p.rank_count, ep.ep_size), ep.strategy);
+    }
+  } else {
+    WC_ENFORCE_EQ(ep.ep_size, 1, "ep_size");
+  }
+}
+
+bool LocalRanks::drops(std::string_view name) const {
+  return placements_.size() == 1 && !placements_[0].accepts(name);
 }
 
 std::string LocalRanks::describe() const {

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/deadline.h"
@@ -22,6 +23,7 @@
 #include "sync/engine/channel.h"
 #include "sync/engine/group.h"
 #include "sync/engine/staging.h"
+#include "sync/model/expert_placement.h"
 #include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine {
@@ -45,6 +47,14 @@ using RankConnector = std::function<std::unique_ptr<BucketChannel>(
 std::unique_ptr<BucketChannel> connect_rank(const GroupSpec& spec, const ConnectOptions& opts,
                                             int engine_rank);
 
+// Expert parallelism (sync/model/expert_placement.h): with ep_size > 1 each engine rank holds the
+// routed experts of its EP rank (SGLang: tp_rank / (tp_size / ep_size)) and drops the others.
+struct ExpertParallel {
+  int ep_size = 1;
+  int num_experts = 0;  // of the model; required with ep_size > 1
+  PlacementStrategy strategy = PlacementStrategy::kLinear;
+};
+
 struct LocalRanksOptions {
   ReceiverPlace place;
   comm::Millis init_timeout{60000};
@@ -54,6 +64,7 @@ struct LocalRanksOptions {
   RankConnector connector;          // one local rank
   GroupConnector group_connector;   // every engine rank at once; used when set
   std::shared_ptr<BlockPool> pool;  // where buckets are received
+  ExpertParallel experts;
 };
 
 class LocalRanks {
@@ -64,6 +75,13 @@ class LocalRanks {
   int count() const { return opts_.place.local_ranks; }
   // "engine rank 2" or "engine ranks 0..3".
   std::string describe() const;
+  int ep_size() const { return opts_.experts.ep_size; }
+  // Each local rank's experts (empty without expert parallelism), local rank order.
+  const std::vector<ExpertPlacement>& placements() const { return placements_; }
+  // Whether this receiver drops `name`: a routed expert's tensor that its one rank does not hold.
+  // A receiver serving several ranks of one process drops nothing (its runners are the whole
+  // engine's, shared by its ranks).
+  bool drops(std::string_view name) const;
 
   // Checks `spec` against the ranks (400), forms their channels and the Group over them; throws
   // ReceiverError: 504 when the group did not form within the init timeout, 400 for a
@@ -80,6 +98,7 @@ class LocalRanks {
   std::vector<std::unique_ptr<BucketChannel>> connect(const GroupSpec& spec) const;
 
   const LocalRanksOptions opts_;
+  std::vector<ExpertPlacement> placements_;
 };
 
 }  // namespace weightcast::sync::engine

@@ -24,7 +24,8 @@ LocalRanksOptions local_ranks_options(const ReceiverOptions& opts,
           .connect = opts.connect,
           .connector = opts.connector,
           .group_connector = opts.group_connector,
-          .pool = std::move(pool)};
+          .pool = std::move(pool),
+          .experts = opts.experts};
 }
 
 }  // namespace
@@ -207,6 +208,10 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     std::vector<Runner> dest;
     for (const auto& r : runners_) {
       if (!covers(selector, r.id) || !r.filter.accepts(meta.name)) continue;
+      if (ranks_.drops(meta.name)) {
+        ++experts_dropped_;
+        break;  // another rank's expert: no runner of this rank loads it
+      }
       if (r.check) {
         if (auto why = r.check(meta)) {
           throw ReceiverError(400, "names[" + std::to_string(i) + "]: " + *why);
@@ -413,6 +418,11 @@ std::size_t Receiver::delta_base_bytes() const {
 std::map<std::string, Digest> Receiver::digests(Runner runner) const {
   std::lock_guard lock(mu_);
   return base_.digests(runner);
+}
+
+std::uint64_t Receiver::experts_dropped() const {
+  std::lock_guard lock(mu_);
+  return experts_dropped_;
 }
 
 std::uint64_t Receiver::bytes_received() const {

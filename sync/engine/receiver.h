@@ -78,6 +78,9 @@ struct ReceiverOptions {
   std::shared_ptr<BlockPool> pool;
   // Deltas against the engine's own weights instead of a kept copy (see DeltaBaseSource).
   DeltaBaseSource base_source;
+  // Expert parallelism: a receiver of one rank drops the routed experts its EP rank does not hold
+  // (not staged, not loaded), as vLLM's and SGLang's MoE loaders do (sync/engine/local_ranks.h).
+  ExpertParallel experts;
   // Commit hashes every staged byte again before the first load (memory that changed between
   // receive and commit is caught). Off: the digests taken while each bucket was hot, and checked
   // against the trainer's, stand; an engine that keeps the staged blocks themselves as its
@@ -176,6 +179,10 @@ class Receiver {
   std::vector<Runner> runners() const;
   const NameFilter& filter(Runner runner) const;
   std::uint64_t bytes_received() const;
+  // Expert parallelism: each local rank's experts (empty without), and the routed expert tensors
+  // this receiver dropped as not its rank's since it started.
+  const std::vector<ExpertPlacement>& expert_placements() const { return ranks_.placements(); }
+  std::uint64_t experts_dropped() const;
   // Host memory of the staging pool (blocks in use and pooled), sync/engine/block_pool.h.
   std::size_t staging_pool_bytes() const { return pool_->stats().allocated_bytes; }
   const std::shared_ptr<BlockPool>& pool() const { return pool_; }
@@ -198,7 +205,8 @@ class Receiver {
   GroupTable groups_;
   ReceiverBase base_;
   std::string version_;
-  bool committing_ = false;  // a commit is loading: no new session may begin
+  bool committing_ = false;
+  std::uint64_t experts_dropped_ = 0;  // a commit is loading: no new session may begin
 };
 
 }  // namespace weightcast::sync::engine

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "sync/engine/receiver.h"
 #include "sync/engine/receiver_order.h"
@@ -65,19 +66,22 @@ UpdateWeightsFromDistributedRequest request_for(const std::vector<RawTensor>& te
 
 class ReceiverTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Receiver> make(bool keep_base) {
+  std::unique_ptr<Receiver> make(bool keep_base, ReceiverPlace place = {0, 1, -1},
+                                 ExpertParallel experts = {}) {
     ReceiverOptions opts;
-    opts.place = {0, 1, -1};
+    opts.place = place;
+    opts.experts = experts;
     opts.comm_timeout = comm::Millis(10000);
     opts.keep_delta_base = keep_base;
-    opts.connector = [src = source_](const GroupSpec& spec, const ConnectOptions&, int rank) {
-      return std::move(src->make_channels(1, spec.rank_offset + rank).front());
+    opts.connector = [src = source_](const GroupSpec& spec, const ConnectOptions&, int) {
+      return std::move(src->make_channels(1, spec.rank_offset).front());
     };
     std::vector<ReceiverRunner> runners{model_.runner(Runner::kTarget, "model.*,lm_head.weight"),
                                         model_.runner(Runner::kDraft, "draft.*")};
     auto r = std::make_unique<Receiver>(opts, std::move(runners));
     GroupSpec spec;
     spec.group_name = "g";
+    spec.world_size = 1 + place.rank_count;
     r->join(spec);
     return r;
   }
@@ -119,6 +123,40 @@ TEST_F(ReceiverTest, LoadsNothingBeforeCommitThenEachLayerInOrder) {
   }
   EXPECT_EQ(r->delta_base_bytes(), 0u) << "no base is kept while deltas are off";
   EXPECT_TRUE(commit.runner_digest.empty());
+}
+
+// Engine rank 3 of 4 with ep_size 2 is EP rank 1 (SGLang: 3 / (4 / 2)): of 4 experts it holds 2
+// and 3; the others' tensors are never staged nor loaded, the dense ones and the router are.
+TEST_F(ReceiverTest, AnEpRankLoadsItsOwnExpertsAndDropsTheOthers) {
+  auto r = make(false, {3, 4, -1}, {.ep_size = 2, .num_experts = 4});
+  ASSERT_EQ(r->expert_placements().size(), 1u);
+  EXPECT_EQ(r->expert_placements()[0].ep_rank(), 1);
+  std::vector<RawTensor> tensors{tensor("model.embed_tokens.weight", {32, 16}, 1),
+                                 tensor("model.layers.0.mlp.gate.weight", {4, 16}, 1)};
+  for (int e = 0; e < 4; ++e) {
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      tensors.push_back(
+          tensor("model.layers.0.mlp.experts." + std::to_string(e) + "." + proj + ".weight",
+                 {8, 16}, static_cast<std::uint64_t>(e + 1)));
+    }
+  }
+  r->begin(Selector::kTarget);
+  source_->broadcast(pack_bucket(0, tensors).bytes);
+  r->receive(request_for(tensors, Selector::kTarget, 0));
+  r->commit("v1");
+  EXPECT_EQ(r->experts_dropped(), 6u) << "experts 0 and 1, three matrices each";
+  std::set<std::string> loaded(model_.order[0].begin(), model_.order[0].end());
+  EXPECT_EQ(loaded.size(), 8u);
+  for (const auto& t : tensors) {
+    const bool other = t.meta.name.find("experts.0.") != std::string::npos ||
+                       t.meta.name.find("experts.1.") != std::string::npos;
+    EXPECT_EQ(loaded.count(t.meta.name), other ? 0u : 1u) << t.meta.name;
+    if (!other) {
+      EXPECT_EQ(model_.weights[0][t.meta.name], t.bytes) << t.meta.name;
+    }
+  }
+  // An EP size that does not divide the engine's ranks is a configuration error.
+  EXPECT_THROW(make(false, {0, 4, -1}, {.ep_size = 3, .num_experts = 6}), comm::ConfigError);
 }
 
 TEST_F(ReceiverTest, AFailingLoadNamesRunnerAndTensorAndPutsThePreviousVersionBack) {

@@ -5,6 +5,8 @@
 // experts reach the engines only through its own shards (EP rank 0 never generates them).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -15,6 +17,7 @@
 #include "sync/model/layout.h"
 #include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
+#include "tests/support/engine_http.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/trainer/train_launch.h"
@@ -27,10 +30,14 @@ using weightcast::testing::Subprocess;
 
 constexpr int kSeed = 5;
 
-testing::TestEngine start_moe_engine(int ranks, const std::string& model) {
+testing::TestEngine start_moe_engine(int ranks, const std::string& model, int ep_size = 1) {
   auto argv = weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, kSeed);
   weightcast::testing::set_flag_value(argv, "--model", model);
   weightcast::testing::set_flag_value(argv, "--port", "0");
+  if (ep_size > 1) {
+    argv.push_back("--ep-size");
+    argv.push_back(std::to_string(ep_size));
+  }
   return testing::start_engine_process(argv);
 }
 
@@ -83,7 +90,14 @@ TEST(MoeE2E, Tp2Ep2Pp2UpdatesTwoEnginesWithEveryExpertBitExact) {
   const ModelSpec spec = model_preset("moe-tiny");
   std::vector<testing::TestEngine> engines;
   engines.push_back(start_moe_engine(1, "moe-tiny"));
-  engines.push_back(start_moe_engine(2, "moe-tiny"));
+  // The 2-rank engine runs with expert parallelism, and says so as SGLang does.
+  engines.push_back(start_moe_engine(2, "moe-tiny", /*ep_size=*/2));
+  const nlohmann::json info =
+      weightcast::testing::EngineHttp(engines[1].url).get("/server_info").body;
+  EXPECT_EQ(info["ep_size"], 2);
+  EXPECT_EQ(info["expert_placement"],
+            nlohmann::json::array({"experts [0, 4) of 8 (ep 2, rank 0, linear)",
+                                   "experts [4, 8) of 8 (ep 2, rank 1, linear)"}));
   auto trainer = start_trainer(8, engines,
                                {"--model", "moe-tiny", "--tp", "2", "--ep", "2", "--pp", "2",
                                 "--steps", "3", "--verify", "--bucket-bytes", "256K"});
