@@ -148,7 +148,10 @@ void Sender::hash_ahead() {
 std::vector<std::string> Sender::digests_of(std::uint64_t k) {
   if (digests_.empty()) return {};
   auto& f = digests_[k];
-  if (f.wait_until(deadline_) != std::future_status::ready) {
+  const auto start = comm::Clock::now();
+  const auto ready = f.wait_until(deadline_);
+  result_.hash_wait_seconds += seconds_since(start);
+  if (ready != std::future_status::ready) {
     throw comm::TimeoutError("the digests of bucket " + std::to_string(k) +
                              " were not ready before the data phase deadline");
   }

@@ -84,6 +84,7 @@ struct BucketSendResult {
   double http_wait_seconds = 0;  // waiting for bucket answers
   double pack_wait_seconds = 0;  // waiting for the packer
   double broadcast_seconds = 0;
+  double hash_wait_seconds = 0;  // waiting for the digests a bucket's request carries
   std::vector<EngineFailure> failures;
   std::string error;  // the first non-engine failure (broadcast, packer, deadline), if any
   // That failure began on this side, outside the data plane (packing, encoding, the tensors'

@@ -239,6 +239,8 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   report.phases.data += result.seconds;
   report.http_wait_seconds += result.http_wait_seconds;
   report.pack_wait_seconds += result.pack_wait_seconds;
+  report.wire_seconds += result.broadcast_seconds;
+  report.hash_wait_seconds += result.hash_wait_seconds;
   if (report.data_path.empty()) report.data_path = result.data_path;
   if (!result.delta_change.empty()) report.delta_change = result.delta_change;
   report.failures.insert(report.failures.end(), result.failures.begin(), result.failures.end());
