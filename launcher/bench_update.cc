@@ -268,6 +268,8 @@ class UpdateBench {
   std::size_t tensors() const { return metas_.size(); }
 
   int run() {
+    // As a trainer does at start-up (weightcast-train): the buffers of the first update ahead.
+    for (UpdateSet& set : sets_) set.updater->reserve_buffers(metas_);
     begin_table();
     for (int step = 1; step <= o_.iters; ++step) run_step(step);
     note_memory_and_stop_engines();

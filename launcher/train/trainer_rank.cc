@@ -139,6 +139,11 @@ class Rank {
       if (s == topo_.pp_rank()) {
         mine = guarded([&] {
           updater_->ensure_group(s);
+          // The first update should cost what the others do: its buffers are set up now.
+          std::vector<sync::TensorMeta> metas;
+          for (const auto& param : params_)
+            metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+          updater_->reserve_buffers(metas);
           if (coordinator()) {
             for (const auto& info : updater_->connect()) {
               for (const auto& runner : info.runners) {

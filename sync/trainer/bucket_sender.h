@@ -94,6 +94,13 @@ struct BucketSendResult {
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
 
+// The buckets send_buckets() cuts `metas` into with `options`.
+std::vector<BucketPlan> plan_send(std::span<const TensorMeta> metas,
+                                  const BucketSendOptions& options);
+// Faults in, now, the pack buffers send_buckets() will take for `metas` (the pool of
+// options.pack_buffers or the default one), so the first update does not pay for them.
+void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOptions& options);
+
 // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on
 // group `group_name`, where this process is rank 0 of `comm`. Engine and data-plane failures are
 // returned, not thrown.

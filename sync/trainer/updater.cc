@@ -230,6 +230,15 @@ BucketSendResult DistributedUpdater::send_stage(
   return result;
 }
 
+void DistributedUpdater::reserve_buffers(std::span<const TensorMeta> tensors) {
+  connect();  // the load format depends on the engines
+  BucketSendOptions opts = options_.buckets;
+  opts.memory =
+      options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  opts.load_format = load_format();
+  reserve_send_buffers(tensors, opts);
+}
+
 void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
   report.tensors += result.tensors;
   report.bytes += result.bytes;
