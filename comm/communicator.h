@@ -54,9 +54,11 @@ struct CommOptions {
   // (comm/gloo/single_copy.h). The group agrees: one member with false, or one the kernel will not
   // let the others read, keeps the whole group on sockets and Gloo. Smaller broadcasts stay on the
   // ring's sockets, which have the lower latency (in single copy the root waits for a completion
-  // lap). Every member must use the same single_copy_min_bytes.
+  // lap). Every member must use the same single_copy_min_bytes. The default is the measured
+  // crossover (docs/performance.md, "Small sizes"): at 256 KiB one run in three had the sockets
+  // faster, from 512 KiB single copy won every run.
   bool single_copy = true;
-  std::size_t single_copy_min_bytes = 256u << 10;
+  std::size_t single_copy_min_bytes = 512u << 10;
   // Gloo, single copy on: declare every process of this user a permitted reader of this one's
   // memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)) before the group probes, so single copy
   // works under Yama ptrace_scope 1 without lowering it system-wide. Every member of the group

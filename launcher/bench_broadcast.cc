@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <utility>
 
 #include "comm/device_memory.h"
@@ -19,6 +20,7 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "launcher/bench_broadcast_summary.h"
 #include "launcher/bench_table.h"
 #include "launcher/cli_util.h"
 
@@ -112,69 +114,14 @@ std::string detail_header(const BroadcastBenchOptions& o, int size) {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "weightcast-bench broadcast: %d ranks, root %d, warmup %d, iters %d, chunk %s x %d "
-                "in flight, loopback TCP",
+                "in flight, loopback%s",
                 size, o.root, o.warmup, o.iters, format_bytes(o.chunk_bytes).c_str(),
-                o.chunks_in_flight);
+                o.chunks_in_flight,
+                o.mpi_tcp_rows_in.empty()
+                    ? ""
+                    : "; mpi-bcast-shm: Open MPI over shared memory (btl vader) in this job, "
+                      "mpi-bcast: over TCP (btl tcp) in a job just before it");
   return buf;
-}
-
-using BandwidthBySize = std::map<std::string, std::map<std::uint64_t, double>>;
-
-// The small-buffer target: below 16 MiB, the chain's worst ratio against each peer and the
-// geometric mean of its ratios over those sizes.
-void note_small_ratios(BenchTable& table, const BandwidthBySize& bw) {
-  constexpr std::uint64_t kSmall = 16u << 20;
-  const auto& chain = bw.at("gloo-chain");
-  for (const auto& [name, rows] : bw) {
-    if (name == "gloo-chain") continue;
-    double worst = 0, log_sum = 0;
-    std::uint64_t worst_at = 0;
-    int n = 0;
-    for (const auto& [bytes, gbps] : chain) {
-      const auto peer = rows.find(bytes);
-      if (bytes >= kSmall || peer == rows.end() || peer->second <= 0) continue;
-      const double ratio = gbps / peer->second;
-      if (n == 0 || ratio < worst) worst = ratio, worst_at = bytes;
-      log_sum += std::log(ratio);
-      ++n;
-    }
-    if (n == 0) continue;
-    char buf[200];
-    std::snprintf(buf, sizeof(buf),
-                  "below 16 MiB: gloo-chain / %s worst %.2fx (at %s), geomean %.2fx over %d sizes",
-                  name.c_str(), worst, format_bytes(worst_at).c_str(), std::exp(log_sum / n), n);
-    table.note(buf);
-  }
-}
-
-// nccl-tests' closing line (average bus bandwidth per backend, #wrong), then our chain's ratio
-// against each peer at the largest size and below 16 MiB, all measured in this run.
-void summarize(BenchTable& table, const std::vector<Backend>& backends, std::uint64_t wrong) {
-  BandwidthBySize bw;
-  for (const auto& row : table.rows()) {
-    bw[std::get<std::string>(row[1])][std::get<std::uint64_t>(row[0])] = std::get<double>(row[3]);
-  }
-  std::string avg = "Avg bus bandwidth:";
-  for (const auto& b : backends) {
-    double sum = 0;
-    for (const auto& [bytes, gbps] : bw[b.name]) sum += gbps;
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), " %s %.3f GB/s;", b.name.c_str(),
-                  bw[b.name].empty() ? 0.0 : sum / static_cast<double>(bw[b.name].size()));
-    avg += buf;
-  }
-  table.note(avg + " #wrong total: " + std::to_string(wrong));
-  if (!bw.count("gloo-chain") || bw["gloo-chain"].empty()) return;
-  const auto largest = bw["gloo-chain"].rbegin();
-  for (const auto& [name, rows] : bw) {
-    if (name == "gloo-chain" || !rows.count(largest->first)) continue;
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "ratio at %s: gloo-chain / %s = %.2fx",
-                  format_bytes(largest->first).c_str(), name.c_str(),
-                  largest->second / rows.at(largest->first));
-    table.note(buf);
-  }
-  note_small_ratios(table, bw);
 }
 
 std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int rank,
@@ -267,6 +214,8 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
 
 std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::CommOptions& co,
                                    int rank, int size) {
+  // The TCP job of a two-transport run times MPI_Bcast alone.
+  if (!o.mpi_tcp_rows_out.empty()) return {mpi_backend("mpi-bcast")};
   std::shared_ptr<comm::GlooCommunicator> gloo;
   // A variant of the chain, on a group of its own.
   auto variant = [&](const std::string& name, auto adjust) {
@@ -288,7 +237,8 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
       // The chain with single copy off: eager sizes through the ring's sockets.
       backends.push_back(variant(name, [](auto& v) { v.single_copy = false; }));
     } else if (name == "mpi-bcast") {
-      backends.push_back(mpi_backend(name));
+      // Beside the rows of the TCP job, this job's own MPI_Bcast runs over shared memory.
+      backends.push_back(mpi_backend(o.mpi_tcp_rows_in.empty() ? name : "mpi-bcast-shm"));
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
@@ -310,21 +260,40 @@ BenchTable broadcast_table() {
                     /*wrong_width=*/8);
 }
 
-// Every size from --min-bytes to --max-bytes on every backend, a row each on rank 0.
+// The MPI_Bcast-over-TCP rows of the job before this one, by size (read on rank 0; the file is
+// removed).
+std::map<std::uint64_t, Row> read_tcp_rows(const std::string& path) {
+  std::map<std::uint64_t, Row> rows;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) throw std::runtime_error("cannot read the MPI_Bcast-over-TCP rows " + path);
+  unsigned long long bytes = 0, wrong = 0;
+  double us = 0;
+  while (std::fscanf(f, "%llu %lf %llu", &bytes, &us, &wrong) == 3) rows[bytes] = Row{us, wrong};
+  std::fclose(f);
+  std::remove(path.c_str());
+  return rows;
+}
+
+// Every size from --min-bytes to --max-bytes on every backend, a row each on rank 0 (and the TCP
+// job's MPI_Bcast row of the same size, when there is one).
 void sweep(const BroadcastBenchOptions& o, const std::vector<Backend>& backends, int rank,
            BenchTable& table) {
   std::unique_ptr<BenchBuffer> host_buf, dev_buf;
+  std::map<std::uint64_t, Row> tcp;
+  if (rank == 0 && !o.mpi_tcp_rows_in.empty()) tcp = read_tcp_rows(o.mpi_tcp_rows_in);
   std::uint64_t seed = 1;
   for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+    auto add = [&](const std::string& name, const Row& row) {
+      const double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
+      table.add({bytes, name, row.time_us, algbw, algbw}, row.wrong);
+    };
     for (const auto& b : backends) {
       auto& buf = b.device ? dev_buf : host_buf;
       if (!buf) buf = std::make_unique<BenchBuffer>(o.max_bytes, b.device);
       Row row = measure(b, *buf, bytes, o, rank, seed++);
-      if (rank == 0) {
-        const double algbw = static_cast<double>(bytes) / (row.time_us * 1e3);
-        table.add({bytes, b.name, row.time_us, algbw, algbw}, row.wrong);
-      }
+      if (rank == 0) add(b.name, row);
     }
+    if (rank == 0 && tcp.count(bytes)) add("mpi-bcast", tcp[bytes]);
     if (bytes > o.max_bytes / o.factor) break;
   }
 }
@@ -349,8 +318,25 @@ int run_broadcast_bench(const BroadcastBenchOptions& o) {
   }
   sweep(o, backends, rank, table);
   const std::uint64_t total_wrong = table.wrong();  // rank 0 holds the rows
-  if (rank == 0) {
-    summarize(table, backends, total_wrong);
+  if (rank == 0 && !o.mpi_tcp_rows_out.empty()) {
+    // The TCP job: its rows go to the main job, which prints them (wrong bytes fail this job).
+    std::string text;
+    for (const auto& row : table.rows()) {
+      char line[96];
+      std::snprintf(line, sizeof(line), "%llu %.3f 0\n",
+                    static_cast<unsigned long long>(std::get<std::uint64_t>(row[0])),
+                    std::get<double>(row[2]));
+      text += line;
+    }
+    std::FILE* f = std::fopen(o.mpi_tcp_rows_out.c_str(), "w");
+    const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (f != nullptr) std::fclose(f);
+    if (!ok) throw std::runtime_error("cannot write " + o.mpi_tcp_rows_out);
+  } else if (rank == 0) {
+    std::vector<std::string> names;
+    for (const auto& b : backends) names.push_back(b.name);
+    if (!o.mpi_tcp_rows_in.empty()) names.push_back("mpi-bcast");
+    summarize_broadcast(table, names, table.wrong());
     table.write(o.output);
   }
   unsigned long long all_wrong = total_wrong;

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,6 +21,7 @@
 #include "launcher/bench_codec.h"
 #include "launcher/bench_hosts.h"
 #include "launcher/bench_update.h"
+#include "launcher/child_process.h"
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "launcher/mpi_launch.h"
@@ -84,6 +87,9 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
                "memory when all ranks share a host");
   with_default(*bc, "--bind", bo.bind_address, "address the store and Gloo bind");
   ranged(*bc, "--timeout-ms", bo.timeout_ms, "deadline of every collective", 1, 3600000);
+  // Internal: the two MPI jobs of one run (run_broadcast_mode).
+  bc->add_option("--mpi-tcp-rows-out", bo.mpi_tcp_rows_out)->group("");
+  bc->add_option("--mpi-tcp-rows-in", bo.mpi_tcp_rows_in)->group("");
   add_output_options(*bc, bo.output);
   return bc;
 }
@@ -192,12 +198,35 @@ std::string self_path(const char* argv0) {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string(argv0);
 }
 
+// MPI_Bcast over TCP first, in a job of its own (btl self,tcp: the transport between hosts),
+// timing mpi-bcast alone; its rows go to a file the main job reads. Returns that file's path.
+std::string run_mpi_tcp_job(int ranks, std::vector<std::string> args) {
+  TempFile rows("weightcast-bench-mpi-tcp", "");
+  args.insert(args.end(), {"--mpi-tcp-rows-out", rows.path()});
+  ChildProcess job(mpirun_argv(ranks, args, {"btl=self,tcp"}));
+  const std::chrono::seconds limit(3600);  // the whole run is bounded by --max-seconds anyway
+  job.drain(limit);
+  const int code = job.wait_exit(limit);
+  if (code != 0) {
+    throw std::runtime_error("the MPI_Bcast-over-TCP job failed (exit " + std::to_string(code) +
+                             "): " + job.output());
+  }
+  return rows.release();
+}
+
 // The broadcast mode runs on every rank of an MPI job, started directly or by mpirun.
 int run_broadcast_mode(int argc, char** argv, int ranks, const BroadcastBenchOptions& bo) {
   if (!under_mpirun()) {
-    // MPI_Bcast is a peer measured over Open MPI's TCP transport, as ours runs over TCP:
-    // shared memory (vader) would compare a different link.
-    relaunch_under_mpirun(ranks, std::vector<std::string>(argv, argv + argc), {"btl=self,tcp"});
+    std::vector<std::string> args(argv, argv + argc);
+    const bool mpi =
+        std::find(bo.backends.begin(), bo.backends.end(), "mpi-bcast") != bo.backends.end();
+    if (!mpi) relaunch_under_mpirun(ranks, args, {"btl=self,tcp"});
+    // On one host our chain copies once per receiver out of the root's memory (single copy), as
+    // Open MPI's shared-memory transport does: MPI_Bcast runs over both transports, shared
+    // memory (vader) in the main job beside ours, TCP (the peer between hosts) in a job before it.
+    const std::string rows = run_mpi_tcp_job(ranks, args);
+    args.insert(args.end(), {"--mpi-tcp-rows-in", rows});
+    relaunch_under_mpirun(ranks, args, {"btl=self,vader,tcp"});
   }
   MPI_Init(&argc, &argv);
   int rc = 0;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/bench_table.h"
@@ -67,6 +68,8 @@ class TempFile {
   TempFile& operator=(const TempFile&) = delete;
   TempFile& operator=(TempFile&&) = delete;
   const std::string& path() const { return path_; }
+  // Stops owning the file (someone else removes it) and returns its path.
+  std::string release() { return std::exchange(path_, std::string()); }
 
  private:
   std::string path_;

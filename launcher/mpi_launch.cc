@@ -15,8 +15,8 @@ bool under_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
 }
 
-void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& mca) {
+std::vector<std::string> mpirun_argv(int np, const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& mca) {
   std::map<std::string, std::string> overrides;
   for (const auto& kv : mca) {
     auto eq = kv.find('=');
@@ -46,7 +46,12 @@ void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : argv.at(0));
   for (std::size_t i = 1; i < argv.size(); ++i) args.push_back(argv[i]);
+  return args;
+}
 
+void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
+                           const std::vector<std::string>& mca) {
+  std::vector<std::string> args = mpirun_argv(np, argv, mca);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);

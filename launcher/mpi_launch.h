@@ -16,6 +16,10 @@ bool under_mpirun();
 // with (loopback-only TCP, oversubscribe, root allowed).
 // `mca` entries ("btl=self,tcp") replace the value of that MCA parameter in those flags (or are
 // added), so a benchmark can pin MPI to its TCP transport.
+// The command line relaunch_under_mpirun() runs, for a caller that starts it as a child.
+std::vector<std::string> mpirun_argv(int np, const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& mca = {});
+
 [[noreturn]] void relaunch_under_mpirun(int np, const std::vector<std::string>& argv,
                                         const std::vector<std::string>& mca = {});
 

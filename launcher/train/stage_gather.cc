@@ -47,16 +47,25 @@ StageGather::~StageGather() {
 
 void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
                              comm::Deadline deadline) {
+  const auto start = comm::Clock::now();
+  int ranks = 0;
+  MPI_Comm_size(stage, &ranks);
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     const Group& g = groups_[i];
     WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of group ", i);
-    std::vector<std::byte> send(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
-                                mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
-    const comm::mpi::GatheredBytes gathered =
-        comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
-    // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards.
+    // The source alone in its stage (tp 1, ep 1): its own bytes are the only block, read in
+    // place; a gatherv would only copy them twice into fresh buffers.
+    comm::mpi::GatheredBytes gathered;
     std::vector<std::span<const std::byte>> blocks;
-    for (int r = 0; r < tp_ * ep_; ++r) blocks.push_back(gathered.block(r));
+    if (ranks == 1) {
+      blocks.push_back(std::span(mine).subspan(g.offset, g.bytes));
+    } else {
+      std::vector<std::byte> send(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
+                                  mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
+      gathered = comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+      // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards.
+      for (int r = 0; r < tp_ * ep_; ++r) blocks.push_back(gathered.block(r));
+    }
     sync::trainer::assemble_hf_into(
         std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks, tp_,
         std::span(tensors_).subspan(g.first_tensor, g.end_tensor - g.first_tensor));
@@ -66,6 +75,8 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
     }
     cv_.notify_all();
   }
+  std::lock_guard lock(mu_);
+  gather_seconds_ = comm::seconds_since(start);
 }
 
 void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadline deadline,
@@ -76,6 +87,8 @@ void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadl
     std::lock_guard lock(mu_);
     filled_ = 0;
     error_ = nullptr;
+    gather_seconds_ = 0;
+    await_seconds_ = 0;
   }
   if (!threaded) {
     gather_all(stage, mine, deadline);
@@ -109,10 +122,19 @@ void StageGather::await(const std::string& name, comm::Deadline deadline) {
   const auto it = group_of_.find(name);
   if (it == group_of_.end()) throw comm::ConfigError("no tensor '" + name + "' in this stage");
   std::unique_lock lock(mu_);
-  cv_.wait_until(lock, deadline, [&] { return filled_ > it->second || error_ != nullptr; });
+  if (filled_ <= it->second && error_ == nullptr) {
+    const auto start = comm::Clock::now();
+    cv_.wait_until(lock, deadline, [&] { return filled_ > it->second || error_ != nullptr; });
+    await_seconds_ += comm::seconds_since(start);
+  }
   if (filled_ > it->second) return;
   if (error_) std::rethrow_exception(error_);
   throw comm::TimeoutError("tensor '" + name + "' was not gathered in time");
+}
+
+StageGather::Seconds StageGather::seconds() {
+  std::lock_guard lock(mu_);
+  return {gather_seconds_, await_seconds_};
 }
 
 void StageGather::finish() {

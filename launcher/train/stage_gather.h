@@ -6,17 +6,17 @@
 // The groups are consecutive Megatron params of at most `group_bytes` (a larger param is a group
 // of its own), the same on every rank: each rank cuts its shard bytes (rank_shards(): the params
 // back to back) into the same groups and every rank of the stage communicator calls one gatherv
-// per group, in order. The source (stage rank 0) runs them on a thread of its own (start()) and
-// fills its HF tensors in place, group by group; await() blocks until a tensor is filled. Every
-// other rank contributes in its calling thread (contribute()). Without MPI_THREAD_MULTIPLE the
-// source gathers every group inside start() instead: no overlap, the same bytes.
-// With expert parallelism the stage's first `ep` data-parallel replicas are its EP ranks: each TP
-// rank of EP rank p contributes the experts p holds (rank_shards() with ep_rank p), EP rank 0 the
-// dense params too, so expert bytes join the same overlapped gather, group by group, and the
-// source broadcasts each expert's buckets while the next group is still being gathered.
-// Lifetime: one per rank, reused step after step (the tensors' buffers stay allocated); finish()
-// joins the step's thread. Threading: start/contribute/finish from the rank's main thread,
-// await() from any thread.
+// per group, in order (a source alone in its stage reads its own bytes in place). The source (stage
+// rank 0) runs them on a thread of its own (start()) and fills its HF tensors in place, group by
+// group; await() blocks until a tensor is filled. Every other rank contributes in its calling
+// thread (contribute()). Without MPI_THREAD_MULTIPLE the source gathers every group inside start()
+// instead: no overlap, the same bytes. With expert parallelism the stage's first `ep` data-parallel
+// replicas are its EP ranks: each TP rank of EP rank p contributes the experts p holds
+// (rank_shards() with ep_rank p), EP rank 0 the dense params too, so expert bytes join the same
+// overlapped gather, group by group, and the source broadcasts each expert's buckets while the next
+// group is still being gathered. Lifetime: one per rank, reused step after step (the tensors'
+// buffers stay allocated); finish() joins the step's thread. Threading: start/contribute/finish
+// from the rank's main thread, await() from any thread.
 #pragma once
 
 #include <mpi.h>
@@ -59,6 +59,14 @@ class StageGather {
   // stage communicator unusable: the caller ends the job, as for any MPI timeout).
   void finish();
 
+  // Source, after finish(): how long the step's gather took (generation not included: it is
+  // the caller's), and how long the sender's threads waited in await(), summed over threads.
+  struct Seconds {
+    double gather = 0;
+    double await = 0;
+  };
+  Seconds seconds();
+
   // Source: the stage's HF tensors, in order; complete once finish() returned.
   std::vector<sync::trainer::HostTensor>& tensors() { return tensors_; }
   std::size_t groups() const { return groups_.size(); }
@@ -82,6 +90,8 @@ class StageGather {
   std::condition_variable cv_;
   std::size_t filled_ = 0;  // groups [0, filled_) are in tensors_
   std::exception_ptr error_;
+  double gather_seconds_ = 0;
+  double await_seconds_ = 0;
   std::thread thread_;
 };
 

@@ -53,7 +53,8 @@ void StepChecker::set_changed(double fraction) {
 
 std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport& report,
                                                    const std::vector<SentDigest>& digests,
-                                                   const std::string& accept) {
+                                                   const std::string& accept, StepTimes times) {
+  const auto verify_start = comm::Clock::now();
   char head[64];
   std::snprintf(head, sizeof(head), "step %d/%d ", step, o_.steps);
   std::string verified = "no", target_ok = "-", draft_ok = "-";
@@ -85,6 +86,13 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
       verified = "yes";
     }
   }
+  times.verify += comm::seconds_since(verify_start);
+  char phases[160];
+  std::snprintf(phases, sizeof(phases), " phases gen=%.3f gather=%.3f gather_wait=%.3f ", times.gen,
+                times.gather, times.gather_wait);
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), " verify=%.3f step=%.3f", times.verify,
+                comm::seconds_since(times.start));
   char line[896];
   std::snprintf(
       line, sizeof(line),
@@ -96,7 +104,7 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
       report.gbps(), verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
       format_bytes(report.wire_bytes).c_str(), report.delta_buckets,
       report.data_path.empty() ? "-" : report.data_path.c_str(), changed_.c_str(), accept.c_str());
-  return {kExitOk, line + membership(report)};
+  return {kExitOk, line + membership(report) + phases + phase_summary(report) + tail};
 }
 
 }  // namespace weightcast::launcher::train

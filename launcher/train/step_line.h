@@ -13,12 +13,23 @@
 #include <string>
 #include <vector>
 
+#include "comm/deadline.h"
 #include "launcher/train/train_options.h"
 #include "sync/trainer/report.h"
 #include "sync/trainer/updater.h"
 #include "sync/trainer/verify.h"
 
 namespace weightcast::launcher::train {
+
+// Where a step's time went outside the update report (seconds), printed with the report's phases
+// on the step line: "phases gen=... gather=... gather_wait=... pause=... ... verify=... step=...".
+struct StepTimes {
+  comm::Clock::time_point start{};  // the step began: generation, before the update opens
+  double gen = 0;                   // the weights of the step (the training compute's stand-in)
+  double gather = 0;                // the stage source's TP/EP gather (overlaps the update)
+  double gather_wait = 0;           // the sender's threads waiting on it, summed
+  double verify = 0;                // --verify: sent digests, their exchange and the check
+};
 
 class StepChecker {
  public:
@@ -32,7 +43,7 @@ class StepChecker {
   // step has (kExitOk, or kExitUpdateFailed on a mismatch without --keep-going) and the line.
   std::pair<int, std::string> committed(int step, const sync::trainer::UpdateReport& report,
                                         const std::vector<sync::trainer::SentDigest>& digests,
-                                        const std::string& accept);
+                                        const std::string& accept, StepTimes times);
   // With --drift realistic: the fraction of elements the coordinator's own shard changed this
   // step, printed as " changed <pct>%" (a sample of the model; negative: not printed).
   void set_changed(double fraction);

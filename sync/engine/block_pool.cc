@@ -113,11 +113,13 @@ void BlockPool::reserve(std::size_t bytes) {
   const std::size_t size = round_up(bytes, kPage);
   auto arena = std::make_shared<Arena>(size, true);
   // Touch every page now, at start-up, rather than on the first update's receive path.
+  // Populating the page tables is not enough on a virtual machine whose host maps a guest page
+  // only when it is first written: every page is written too (docs/performance.md, "First
+  // update").
 #ifdef MADV_POPULATE_WRITE
-  if (madvise(arena->base, size, MADV_POPULATE_WRITE) != 0) std::memset(arena->base, 0, size);
-#else
-  std::memset(arena->base, 0, size);
+  madvise(arena->base, size, MADV_POPULATE_WRITE);
 #endif
+  std::memset(arena->base, 0, size);
   std::byte* base = arena->base;
   {
     std::lock_guard lock(state_->mu);

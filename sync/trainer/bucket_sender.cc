@@ -148,7 +148,10 @@ void Sender::hash_ahead() {
 std::vector<std::string> Sender::digests_of(std::uint64_t k) {
   if (digests_.empty()) return {};
   auto& f = digests_[k];
-  if (f.wait_until(deadline_) != std::future_status::ready) {
+  const auto start = comm::Clock::now();
+  const auto ready = f.wait_until(deadline_);
+  result_.hash_wait_seconds += seconds_since(start);
+  if (ready != std::future_status::ready) {
     throw comm::TimeoutError("the digests of bucket " + std::to_string(k) +
                              " were not ready before the data phase deadline");
   }
@@ -282,12 +285,7 @@ void Sender::plan(std::span<const NamedTensor> tensors) {
     result_.bytes += t.bytes.size();
   }
   result_.tensors = metas.size();
-  const std::size_t alignment = options_.load_format == LoadFormat::kWeightcastBucket
-                                    ? kDefaultBucketAlignment
-                                    : std::size_t{1};
-  std::vector<AtomicGroup> groups;
-  if (options_.atomic_groups) groups = atomic_groups(metas, *options_.atomic_groups);
-  plans_ = plan_buckets(metas, options_.bucket_bytes, alignment, groups);
+  plans_ = plan_send(metas, options_);
   if (options_.memory == comm::MemoryKind::kCuda) {
     device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
   }
@@ -400,6 +398,31 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
 }
 
 }  // namespace
+
+std::vector<BucketPlan> plan_send(std::span<const TensorMeta> metas,
+                                  const BucketSendOptions& options) {
+  const std::size_t alignment = options.load_format == LoadFormat::kWeightcastBucket
+                                    ? kDefaultBucketAlignment
+                                    : std::size_t{1};
+  std::vector<AtomicGroup> groups;
+  const std::vector<TensorMeta> list(metas.begin(), metas.end());
+  if (options.atomic_groups) groups = atomic_groups(list, *options.atomic_groups);
+  return plan_buckets(list, options.bucket_bytes, alignment, groups);
+}
+
+void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOptions& options) {
+  const bool unpacked =
+      options.load_format == LoadFormat::kPerTensor && options.memory == comm::MemoryKind::kHost;
+  if (unpacked) return;
+  std::size_t bytes = 0, packed = 0;
+  for (const BucketPlan& plan : plan_send(metas, options)) {
+    if (packs_as_is(plan)) continue;
+    bytes = std::max(bytes, plan.total_bytes);
+    packed += 1;
+  }
+  const auto& pool = options.pack_buffers ? options.pack_buffers : default_pack_buffers();
+  pool->reserve(bytes, std::min<std::size_t>(packed, 2));  // BucketPacker's ring of two
+}
 
 BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,
                               comm::Communicator& comm, std::span<EngineApi* const> engines,

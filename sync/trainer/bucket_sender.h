@@ -84,6 +84,7 @@ struct BucketSendResult {
   double http_wait_seconds = 0;  // waiting for bucket answers
   double pack_wait_seconds = 0;  // waiting for the packer
   double broadcast_seconds = 0;
+  double hash_wait_seconds = 0;  // waiting for the digests a bucket's request carries
   std::vector<EngineFailure> failures;
   std::string error;  // the first non-engine failure (broadcast, packer, deadline), if any
   // That failure began on this side, outside the data plane (packing, encoding, the tensors'
@@ -92,6 +93,13 @@ struct BucketSendResult {
   std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
+
+// The buckets send_buckets() cuts `metas` into with `options`.
+std::vector<BucketPlan> plan_send(std::span<const TensorMeta> metas,
+                                  const BucketSendOptions& options);
+// Faults in, now, the pack buffers send_buckets() will take for `metas` (the pool of
+// options.pack_buffers or the default one), so the first update does not pay for them.
+void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOptions& options);
 
 // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on
 // group `group_name`, where this process is rank 0 of `comm`. Engine and data-plane failures are

@@ -30,16 +30,29 @@ namespace weightcast::sync::trainer {
 
 // Host buffers for packed buckets, kept between updates. Never value-initialized: pack() writes
 // every byte of a bucket, padding included. Threading: thread-safe.
+// Freed with munmap (buffers are anonymous mappings, faulted in when allocated).
+struct PackBufferFree {
+  std::size_t bytes = 0;
+  void operator()(std::byte* p) const;
+};
+using PackBuffer = std::unique_ptr<std::byte[], PackBufferFree>;
+
 class PackBuffers {
  public:
-  // A buffer of at least `bytes`; give it back with put() to have it reused.
-  std::unique_ptr<std::byte[]> take(std::size_t bytes, std::size_t& capacity);
-  void put(std::unique_ptr<std::byte[]> buffer, std::size_t capacity);
+  // A buffer of at least `bytes`; give it back with put() to have it reused. A new one is faulted
+  // in at once, in one call (MADV_POPULATE_WRITE where the kernel has it), not page by page as
+  // the first bucket is packed into it: a page fault per 4 KiB costs the first update most of its
+  // packing time on a virtual machine.
+  PackBuffer take(std::size_t bytes, std::size_t& capacity);
+  void put(PackBuffer buffer, std::size_t capacity);
+  // Allocates `count` buffers of `bytes` now and writes every page of them, ahead of the first
+  // update, unless the pool already holds that many that large.
+  void reserve(std::size_t bytes, std::size_t count);
   std::uint64_t allocations() const;
 
  private:
   struct Free {
-    std::unique_ptr<std::byte[]> buffer;
+    PackBuffer buffer;
     std::size_t capacity = 0;
   };
   mutable std::mutex mu_;
@@ -84,7 +97,7 @@ class BucketPacker {
   TensorSource source_;
   std::shared_ptr<PackBuffers> pool_;
   AfterPack after_pack_;
-  std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  std::vector<PackBuffer> buffers_;
   std::vector<std::size_t> capacities_;
   std::vector<std::span<std::byte>> ready_;  // per ring slot: what acquire() hands out
 

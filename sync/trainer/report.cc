@@ -52,6 +52,17 @@ std::string membership_summary(const UpdateReport& report, std::size_t engines) 
   return text;
 }
 
+std::string phase_summary(const UpdateReport& report) {
+  char text[256];
+  const PhaseSeconds& p = report.phases;
+  std::snprintf(text, sizeof(text),
+                "pause=%.3f begin=%.3f pack=%.3f hash=%.3f wire=%.3f answers=%.3f commit=%.3f "
+                "resume=%.3f",
+                p.pause, p.begin, report.pack_wait_seconds, report.hash_wait_seconds,
+                report.wire_seconds, report.http_wait_seconds, p.commit, p.resume);
+  return text;
+}
+
 std::string summary(const UpdateReport& report) {
   if (!report.ok) {
     std::string text = "FAILED version " + report.version + ": " + report.error;
@@ -75,8 +86,9 @@ std::string summary(const UpdateReport& report) {
                 static_cast<unsigned long long>(report.tensors),
                 static_cast<unsigned long long>(report.bytes),
                 static_cast<unsigned long long>(report.buckets), report.seconds, report.gbps());
-  if (!report.delta_change.empty()) return std::string(line) + " (" + report.delta_change + ")";
-  return line;
+  std::string text = line;
+  if (!report.delta_change.empty()) text += " (" + report.delta_change + ")";
+  return text + " phases " + phase_summary(report);
 }
 
 }  // namespace weightcast::sync::trainer

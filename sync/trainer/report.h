@@ -51,6 +51,10 @@ struct UpdateReport {
   // is the data plane itself.
   double http_wait_seconds = 0;
   double pack_wait_seconds = 0;
+  // Within `data` too: time on the data plane itself (the broadcasts), and time the source
+  // waited for its own digests of a bucket's tensors before sending the bucket's request.
+  double wire_seconds = 0;
+  double hash_wait_seconds = 0;
   // How the buckets travelled (comm::Communicator::data_path(): single-copy, chain, gloo-tree,
   // nccl), as the group agreed; the coordinating stage's group for a pipeline-parallel update.
   std::string data_path;
@@ -100,8 +104,13 @@ std::string to_string(const EngineFailure& failure);
 // out URL,...". Empty for an updater with a fixed set (nothing dropped, nothing out).
 std::string membership_summary(const UpdateReport& report, std::size_t engines);
 
+// The phases of an update as key=value tokens, e.g. "pause=0.001 begin=0.002 pack=0.000
+// hash=0.000 wire=0.020 answers=0.003 commit=0.002 resume=0.001" (seconds; pack, hash, wire
+// and answers lie within the data phase; what they leave of it is the sender's own work).
+std::string phase_summary(const UpdateReport& report);
+
 // One line: "version 3 selector target tensors 29 bytes 3.1 MiB buckets 7 seconds 0.210
-// GB/s 0.015" or "FAILED version 3: <error>".
+// GB/s 0.015 phases pause=... (phase_summary())" or "FAILED version 3: <error>".
 std::string summary(const UpdateReport& report);
 
 }  // namespace weightcast::sync::trainer

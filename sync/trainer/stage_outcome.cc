@@ -28,6 +28,7 @@ json stage_outcome_json(const StageOutcome& o) {
           {"http_wait", r.http_wait_seconds},
           {"pack_wait", r.pack_wait_seconds},
           {"broadcast", r.broadcast_seconds},
+          {"hash_wait", r.hash_wait_seconds},
           {"send_error", r.error},
           {"data_path", r.data_path},
           {"failures", failures},
@@ -49,6 +50,7 @@ StageOutcome stage_outcome_from_json(const json& j) {
   r.http_wait_seconds = j.at("http_wait").get<double>();
   r.pack_wait_seconds = j.at("pack_wait").get<double>();
   r.broadcast_seconds = j.at("broadcast").get<double>();
+  r.hash_wait_seconds = j.value("hash_wait", 0.0);
   r.error = j.at("send_error").get<std::string>();
   r.data_path = j.at("data_path").get<std::string>();
   for (const auto& f : j.at("failures")) {

@@ -230,6 +230,15 @@ BucketSendResult DistributedUpdater::send_stage(
   return result;
 }
 
+void DistributedUpdater::reserve_buffers(std::span<const TensorMeta> tensors) {
+  connect();  // the load format depends on the engines
+  BucketSendOptions opts = options_.buckets;
+  opts.memory =
+      options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
+  opts.load_format = load_format();
+  reserve_send_buffers(tensors, opts);
+}
+
 void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
   report.tensors += result.tensors;
   report.bytes += result.bytes;
@@ -239,6 +248,8 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   report.phases.data += result.seconds;
   report.http_wait_seconds += result.http_wait_seconds;
   report.pack_wait_seconds += result.pack_wait_seconds;
+  report.wire_seconds += result.broadcast_seconds;
+  report.hash_wait_seconds += result.hash_wait_seconds;
   if (report.data_path.empty()) report.data_path = result.data_path;
   if (!result.delta_change.empty()) report.delta_change = result.delta_change;
   report.failures.insert(report.failures.end(), result.failures.begin(), result.failures.end());

@@ -179,6 +179,10 @@ class DistributedUpdater {
   BucketSendResult send_stage(
       const UpdateSession& session, int stage, std::span<const NamedTensor> tensors,
       std::function<void(const std::string&, comm::Deadline)> await_tensor = nullptr);
+  // Optional, after ensure_group(): sets up now, ahead of the first update, what sending
+  // `tensors` (the stage's, as send_stage() will get them) needs, so the first update costs what
+  // a later one does: the packer's buffers, allocated and faulted in.
+  void reserve_buffers(std::span<const TensorMeta> tensors);
   // Adds a stage's result to `report`; on failure runs the abort path.
   void record(const BucketSendResult& result, UpdateReport& report);
   // Commits: update_weight_version -> end -> continue on every engine. On failure runs the
