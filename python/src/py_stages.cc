@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "comm/errors.h"
@@ -40,7 +41,7 @@ std::string PyUpdater::open_session(py::handle version) {
 }
 
 StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
-                                       const CapturedTensors& tensors) {
+                                       CapturedTensors& tensors, py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
@@ -55,7 +56,20 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
     updater_->adopt(session);  // the coordinator's engine set for this session
     updater_->ensure_group(stage);
     phase_ = Phase::kData;
-    r.result = updater_->send_stage(session, stage, tensors.views());
+    std::function<void(const std::string&, comm::Deadline)> await;
+    if (!await_tensor.is_none()) {
+      // Runs on the data path's thread: takes the GIL for the caller's callable only.
+      await = [&tensors, await_tensor](const std::string& name, comm::Deadline) {
+        py::gil_scoped_acquire gil;
+        try {
+          await_tensor(name);
+        } catch (py::error_already_set& e) {
+          throw comm::Error("await_tensor('" + name + "') raised " + e.what());
+        }
+        tensors.written(name);
+      };
+    }
+    r.result = updater_->send_stage(session, stage, tensors.views(), std::move(await));
     phase_ = Phase::kIdle;
     r.sent = true;
   } catch (const wt::EngineCallError& e) {
@@ -74,7 +88,8 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
   return r;
 }
 
-StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors) {
+StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors,
+                                  py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
@@ -83,6 +98,9 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
   try {
     live();
     if (stage < 0) throw comm::ConfigError("stage must be >= 0");
+    if (!await_tensor.is_none() && !PyCallable_Check(await_tensor.ptr())) {
+      throw comm::ConfigError("await_tensor must be None or a callable taking a tensor name");
+    }
     tensors = CapturedTensors::capture(named_tensors);
   } catch (const InputFailure& e) {
     r.local = StageResult::Local::kInput;
@@ -93,7 +111,7 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
     r.error = e.what();
     return r;
   }
-  run_on_worker([&] { r = stage_on_worker(token, stage, tensors); });
+  run_on_worker([&] { r = stage_on_worker(token, stage, tensors, await_tensor); });
   if (r.ok()) {
     if (const auto changed = tensors.changed()) {
       r.local = StageResult::Local::kInput;
