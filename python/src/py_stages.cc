@@ -3,7 +3,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "comm/errors.h"
@@ -15,6 +20,55 @@ namespace py = pybind11;
 namespace wt = weightcast::sync::trainer;
 
 namespace weightcast::python {
+
+namespace {
+
+// send_stage()'s await_tensor, called once per tensor name however many of the sender's threads
+// (hasher, packer, data plane) read that tensor: the first reader calls it, with the GIL, and
+// the others wait for that call's outcome without it, bounded by the phase deadline.
+class AwaitOnce {
+ public:
+  AwaitOnce(CapturedTensors& tensors, py::handle fn) : tensors_(tensors), fn_(fn) {}
+
+  void operator()(const std::string& name, comm::Deadline deadline) {
+    std::unique_lock lock(mu_);
+    const bool first = !state_.contains(name);
+    Entry& entry = state_[name];  // references stay valid when the map grows
+    if (first) {
+      lock.unlock();
+      std::string error;
+      {
+        py::gil_scoped_acquire gil;
+        try {
+          fn_(name);
+          tensors_.written(name);  // it may have been written in place until now
+        } catch (py::error_already_set& e) {
+          error = "await_tensor('" + name + "') raised " + e.what();
+        }
+      }
+      lock.lock();
+      entry.done = true;
+      entry.error = std::move(error);
+      cv_.notify_all();
+    } else if (!cv_.wait_until(lock, deadline, [&] { return entry.done; })) {
+      throw comm::TimeoutError("tensor '" + name + "' did not arrive in time");
+    }
+    if (!entry.error.empty()) throw comm::Error(entry.error);
+  }
+
+ private:
+  struct Entry {
+    bool done = false;
+    std::string error;
+  };
+  CapturedTensors& tensors_;
+  py::handle fn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, Entry> state_;
+};
+
+}  // namespace
 
 std::string PyUpdater::open_session(py::handle version) {
   live();
@@ -57,16 +111,11 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
     updater_->ensure_group(stage);
     phase_ = Phase::kData;
     std::function<void(const std::string&, comm::Deadline)> await;
+    std::optional<AwaitOnce> once;
     if (!await_tensor.is_none()) {
-      // Runs on the data path's thread: takes the GIL for the caller's callable only.
-      await = [&tensors, await_tensor](const std::string& name, comm::Deadline) {
-        py::gil_scoped_acquire gil;
-        try {
-          await_tensor(name);
-        } catch (py::error_already_set& e) {
-          throw comm::Error("await_tensor('" + name + "') raised " + e.what());
-        }
-        tensors.written(name);
+      once.emplace(tensors, await_tensor);
+      await = [&once](const std::string& name, comm::Deadline deadline) {
+        (*once)(name, deadline);
       };
     }
     r.result = updater_->send_stage(session, stage, tensors.views(), std::move(await));

@@ -54,9 +54,10 @@ class PyUpdater {
   std::string open_session(pybind11::handle version);
   // Any stage source: sends `named_tensors` as stage `stage` of the session `token` names. Never
   // raises but for KeyboardInterrupt: every failure is in the result, for the coordinator.
-  // `await_tensor` (None or a callable taking a name): called, with the GIL, before each tensor's
-  // bytes are first read, and returns once they are there, for tensors still being produced
-  // (received from other ranks) while the stage sends; an exception it raises fails the stage.
+  // `await_tensor` (None or a callable taking a name): called once per tensor, with the GIL,
+  // before its bytes are first read (the sender's other threads wait for that call), and returns
+  // once they are there, for tensors still being produced (received from other ranks) while the
+  // stage sends; an exception it raises fails the stage.
   // A tensor it was called for may have been written in place until then (its version counter).
   StageResult send_stage(const std::string& token, int stage, pybind11::handle named_tensors,
                          pybind11::handle await_tensor);

@@ -17,12 +17,15 @@ with what it holds, as full HF tensors (already gathered over tensor parallelism
   p holds the global experts [p * E/ep_size, (p + 1) * E/ep_size), as Megatron places them; local
   index j is global expert p * E/ep_size + j.
 
-The stage source sends its own tensors first while the other EP ranks' experts arrive
-(torch.distributed point-to-point on `ep_group`, Gloo or any backend with isend/irecv of host
-tensors): each remote expert is received into its own buffer and read once it is there, so the
-gather overlaps the broadcast (gather="overlap", the default). gather="whole" receives every
-expert before the first bucket (to measure the overlap). Engines receive full per-expert tensors
-under global names; an engine with expert parallelism keeps its own.
+The stage source posts a receive per remote expert (torch.distributed point-to-point on
+`ep_group`, Gloo or any backend with isend/irecv of host tensors), each into its own buffer.
+gather="whole" (the default) waits for them all, then sends the stage; gather="overlap" sends its
+own tensors first and reads each remote expert once its receive completes, so the gather
+overlaps the broadcast. "whole" is the default because it measured faster
+(scripts/bench-python-experts.py, docs/performance.md: on one host, where receiving and
+broadcasting compete for the same cores); "overlap" is for hosts where the EP ranks' link and the
+engines' are not the same bottleneck. Engines receive full per-expert tensors under global names;
+an engine with expert parallelism keeps its own.
 
 `ep_group` holds the stage's EP ranks, ranked by EP rank (None: the default group, whose rank r is
 EP rank r). With pipeline parallelism the stage sources (EP rank 0 of every stage) also pass
@@ -111,7 +114,7 @@ def _as_bytes(tensor):
 
 def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_experts,
                            ep_group=None, expert_index="local", stage=0, stages=1,
-                           sources_group=None, version=None, gather="overlap"):
+                           sources_group=None, version=None, gather="whole"):
     import torch
     import torch.distributed as dist
 
@@ -178,6 +181,8 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
                 remote.append((name, buf.view(dt).view(shape)))
 
     def arrived(name):
+        # send_stage() calls this once per tensor: each receive is waited for once (a Gloo
+        # receive waited for twice never returns).
         work = pending.pop(name, None)
         if work is not None:
             work.wait()
