@@ -19,13 +19,13 @@ with what it holds, as full HF tensors (already gathered over tensor parallelism
 
 The stage source posts a receive per remote expert (torch.distributed point-to-point on
 `ep_group`, Gloo or any backend with isend/irecv of host tensors), each into its own buffer.
-gather="whole" (the default) waits for them all, then sends the stage; gather="overlap" sends its
-own tensors first and reads each remote expert once its receive completes, so the gather
-overlaps the broadcast. "whole" is the default because it measured faster
-(scripts/bench-python-experts.py, docs/performance.md: on one host, where receiving and
-broadcasting compete for the same cores); "overlap" is for hosts where the EP ranks' link and the
-engines' are not the same bottleneck. Engines receive full per-expert tensors under global names;
-an engine with expert parallelism keeps its own.
+gather="whole" (the default) waits for them all before the session opens (the engines keep
+serving meanwhile), then sends the stage; gather="overlap" sends its own tensors first and reads
+each remote expert once its receive completes, so the gather overlaps the broadcast. "whole" is
+the default because it measured faster (scripts/bench-python-experts.py, docs/performance.md: on
+one host, where receiving and broadcasting compete for the same cores); "overlap" is for hosts
+where the EP ranks' link and the engines' are not the same bottleneck. Engines receive full
+per-expert tensors under global names; an engine with expert parallelism keeps its own.
 
 `ep_group` holds the stage's EP ranks, ranked by EP rank (None: the default group, whose rank r is
 EP rank r). With pipeline parallelism the stage sources (EP rank 0 of every stage) also pass
@@ -200,7 +200,6 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
                 raise InputError(refused)
             return updater.send_stage(token, stage, tensors, await_tensor=refuse)
         if gather == "whole":
-            drain()
             return updater.send_stage(token, stage, tensors)
         return updater.send_stage(token, stage, tensors, await_tensor=arrived)
 
@@ -208,6 +207,8 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
     try:
         if refused is not None and stages == 1:
             raise InputError(refused)  # nothing was sent: no session to open
+        if gather == "whole":
+            drain()  # before the session opens: the engines are not paused meanwhile
         return run_stages(updater, send, stage=stage, stages=stages, group=sources_group,
                           version=version)
     except BaseException as e:
