@@ -139,10 +139,13 @@ void bind_methods(py::class_<PyUpdater>& c) {
       .def("open_session", &PyUpdater::open_session, py::arg("version") = py::none(),
            "Coordinator of a pipeline-parallel update (stage 0's source): pauses the engines and "
            "opens the session; returns its token for the other stage sources.")
-      .def("send_stage", &PyUpdater::send_stage, py::arg("token"), py::arg("stage"),
-           py::arg("named_tensors"),
-           "Any stage source: sends this stage's tensors in the session `token` names; returns a "
-           "picklable StageResult for the coordinator (failures are in it, not raised).")
+      .def(
+          "send_stage", &PyUpdater::send_stage, py::arg("token"), py::arg("stage"),
+          py::arg("named_tensors"), py::arg("await_tensor") = py::none(),
+          "Any stage source: sends this stage's tensors in the session `token` names; returns a "
+          "picklable StageResult for the coordinator (failures are in it, not raised). "
+          "await_tensor(name), if given, is called once per tensor before its bytes are first read "
+          "and returns once they are there (tensors still arriving while the stage sends).")
       .def("finish", &PyUpdater::finish, py::arg("token"), py::arg("results"),
            "Coordinator: with every stage's StageResult, commits the session, or aborts it and "
            "raises as update() does; returns the UpdateReport.")

@@ -3,6 +3,12 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "comm/errors.h"
@@ -14,6 +20,55 @@ namespace py = pybind11;
 namespace wt = weightcast::sync::trainer;
 
 namespace weightcast::python {
+
+namespace {
+
+// send_stage()'s await_tensor, called once per tensor name however many of the sender's threads
+// (hasher, packer, data plane) read that tensor: the first reader calls it, with the GIL, and
+// the others wait for that call's outcome without it, bounded by the phase deadline.
+class AwaitOnce {
+ public:
+  AwaitOnce(CapturedTensors& tensors, py::handle fn) : tensors_(tensors), fn_(fn) {}
+
+  void operator()(const std::string& name, comm::Deadline deadline) {
+    std::unique_lock lock(mu_);
+    const bool first = !state_.contains(name);
+    Entry& entry = state_[name];  // references stay valid when the map grows
+    if (first) {
+      lock.unlock();
+      std::string error;
+      {
+        py::gil_scoped_acquire gil;
+        try {
+          fn_(name);
+          tensors_.written(name);  // it may have been written in place until now
+        } catch (py::error_already_set& e) {
+          error = "await_tensor('" + name + "') raised " + e.what();
+        }
+      }
+      lock.lock();
+      entry.done = true;
+      entry.error = std::move(error);
+      cv_.notify_all();
+    } else if (!cv_.wait_until(lock, deadline, [&] { return entry.done; })) {
+      throw comm::TimeoutError("tensor '" + name + "' did not arrive in time");
+    }
+    if (!entry.error.empty()) throw comm::Error(entry.error);
+  }
+
+ private:
+  struct Entry {
+    bool done = false;
+    std::string error;
+  };
+  CapturedTensors& tensors_;
+  py::handle fn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, Entry> state_;
+};
+
+}  // namespace
 
 std::string PyUpdater::open_session(py::handle version) {
   live();
@@ -40,7 +95,7 @@ std::string PyUpdater::open_session(py::handle version) {
 }
 
 StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
-                                       const CapturedTensors& tensors) {
+                                       CapturedTensors& tensors, py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
@@ -55,7 +110,15 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
     updater_->adopt(session);  // the coordinator's engine set for this session
     updater_->ensure_group(stage);
     phase_ = Phase::kData;
-    r.result = updater_->send_stage(session, stage, tensors.views());
+    std::function<void(const std::string&, comm::Deadline)> await;
+    std::optional<AwaitOnce> once;
+    if (!await_tensor.is_none()) {
+      once.emplace(tensors, await_tensor);
+      await = [&once](const std::string& name, comm::Deadline deadline) {
+        (*once)(name, deadline);
+      };
+    }
+    r.result = updater_->send_stage(session, stage, tensors.views(), std::move(await));
     phase_ = Phase::kIdle;
     r.sent = true;
   } catch (const wt::EngineCallError& e) {
@@ -74,7 +137,8 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
   return r;
 }
 
-StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors) {
+StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors,
+                                  py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
@@ -83,6 +147,9 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
   try {
     live();
     if (stage < 0) throw comm::ConfigError("stage must be >= 0");
+    if (!await_tensor.is_none() && !PyCallable_Check(await_tensor.ptr())) {
+      throw comm::ConfigError("await_tensor must be None or a callable taking a tensor name");
+    }
     tensors = CapturedTensors::capture(named_tensors);
   } catch (const InputFailure& e) {
     r.local = StageResult::Local::kInput;
@@ -93,7 +160,7 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
     r.error = e.what();
     return r;
   }
-  run_on_worker([&] { r = stage_on_worker(token, stage, tensors); });
+  run_on_worker([&] { r = stage_on_worker(token, stage, tensors, await_tensor); });
   if (r.ok()) {
     if (const auto changed = tensors.changed()) {
       r.local = StageResult::Local::kInput;

@@ -54,7 +54,13 @@ class PyUpdater {
   std::string open_session(pybind11::handle version);
   // Any stage source: sends `named_tensors` as stage `stage` of the session `token` names. Never
   // raises but for KeyboardInterrupt: every failure is in the result, for the coordinator.
-  StageResult send_stage(const std::string& token, int stage, pybind11::handle named_tensors);
+  // `await_tensor` (None or a callable taking a name): called once per tensor, with the GIL,
+  // before its bytes are first read (the sender's other threads wait for that call), and returns
+  // once they are there, for tensors still being produced (received from other ranks) while the
+  // stage sends; an exception it raises fails the stage.
+  // A tensor it was called for may have been written in place until then (its version counter).
+  StageResult send_stage(const std::string& token, int stage, pybind11::handle named_tensors,
+                         pybind11::handle await_tensor);
   // Coordinator: every stage's result, stages 0 .. n-1 once each -> commit, or abort and raise.
   pybind11::object finish(const std::string& token, pybind11::handle results);
   // Coordinator: drops the open session on every engine (a no-op when none is open).
@@ -88,7 +94,8 @@ class PyUpdater {
   // Runs `fn` on a worker thread (SIGINT blocked there) and waits, handling signals.
   void run_on_worker(const std::function<void()>& fn);
   void interrupt();
-  StageResult stage_on_worker(const std::string& token, int stage, const CapturedTensors& tensors);
+  StageResult stage_on_worker(const std::string& token, int stage, CapturedTensors& tensors,
+                              pybind11::handle await_tensor);
   void finish_on_worker(const std::vector<StageResult>& results, Outcome& out);
 
   std::vector<std::string> urls_;

@@ -158,6 +158,7 @@ void CapturedTensors::add_tensor_like(sync::TensorMeta meta, py::object tensor, 
   if (!copied) {
     Fingerprint f{views_.size() - 1, tensor, ptr, py::tuple(tensor.attr("shape")), std::nullopt};
     if (py::hasattr(tensor, "_version")) f.version = tensor.attr("_version").cast<std::int64_t>();
+    fingerprint_of_.emplace(views_.back().meta.name, fingerprints_.size());
     fingerprints_.push_back(std::move(f));
   }
   keep_.push_back(std::move(tensor));
@@ -193,6 +194,13 @@ void CapturedTensors::add_buffer(sync::TensorMeta meta, py::handle value, std::s
     buffers_.push_back(std::move(view));
   }
   views_.push_back({std::move(meta), {data, bytes}});
+}
+
+void CapturedTensors::written(const std::string& name) {
+  const auto it = fingerprint_of_.find(name);
+  if (it == fingerprint_of_.end()) return;  // copied at capture: nothing read in place
+  Fingerprint& f = fingerprints_[it->second];
+  if (f.version) f.version = f.tensor.attr("_version").cast<std::int64_t>();
 }
 
 std::optional<std::string> CapturedTensors::changed() const {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sync/trainer/tensors.h"
@@ -40,6 +41,10 @@ class CapturedTensors {
   // The first tensor read in place whose data pointer, shape or version counter differ from
   // what was captured (resized, re-pointed or modified in place meanwhile); nullopt if none.
   std::optional<std::string> changed() const;
+  // Tensor `name` was written by its producer after capture (send_stage()'s await_tensor: bytes
+  // still arriving when captured): its current version counter becomes the one changed() checks.
+  // Needs the GIL.
+  void written(const std::string& name);
 
  private:
   struct Fingerprint {
@@ -62,6 +67,7 @@ class CapturedTensors {
   std::vector<std::unique_ptr<Py_buffer, BufferRelease>> buffers_;
   std::vector<std::unique_ptr<std::byte[]>> copies_;  // non-contiguous buffers
   std::vector<Fingerprint> fingerprints_;
+  std::unordered_map<std::string, std::size_t> fingerprint_of_;  // name -> index in fingerprints_
 };
 
 }  // namespace weightcast::python

@@ -27,6 +27,7 @@ from ._weightcast import (  # noqa: F401  (re-exported)
     VerifyError,
     weight_update_selector,
 )
+from .experts import expert_parallel_update  # noqa: F401
 from .pipeline import pipeline_update  # noqa: F401
 from .receiver import LoadError, Receiver, ReceiverError, Runner, load_weights_runner  # noqa: F401
 
@@ -47,6 +48,7 @@ __all__ = [
     "UpdateError",
     "UpdateReport",
     "VerifyError",
+    "expert_parallel_update",
     "load_weights_runner",
     "pipeline_update",
     "weight_update_selector",

@@ -19,12 +19,22 @@ from ._weightcast import UpdateError
 
 
 def pipeline_update(updater, named_tensors, *, stage, stages, group=None, version=None):
+    return run_stages(updater, lambda token: updater.send_stage(token, stage, named_tensors),
+                      stage=stage, stages=stages, group=group, version=version)
+
+
+def run_stages(updater, send, *, stage, stages, group=None, version=None):
+    """pipeline_update() with this stage's send_stage() call made by `send(token)` (which returns
+    its StageResult): weightcast.expert_parallel_update() sends through it. With one stage nothing
+    is exchanged, so the other ranks of the default group need not take part."""
     import torch.distributed as dist
 
     def source(s):
         return s if group is None else dist.get_global_rank(group, s)
 
     def share(value, s):
+        if stages == 1:
+            return value
         box = [value]
         dist.broadcast_object_list(box, src=source(s), group=group)
         return box[0]
@@ -51,7 +61,7 @@ def pipeline_update(updater, named_tensors, *, stage, stages, group=None, versio
     for s in range(stages):
         # Stage s + 1 starts once stage s has sent: the stages are serialized, as the engines'
         # session receives them; a failed stage stops the later ones from sending.
-        mine = updater.send_stage(token, s, named_tensors) if s == stage else None
+        mine = send(token) if s == stage else None
         result = share(mine, s)
         results.append(result)
         if not result.ok:

@@ -28,8 +28,8 @@ def _die_with_parent():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def start(ranks=1, layout="shuffle", extra=()):
-    argv = [engine_binary(), "--port", "0", "--ranks", str(ranks), "--model", "tiny",
+def start(ranks=1, layout="shuffle", extra=(), model="tiny"):
+    argv = [engine_binary(), "--port", "0", "--ranks", str(ranks), "--model", model,
             "--seed", "5", "--draft", "--target-layout", layout, "--draft-layout", layout,
             *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
@@ -44,12 +44,12 @@ def start(ranks=1, layout="shuffle", extra=()):
 
 
 @contextlib.contextmanager
-def running(count, ranks=None, layout="shuffle", extra=()):
+def running(count, ranks=None, layout="shuffle", extra=(), model="tiny"):
     procs = []
     try:
         urls = []
         for i in range(count):
-            proc, url = start(ranks[i] if ranks else 1, layout, extra)
+            proc, url = start(ranks[i] if ranks else 1, layout, extra, model)
             procs.append(proc)
             urls.append(url)
         yield urls, procs
