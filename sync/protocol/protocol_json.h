@@ -116,3 +116,13 @@ class UniqueNames {
 FieldReader as_object(const Json& value, const std::string& path);
 
 }  // namespace weightcast::sync::wire
+
+namespace weightcast::sync {
+
+struct RunnerInfo;
+// One entry of /server_info's "runners" list: the one reader, shared by every answer that lists
+// runners (ours and the SGLang plug-in's announce).
+RunnerInfo read_runner_info(const wire::Json& value, const std::string& path,
+                            const ProtocolLimits& limits);
+
+}  // namespace weightcast::sync

@@ -62,6 +62,8 @@ RunnerUpdateStats read_runner_stats(const Json& value, const std::string& path) 
   return out;
 }
 
+}  // namespace
+
 RunnerInfo read_runner_info(const Json& value, const std::string& path,
                             const ProtocolLimits& limits) {
   const wire::FieldReader r = wire::as_object(value, path);
@@ -80,6 +82,8 @@ RunnerInfo read_runner_info(const Json& value, const std::string& path,
   if (const Json* seed = r.optional("seed")) out.seed = wire::as_uint(*seed, r.path("seed"));
   return out;
 }
+
+namespace {
 
 TensorChecksum read_tensor_checksum(const Json& value, const std::string& path,
                                     const ProtocolLimits& limits) {

@@ -2,6 +2,7 @@
 
 #include "comm/errors.h"
 #include "sync/protocol/protocol_json.h"
+#include "sync/protocol/protocol_responses.h"
 
 namespace weightcast::sync::trainer {
 
@@ -17,23 +18,6 @@ Json object_of(std::string_view body, const ProtocolLimits& limits) {
   }
 }
 
-RunnerInfo read_runner(const Json& value, const std::string& path, const ProtocolLimits& limits) {
-  const wire::FieldReader r = wire::as_object(value, path);
-  RunnerInfo out;
-  out.name = wire::as_enum(r.required("name"), r.path("name"), parse_runner);
-  const Json& filters =
-      wire::as_array(r.required("filters"), r.path("filters"), limits.max_list_entries);
-  for (std::size_t i = 0; i < filters.size(); ++i) {
-    out.filters.push_back(
-        wire::as_text(filters[i], wire::indexed(r.path("filters"), i), limits.max_name_length));
-  }
-  out.layout =
-      wire::as_identifier(r.required("layout"), r.path("layout"), limits.max_string_length);
-  out.tensor_count = wire::as_uint(r.required("tensor_count"), r.path("tensor_count"));
-  if (const Json* seed = r.optional("seed")) out.seed = wire::as_uint(*seed, r.path("seed"));
-  return out;
-}
-
 ReceiverAnnounce read_announce(const Json& value, const std::string& path,
                                const ProtocolLimits& limits) {
   const wire::FieldReader r = wire::as_object(value, path + ".");
@@ -46,7 +30,7 @@ ReceiverAnnounce read_announce(const Json& value, const std::string& path,
   if (const Json* v = r.optional("runners")) {
     const Json& list = wire::as_array(*v, r.path("runners"), limits.max_list_entries);
     for (std::size_t i = 0; i < list.size(); ++i) {
-      out.runners.push_back(read_runner(list[i], wire::indexed(r.path("runners"), i), limits));
+      out.runners.push_back(read_runner_info(list[i], wire::indexed(r.path("runners"), i), limits));
     }
   }
   if (const Json* v = r.optional("routes")) {
