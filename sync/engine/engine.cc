@@ -61,15 +61,9 @@ Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
     : opts_(std::move(opts)),
       runners_(std::move(runners)),
       receiver_(make_receiver(opts_, runners_.get())) {
-  WC_ENFORCE(runners_ != nullptr);
-  WC_ENFORCE_EQ(runners_->rank_count(), opts_.rank_count,
-                "runner set built for another rank count");
-  WC_ENFORCE_GT(opts_.rank_count, 0, "engine rank count");
+  // The runners, rank count, timeouts and connector were checked by make_receiver() and the
+  // Receiver it built; the session timeout is the engine's own.
   WC_ENFORCE_GT(opts_.session_timeout.count(), 0);
-  WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
-  WC_ENFORCE_GT(opts_.init_timeout.count(), 0);
-  WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
-  WC_ENFORCE(static_cast<bool>(opts_.connector), "a group connector is required");
   last_activity_ = comm::Clock::now();
   watchdog_ = std::jthread([this](std::stop_token stop) { watchdog_loop(stop); });
 }

@@ -22,11 +22,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -36,14 +34,12 @@
 #include "sync/engine/channel.h"
 #include "sync/engine/engine_state.h"
 #include "sync/engine/group.h"
-#include "sync/engine/group_table.h"
 #include "sync/engine/lease.h"
 #include "sync/engine/receiver.h"
 #include "sync/engine/reply.h"
 #include "sync/engine/runner.h"
 #include "sync/engine/session.h"
 #include "sync/engine/sessionless.h"
-#include "sync/engine/staging.h"
 #include "sync/engine/weights_checker.h"
 #include "sync/protocol/protocol.h"
 

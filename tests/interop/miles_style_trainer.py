@@ -176,13 +176,14 @@ def update(args, urls, pg, metas, step):
           flush=True)
 
 
-def main():
+def run(update_fn, group):
+    """The command line both senders share: join the engines' group, then `update_fn` per step."""
     p = argparse.ArgumentParser()
     p.add_argument("--engines", required=True)
     p.add_argument("--ranks", required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--selector", default="target")
-    p.add_argument("--group", default="miles-pp_0")
+    p.add_argument("--group", default=group)
     p.add_argument("--bucket-bytes", type=int, default=1 << 20)
     p.add_argument("--timeout", type=float, default=60)
     args = p.parse_args()
@@ -192,9 +193,9 @@ def main():
     metas = target_tensors(urls[0], args.timeout)
     store, pg = join_group(args, urls, ranks, timeout)
     for step in range(1, args.steps + 1):
-        update(args, urls, pg, metas, step)
+        update_fn(args, urls, pg, metas, step)
     del pg, store
 
 
 if __name__ == "__main__":
-    main()
+    run(update, "miles-pp_0")

@@ -12,15 +12,13 @@ GET /get_weight_version, which must be the step's. Success is judged by HTTP sta
 
 Prints one JSON line per step: {"step", "digests": {name: xxh3_128 hex}, "bytes", "seconds"}.
 """
-import argparse
-import datetime
 import json
 import sys
 import time
 
 import torch
 
-from miles_style_trainer import buckets, flush, join_group, ok, send_bucket, target_tensors
+from miles_style_trainer import buckets, flush, ok, run, send_bucket
 
 
 def update(args, urls, pg, metas, step):
@@ -45,24 +43,5 @@ def update(args, urls, pg, metas, step):
           flush=True)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--engines", required=True)
-    p.add_argument("--ranks", required=True)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--group", default="slime-pp_0")
-    p.add_argument("--bucket-bytes", type=int, default=1 << 20)
-    p.add_argument("--timeout", type=float, default=60)
-    args = p.parse_args()
-    urls = args.engines.split(",")
-    ranks = [int(r) for r in args.ranks.split(",")]
-    timeout = datetime.timedelta(seconds=args.timeout)
-    metas = target_tensors(urls[0], args.timeout)
-    store, pg = join_group(args, urls, ranks, timeout)
-    for step in range(1, args.steps + 1):
-        update(args, urls, pg, metas, step)
-    del pg, store
-
-
 if __name__ == "__main__":
-    main()
+    run(update, "slime-pp_0")
