@@ -83,29 +83,46 @@ class DupOp : public PendingOp {
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
-// Phase 1 gathers the block sizes; the root then sizes its buffer and posts phase 2. Other
-// ranks need no sizes but their own, so they post both phases at once.
+// Phase 1 shares the block sizes with every rank (an allgather, so that when it completes every
+// rank knows all the others have arrived); then the root sizes its buffer and every rank posts
+// phase 2, the blocks. Phase 2 polls fast (moving()) only between ranks that are all there: a
+// rank that arrived early sleeps between polls instead of spinning while a peer still computes.
 class GathervOp : public PendingOp {
  public:
-  GathervOp(MPI_Comm comm, int root, int rank, int size, std::vector<std::byte> send)
-      : comm_(comm), root_(root), size_(size), send_(std::move(send)) {
+  GathervOp(MPI_Comm comm, int root, int rank, int size, std::shared_ptr<const void> owner,
+            std::span<const std::byte> send, GatheredBytes reuse)
+      : comm_(comm),
+        root_(root),
+        size_(size),
+        owner_(std::move(owner)),
+        send_(send),
+        result_(std::move(reuse)) {
     my_bytes_ = send_.size();
     WC_ENFORCE_LE(my_bytes_, static_cast<std::uint64_t>(INT_MAX), "gatherv block too large");
     is_root_ = rank == root;
-    if (is_root_) sizes_.resize(static_cast<std::size_t>(size_));
-    check_mpi(MPI_Igather(&my_bytes_, 1, MPI_UINT64_T, sizes_.data(), 1, MPI_UINT64_T, root_, comm_,
-                          &sizes_request_),
-              "MPI_Igather", comm_);
-    if (!is_root_) post_blocks();
+    sizes_.resize(static_cast<std::size_t>(size_));
+    check_mpi(MPI_Iallgather(&my_bytes_, 1, MPI_UINT64_T, sizes_.data(), 1, MPI_UINT64_T, comm_,
+                             &sizes_request_),
+              "MPI_Iallgather", comm_);
   }
 
   bool progress() override {
     if (!test(sizes_request_)) return false;
-    if (is_root_ && !blocks_posted_) {
-      size_receive_buffer();
+    if (!blocks_posted_) {
+      if (is_root_) {
+        size_receive_buffer();
+      } else {
+        moving_bytes_ = my_bytes_ > 0;
+      }
       post_blocks();
     }
     return test(blocks_request_);
+  }
+
+  // Bulk bytes between ranks that have all arrived are in flight: the root receives some, or
+  // this rank sends a non-empty block.
+  bool moving() const override {
+    return blocks_posted_ && blocks_request_ != MPI_REQUEST_NULL && moving_bytes_;
   }
 
   GatheredBytes take_result() { return std::move(result_); }
@@ -123,7 +140,9 @@ class GathervOp : public PendingOp {
       total += sizes_[r];
       result_.offsets[r + 1] = static_cast<std::size_t>(total);
     }
-    result_.data.resize(static_cast<std::size_t>(total));
+    // Grows only: a reused buffer keeps its pages (and skips zero-filling what it overwrites).
+    if (result_.data.size() < total) result_.data.resize(static_cast<std::size_t>(total));
+    moving_bytes_ = total > my_bytes_;
   }
 
   void post_blocks() {
@@ -139,7 +158,9 @@ class GathervOp : public PendingOp {
   int size_;
   bool is_root_ = false;
   bool blocks_posted_ = false;
-  std::vector<std::byte> send_;
+  bool moving_bytes_ = false;          // the blocks phase moves bytes between ranks
+  std::shared_ptr<const void> owner_;  // keeps send_'s memory alive while MPI may read it
+  std::span<const std::byte> send_;
   std::uint64_t my_bytes_ = 0;
   std::vector<std::uint64_t> sizes_;
   std::vector<int> counts_;
@@ -204,11 +225,22 @@ std::span<const std::byte> GatheredBytes::block(int rank) const {
   return std::span<const std::byte>(data).subspan(offsets[r], offsets[r + 1] - offsets[r]);
 }
 
-GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::vector<std::byte> send,
-                            Deadline deadline) {
+GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::vector<std::byte> send, Deadline deadline,
+                            GatheredBytes reuse) {
+  auto owner = std::make_shared<const std::vector<std::byte>>(std::move(send));
+  const std::span<const std::byte> bytes(*owner);
+  return gatherv_bytes(comm, root, std::move(owner), bytes, deadline, std::move(reuse));
+}
+
+GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::shared_ptr<const void> owner,
+                            std::span<const std::byte> send, Deadline deadline,
+                            GatheredBytes reuse) {
   const CommInfo info = info_of(comm);
   enforce_root(root, info);
-  return run_to_end(std::make_unique<GathervOp>(comm, root, info.rank, info.size, std::move(send)),
+  WC_ENFORCE(send.empty() || owner != nullptr, "gatherv_bytes: a block needs an owner");
+  if (info.rank != root) reuse = GatheredBytes{};
+  return run_to_end(std::make_unique<GathervOp>(comm, root, info.rank, info.size, std::move(owner),
+                                                send, std::move(reuse)),
                     deadline, describe("gatherv_bytes", root), comm,
                     [](GathervOp& op) { return op.take_result(); });
 }

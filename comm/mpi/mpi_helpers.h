@@ -21,11 +21,13 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "comm/deadline.h"
+#include "comm/huge_pages.h"
 #include "comm/mpi/topology.h"
 
 namespace weightcast::comm::mpi {
@@ -98,7 +100,7 @@ Comm stage_group(const Topology& topo, MPI_Comm world, Deadline deadline);
 
 // What gatherv_bytes delivers on the root: every rank's block, back to back, in rank order.
 struct GatheredBytes {
-  std::vector<std::byte> data;
+  HugePageBytes data;  // huge pages: MPI receives into fresh ones ~12x faster (comm/huge_pages.h)
   std::vector<std::size_t> offsets;  // size() + 1 entries; block r is [offsets[r], offsets[r+1])
 
   int size() const { return offsets.empty() ? 0 : static_cast<int>(offsets.size() - 1); }
@@ -108,10 +110,22 @@ struct GatheredBytes {
 // Collective over `comm`: gathers each rank's `send` on `root` (block sizes may differ and may
 // be zero; they are exchanged first). Returns the blocks on the root, an empty result elsewhere.
 // `send` is taken by value because MPI may still read it after a timeout.
+// `reuse` (root only): a result of an earlier call whose buffer receives this one's blocks, so a
+// caller that gathers step after step writes into memory that has already received (with Open
+// MPI's shared-memory transport, receiving into new memory is what made the trainer's EP gather
+// slow: docs/performance.md, "The stage gather, fixed"). The buffer only grows; `data` may then
+// be longer than the blocks (offsets.back() is their end).
 // Throws EnforceError for a root out of range or a block or block offset above INT_MAX bytes
 // (MPI counts and displacements are int), TimeoutError when `deadline` passes.
-GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::vector<std::byte> send,
-                            Deadline deadline);
+GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::vector<std::byte> send, Deadline deadline,
+                            GatheredBytes reuse = {});
+// The same without copying the block: `send` lies in memory that `owner` keeps alive (the
+// operation holds `owner` until MPI is done reading, past a timeout if need be). A block that
+// is a slice of a larger buffer goes out in place, instead of through a fresh copy whose pages
+// are written for the first time (measured: the copy, not the transfer, was most of a group).
+GatheredBytes gatherv_bytes(MPI_Comm comm, int root, std::shared_ptr<const void> owner,
+                            std::span<const std::byte> send, Deadline deadline,
+                            GatheredBytes reuse = {});
 
 // Collective over `comm`: returns once every rank has entered. Throws TimeoutError.
 void barrier(MPI_Comm comm, Deadline deadline);

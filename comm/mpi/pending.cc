@@ -68,6 +68,14 @@ class Backoff {
     std::this_thread::sleep_for(delay_);
     delay_ = std::min(delay_ * 2, std::chrono::microseconds(1000));
   }
+  // Bytes are moving: poll again as soon as the scheduler lets us, as a blocking MPI call would.
+  // A transport that moves a large message in fragments (shared memory without cross-memory
+  // attach, TCP) advances only when polled, so sleeping up to 1 ms between polls caps it at a
+  // few fragments per millisecond.
+  void hurry() {
+    std::this_thread::yield();
+    delay_ = std::chrono::microseconds(10);
+  }
 
  private:
   std::chrono::microseconds delay_{10};
@@ -115,7 +123,11 @@ void run_bounded(std::unique_ptr<PendingOp>& op, Deadline deadline, const std::s
                          " (this rank: " + std::to_string(rank) +
                          "); the operation is still pending, the caller must MPI_Abort");
     }
-    backoff.pause();
+    if (op->moving()) {
+      backoff.hurry();
+    } else {
+      backoff.pause();
+    }
   }
 }
 

@@ -23,6 +23,9 @@ class PendingOp {
   // Tests the requests in flight, posts the next phase when one finishes; true once all are
   // done. Must not throw while a request is in flight.
   virtual bool progress() = 0;
+  // True while bulk bytes are in flight between ranks that have all arrived: the poll loop then
+  // yields instead of sleeping, since each poll is what moves the transport's next fragments.
+  virtual bool moving() const { return false; }
 };
 
 // Throws PeerError naming `call` and the communicator size when rc is not MPI_SUCCESS (only

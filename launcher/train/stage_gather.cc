@@ -41,6 +41,21 @@ StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
   }
 }
 
+void StageGather::prepare(int stage_ranks) {
+  // Zero-filled, so every page is written now: on a virtual machine a page costs its first
+  // write (docs/performance.md), which made the first step's gather 4-5 s for 1 GiB.
+  if (tensors_.empty()) tensors_ = sync::trainer::allocate_hf(params_);
+  if (stage_ranks <= 1) return;
+  // What one gatherv brings from the other ranks, at most: a group's bytes less the source's.
+  std::size_t most = 0;
+  for (const Group& g : groups_) {
+    std::size_t full = 0;
+    for (std::size_t p = g.first_param; p < g.end_param; ++p) full += params_[p].byte_count();
+    most = std::max(most, full - std::min(full, g.bytes));
+  }
+  if (received_.data.size() < most) received_.data.resize(most);
+}
+
 StageGather::~StageGather() {
   if (thread_.joinable()) thread_.join();
 }
@@ -55,16 +70,16 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
     WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of group ", i);
     // The source alone in its stage (tp 1, ep 1): its own bytes are the only block, read in
     // place; a gatherv would only copy them twice into fresh buffers.
-    comm::mpi::GatheredBytes gathered;
     std::vector<std::span<const std::byte>> blocks;
     if (ranks == 1) {
       blocks.push_back(std::span(mine).subspan(g.offset, g.bytes));
     } else {
-      std::vector<std::byte> send(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
-                                  mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
-      gathered = comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+      // The source's own block is read in place (it sends an empty one), and the others land
+      // in the buffer the previous groups and steps received into (gatherv_bytes: reuse).
+      received_ = comm::mpi::gatherv_bytes(stage, 0, {}, deadline, std::move(received_));
       // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards.
-      for (int r = 0; r < tp_ * ep_; ++r) blocks.push_back(gathered.block(r));
+      blocks.push_back(std::span(mine).subspan(g.offset, g.bytes));
+      for (int r = 1; r < tp_ * ep_; ++r) blocks.push_back(received_.block(r));
     }
     sync::trainer::assemble_hf_into(
         std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks, tp_,
@@ -79,10 +94,10 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
   gather_seconds_ = comm::seconds_since(start);
 }
 
-void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadline deadline,
-                        bool threaded) {
+void StageGather::start(MPI_Comm stage, Shards mine, comm::Deadline deadline, bool threaded) {
+  WC_ENFORCE(mine != nullptr, "start() needs the source's shard bytes");
   WC_ENFORCE(!thread_.joinable(), "finish() the previous step first");
-  if (tensors_.empty()) tensors_ = sync::trainer::allocate_hf(params_);  // reused step after step
+  prepare(1);  // where the caller did not (the tensors are reused step after step)
   {
     std::lock_guard lock(mu_);
     filled_ = 0;
@@ -91,12 +106,12 @@ void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadl
     await_seconds_ = 0;
   }
   if (!threaded) {
-    gather_all(stage, mine, deadline);
+    gather_all(stage, *mine, deadline);
     return;
   }
   thread_ = std::thread([this, stage, mine = std::move(mine), deadline] {
     try {
-      gather_all(stage, mine, deadline);
+      gather_all(stage, *mine, deadline);
     } catch (...) {
       std::lock_guard lock(mu_);
       error_ = std::current_exception();
@@ -105,16 +120,16 @@ void StageGather::start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadl
   });
 }
 
-void StageGather::contribute(MPI_Comm stage, const std::vector<std::byte>& mine,
-                             comm::Deadline deadline) {
+void StageGather::contribute(MPI_Comm stage, const Shards& mine, comm::Deadline deadline) {
   for (const Group& g : groups_) {
-    std::vector<std::byte> send;
-    if (!mine.empty()) {
-      WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of a gather group");
-      send.assign(mine.begin() + static_cast<std::ptrdiff_t>(g.offset),
-                  mine.begin() + static_cast<std::ptrdiff_t>(g.offset + g.bytes));
+    // Each group's slice goes out in place (a copy into fresh memory cost more than the
+    // transfer); the gather keeps `mine` alive for as long as MPI may read it.
+    std::span<const std::byte> send;
+    if (mine && !mine->empty()) {
+      WC_ENFORCE_LE(g.offset + g.bytes, mine->size(), "shard bytes of a gather group");
+      send = std::span<const std::byte>(*mine).subspan(g.offset, g.bytes);
     }
-    comm::mpi::gatherv_bytes(stage, 0, std::move(send), deadline);
+    comm::mpi::gatherv_bytes(stage, 0, mine, send, deadline);
   }
 }
 

@@ -1,22 +1,23 @@
 // StageGather: one training step's TP (and EP) shards of a pipeline stage, gathered to the stage
-// source in groups of about one bucket each (an MPI gatherv per group), so the source's broadcast
-// of the buckets already gathered overlaps the gather of the next ones (docs/performance.md, "TP
-// gather overlapped with the broadcast").
+// source and converted into its HF tensors, in groups (an MPI gatherv per group).
 //
 // The groups are consecutive Megatron params of at most `group_bytes` (a larger param is a group
 // of its own), the same on every rank: each rank cuts its shard bytes (rank_shards(): the params
 // back to back) into the same groups and every rank of the stage communicator calls one gatherv
-// per group, in order (a source alone in its stage reads its own bytes in place). The source (stage
-// rank 0) runs them on a thread of its own (start()) and fills its HF tensors in place, group by
-// group; await() blocks until a tensor is filled. Every other rank contributes in its calling
-// thread (contribute()). Without MPI_THREAD_MULTIPLE the source gathers every group inside start()
-// instead: no overlap, the same bytes. With expert parallelism the stage's first `ep` data-parallel
-// replicas are its EP ranks: each TP rank of EP rank p contributes the experts p holds
-// (rank_shards() with ep_rank p), EP rank 0 the dense params too, so expert bytes join the same
-// overlapped gather, group by group, and the source broadcasts each expert's buckets while the next
-// group is still being gathered. Lifetime: one per rank, reused step after step (the tensors'
-// buffers stay allocated); finish() joins the step's thread. Threading: start/contribute/finish
-// from the rank's main thread, await() from any thread.
+// per group, in order. Every rank sends its slices in place; the source reads its own in place
+// and receives the others into one buffer kept from group to group and step to step (fresh
+// receive memory made the gather an order of magnitude slower: docs/performance.md). With
+// `group_bytes` SIZE_MAX (`--tp-gather whole`, the default) the whole stage is one group,
+// gathered before the update opens. With about a bucket (`overlap`) the source runs the groups
+// on a thread of its own (start()) while it broadcasts the buckets already gathered; await()
+// blocks until a tensor is filled. Every other rank contributes in its calling thread
+// (contribute()). Without MPI_THREAD_MULTIPLE the source gathers every group inside start()
+// instead. With expert parallelism the stage's first `ep` data-parallel replicas are its EP
+// ranks: each TP rank of EP rank p contributes the experts p holds (rank_shards() with ep_rank
+// p), EP rank 0 the dense params too. Lifetime: one per rank, reused step after step (tensors and
+// receive buffer stay allocated; prepare() allocates them at setup); finish() joins the step's
+// thread. Threading: prepare/start/contribute/finish from the rank's main thread, await() from
+// any thread.
 #pragma once
 
 #include <mpi.h>
@@ -24,6 +25,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "comm/mpi/mpi_helpers.h"
 #include "sync/trainer/megatron.h"
 #include "sync/trainer/tensors.h"
 
@@ -47,11 +50,18 @@ class StageGather {
   StageGather(const StageGather&) = delete;
   StageGather& operator=(const StageGather&) = delete;
 
+  // A rank's shard bytes (rank_shards()), shared with the gather's MPI operations, which read
+  // them in place and may outlive the call after a timeout.
+  using Shards = std::shared_ptr<const std::vector<std::byte>>;
+
+  // Source, at setup: allocates and writes the stage's HF tensors and, with `stage_ranks` > 1,
+  // the receive buffer, so that the first step costs what the others do.
+  void prepare(int stage_ranks);
   // Source: gathers `mine` (this rank's rank_shards()) and every other rank's blocks group by
   // group into tensors(), on a thread when `threaded`, else before returning.
-  void start(MPI_Comm stage, std::vector<std::byte> mine, comm::Deadline deadline, bool threaded);
-  // Any other rank of the stage: sends `mine` (empty for dp > 0 replicas) group by group.
-  void contribute(MPI_Comm stage, const std::vector<std::byte>& mine, comm::Deadline deadline);
+  void start(MPI_Comm stage, Shards mine, comm::Deadline deadline, bool threaded);
+  // Any other rank of the stage: sends `mine` (null or empty for dp > 0 replicas) group by group.
+  void contribute(MPI_Comm stage, const Shards& mine, comm::Deadline deadline);
   // Source: returns once the tensor `name` is filled; rethrows the gather's error; throws
   // comm::TimeoutError when `deadline` passes first, comm::ConfigError for an unknown name.
   void await(const std::string& name, comm::Deadline deadline);
@@ -85,6 +95,7 @@ class StageGather {
   std::vector<Group> groups_;
   std::vector<sync::trainer::HostTensor> tensors_;
   std::unordered_map<std::string, std::size_t> group_of_;  // HF tensor name -> group
+  comm::mpi::GatheredBytes received_;  // the source's receive buffer, reused group after group
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -167,10 +167,11 @@ void add_step_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   one_of(app, "--tp-gather", o.tp_gather,
-         "overlap: gather the TP shards to the stage source in groups of about a bucket, each "
-         "group's buckets broadcast while the next is gathered; whole: one gather of the whole "
-         "stage before the first bucket (the way to measure the overlap)",
-         {"overlap", "whole"});
+         "how a stage source gets its TP (and EP) ranks' shards: whole: gathered before the "
+         "update opens (measured faster where the cores are busy); overlap: in groups of about "
+         "a bucket on a thread, each group's buckets broadcast while the next is gathered (for "
+         "hosts with a core to spare)",
+         {"whole", "overlap"});
 }
 
 }  // namespace

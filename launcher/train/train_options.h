@@ -79,7 +79,7 @@ struct TrainOptions {
   std::string delta_codec = "xor_zstd";
   // overlap: the TP gather in groups of about a bucket, overlapped with the broadcast; whole: one
   // gather of the whole stage before the first bucket (launcher/train/stage_gather.h).
-  std::string tp_gather = "overlap";
+  std::string tp_gather = "whole";
   std::string drift = "jump";  // jump (fill_tensor's step k) | realistic (sync/model/drift.h)
   double drift_lr = 0;         // 0: the realistic rate
 };

@@ -52,8 +52,9 @@ class Rank {
     stage_comm_ = mpi::stage_group(topo_, MPI_COMM_WORLD, mpi_deadline());
     sources_comm_ = mpi::split(MPI_COMM_WORLD, topo_.is_stage_source() ? 0 : 1, topo_.pp_rank(),
                                mpi_deadline());
-    // The stage's TP gather in groups of about a bucket, so that on the source it overlaps the
-    // broadcast of the buckets already gathered (a thread of its own needs MPI_THREAD_MULTIPLE).
+    // The stage's TP and EP gather: whole (the default), before the update opens; or overlap,
+    // in groups of about a bucket on a thread of the source (needs MPI_THREAD_MULTIPLE), each
+    // group's buckets broadcast while the next is gathered (docs/performance.md).
     const bool whole = o.tp_gather == "whole";
     gather_ = std::make_unique<StageGather>(
         params_, o.tp, topo_.tp_rank(), o.ep, ep_rank_,
@@ -64,6 +65,7 @@ class Rank {
     // before the update opens, as the bench's weights are ready before it, rather than on a
     // thread racing the update's own (measured: 2.5x the bench overlapped, 1.0x before).
     threaded_gather_ = !whole && provided == MPI_THREAD_MULTIPLE && stage_comm_.size() > 1;
+    if (topo_.is_stage_source()) gather_->prepare(stage_comm_.size());
   }
 
   int run() {
@@ -268,8 +270,8 @@ class Rank {
 int Rank::run_step(int step) {
   times_ = StepTimes{};
   times_.start = comm::Clock::now();
-  std::vector<std::byte> mine;
-  if (ep_rank_ >= 0) mine = shards_at(step);
+  StageGather::Shards mine;
+  if (ep_rank_ >= 0) mine = std::make_shared<const std::vector<std::byte>>(shards_at(step));
   times_.gen = comm::seconds_since(times_.start);
   RankStatus line;
   if (topo_.is_stage_source()) {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <ostream>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,6 +155,69 @@ TEST(Gatherv, AllBlocksEmpty) {
     EXPECT_TRUE(got.data.empty());
     for (int r = 0; r < kWorldSize; ++r) EXPECT_TRUE(got.block(r).empty());
   }
+}
+
+// A root that passes its last result back receives into the same memory, which only grows:
+// blocks stay right when a later gather brings fewer bytes than an earlier one.
+TEST(Gatherv, RootReusesItsBufferAcrossCalls) {
+  const int root = 2;
+  GatheredBytes kept;
+  const std::byte* first = nullptr;
+  for (int round = 0; round < 3; ++round) {
+    // Round 1 sends nothing from odd ranks: fewer bytes than round 0 into the same buffer.
+    std::vector<std::byte> send = make_shard(world_rank());
+    if (round == 1 && world_rank() % 2 == 1) send.clear();
+    kept = gatherv_bytes(MPI_COMM_WORLD, root, std::move(send), generous(), std::move(kept));
+    if (world_rank() != root) {
+      EXPECT_EQ(kept.size(), 0);
+      continue;
+    }
+    ASSERT_EQ(kept.size(), kWorldSize);
+    for (int r = 0; r < kWorldSize; ++r) {
+      if (round == 1 && r % 2 == 1) {
+        EXPECT_TRUE(kept.block(r).empty()) << "round " << round << " rank " << r;
+      } else {
+        expect_block(kept, r, r);
+      }
+    }
+    if (round == 0) first = kept.data.data();
+    EXPECT_EQ(kept.data.data(), first) << "round " << round << " reallocated the buffer";
+  }
+}
+
+// A block sent in place out of a larger buffer: the gather holds the owner, so the caller may
+// drop its own reference before the collective ends.
+TEST(Gatherv, SendsASliceInPlace) {
+  auto whole = std::make_shared<std::vector<std::byte>>(make_shard(world_rank()));
+  const std::size_t skip = whole->size() / 3;
+  const std::span<const std::byte> slice = std::span<const std::byte>(*whole).subspan(skip);
+  const std::vector<std::byte> want(slice.begin(), slice.end());
+  std::shared_ptr<const void> owner = std::move(whole);
+  const GatheredBytes got = gatherv_bytes(MPI_COMM_WORLD, 0, std::move(owner), slice, generous());
+  const std::vector<std::vector<std::byte>> all = [] {
+    std::vector<std::vector<std::byte>> v;
+    for (int r = 0; r < kWorldSize; ++r) {
+      auto shard = make_shard(r);
+      v.emplace_back(shard.begin() + static_cast<std::ptrdiff_t>(shard.size() / 3), shard.end());
+    }
+    return v;
+  }();
+  EXPECT_EQ(all[static_cast<std::size_t>(world_rank())], want);
+  if (world_rank() != 0) return;
+  ASSERT_EQ(got.size(), kWorldSize);
+  for (int r = 0; r < kWorldSize; ++r) {
+    const auto block = got.block(r);
+    const auto& expected = all[static_cast<std::size_t>(r)];
+    ASSERT_EQ(block.size(), expected.size()) << "rank " << r;
+    EXPECT_TRUE(std::equal(block.begin(), block.end(), expected.begin())) << "rank " << r;
+  }
+}
+
+TEST(Misuse, ABlockWithoutAnOwnerIsRejected) {
+  const std::vector<std::byte> bytes(8);
+  EXPECT_THROW(
+      gatherv_bytes(MPI_COMM_SELF, 0, nullptr, std::span<const std::byte>(bytes), generous()),
+      EnforceError);
 }
 
 TEST(Misuse, IsRejectedBeforeAnythingIsPosted) {

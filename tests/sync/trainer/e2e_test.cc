@@ -100,10 +100,12 @@ TEST(TrainerE2E, KilledEngineFailsTheUpdateNamingItAndTheOtherKeepsItsVersion) {
   std::vector<Engine> engines;
   engines.push_back(start_engine(1));
   engines.push_back(start_engine(2));
-  // Small buckets and a pause after each make an update last several seconds.
+  // Small buckets and a pause after each make an update last several seconds. The overlapped
+  // gather (not the default): its thread must end with the failed step, not hang the job.
   auto trainer =
       start_trainer(engines, {"--steps", "3", "--bucket-bytes", "64K", "--bucket-delay-ms", "60",
-                              "--update-timeout-ms", "20000", "--request-timeout-ms", "10000"});
+                              "--update-timeout-ms", "20000", "--request-timeout-ms", "10000",
+                              "--tp-gather", "overlap"});
   ASSERT_TRUE(trainer->wait_for_line("step 1/3 version 1", seconds(60))) << trainer->output();
   const auto before = client(engines[0]).weights_checksum(Runner::kTarget);
   ASSERT_EQ(before.weight_version, "1");

@@ -120,14 +120,16 @@ TEST(MoeE2E, Tp2Ep2Pp2UpdatesTwoEnginesWithEveryExpertBitExact) {
 
 // DeepSeek style (MLA, a dense layer, shared experts) with the grouped expert layout, EP 4 and a
 // bucket size (600K) that would cut the MLA down projections of layers 0 and 1 apart without the
-// atomic-group rule.
+// atomic-group rule. The EP ranks' experts join the overlapped gather here (--tp-gather
+// overlap); the test above takes the default, the whole stage gathered before the update.
 TEST(MoeE2E, DeepSeekStyleGroupedLayoutEp4WithAtomicGroups) {
   const ModelSpec spec = model_preset("deepseek-tiny");
   std::vector<testing::TestEngine> engines;
   engines.push_back(start_moe_engine(1, "deepseek-tiny"));
-  auto trainer = start_trainer(4, engines,
-                               {"--model", "deepseek-tiny", "--ep", "4", "--expert-layout",
-                                "grouped", "--steps", "2", "--verify", "--bucket-bytes", "600K"});
+  auto trainer = start_trainer(
+      4, engines,
+      {"--model", "deepseek-tiny", "--ep", "4", "--expert-layout", "grouped", "--steps", "2",
+       "--verify", "--bucket-bytes", "600K", "--tp-gather", "overlap"});
   const auto code = trainer->wait(seconds(120));
   const std::string out = trainer->drain(seconds(5));
   ASSERT_EQ(code, std::optional<int>(0)) << out;
