@@ -68,17 +68,13 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     const Group& g = groups_[i];
     WC_ENFORCE_LE(g.offset + g.bytes, mine.size(), "shard bytes of group ", i);
-    // The source alone in its stage (tp 1, ep 1): its own bytes are the only block, read in
-    // place; a gatherv would only copy them twice into fresh buffers.
-    std::vector<std::span<const std::byte>> blocks;
-    if (ranks == 1) {
-      blocks.push_back(std::span(mine).subspan(g.offset, g.bytes));
-    } else {
-      // The source's own block is read in place (it sends an empty one), and the others land
-      // in the buffer the previous groups and steps received into (gatherv_bytes: reuse).
+    // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards. The
+    // source's own (block 0) is read in place: it sends an empty one, and alone in its stage it
+    // calls no gatherv at all. The others land in the buffer the previous groups and steps
+    // received into (gatherv_bytes: reuse).
+    std::vector<std::span<const std::byte>> blocks{std::span(mine).subspan(g.offset, g.bytes)};
+    if (ranks > 1) {
       received_ = comm::mpi::gatherv_bytes(stage, 0, {}, deadline, std::move(received_));
-      // Stage rank tp_rank + tp * dp_rank: the first tp * ep blocks are the EP ranks' shards.
-      blocks.push_back(std::span(mine).subspan(g.offset, g.bytes));
       for (int r = 1; r < tp_ * ep_; ++r) blocks.push_back(received_.block(r));
     }
     sync::trainer::assemble_hf_into(

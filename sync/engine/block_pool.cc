@@ -7,12 +7,13 @@
 #include <mutex>
 #include <new>
 
+#include "comm/huge_pages.h"
+
 namespace weightcast::sync::engine {
 
 namespace {
 
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kHugePage = std::size_t{2} << 20;
 // A free piece at least this much larger than a request is split; smaller slack stays attached
 // (a bucket a little smaller than its block, the usual last bucket).
 constexpr std::size_t kSplitBytes = std::size_t{1} << 20;
@@ -33,7 +34,7 @@ struct Arena {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     // Advice only: where huge pages are off, the arena is backed by small pages.
-    if (huge && size >= kHugePage) madvise(p, size, MADV_HUGEPAGE);
+    if (huge && size >= comm::kHugePageBytes) madvise(p, size, MADV_HUGEPAGE);
     base = static_cast<std::byte*>(p);
   }
   ~Arena() { munmap(base, size); }
