@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "comm/huge_pages.h"
 
@@ -52,30 +53,67 @@ struct Piece {
 
 struct BlockPool::State {
   std::mutex mu;
-  std::multimap<std::size_t, Piece> free;  // by capacity
+  // By address, so that a piece given back merges with its free neighbours of the same arena:
+  // blocks come back in another order and other sizes than they were taken in (a multi-rank
+  // engine's other ranks give theirs back at once, rank 0's go with the weights they hold), and
+  // without merging the pool would fragment into pieces too small for the next bucket.
+  std::map<std::byte*, Piece> free;
   BlockPoolStats stats;
 
   void give_back(Piece piece) {
     std::lock_guard lock(mu);
     stats.free_bytes += piece.capacity;
-    free.emplace(piece.capacity, std::move(piece));
+    auto it = free.emplace(piece.data, std::move(piece)).first;
+    const auto adjacent = [](const Piece& a, const Piece& b) {
+      return a.arena == b.arena && a.data + a.capacity == b.data;
+    };
+    if (auto next = std::next(it); next != free.end() && adjacent(it->second, next->second)) {
+      it->second.capacity += next->second.capacity;
+      free.erase(next);
+    }
+    if (it != free.begin()) {
+      if (auto prev = std::prev(it); adjacent(prev->second, it->second)) {
+        prev->second.capacity += it->second.capacity;
+        free.erase(it);
+      }
+    }
   }
 
   // Takes the best-fitting free piece for `need` bytes, splitting off a large remainder.
   bool take(std::size_t need, Piece& out) {
-    auto it = free.lower_bound(need);
-    if (it == free.end()) return false;
-    out = std::move(it->second);
-    free.erase(it);
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      const std::size_t cap = it->second.capacity;
+      if (cap >= need && (best == free.end() || cap < best->second.capacity)) best = it;
+    }
+    if (best == free.end()) return false;
+    out = std::move(best->second);
+    free.erase(best);
     stats.free_bytes -= out.capacity;
     stats.reuses += 1;
     if (out.capacity - need >= kSplitBytes) {
       Piece rest{out.arena, out.data + need, out.capacity - need};
       out.capacity = need;
       stats.free_bytes += rest.capacity;
-      free.emplace(rest.capacity, std::move(rest));
+      free.emplace(rest.data, std::move(rest));
     }
     return true;
+  }
+
+  // Moves the arenas that are wholly free and smaller than `need` into `dropped`: the bucket
+  // sizes grew past them. Arenas still partly in use keep their free pieces.
+  void drop_free_arenas_below(std::size_t need, std::vector<Piece>& dropped) {
+    for (auto it = free.begin(); it != free.end();) {
+      const Piece& p = it->second;
+      if (p.data == p.arena->base && p.capacity == p.arena->size && p.capacity < need) {
+        stats.free_bytes -= p.capacity;
+        stats.allocated_bytes -= p.capacity;
+        dropped.push_back(std::move(it->second));
+        it = free.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 };
 
@@ -85,16 +123,12 @@ BlockPool::~BlockPool() = default;
 std::shared_ptr<const Block> BlockPool::acquire(std::size_t bytes) {
   const std::size_t need = round_up(bytes == 0 ? 1 : bytes, kPage);
   Piece piece;
-  std::multimap<std::size_t, Piece> dropped;  // released after the lock
+  std::vector<Piece> dropped;  // unmapped after the lock
   {
     std::lock_guard lock(state_->mu);
     auto& s = *state_;
     if (!s.take(need, piece)) {
-      // Every pooled piece is smaller than what is asked now: the bucket sizes grew, so they
-      // would only sit there.
-      dropped.swap(s.free);
-      for (auto& [cap, p] : dropped) s.stats.allocated_bytes -= cap;
-      s.stats.free_bytes = 0;
+      s.drop_free_arenas_below(need, dropped);
       s.stats.allocations += 1;
       s.stats.allocated_bytes += need;
     }

@@ -10,8 +10,12 @@
 // Blocks are never value-initialized: every byte a tensor view covers is written by a receive.
 // Sizing follows demand: a request takes the smallest free block that fits, and a block much
 // larger than the request is split (the rest stays pooled), so one reserved arena serves all the
-// buckets of an update. When nothing fits, the free
-// blocks too small for it are dropped (bucket sizes grew) and a new arena is mapped. Arenas are
+// buckets of an update. A block given back merges with its free neighbours in its arena, so the
+// pool does not fragment when blocks return in another order or size than they were taken (a
+// multi-rank engine's other ranks return theirs at once, rank 0's only when a later commit
+// replaces the weights in them). When nothing fits, the arenas that are wholly free and too small
+// for it are dropped (bucket sizes grew) and a new arena is mapped; arenas partly in use keep
+// their free pieces. Arenas are
 // anonymous mappings. reserve() maps an arena advised for transparent huge pages and pre-faults
 // it ahead of time (at engine start), so not even the first update pays for fresh pages.
 // Lifetime: blocks may outlive the pool (their memory is then freed, not pooled).

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "comm/errors.h"
+#include "comm/huge_pages.h"
 
 namespace weightcast::sync::trainer {
 
@@ -19,6 +20,7 @@ PackBuffer allocate(std::size_t bytes, bool touch) {
   bytes = std::max<std::size_t>(bytes, 1);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
+  if (bytes >= comm::kHugePageBytes) madvise(p, bytes, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
   // Advice only: an older kernel faults the pages in as they are first written.
   madvise(p, bytes, MADV_POPULATE_WRITE);

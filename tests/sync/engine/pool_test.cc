@@ -96,13 +96,41 @@ TEST(BlockPool, ReusesSplitsAndReleasesOnesTooSmall) {
   auto d = pool.acquire(kMiB);  // from the 3 MiB block, split: 2 MiB stay pooled
   EXPECT_EQ(d->capacity(), kMiB);
   EXPECT_EQ(pool.stats().free_bytes, 2 * kMiB);
-  auto e = pool.acquire(5 * kMiB);  // nothing fits: the 2 MiB piece is dropped
+  auto e = pool.acquire(5 * kMiB);  // nothing fits: a new arena; the 3 MiB one is partly in use
   EXPECT_EQ(pool.stats().allocations, 3u);
-  EXPECT_EQ(pool.stats().free_bytes, 0u);
+  EXPECT_EQ(pool.stats().free_bytes, 2 * kMiB) << "a piece of an arena in use is kept";
+  c.reset();  // the 1 MiB arena is wholly free, and smaller than the next request
+  auto f = pool.acquire(6 * kMiB);
+  EXPECT_EQ(pool.stats().allocations, 4u);
+  EXPECT_EQ(pool.stats().free_bytes, 2 * kMiB) << "the wholly free 1 MiB arena is dropped";
+  EXPECT_EQ(pool.stats().allocated_bytes, (3 + 5 + 6) * kMiB);
   pool.reserve(8 * kMiB);
-  auto f = pool.acquire(8 * kMiB);
-  EXPECT_EQ(pool.stats().allocations, 4u) << "a reserved arena serves the next request";
+  auto g = pool.acquire(8 * kMiB);
+  EXPECT_EQ(pool.stats().allocations, 5u) << "a reserved arena serves the next request";
   EXPECT_EQ(pool.stats().reuses, 3u);
+}
+
+TEST(BlockPool, BlocksGivenBackMergeWithTheirFreeNeighbours) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  BlockPool pool;
+  pool.reserve(16 * kMiB);
+  auto a = pool.acquire(4 * kMiB);
+  auto b = pool.acquire(4 * kMiB);
+  auto c = pool.acquire(4 * kMiB);
+  EXPECT_EQ(b->data(), a->data() + 4 * kMiB) << "split pieces follow each other";
+  // Given back out of order: the middle first, then its neighbours.
+  b.reset();
+  a.reset();
+  c.reset();
+  EXPECT_EQ(pool.stats().free_bytes, 16 * kMiB);
+  auto whole = pool.acquire(16 * kMiB);
+  EXPECT_EQ(pool.stats().allocations, 1u) << "the arena is whole again, no new mapping";
+  EXPECT_EQ(whole->capacity(), 16 * kMiB);
+  // A request larger than every arena maps a new one and drops the smaller, wholly free one.
+  whole.reset();
+  auto x = pool.acquire(20 * kMiB);
+  EXPECT_EQ(pool.stats().allocations, 2u);
+  EXPECT_EQ(pool.stats().allocated_bytes, 20 * kMiB) << "the smaller, wholly free arena dropped";
 }
 
 TEST_F(PoolTest, StagedTensorsAreViewsOfTheReceivedBucket) {
