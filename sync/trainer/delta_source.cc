@@ -28,16 +28,22 @@ bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
   ++updates_;
   change_.clear();
   const bool pay = pays();
-  recheck_encode_ = false;
   recheck_link_ = false;
+  // A sample taken by the previous update, of this update's plan, is encoded by this one.
+  recheck_encode_ = !sample_.empty() && sampled_at_ + 1 == updates_ && plans == sample_plans_;
+  sampling_ = false;
   if (mode_ == DeltaMode::kAuto && link_rate_.load() > 0) {
     if (decided_ && *decided_ != pay) change_ = describe(pay);
     decided_ = pay;
     // Keep learning: what the decision rests on is measured again every few updates.
-    recheck_encode_ = !pay && updates_ - encoded_at_ >= kRecheckEvery;
+    sampling_ = !pay && !recheck_encode_ && updates_ - encoded_at_ >= kRecheckEvery;
     recheck_link_ = pay && updates_ - linked_at_ >= kRecheckEvery;
   }
-  keep_base_ = pay || recheck_encode_;
+  if (!recheck_encode_ && !sampling_) {
+    sample_.clear();
+    sample_plans_.clear();
+  }
+  keep_base_ = pay;
   deltas_ = keep_base_ && delta_base && version_ && *delta_base == *version_ && plans == plans_ &&
             !buckets_.empty();
   if (!keep_base_) {
@@ -46,15 +52,18 @@ bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
     plans_.clear();
     version_.reset();
     next_ = 0;
+    if (sampling_) {
+      sample_plans_ = plans;
+      sample_.assign(plans.size(), {});
+    }
     return false;
   }
   if (plans != plans_ || buckets_.empty()) {
-    // A new plan (first update, other tensors or bucket size): a new base, allocated once.
+    // A new plan (first update, other tensors or bucket size): a new base, allocated once, in
+    // huge pages (written once now: fresh small pages cost the first copy a fault per 4 KiB).
     plans_ = plans;
     buckets_.clear();
-    for (const BucketPlan& plan : plans_) {
-      buckets_.push_back(std::unique_ptr<std::byte[]>(new std::byte[plan.total_bytes + 1]));
-    }
+    for (const BucketPlan& plan : plans_) buckets_.emplace_back(plan.total_bytes + 1);
   }
   base_version_ = deltas_ ? *version_ : std::string();
   version_.reset();  // until finish(): a base mid-update is no version's
@@ -62,10 +71,58 @@ bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
   return deltas_;
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> DeltaSource::sample_ranges(std::size_t bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  if (bytes <= kSampleSlices * kSampleSliceBytes) {
+    if (bytes > 0) out.emplace_back(0, bytes);
+    return out;
+  }
+  for (std::size_t i = 0; i < kSampleSlices; ++i) {
+    out.emplace_back(i * (bytes / kSampleSlices), kSampleSliceBytes);
+  }
+  return out;
+}
+
+void DeltaSource::sample(std::uint64_t k, std::span<const std::byte> packed) {
+  const auto ranges = sample_ranges(packed.size());
+  std::vector<std::byte>& kept = sample_[k];
+  if (recheck_encode_ && !kept.empty()) {
+    // Encode this update's slices against the last one's: the payload ratio and encoder rate on
+    // the model's real changes, at the cost of a few MiB per bucket.
+    std::size_t at = 0;
+    std::size_t bytes = 0;
+    std::size_t payload_bytes = 0;
+    double seconds = 0;
+    for (const auto& [offset, len] : ranges) {
+      const auto start = comm::Clock::now();
+      const bool encoded = encoder_.encode(packed.subspan(offset, len), {kept.data() + at, len},
+                                           len, sample_payload_);
+      seconds += comm::seconds_since(start);
+      payload_bytes += encoded ? sample_payload_.size() : len;
+      bytes += len;
+      at += len;
+    }
+    if (bytes > 0) {
+      const double rate = static_cast<double>(bytes) / std::max(seconds, 1e-9);
+      encode_rate_ = encode_rate_ > 0 ? 0.5 * (encode_rate_ + rate) : rate;
+      payload_ratio_ =
+          0.5 * (payload_ratio_ + static_cast<double>(payload_bytes) / static_cast<double>(bytes));
+      encoded_at_ = updates_;
+    }
+  }
+  if (!sampling_) return;
+  kept.clear();
+  for (const auto& [offset, len] : ranges) {
+    kept.insert(kept.end(), packed.begin() + static_cast<std::ptrdiff_t>(offset),
+                packed.begin() + static_cast<std::ptrdiff_t>(offset + len));
+  }
+}
+
 std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const std::byte> packed,
                                                std::vector<std::byte>& payload) {
   WC_ENFORCE_EQ(k, next_, "buckets are encoded in order");
   if (!keep_base_) {
+    if ((sampling_ || recheck_encode_) && k < sample_.size()) sample(k, packed);
     next_ = k + 1;
     return std::nullopt;
   }
@@ -73,10 +130,10 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
   const BucketPlan& plan = plans_[k];
   WC_ENFORCE_EQ(packed.size(), plan.total_bytes, "packed bucket ", k);
   next_ = k + 1;
-  std::byte* base = buckets_[k].get();
+  std::byte* base = buckets_[k].data();
   std::optional<BucketDelta> delta;
   const bool relink = recheck_link_ && k == 0;  // full, so the link is timed again
-  if (deltas_ && plan.total_bytes > 0 && !relink && (pays() || recheck_encode_)) {
+  if (deltas_ && plan.total_bytes > 0 && !relink && pays()) {
     encoded_at_ = updates_;
     const auto limit = static_cast<std::size_t>(max_ratio_ * static_cast<double>(plan.total_bytes));
     const auto start = comm::Clock::now();
@@ -87,7 +144,7 @@ std::optional<BucketDelta> DeltaSource::encode(std::uint64_t k, std::span<const 
     const double ratio = encoded ? static_cast<double>(payload.size()) / bytes : 1.0;
     encode_rate_ = encode_rate_ > 0 ? 0.5 * (encode_rate_ + rate) : rate;
     payload_ratio_ = 0.5 * (payload_ratio_ + ratio);
-    // A re-check encodes to measure; what it made is sent only where deltas pay on that.
+    // What it made is sent only where deltas still pay on the new measurement.
     if (encoded && pays()) {
       delta = BucketDelta{encoder_.codec(), payload.size(), base_version_, {}};
     }
@@ -160,8 +217,21 @@ void DeltaSource::note_full_broadcast(std::size_t bytes, double seconds) {
   link_rate_.store(old > 0 ? 0.5 * (old + rate) : rate);
 }
 
+std::size_t DeltaSource::kept_bytes() const {
+  std::size_t n = 0;
+  for (const auto& b : buckets_) n += b.size();
+  for (const auto& b : sample_) n += b.size();
+  return n;
+}
+
 void DeltaSource::finish(bool all_sent, const std::string& version) {
   if (keep_base_ && all_sent && next_ == plans_.size()) version_ = version;
+  if (sampling_ && all_sent && next_ == sample_plans_.size()) {
+    sampled_at_ = updates_;
+  } else {
+    sample_.clear();  // encoded, or not a whole update's: either way of no further use
+    sample_plans_.clear();
+  }
   deltas_ = false;
 }
 

@@ -24,8 +24,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "comm/huge_pages.h"
 #include "sync/model/bucket.h"
 #include "sync/model/delta.h"
 #include "sync/protocol/protocol.h"
@@ -46,11 +48,13 @@ namespace weightcast::sync::trainer {
 // memory), and should the link become slow enough, the next update keeps one again and the one
 // after sends deltas. kAuto keeps measuring: while deltas pay, every kRecheckEvery-th update sends
 // its first bucket in full to re-measure the link; while they do not, every kRecheckEvery-th update
-// keeps a base again so the next one encodes the model's real buckets (and sends what pays), which
-// re-measures the payload ratio and the encoder on real data. When the decision flips, change()
-// says so for the report. kOn keeps a base from the first update and sends a delta whenever one is
-// smaller (tests, measurements): deltas from the second update. kOff sends every bucket in full and
-// keeps no base.
+// keeps a sample of each bucket (kSampleSlices slices of kSampleSliceBytes, spread over it) and
+// the next one encodes the same slices of its buckets against it, which re-measures the payload
+// ratio and the encoder on the model's real changes. A re-check sends every bucket in full and
+// costs a few MiB per bucket: not a copy of the stage, nor an encode of it. When the decision
+// flips, change() says so for the report. kOn keeps a base from the first update and sends a delta
+// whenever one is smaller (tests, measurements): deltas from the second update. kOff sends every
+// bucket in full and keeps no base.
 enum class DeltaMode { kOff, kAuto, kOn };
 // "off", "auto" or "on"; anything else throws comm::ConfigError quoting it.
 DeltaMode parse_delta_mode(std::string_view text);
@@ -62,6 +66,10 @@ inline constexpr double kDefaultDeltaMaxRatio = 0.75;
 // kAuto re-measures what it decided on (the link, or the payload ratio and encoder) this often, in
 // updates.
 inline constexpr std::uint64_t kRecheckEvery = 4;
+// A re-check's sample of a bucket: this many slices of this many bytes (the whole bucket when it
+// is no larger).
+inline constexpr std::size_t kSampleSlices = 4;
+inline constexpr std::size_t kSampleSliceBytes = std::size_t{256} << 10;
 
 class DeltaSource {
  public:
@@ -93,6 +101,9 @@ class DeltaSource {
   // empty otherwise.
   const std::string& change() const { return change_; }
 
+  // Bytes this source keeps between updates: the base, and a re-check's sample.
+  std::size_t kept_bytes() const;
+
  private:
   // kAuto: whether a delta is expected to arrive sooner than the full bucket (false while the link
   // is not measured yet); kOn, kOff: true.
@@ -101,6 +112,11 @@ class DeltaSource {
   void calibrate();
   // change()'s text for a decision that `pay`.
   std::string describe(bool pay) const;
+  // kAuto's re-check: samples bucket k (sampling_) and encodes it against the last update's
+  // sample (recheck_encode_).
+  void sample(std::uint64_t k, std::span<const std::byte> packed);
+  // The slices of a bucket of `bytes` that a re-check samples: (offset, length).
+  static std::vector<std::pair<std::size_t, std::size_t>> sample_ranges(std::size_t bytes);
 
   DeltaEncoder encoder_;
   const DeltaMode mode_;
@@ -111,7 +127,7 @@ class DeltaSource {
   double payload_ratio_ = 1;          // payload / bucket of recent encodes
   bool keep_base_ = true;             // this update keeps the base up to date
   std::vector<BucketPlan> plans_;
-  std::vector<std::unique_ptr<std::byte[]>> buckets_;
+  std::vector<comm::HugePageBytes> buckets_;
   std::optional<std::string> version_;
   std::string base_version_;  // the version this update's deltas are against
   bool deltas_ = false;
@@ -120,9 +136,14 @@ class DeltaSource {
   std::uint64_t updates_ = 0;
   std::uint64_t encoded_at_ = 0;  // the last update whose real buckets were encoded
   std::uint64_t linked_at_ = 0;   // the last update with a full broadcast timed
-  bool recheck_encode_ = false;   // this update encodes (and keeps a base) to re-measure
-  bool recheck_link_ = false;     // this update sends bucket 0 in full to re-measure the link
-  std::optional<bool> decided_;   // the last decision made on measurements
+  bool sampling_ = false;         // this update keeps a sample of its buckets to re-measure
+  bool recheck_encode_ = false;   // this update encodes its buckets' slices against the sample
+  std::uint64_t sampled_at_ = 0;  // the update whose buckets sample_ holds
+  std::vector<BucketPlan> sample_plans_;
+  std::vector<std::vector<std::byte>> sample_;  // per bucket, its sample_ranges() concatenated
+  std::vector<std::byte> sample_payload_;
+  bool recheck_link_ = false;    // this update sends bucket 0 in full to re-measure the link
+  std::optional<bool> decided_;  // the last decision made on measurements
   std::string change_;
 };
 

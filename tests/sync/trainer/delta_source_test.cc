@@ -140,14 +140,21 @@ TEST(DeltaAuto, OnAFastLinkItsReChecksSendNoDelta) {
   constexpr double kFastLink = 1e12;  // far faster than any encoder
   std::optional<std::string> base;
   int deltas = 0;
+  int sampled = 0;
+  const std::size_t sample_limit = stage.plans.size() * kSampleSlices * kSampleSliceBytes;
+  ASSERT_LT(sample_limit, stage.plans.size() * 2 * kTensorBytes) << "buckets larger than samples";
   for (std::uint64_t v = 1; v <= 3 * kRecheckEvery; ++v) {
     drift(stage, rng, false);
     const Sent s = update(source, stage, base, std::to_string(v), kFastLink);
     EXPECT_EQ(s.change, "");
     for (bool d : s.delta) deltas += d ? 1 : 0;
     base = source.version();
+    // A re-check keeps slices of the buckets, never a copy of the stage.
+    EXPECT_LE(source.kept_bytes(), sample_limit) << "after update " << v;
+    sampled += source.kept_bytes() > 0 ? 1 : 0;
   }
   EXPECT_EQ(deltas, 0) << "a delta on a link faster than the encoder";
+  EXPECT_GE(sampled, 2) << "no re-check sampled the buckets";
 }
 
 }  // namespace
