@@ -67,10 +67,12 @@ run_scenario() {  # name selector engine-flags...
 
 # The fixed scenario trains realistically (fp32 masters rounded to bf16: about 2% of the elements
 # change per step) with delta updates on (`on`: loopback outruns the encoder, so the default
-# `auto` would keep full buckets here); the old behaviour re-sends every element in full, as it
-# always did (a delta would be refused there: the engine checks the base it holds, and the double
-# shuffle corrupts it).
-train_extra=(--drift realistic --delta on)
+# `auto` would keep full buckets here) in the `sparse` codec: on one host every encode and decode
+# takes a core from the data plane, and sparse decodes about 4x faster than the default xor_zstd,
+# whose smaller payloads pay on slow links instead (docs/performance.md, "Delta updates"); the old
+# behaviour re-sends every element in full, as it always did (a delta would be refused there: the
+# engine checks the base it holds, and the double shuffle corrupts it).
+train_extra=(--drift realistic --delta on --delta-codec sparse)
 run_scenario fixed auto
 train_extra=(--delta off)
 run_scenario legacy all --legacy-finalize

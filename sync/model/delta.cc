@@ -158,15 +158,9 @@ bool DeltaEncoder::State::sparse_encode(std::span<const std::byte> next,
   grow(out, std::min<std::size_t>(cap, std::size_t{64} << 10), cap);
   std::size_t pos = 8;
   std::uint64_t count = 0;
-  // 8 bytes (4 words) at a time; most are equal and skipped with one compare.
-  std::size_t w = 0;
-  for (; w < words; w += 4) {
-    const std::size_t n = std::min<std::size_t>(4, words - w);
-    std::uint64_t x = 0;
-    std::uint64_t y = 0;
-    std::memcpy(&x, next.data() + 2 * w, 2 * n);
-    std::memcpy(&y, base.data() + 2 * w, 2 * n);
-    if (x == y) continue;
+  // Writes the changed words among the (up to) 4 at word w, given as 8-byte lanes; false when
+  // the payload reached the limit.
+  const auto emit = [&](std::size_t w, std::uint64_t x, std::uint64_t y, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       const auto d = static_cast<std::uint16_t>((x ^ y) >> (16 * i));
       if (d == 0) continue;
@@ -177,6 +171,31 @@ bool DeltaEncoder::State::sparse_encode(std::span<const std::byte> next,
       pos += 6;
       count += 1;
     }
+    return true;
+  };
+  // 64 bytes (32 words) at a time: most blocks are equal and skipped with one test of 8 lanes
+  // (the compiler vectorizes it); a block with a change is walked 8 bytes at a time.
+  constexpr std::size_t kLanes = 8;
+  std::size_t w = 0;
+  for (; w + 4 * kLanes <= words; w += 4 * kLanes) {
+    std::uint64_t x[kLanes];
+    std::uint64_t y[kLanes];
+    std::memcpy(x, next.data() + 2 * w, sizeof(x));
+    std::memcpy(y, base.data() + 2 * w, sizeof(y));
+    std::uint64_t any = 0;
+    for (std::size_t l = 0; l < kLanes; ++l) any |= x[l] ^ y[l];
+    if (any == 0) continue;
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      if (x[l] != y[l] && !emit(w + 4 * l, x[l], y[l], 4)) return false;
+    }
+  }
+  for (; w < words; w += 4) {
+    const std::size_t n = std::min<std::size_t>(4, words - w);
+    std::uint64_t x = 0;
+    std::uint64_t y = 0;
+    std::memcpy(&x, next.data() + 2 * w, 2 * n);
+    std::memcpy(&y, base.data() + 2 * w, 2 * n);
+    if (x != y && !emit(w, x, y, n)) return false;
   }
   grow(out, pos + tail, cap);
   put_le(out.data(), count, 8);
