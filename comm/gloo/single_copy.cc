@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "comm/errors.h"
 #include "comm/gloo/gloo_chain.h"
@@ -32,6 +33,8 @@ constexpr std::size_t kDoneBytes = 16;  // magic, u64 sequence
 constexpr std::size_t kAgreeBytes = 8;  // magic, u32 flag
 // A receiver copies in pieces of this size, checking its deadline and interrupt between them.
 constexpr std::size_t kCopyPiece = 4u << 20;
+// Yields before a wait for the ring's next message sleeps in poll() (CopyBroadcast::transfer).
+constexpr int kSpinYields = 200;
 
 std::string copy_key(int rank) {
   return "chain/copy/" + std::to_string(rank);
@@ -191,6 +194,7 @@ class CopyBroadcast {
   void transfer(std::uint8_t* p, std::size_t n, bool out, const char* what) {
     const int fd = out ? links_.succ_fd : links_.pred_fd;
     const int peer = out ? succ_ : pred_;
+    int spins = 0;
     while (n > 0) {
       const ssize_t k =
           out ? ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL) : ::recv(fd, p, n, MSG_DONTWAIT);
@@ -205,6 +209,15 @@ class CopyBroadcast {
         fail(peer, doing(out, what), std::strerror(err),
              err == EPIPE || err == ECONNRESET || err == ENOTCONN);
       }
+      // The next descriptor or token is usually microseconds away (a peer finishing its copy):
+      // yield a bounded number of times before sleeping in poll(), whose wake-up cost this
+      // broadcast's latency at 1-16 MiB (docs/performance.md). Yielding hands the core to any
+      // peer that is runnable, and the deadline and abort are checked in wait().
+      if (++spins <= kSpinYields) {
+        std::this_thread::yield();
+        continue;
+      }
+      spins = 0;
       wait(fd, out, what);
     }
   }
