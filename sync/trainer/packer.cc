@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 
 #include "comm/errors.h"
 #include "comm/huge_pages.h"
@@ -18,12 +17,11 @@ namespace {
 // populated 64 MiB buffer 185-240 ms, into a written one 17-27 ms, the next copies 7-11 ms).
 PackBuffer allocate(std::size_t bytes, bool touch) {
   bytes = std::max<std::size_t>(bytes, 1);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  if (bytes >= comm::kHugePageBytes) madvise(p, bytes, MADV_HUGEPAGE);
+  void* p = comm::allocate_huge_pages(bytes);
 #ifdef MADV_POPULATE_WRITE
-  // Advice only: an older kernel faults the pages in as they are first written.
-  madvise(p, bytes, MADV_POPULATE_WRITE);
+  // Advice only (and only for the anonymous mappings of large buffers): an older kernel faults
+  // the pages in as they are first written.
+  if (bytes >= comm::kHugePageBytes) madvise(p, bytes, MADV_POPULATE_WRITE);
 #endif
   if (touch) std::memset(p, 0, bytes);
   return PackBuffer(static_cast<std::byte*>(p), PackBufferFree{bytes});
@@ -32,7 +30,7 @@ PackBuffer allocate(std::size_t bytes, bool touch) {
 }  // namespace
 
 void PackBufferFree::operator()(std::byte* p) const {
-  if (p != nullptr) munmap(p, std::max<std::size_t>(bytes, 1));
+  comm::free_huge_pages(p, std::max<std::size_t>(bytes, 1));
 }
 
 PackBuffer PackBuffers::take(std::size_t bytes, std::size_t& capacity) {

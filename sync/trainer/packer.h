@@ -30,7 +30,8 @@ namespace weightcast::sync::trainer {
 
 // Host buffers for packed buckets, kept between updates. Never value-initialized: pack() writes
 // every byte of a bucket, padding included. Threading: thread-safe.
-// Freed with munmap (buffers are anonymous mappings, faulted in when allocated).
+// Freed with comm::free_huge_pages (buffers come from comm::allocate_huge_pages, faulted in when
+// allocated).
 struct PackBufferFree {
   std::size_t bytes = 0;
   void operator()(std::byte* p) const;
