@@ -14,9 +14,9 @@
 //
 // On one host the ring can do better than sockets: when the members agreed on single copy
 // (comm/gloo/single_copy.h), broadcasts of at least SingleCopyOptions::min_bytes, of any size, are
-// copied by every receiver straight out of the root's memory and the ring carries only a
-// descriptor and a completion token; the communicator then sends those sizes here even above its
-// eager threshold.
+// copied by every receiver straight out of its predecessor's memory, down the chain, and the ring
+// carries only a descriptor; the communicator then sends those sizes here even above its eager
+// threshold.
 //
 // Rendezvous: every rank listens on the group's bind address, publishes "<host>:<port>" under
 // "chain/eager/<rank>" in the group's store, connects to rank + 1 and accepts rank - 1 (each
@@ -37,12 +37,12 @@
 #include <string>
 
 #include "comm/deadline.h"
+#include "comm/gloo/peer_memory.h"
 #include "comm/store/socket_io.h"
 
 namespace weightcast::comm::gloo_backend {
 
 class GlooStoreAdapter;
-class PeerMemory;
 
 class EagerRing {
  public:
@@ -70,7 +70,9 @@ class EagerRing {
   bool single_copy() const { return memory_ != nullptr; }
   // Whether a broadcast of `bytes` is copied out of the root's memory; such broadcasts take the
   // ring at any size, since on one host nothing is faster.
-  bool copies(std::size_t bytes) const { return memory_ && bytes >= single_copy_min_; }
+  bool copies(std::size_t bytes) const {
+    return memory_ && bytes >= single_copy_min_ && bytes <= kMaxCopyBytes;
+  }
 
   // Broadcasts [data, data + bytes) from `root` down the ring, bounded by `deadline`.
   void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline);

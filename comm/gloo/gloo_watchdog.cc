@@ -64,11 +64,16 @@ PeerWatch::~PeerWatch() {
 }
 
 void PeerWatch::begin() {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     active_ = true;
+    wake = idle_;
   }
-  cv_.notify_all();
+  // Only a thread idle since the last collective needs waking: one between probes probes again
+  // on time. Back-to-back collectives would otherwise wake it, a context switch each, on the
+  // cores their copies run on.
+  if (wake) cv_.notify_all();
 }
 
 void PeerWatch::end() {
@@ -80,7 +85,9 @@ void PeerWatch::run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (!active_) {
+      idle_ = true;
       cv_.wait(lock, [&] { return stop_ || active_; });
+      idle_ = false;
       continue;
     }
     lock.unlock();

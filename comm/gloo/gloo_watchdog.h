@@ -82,6 +82,7 @@ class PeerWatch {
   std::mutex mu_;
   std::condition_variable cv_;
   bool active_ = false;
+  bool idle_ = false;  // the thread waits for begin(), not for its next probe
   bool stop_ = false;
   std::thread thread_;
 };

@@ -2,73 +2,48 @@
 
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include "comm/errors.h"
 #include "comm/gloo/gloo_chain.h"
-#include "comm/gloo/gloo_store_adapter.h"
 #include "comm/gloo/ring_wire.h"
 #include "comm/store/socket_io.h"
 
 namespace weightcast::comm::gloo_backend {
 namespace {
 
-constexpr std::array<char, 8> kDescriptorMagic = {'w', 'c', 'b', 'c', 'o', 'p', 'y', '1'};
-constexpr std::array<char, 8> kDoneMagic = {'w', 'c', 'b', 'd', 'o', 'n', 'e', '1'};
+constexpr std::array<char, 8> kDescriptorMagic = {'w', 'c', 'b', 'c', 'o', 'p', 'y', '2'};
 constexpr std::array<char, 4> kAgreeMagic = {'w', 'c', 's', 'c'};
-// magic, u64 sequence, u32 root, u32 zero, u64 bytes, u64 address of the root's buffer
+// magic, u64 sequence, u32 root, u32 zero, u64 bytes, u64 address of the sender's buffer
 constexpr std::size_t kDescriptorBytes = RingHeader::kBytes + 8;
-constexpr std::size_t kDoneBytes = 16;  // magic, u64 sequence
 constexpr std::size_t kAgreeBytes = 8;  // magic, u32 flag
-// A receiver copies in pieces of this size, checking its deadline and interrupt between them.
-constexpr std::size_t kCopyPiece = 4u << 20;
-// Yields before a wait for the ring's next message sleeps in poll() (CopyBroadcast::transfer).
+// A receiver copies and publishes its progress in pieces of about an eighth of the broadcast
+// (its successor trails it by one piece), within these bounds; it checks its deadline and
+// interrupt between pieces.
+constexpr std::size_t kPieces = 4;
+constexpr std::size_t kMinPiece = 256u << 10;
+constexpr std::size_t kMaxPiece = 4u << 20;
+// A wait on a neighbour's page yields this many times before it sleeps on the page's futex, in
+// slices of kSleepSlice; the message is usually microseconds away, and a sleep's wake-up costs
+// tens of them on a busy host (docs/performance.md).
 constexpr int kSpinYields = 200;
+constexpr std::chrono::microseconds kSleepSlice{2000};
+// While spinning, the deadline, the interrupt and the neighbour's socket are checked this often.
+constexpr int kCheckEvery = 32;
 
-std::string copy_key(int rank) {
-  return "chain/copy/" + std::to_string(rank);
+std::size_t piece_bytes(std::size_t bytes) {
+  const std::size_t share = (bytes / kPieces + 0xffff) & ~std::size_t{0xffff};
+  return std::clamp(share, kMinPiece, kMaxPiece);
 }
 
-// "<boot id>/<net ns>/<pid ns>/<uid>": processes with equal identities see one another's pids and
-// may read one another's memory; empty when any part cannot be read.
-std::string host_identity() {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (!(boot >> boot_id)) return {};
-  std::ostringstream os;
-  os << boot_id;
-  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
-    struct stat st {};
-    if (::stat(ns, &st) != 0) return {};
-    os << '/' << st.st_dev << ':' << st.st_ino;
-  }
-  os << '/' << ::getuid();
-  return os.str();
-}
-
-std::string to_hex(const std::array<std::uint8_t, 16>& bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : bytes) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
-
-// The ring's header (comm/gloo/ring_wire.h) under the magic wcbcopy1, then the address of the
-// root's buffer (u64).
+// The ring's header (comm/gloo/ring_wire.h) under the magic wcbcopy2, then the address of the
+// sender's buffer (u64): the root's for the first receiver, each receiver's own for the next.
 struct Descriptor {
   RingHeader head;
   std::uint64_t address = 0;
@@ -84,21 +59,23 @@ struct Descriptor {
   }
 };
 
-// Clears the root's in-use word however the broadcast ends.
+// Marks this rank's buffer as vouched for by broadcast `sequence`, and clears the mark however
+// the broadcast ends.
 class InUseMark {
  public:
-  InUseMark(std::atomic<std::uint64_t>& word, std::uint64_t sequence) : word_(word) {
-    word_.store(sequence, std::memory_order_release);
+  InUseMark(PeerMemory& memory, std::uint64_t sequence) : memory_(memory) {
+    memory_.publish(memory_.mine().in_use, sequence);
   }
-  ~InUseMark() { word_.store(PeerMemory::kIdle, std::memory_order_release); }
+  ~InUseMark() { memory_.publish(memory_.mine().in_use, CopyControl::kIdle); }
   InUseMark(const InUseMark&) = delete;
   InUseMark& operator=(const InUseMark&) = delete;
 
  private:
-  std::atomic<std::uint64_t>& word_;
+  PeerMemory& memory_;
 };
 
-// One rank's part in a single-copy broadcast: the descriptor lap, the copy, the completion lap.
+// One rank's part in a single-copy broadcast: the descriptor, the pipelined copy out of the
+// predecessor, the wait for the successor.
 class CopyBroadcast {
  public:
   CopyBroadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
@@ -108,14 +85,18 @@ class CopyBroadcast {
     const int pos = (links.rank - root_ + links.size) % links.size;
     pred_ = (links.rank - 1 + links.size) % links.size;
     succ_ = (links.rank + 1) % links.size;
-    first_ = pos == 1;
     last_ = pos == links.size - 1;
     is_root_ = pos == 0;
   }
 
   void run() {
     if (is_root_) {
-      run_root();
+      if (net::peer_hung_up(links_.succ_fd))
+        fail(succ_, "starting the broadcast", "the connection was closed", true);
+      InUseMark mark(memory_, expected_.sequence);
+      memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, expected_.bytes));
+      send_descriptor();
+      wait_for_successor();
       return;
     }
     std::array<std::uint8_t, kDescriptorBytes> wire{};
@@ -127,63 +108,106 @@ class CopyBroadcast {
     if (!(got.head == expected_)) {
       fail(pred_, "checking the descriptor", expected_.refuse(pred_, got.head), false);
     }
-    if (!last_) send(wire.data(), wire.size(), "the descriptor of ");
+    InUseMark mark(memory_, expected_.sequence);
+    memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, 0));
+    if (!last_) send_descriptor();
     copy(got.address);
-    if (!first_) receive_done();
-    send_done();
+    if (!last_) wait_for_successor();
   }
 
  private:
-  void run_root() {
-    if (net::peer_hung_up(links_.succ_fd))
-      fail(succ_, "starting the broadcast", "the connection was closed", true);
-    InUseMark mark(memory_.in_use(), expected_.sequence);
-    Descriptor d{expected_, 0};
-    d.address = reinterpret_cast<std::uintptr_t>(data_);
+  void send_descriptor() {
+    const Descriptor d{expected_, reinterpret_cast<std::uintptr_t>(data_)};
     std::array<std::uint8_t, kDescriptorBytes> wire{};
     d.encode(wire.data());
     send(wire.data(), wire.size(), "the descriptor of ");
-    receive_done();
   }
 
+  // Copies the broadcast out of the predecessor's buffer at `address`, each piece once the
+  // predecessor has it, publishing this rank's own progress after each.
   void copy(std::uint64_t address) {
+    CopyControl& pred = memory_.neighbour(pred_);
+    const std::uint64_t sequence = expected_.sequence;
+    const std::size_t piece = piece_bytes(expected_.bytes);
     std::size_t done = 0;
     while (done < expected_.bytes) {
-      check_interrupt();
-      if (expired(deadline_)) fail(root_, copying(done), "timed out", false, true);
-      const std::size_t len = std::min<std::size_t>(kCopyPiece, expected_.bytes - done);
-      const int err = memory_.read(root_, data_ + done, address + done, len);
-      if (err != 0) fail(root_, copying(done), std::strerror(err), err == ESRCH);
-      done += len;
+      std::size_t ready = 0;
+      await(pred_, links_.pred_fd, false, [&] {
+        const std::uint64_t word = pred.progress.load(std::memory_order_acquire);
+        if (progress_sequence(word) == (sequence & 0xffffffu) && progress_bytes(word) > done) {
+          ready = static_cast<std::size_t>(progress_bytes(word));
+          return true;
+        }
+        if (pred.in_use.load(std::memory_order_acquire) != sequence) left(pred_, done);
+        return false;
+      });
+      while (done < ready) {
+        check_interrupt();
+        if (expired(deadline_)) fail(pred_, copying(done), "timed out", false, true);
+        const std::size_t len = std::min(piece, ready - done);
+        const int err = memory_.read(pred_, data_ + done, address + done, len);
+        if (err != 0) fail(pred_, copying(done), std::strerror(err), err == ESRCH);
+        done += len;
+        if (done < expected_.bytes) {
+          memory_.publish(memory_.mine().progress, progress_word(sequence, done));
+        }
+      }
     }
-    std::uint64_t word = 0;
-    const int err = memory_.read_in_use(root_, &word);
-    if (err != 0) fail(root_, copying(done), std::strerror(err), err == ESRCH);
-    if (word != expected_.sequence) {
-      fail(root_, copying(done),
-           "the root left the broadcast before this rank had finished copying, so its buffer may "
-           "have changed under the copy",
-           true);
+    // The predecessor must still vouch for what was copied before the successor may finish.
+    if (pred.in_use.load(std::memory_order_acquire) != sequence) left(pred_, done);
+    memory_.publish(memory_.mine().progress, progress_word(sequence, done));
+  }
+
+  // Waits until the successor holds every byte (or has moved on to the next broadcast, which it
+  // does only after this one), so that this rank's buffer is no longer read.
+  void wait_for_successor() {
+    CopyControl& succ = memory_.neighbour(succ_);
+    const std::uint64_t sequence = expected_.sequence;
+    await(succ_, links_.succ_fd, true, [&] {
+      const std::uint64_t word = succ.progress.load(std::memory_order_acquire);
+      if (word == progress_word(sequence, expected_.bytes)) return true;
+      if (progress_sequence(word) == ((sequence + 1) & 0xffffffu)) return true;
+      if (progress_sequence(word) == (sequence & 0xffffffu) &&
+          succ.in_use.load(std::memory_order_acquire) != sequence) {
+        fail(succ_, waiting_for(succ_, true),
+             detail::concat("rank ", succ_, " left the broadcast after copying ",
+                            progress_bytes(word), "/", expected_.bytes, " bytes"),
+             true);
+      }
+      return false;
+    });
+  }
+
+  // Spins, then sleeps, until ready() holds (`all`: for the neighbour to hold every byte); checks
+  // the deadline, the interrupt and whether `peer` hung up its socket `fd` on the way.
+  template <class Ready>
+  void await(int peer, int fd, bool all, Ready ready) {
+    CopyControl& page = memory_.neighbour(peer);
+    for (int spins = 0;; ++spins) {
+      const std::uint32_t seen = page.bump.load(std::memory_order_acquire);
+      if (ready()) return;
+      const bool sleeping = spins >= kSpinYields;
+      if (sleeping || spins % kCheckEvery == 0) {
+        check_interrupt();
+        if (expired(deadline_)) fail(peer, waiting_for(peer, all), "timed out", false, true);
+        if (net::peer_hung_up(fd))
+          fail(peer, waiting_for(peer, all), "the connection was closed", true);
+      }
+      if (!sleeping) {
+        std::this_thread::yield();
+        continue;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(remaining(deadline_));
+      memory_.sleep_on(peer, seen, std::clamp(left, std::chrono::microseconds{1}, kSleepSlice));
     }
   }
 
-  void receive_done() {
-    std::array<std::uint8_t, kDoneBytes> wire{};
-    receive(wire.data(), wire.size(), "the completion of ");
-    if (std::memcmp(wire.data(), kDoneMagic.data(), kDoneMagic.size()) != 0 ||
-        get_le(wire.data() + 8, 8) != expected_.sequence) {
-      fail(pred_, "waiting for the completion",
-           detail::concat("rank ", pred_, " sends another message than the completion of ",
-                          expected_.describe()),
-           false);
-    }
-  }
-
-  void send_done() {
-    std::array<std::uint8_t, kDoneBytes> wire{};
-    std::memcpy(wire.data(), kDoneMagic.data(), kDoneMagic.size());
-    put_le(wire.data() + 8, expected_.sequence, 8);
-    send(wire.data(), wire.size(), "the completion of ");
+  [[noreturn]] void left(int peer, std::size_t done) const {
+    fail(peer, copying(done),
+         detail::concat(peer == root_ ? "the root" : "rank " + std::to_string(peer),
+                        " left the broadcast before this rank had finished copying, so its buffer "
+                        "may have changed under the copy"),
+         true);
   }
 
   void send(std::uint8_t* p, std::size_t n, const char* what) { transfer(p, n, true, what); }
@@ -209,10 +233,9 @@ class CopyBroadcast {
         fail(peer, doing(out, what), std::strerror(err),
              err == EPIPE || err == ECONNRESET || err == ENOTCONN);
       }
-      // The next descriptor or token is usually microseconds away (a peer finishing its copy):
-      // yield a bounded number of times before sleeping in poll(), whose wake-up cost this
-      // broadcast's latency at 1-16 MiB (docs/performance.md). Yielding hands the core to any
-      // peer that is runnable, and the deadline and abort are checked in wait().
+      // The next descriptor is usually microseconds away: yield a bounded number of times before
+      // sleeping in poll(). Yielding hands the core to any peer that is runnable, and the
+      // deadline and abort are checked in wait().
       if (++spins <= kSpinYields) {
         std::this_thread::yield();
         continue;
@@ -244,8 +267,13 @@ class CopyBroadcast {
                           " (eager ring, single copy)");
   }
   std::string copying(std::size_t done) const {
-    return detail::concat("copying ", done, "/", expected_.bytes, " bytes out of rank ", root_,
+    return detail::concat("copying ", done, "/", expected_.bytes, " bytes of ",
+                          expected_.describe(), " out of rank ", pred_,
                           "'s memory (eager ring, single copy)");
+  }
+  std::string waiting_for(int peer, bool all) const {
+    return detail::concat("waiting for rank ", peer, all ? " to hold all of " : " to hold more of ",
+                          expected_.describe(), " (eager ring, single copy)");
   }
 
   [[noreturn]] void fail(int peer, const std::string& doing, const std::string& what, bool gone,
@@ -259,78 +287,10 @@ class CopyBroadcast {
   RingHeader expected_;
   Deadline deadline_;
   int root_ = 0, pred_ = 0, succ_ = 0;
-  bool first_ = false, last_ = false, is_root_ = false;
+  bool last_ = false, is_root_ = false;
 };
 
 }  // namespace
-
-PeerMemory::PeerMemory(int size) : peers_(static_cast<std::size_t>(size)) {
-  std::random_device random;
-  for (auto& b : token_) b = static_cast<std::uint8_t>(random());
-}
-
-std::unique_ptr<PeerMemory> PeerMemory::probe(GlooStoreAdapter& store, int rank, int size,
-                                              bool enabled) {
-  auto memory = std::make_unique<PeerMemory>(size);
-  const std::string identity = enabled ? host_identity() : std::string();
-  std::ostringstream value;
-  if (identity.empty()) {
-    value << "off";
-  } else {
-    value << "v1 " << identity << ' ' << ::getpid() << ' '
-          << reinterpret_cast<std::uintptr_t>(memory->token_.data()) << ' '
-          << reinterpret_cast<std::uintptr_t>(&memory->in_use_) << ' ' << to_hex(memory->token_);
-  }
-  const std::string text = value.str();
-  store.set(copy_key(rank), std::vector<char>(text.begin(), text.end()));
-  if (identity.empty()) return memory;
-  memory->usable_ = true;
-  for (int peer = 0; peer < size && memory->usable_; ++peer) {
-    if (peer == rank) continue;
-    const std::vector<char> got = store.get(copy_key(peer));
-    memory->usable_ = memory->check_peer(identity, peer, std::string(got.begin(), got.end()));
-  }
-  memory->peers_[static_cast<std::size_t>(rank)] = {
-      ::getpid(), reinterpret_cast<std::uintptr_t>(&memory->in_use_)};
-  return memory;
-}
-
-bool PeerMemory::check_peer(const std::string& mine, int peer, const std::string& published) {
-  std::istringstream in(published);
-  std::string version, identity, token;
-  long long pid = 0;
-  std::uint64_t token_addr = 0, in_use_addr = 0;
-  if (!(in >> version >> identity >> pid >> token_addr >> in_use_addr >> token) ||
-      version != "v1" || identity != mine || pid <= 0) {
-    return false;
-  }
-  peers_[static_cast<std::size_t>(peer)] = {static_cast<pid_t>(pid), in_use_addr};
-  // The token is random per member: reading the bytes it published proves that the pid and the
-  // addresses name that member's process, as this process sees it.
-  std::array<std::uint8_t, 16> theirs{};
-  return read(peer, theirs.data(), token_addr, theirs.size()) == 0 && to_hex(theirs) == token;
-}
-
-int PeerMemory::read(int peer, void* local, std::uint64_t remote, std::size_t bytes) const {
-  const Peer& p = peers_[static_cast<std::size_t>(peer)];
-  auto* out = static_cast<std::uint8_t*>(local);
-  while (bytes > 0) {
-    iovec l{out, bytes};
-    iovec r{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote)), bytes};
-    const ssize_t n = ::process_vm_readv(p.pid, &l, 1, &r, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EFAULT;
-    out += n;
-    remote += static_cast<std::uint64_t>(n);
-    bytes -= static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
-int PeerMemory::read_in_use(int peer, std::uint64_t* value) const {
-  return read(peer, value, peers_[static_cast<std::size_t>(peer)].in_use_addr, sizeof(*value));
-}
 
 void single_copy_broadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
                            std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline) {

@@ -196,5 +196,47 @@ TEST(SingleCopy, ReceiverRefusesACopyOnceTheRootHasLeft) {
   EXPECT_NE(receiver_error.find("left the broadcast"), std::string::npos) << receiver_error;
 }
 
+// Copies run down the chain: rank 2 copies out of rank 1's buffer, and rank 1 stays in the
+// broadcast until rank 2 holds every byte. Rank 1 gives up first (its deadline passes while rank 2
+// has not started); the root's bytes had all reached rank 1, so the root ends well, rank 1 fails
+// naming rank 2, and rank 2, arriving late, refuses to copy out of a buffer rank 1 no longer
+// vouches for.
+TEST(SingleCopy, ReceiverRefusesACopyOnceItsPredecessorHasLeft) {
+  constexpr std::size_t kBytes = 64u << 10;
+  std::atomic<bool> rank2_done{false};
+  std::string errors[3];
+  with_group(
+      3, "copy-mid-left",
+      [&](int rank, GlooCommunicator& c) {
+        ASSERT_TRUE(c.single_copy());
+        const auto want = pattern(kBytes, 7);
+        std::vector<std::uint8_t> buf(kBytes, 0);
+        if (rank == 0) buf = want;
+        BroadcastOptions b = bcast(buf, 0);
+        if (rank == 1) b.timeout = milliseconds(200);
+        if (rank == 2) std::this_thread::sleep_for(milliseconds(600));
+        try {
+          c.broadcast(b);
+          if (rank != 2) {
+            EXPECT_EQ(buf, want) << "rank " << rank;
+          }
+        } catch (const Error& e) {
+          const auto* peer = dynamic_cast<const PeerError*>(&e);
+          errors[rank] = std::string(peer ? "PeerError(" + peer->peer() + "): " : "") + e.what();
+        }
+        if (rank == 2) rank2_done = true;
+        // Rank 1 keeps its buffer and the communicator until rank 2 has tried.
+        while (!rank2_done.load()) std::this_thread::sleep_for(milliseconds(5));
+      },
+      [](CommOptions& o) {
+        o.eager_max_bytes = kThreshold;
+        o.single_copy_min_bytes = kThreshold;
+      });
+  EXPECT_TRUE(errors[0].empty()) << errors[0];
+  EXPECT_NE(errors[1].find("rank 2"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[2].rfind("PeerError(rank 1)", 0), 0u) << errors[2];
+  EXPECT_NE(errors[2].find("rank 1 left the broadcast"), std::string::npos) << errors[2];
+}
+
 }  // namespace
 }  // namespace weightcast::comm
