@@ -49,9 +49,13 @@ struct CopyControl {
   // progress_word(sequence, n): the first n bytes of this member's buffer hold the broadcast's.
   // Starts at sequence 2^24 - 1, which no neighbour takes for collective #0 or #1.
   std::atomic<std::uint64_t> progress{std::uint64_t{0xffffff} << 40};
-  // Futex word: changes after every store above. `sleepers` counts members asleep on it.
+  // Futex words: `bump` changes after every store above, `final_bump` only after those that end
+  // something (the last byte held, in_use set or cleared), so that a neighbour waiting for the
+  // end is not woken by every piece. `sleepers` counts members asleep on each.
   alignas(64) std::atomic<std::uint32_t> bump{0};
+  std::atomic<std::uint32_t> final_bump{0};
   std::atomic<std::uint32_t> sleepers{0};
+  std::atomic<std::uint32_t> final_sleepers{0};
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -88,11 +92,16 @@ class PeerMemory {
   // The control page of this rank's predecessor or successor on the ring.
   CopyControl& neighbour(int peer);
 
-  // Stores `value` in one of this rank's words and wakes the neighbours asleep on it.
-  void publish(std::atomic<std::uint64_t>& word, std::uint64_t value);
-  // Sleeps until `peer`'s page changes after `seen` (its bump as read before the check that found
-  // nothing new), or `slice` passes.
-  void sleep_on(int peer, std::uint32_t seen, std::chrono::microseconds slice);
+  // Stores `value` in one of this rank's words and wakes the neighbours asleep on its bump, and
+  // with `final` those asleep on its final_bump too.
+  void publish(std::atomic<std::uint64_t>& word, std::uint64_t value, bool final);
+  // The futex word of `page` that a wait for any store (!final) or for a final one watches.
+  static std::atomic<std::uint32_t>& bump(CopyControl& page, bool final) {
+    return final ? page.final_bump : page.bump;
+  }
+  // Sleeps until bump(`peer`'s page, final) changes after `seen` (as read before the check that
+  // found nothing new), or `slice` passes.
+  void sleep_on(int peer, bool final, std::uint32_t seen, std::chrono::microseconds slice);
 
   // Copies [remote, remote + bytes) of rank `peer`'s memory into `local`. Returns 0, or the errno
   // of the failed read.

@@ -23,12 +23,12 @@ constexpr std::array<char, 4> kAgreeMagic = {'w', 'c', 's', 'c'};
 // magic, u64 sequence, u32 root, u32 zero, u64 bytes, u64 address of the sender's buffer
 constexpr std::size_t kDescriptorBytes = RingHeader::kBytes + 8;
 constexpr std::size_t kAgreeBytes = 8;  // magic, u32 flag
-// A receiver copies and publishes its progress in pieces of about an eighth of the broadcast
-// (its successor trails it by one piece), within these bounds; it checks its deadline and
-// interrupt between pieces.
+// A receiver copies and publishes its progress in pieces of a quarter of the broadcast, within
+// these bounds: its successor trails it by one piece, and pieces above 1 MiB measured slower from
+// 64 MiB (docs/performance.md). It checks its deadline and interrupt between pieces.
 constexpr std::size_t kPieces = 4;
 constexpr std::size_t kMinPiece = 256u << 10;
-constexpr std::size_t kMaxPiece = 4u << 20;
+constexpr std::size_t kMaxPiece = 1u << 20;
 // A wait on a neighbour's page yields this many times before it sleeps on the page's futex, in
 // slices of kSleepSlice; the message is usually microseconds away, and a sleep's wake-up costs
 // tens of them on a busy host (docs/performance.md).
@@ -64,9 +64,9 @@ struct Descriptor {
 class InUseMark {
  public:
   InUseMark(PeerMemory& memory, std::uint64_t sequence) : memory_(memory) {
-    memory_.publish(memory_.mine().in_use, sequence);
+    memory_.publish(memory_.mine().in_use, sequence, true);
   }
-  ~InUseMark() { memory_.publish(memory_.mine().in_use, CopyControl::kIdle); }
+  ~InUseMark() { memory_.publish(memory_.mine().in_use, CopyControl::kIdle, true); }
   InUseMark(const InUseMark&) = delete;
   InUseMark& operator=(const InUseMark&) = delete;
 
@@ -94,7 +94,8 @@ class CopyBroadcast {
       if (net::peer_hung_up(links_.succ_fd))
         fail(succ_, "starting the broadcast", "the connection was closed", true);
       InUseMark mark(memory_, expected_.sequence);
-      memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, expected_.bytes));
+      memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, expected_.bytes),
+                      true);
       send_descriptor();
       wait_for_successor();
       return;
@@ -109,7 +110,7 @@ class CopyBroadcast {
       fail(pred_, "checking the descriptor", expected_.refuse(pred_, got.head), false);
     }
     InUseMark mark(memory_, expected_.sequence);
-    memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, 0));
+    memory_.publish(memory_.mine().progress, progress_word(expected_.sequence, 0), false);
     if (!last_) send_descriptor();
     copy(got.address);
     if (!last_) wait_for_successor();
@@ -149,13 +150,13 @@ class CopyBroadcast {
         if (err != 0) fail(pred_, copying(done), std::strerror(err), err == ESRCH);
         done += len;
         if (done < expected_.bytes) {
-          memory_.publish(memory_.mine().progress, progress_word(sequence, done));
+          memory_.publish(memory_.mine().progress, progress_word(sequence, done), false);
         }
       }
     }
     // The predecessor must still vouch for what was copied before the successor may finish.
     if (pred.in_use.load(std::memory_order_acquire) != sequence) left(pred_, done);
-    memory_.publish(memory_.mine().progress, progress_word(sequence, done));
+    memory_.publish(memory_.mine().progress, progress_word(sequence, done), true);
   }
 
   // Waits until the successor holds every byte (or has moved on to the next broadcast, which it
@@ -184,7 +185,7 @@ class CopyBroadcast {
   void await(int peer, int fd, bool all, Ready ready) {
     CopyControl& page = memory_.neighbour(peer);
     for (int spins = 0;; ++spins) {
-      const std::uint32_t seen = page.bump.load(std::memory_order_acquire);
+      const std::uint32_t seen = PeerMemory::bump(page, all).load(std::memory_order_acquire);
       if (ready()) return;
       const bool sleeping = spins >= kSpinYields;
       if (sleeping || spins % kCheckEvery == 0) {
@@ -198,7 +199,8 @@ class CopyBroadcast {
         continue;
       }
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(remaining(deadline_));
-      memory_.sleep_on(peer, seen, std::clamp(left, std::chrono::microseconds{1}, kSleepSlice));
+      memory_.sleep_on(peer, all, seen,
+                       std::clamp(left, std::chrono::microseconds{1}, kSleepSlice));
     }
   }
 
