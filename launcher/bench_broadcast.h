@@ -22,7 +22,7 @@ struct BroadcastBenchOptions {
   std::uint64_t chunk_bytes = 4u << 20;
   int chunks_in_flight = 4;
   std::uint64_t eager_max_bytes = 16u << 20;  // gloo-chain: the eager ring's threshold (0: off)
-  std::uint64_t single_copy_min_bytes = 512u << 10;  // gloo-chain: single copy from this size
+  std::uint64_t single_copy_min_bytes = 128u << 10;  // gloo-chain: single copy from this size
   std::string bind_address = "127.0.0.1";
   int timeout_ms = 120000;
   BenchOutput output;  // --csv / --json
