@@ -163,28 +163,25 @@ CopyControl& PeerMemory::neighbour(int peer) {
 
 void PeerMemory::publish(std::atomic<std::uint64_t>& word, std::uint64_t value, bool final) {
   word.store(value, std::memory_order_seq_cst);
-  mine_->bump.fetch_add(1, std::memory_order_seq_cst);
-  if (final) mine_->final_bump.fetch_add(1, std::memory_order_seq_cst);
-  if (mine_->sleepers.load(std::memory_order_seq_cst) != 0) {
-    (void)futex(&mine_->bump, FUTEX_WAKE, INT_MAX, nullptr);
-  }
-  if (final && mine_->final_sleepers.load(std::memory_order_seq_cst) != 0) {
-    (void)futex(&mine_->final_bump, FUTEX_WAKE, INT_MAX, nullptr);
+  for (WakeWord* w : {&mine_->any, final ? &mine_->end : nullptr}) {
+    if (w == nullptr) continue;
+    w->bump.fetch_add(1, std::memory_order_seq_cst);
+    if (w->sleepers.load(std::memory_order_seq_cst) != 0) {
+      (void)futex(&w->bump, FUTEX_WAKE, INT_MAX, nullptr);
+    }
   }
 }
 
 void PeerMemory::sleep_on(int peer, bool final, std::uint32_t seen,
                           std::chrono::microseconds slice) {
-  CopyControl& page = neighbour(peer);
-  std::atomic<std::uint32_t>& sleepers = final ? page.final_sleepers : page.sleepers;
-  std::atomic<std::uint32_t>& word = bump(page, final);
-  sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (word.load(std::memory_order_seq_cst) == seen) {
+  WakeWord& w = neighbour(peer).wake(final);
+  w.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (w.bump.load(std::memory_order_seq_cst) == seen) {
     timespec timeout{static_cast<time_t>(slice.count() / 1'000'000),
                      static_cast<long>(slice.count() % 1'000'000) * 1000};
-    (void)futex(&word, FUTEX_WAIT, seen, &timeout);
+    (void)futex(&w.bump, FUTEX_WAIT, seen, &timeout);
   }
-  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 int PeerMemory::read(int peer, void* local, std::uint64_t remote, std::size_t bytes) const {

@@ -37,6 +37,28 @@ namespace weightcast::comm::gloo_backend {
 
 class GlooStoreAdapter;
 
+// The progress word: the sequence number modulo 2^24 over the byte count (< 2^40). Neighbours are
+// never more than one broadcast apart, so 24 bits tell them apart.
+constexpr int kProgressShift = 40;
+constexpr std::uint64_t kSequenceMask = 0xffffff;
+constexpr std::uint64_t kMaxCopyBytes = (std::uint64_t{1} << kProgressShift) - 1;
+inline std::uint64_t progress_word(std::uint64_t sequence, std::uint64_t bytes) {
+  return ((sequence & kSequenceMask) << kProgressShift) | bytes;
+}
+// Whether `word` counts bytes of broadcast `sequence`.
+inline bool progress_of(std::uint64_t word, std::uint64_t sequence) {
+  return (word >> kProgressShift) == (sequence & kSequenceMask);
+}
+inline std::uint64_t progress_bytes(std::uint64_t word) {
+  return word & kMaxCopyBytes;
+}
+
+// A futex word that changes after the stores it announces, and the count of members asleep on it.
+struct WakeWord {
+  std::atomic<std::uint32_t> bump{0};
+  std::atomic<std::uint32_t> sleepers{0};
+};
+
 // One member's control page, as every process that maps it sees it.
 struct CopyControl {
   static constexpr std::uint64_t kIdle = ~std::uint64_t{0};
@@ -48,31 +70,17 @@ struct CopyControl {
   alignas(64) std::atomic<std::uint64_t> in_use{kIdle};
   // progress_word(sequence, n): the first n bytes of this member's buffer hold the broadcast's.
   // Starts at sequence 2^24 - 1, which no neighbour takes for collective #0 or #1.
-  std::atomic<std::uint64_t> progress{std::uint64_t{0xffffff} << 40};
-  // Futex words: `bump` changes after every store above, `final_bump` only after those that end
-  // something (the last byte held, in_use set or cleared), so that a neighbour waiting for the
-  // end is not woken by every piece. `sleepers` counts members asleep on each.
-  alignas(64) std::atomic<std::uint32_t> bump{0};
-  std::atomic<std::uint32_t> final_bump{0};
-  std::atomic<std::uint32_t> sleepers{0};
-  std::atomic<std::uint32_t> final_sleepers{0};
+  std::atomic<std::uint64_t> progress{progress_word(kSequenceMask, 0)};
+  // `any` changes after every store above, `end` only after those that end something (the last
+  // byte held, in_use set or cleared), so that a neighbour waiting for the end is not woken by
+  // every piece.
+  alignas(64) WakeWord any;
+  WakeWord end;
+
+  WakeWord& wake(bool final) { return final ? end : any; }
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
-
-// The progress word: the sequence number modulo 2^24 over the byte count (< 2^40). Neighbours are
-// never more than one broadcast apart, so 24 bits tell them apart.
-constexpr int kProgressShift = 40;
-constexpr std::uint64_t kMaxCopyBytes = (std::uint64_t{1} << kProgressShift) - 1;
-inline std::uint64_t progress_word(std::uint64_t sequence, std::uint64_t bytes) {
-  return ((sequence & 0xffffffu) << kProgressShift) | bytes;
-}
-inline std::uint64_t progress_sequence(std::uint64_t word) {
-  return word >> kProgressShift;
-}
-inline std::uint64_t progress_bytes(std::uint64_t word) {
-  return word & kMaxCopyBytes;
-}
 
 class PeerMemory {
  public:
@@ -92,15 +100,11 @@ class PeerMemory {
   // The control page of this rank's predecessor or successor on the ring.
   CopyControl& neighbour(int peer);
 
-  // Stores `value` in one of this rank's words and wakes the neighbours asleep on its bump, and
-  // with `final` those asleep on its final_bump too.
+  // Stores `value` in one of this rank's words and wakes the neighbours asleep on its `any` word,
+  // and with `final` those asleep on its `end` word too.
   void publish(std::atomic<std::uint64_t>& word, std::uint64_t value, bool final);
-  // The futex word of `page` that a wait for any store (!final) or for a final one watches.
-  static std::atomic<std::uint32_t>& bump(CopyControl& page, bool final) {
-    return final ? page.final_bump : page.bump;
-  }
-  // Sleeps until bump(`peer`'s page, final) changes after `seen` (as read before the check that
-  // found nothing new), or `slice` passes.
+  // Sleeps until `peer`'s page's wake(final) word changes after `seen` (as read before the check
+  // that found nothing new), or `slice` passes.
   void sleep_on(int peer, bool final, std::uint32_t seen, std::chrono::microseconds slice);
 
   // Copies [remote, remote + bytes) of rank `peer`'s memory into `local`. Returns 0, or the errno

@@ -133,9 +133,9 @@ class CopyBroadcast {
     std::size_t done = 0;
     while (done < expected_.bytes) {
       std::size_t ready = 0;
-      await(pred_, links_.pred_fd, false, [&] {
+      await(false, [&] {
         const std::uint64_t word = pred.progress.load(std::memory_order_acquire);
-        if (progress_sequence(word) == (sequence & 0xffffffu) && progress_bytes(word) > done) {
+        if (progress_of(word, sequence) && progress_bytes(word) > done) {
           ready = static_cast<std::size_t>(progress_bytes(word));
           return true;
         }
@@ -164,13 +164,12 @@ class CopyBroadcast {
   void wait_for_successor() {
     CopyControl& succ = memory_.neighbour(succ_);
     const std::uint64_t sequence = expected_.sequence;
-    await(succ_, links_.succ_fd, true, [&] {
+    await(true, [&] {
       const std::uint64_t word = succ.progress.load(std::memory_order_acquire);
       if (word == progress_word(sequence, expected_.bytes)) return true;
-      if (progress_sequence(word) == ((sequence + 1) & 0xffffffu)) return true;
-      if (progress_sequence(word) == (sequence & 0xffffffu) &&
-          succ.in_use.load(std::memory_order_acquire) != sequence) {
-        fail(succ_, waiting_for(succ_, true),
+      if (progress_of(word, sequence + 1)) return true;
+      if (progress_of(word, sequence) && succ.in_use.load(std::memory_order_acquire) != sequence) {
+        fail(succ_, waiting_for(true),
              detail::concat("rank ", succ_, " left the broadcast after copying ",
                             progress_bytes(word), "/", expected_.bytes, " bytes"),
              true);
@@ -179,20 +178,22 @@ class CopyBroadcast {
     });
   }
 
-  // Spins, then sleeps, until ready() holds (`all`: for the neighbour to hold every byte); checks
-  // the deadline, the interrupt and whether `peer` hung up its socket `fd` on the way.
+  // Spins, then sleeps, until ready() holds; waits on the successor with `all` (for it to hold
+  // every byte), else on the predecessor (for more bytes). Checks the deadline, the interrupt and
+  // whether that neighbour hung up its socket on the way.
   template <class Ready>
-  void await(int peer, int fd, bool all, Ready ready) {
-    CopyControl& page = memory_.neighbour(peer);
+  void await(bool all, Ready ready) {
+    const int peer = all ? succ_ : pred_;
+    const int fd = all ? links_.succ_fd : links_.pred_fd;
+    const WakeWord& wake = memory_.neighbour(peer).wake(all);
     for (int spins = 0;; ++spins) {
-      const std::uint32_t seen = PeerMemory::bump(page, all).load(std::memory_order_acquire);
+      const std::uint32_t seen = wake.bump.load(std::memory_order_acquire);
       if (ready()) return;
       const bool sleeping = spins >= kSpinYields;
       if (sleeping || spins % kCheckEvery == 0) {
         check_interrupt();
-        if (expired(deadline_)) fail(peer, waiting_for(peer, all), "timed out", false, true);
-        if (net::peer_hung_up(fd))
-          fail(peer, waiting_for(peer, all), "the connection was closed", true);
+        if (expired(deadline_)) fail(peer, waiting_for(all), "timed out", false, true);
+        if (net::peer_hung_up(fd)) fail(peer, waiting_for(all), "the connection was closed", true);
       }
       if (!sleeping) {
         std::this_thread::yield();
@@ -273,9 +274,10 @@ class CopyBroadcast {
                           expected_.describe(), " out of rank ", pred_,
                           "'s memory (eager ring, single copy)");
   }
-  std::string waiting_for(int peer, bool all) const {
-    return detail::concat("waiting for rank ", peer, all ? " to hold all of " : " to hold more of ",
-                          expected_.describe(), " (eager ring, single copy)");
+  std::string waiting_for(bool all) const {
+    return detail::concat("waiting for rank ", all ? succ_ : pred_,
+                          all ? " to hold all of " : " to hold more of ", expected_.describe(),
+                          " (eager ring, single copy)");
   }
 
   [[noreturn]] void fail(int peer, const std::string& doing, const std::string& what, bool gone,
