@@ -2,6 +2,13 @@
 
 #include <xxhash.h>
 
+#include "weightcast/config.h"
+#if WEIGHTCAST_HAVE_XXH_DISPATCH
+// Replaces XXH3_128bits and XXH3_128bits_update by their run-time dispatched (AVX2 / AVX-512)
+// versions: the same digests, 2-9x faster than the baseline build on x86-64.
+#include <xxh_x86dispatch.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <new>
