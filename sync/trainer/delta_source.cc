@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "comm/deadline.h"
@@ -20,11 +22,14 @@ DeltaMode parse_delta_mode(std::string_view text) {
 DeltaSource::DeltaSource(DeltaCodec codec, DeltaMode mode, double max_ratio)
     : encoder_(codec), mode_(mode), max_ratio_(max_ratio) {
   WC_ENFORCE(max_ratio > 0 && max_ratio <= 1, "delta max ratio in (0, 1], got ", max_ratio);
+  // Ahead of the updates (prepare_delta_calibration() at set-up measures it before the first):
+  // measured inside the second update, it cost that update a tenth of a second (fresh pages for
+  // the synthetic slice on a virtual machine), docs/performance.md.
+  if (mode_ == DeltaMode::kAuto) calibrate();
 }
 
 bool DeltaSource::begin(const std::vector<BucketPlan>& plans,
                         const std::optional<std::string>& delta_base) {
-  if (mode_ == DeltaMode::kAuto && link_rate_.load() > 0 && encode_rate_ <= 0) calibrate();
   ++updates_;
   change_.clear();
   const bool pay = pays();
@@ -171,7 +176,17 @@ bool DeltaSource::pays() const {
   return 1.0 / encode_rate_ + 1.0 / decode_rate_ + payload_ratio_ / link < kMargin / link;
 }
 
-void DeltaSource::calibrate() {
+namespace {
+
+// The codec's rates on a synthetic slice, measured once per process and codec: they describe
+// the machine, not a stage, so every stage's source shares them.
+struct Calibration {
+  double encode_rate = 0;
+  double decode_rate = 0;
+  double payload_ratio = 1;
+};
+
+Calibration measure(DeltaCodec codec) {
   constexpr std::size_t kBytes = std::size_t{8} << 20;
   std::vector<std::byte> base(kBytes);
   std::uint64_t x = 0x9e3779b97f4a7c15ULL;
@@ -184,19 +199,44 @@ void DeltaSource::calibrate() {
   std::vector<std::byte> next = base;
   for (std::size_t w = 0; w < kBytes / 2; w += 50) next[2 * w] ^= std::byte{1};  // 2% of words
   std::vector<std::byte> payload;
+  DeltaEncoder encoder(codec);
+  Calibration c;
   const auto start = comm::Clock::now();
-  const bool encoded = encoder_.encode(next, base, kBytes, payload);
-  encode_rate_ = static_cast<double>(kBytes) / std::max(comm::seconds_since(start), 1e-9);
-  payload_ratio_ = encoded ? static_cast<double>(payload.size()) / kBytes : 1.0;
+  const bool encoded = encoder.encode(next, base, kBytes, payload);
+  c.encode_rate = static_cast<double>(kBytes) / std::max(comm::seconds_since(start), 1e-9);
+  c.payload_ratio = encoded ? static_cast<double>(payload.size()) / kBytes : 1.0;
   // The engines run the same decoder: its rate here stands for theirs (rebuilding and hashing the
   // base costs them about as much again, which the margin in pays() covers).
-  decode_rate_ = encode_rate_;
+  c.decode_rate = c.encode_rate;
   if (encoded) {
-    DeltaDecoder decoder(encoder_.codec());
+    DeltaDecoder decoder(codec);
     const auto decode_start = comm::Clock::now();
     decoder.decode(payload, base);
-    decode_rate_ = static_cast<double>(kBytes) / std::max(comm::seconds_since(decode_start), 1e-9);
+    c.decode_rate = static_cast<double>(kBytes) / std::max(comm::seconds_since(decode_start), 1e-9);
   }
+  return c;
+}
+
+Calibration calibration(DeltaCodec codec) {
+  static std::mutex mu;
+  static std::map<DeltaCodec, Calibration> measured;
+  std::lock_guard lock(mu);
+  auto it = measured.find(codec);
+  if (it == measured.end()) it = measured.emplace(codec, measure(codec)).first;
+  return it->second;
+}
+
+}  // namespace
+
+void prepare_delta_calibration(DeltaCodec codec) {
+  calibration(codec);
+}
+
+void DeltaSource::calibrate() {
+  const Calibration c = calibration(encoder_.codec());
+  encode_rate_ = c.encode_rate;
+  decode_rate_ = c.decode_rate;
+  payload_ratio_ = c.payload_ratio;
 }
 
 std::string DeltaSource::describe(bool pay) const {

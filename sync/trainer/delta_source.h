@@ -41,8 +41,8 @@ namespace weightcast::sync::trainer {
 // and payload against 80% of the full bucket's time on the link), so fast links (loopback,
 // NVLink) keep full buckets and slow ones (hosts, WAN) get deltas. The first update keeps no base:
 // it is full anyway (no engine holds a base yet) and it measures the link, so a fast link never
-// pays for a base. Then the encoder and decoder are measured once on a small synthetic slice (8
-// MiB, 2% of its words changed, a few milliseconds), and only where deltas pay does the next update
+// pays for a base. The encoder and decoder are measured once, at construction, on a small
+// synthetic slice (8 MiB, 2% of its words changed), and only where deltas pay does the next update
 // keep a base (a copy per bucket), so the third update is the first that can send deltas; real
 // encodes then refine both rates. Where deltas stop paying the base is dropped (no copy, no
 // memory), and should the link become slow enough, the next update keeps one again and the one
@@ -58,6 +58,11 @@ namespace weightcast::sync::trainer {
 enum class DeltaMode { kOff, kAuto, kOn };
 // "off", "auto" or "on"; anything else throws comm::ConfigError quoting it.
 DeltaMode parse_delta_mode(std::string_view text);
+
+// Measures the codec's encode and decode rates on a synthetic slice (8 MiB, a tenth of a second
+// on a small virtual machine), once per process: kAuto sources use it from their construction.
+// Call at set-up (DistributedUpdater::reserve_buffers() does) to keep it out of the updates.
+void prepare_delta_calibration(DeltaCodec codec);
 
 // A delta is sent only when its payload is under this fraction of the bucket: decoding costs the
 // engine a pass over the bucket, which a barely smaller payload does not pay back on fast links.

@@ -237,6 +237,8 @@ void DistributedUpdater::reserve_buffers(std::span<const TensorMeta> tensors) {
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
   opts.load_format = load_format();
   reserve_send_buffers(tensors, opts);
+  if (options_.delta == DeltaMode::kAuto && !common_)
+    prepare_delta_calibration(options_.delta_codec);
 }
 
 void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& report) {
