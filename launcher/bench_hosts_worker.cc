@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/gloo/gloo_communicator.h"
+#include "comm/huge_pages.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
 #include "launcher/bench_hosts.h"
@@ -67,7 +69,7 @@ void report_result(const HostsWorkerOptions& o, comm::Store& store, const std::s
 
 // One backend: a checked warm-up broadcast of random bytes, then `iters` timed ones.
 void time_backend(const HostsWorkerOptions& o, comm::GlooCommunicator& comm_, comm::Store& store,
-                  const std::string& backend, std::vector<unsigned char>& buf) {
+                  const std::string& backend, std::span<unsigned char> buf) {
   const bool stock = backend == "gloo-stock";
   if (!stock && backend != "gloo-chain") {
     throw std::invalid_argument("hosts-worker backends are gloo-chain and gloo-stock, not " +
@@ -104,7 +106,9 @@ int run_hosts_worker(const HostsWorkerOptions& o) {
   std::unique_ptr<comm::TcpStoreServer> server;
   auto store = worker_store(o, server);
   auto comm_ = worker_communicator(o, store);
-  std::vector<unsigned char> buf(o.bytes);
+  // Huge pages, as the update's source arena and engine blocks are: on one host the chain's single
+  // copy reads small pages at about half the speed (docs/performance.md).
+  std::vector<unsigned char, comm::HugePageAllocator<unsigned char>> buf(o.bytes);
   for (const std::string& backend : o.backends) time_backend(o, *comm_, *store, backend, buf);
   comm_->barrier(comm::Millis(o.timeout_ms));
   return 0;

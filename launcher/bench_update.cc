@@ -17,6 +17,7 @@
 #include "sync/model/drift.h"
 #include "sync/model/model.h"
 #include "sync/trainer/engine_client.h"
+#include "sync/trainer/tensor_arena.h"
 #include "sync/trainer/updater.h"
 
 namespace weightcast::launcher {
@@ -58,6 +59,9 @@ double raw_chain_seconds(const UpdateBenchOptions& o, const std::string& self, s
       wrong != 0) {
     throw std::runtime_error("raw broadcast failed or delivered wrong bytes");
   }
+  // Every worker ends with a barrier: let them finish it rather than stop them inside it.
+  root.wait_exit(timeout);
+  for (auto& other : others) other->wait_exit(timeout);
   return us * 1e-6;
 }
 
@@ -82,8 +86,7 @@ LocalEngines start_engines(const UpdateBenchOptions& o, const std::string& self,
 // sent (or that the engine lacks), summed over engines. Not timed.
 std::uint64_t wrong_tensors(const std::vector<std::string>& urls,
                             const std::vector<sync::TensorMeta>& metas,
-                            const std::vector<std::vector<std::byte>>& storage,
-                            milliseconds timeout) {
+                            const sync::trainer::TensorArena& storage, milliseconds timeout) {
   std::map<std::string, std::string> sent;
   for (std::size_t i = 0; i < metas.size(); ++i) {
     sent[metas[i].name] = sync::to_string(sync::tensor_digest(storage[i]));
@@ -155,13 +158,14 @@ struct UpdateSet {
   int ok = 0;
 };
 
-// The weights of each step: the generator's step k (jump) or realistic drift from step 0.
+// The weights of each step: the generator's step k (jump) or realistic drift from step 0. They
+// live in a TensorArena, written in place each step as a trainer's conversion would write them,
+// so buckets go out without a pack pass.
 class StepWeights {
  public:
   StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr)
-      : metas_(metas), storage_(metas.size()) {
+      : metas_(metas), storage_(metas) {
     for (std::size_t i = 0; i < metas.size(); ++i) {
-      storage_[i].resize(metas[i].byte_count());
       if (!realistic) continue;
       sync::fill_tensor(metas[i], 1, 0, storage_[i]);
       drifts_.emplace_back(metas[i].dtype, storage_[i], 1, lr);
@@ -188,11 +192,11 @@ class StepWeights {
     for (std::size_t i = 0; i < metas_.size(); ++i) out.push_back({metas_[i], storage_[i]});
     return out;
   }
-  const std::vector<std::vector<std::byte>>& storage() const { return storage_; }
+  const sync::trainer::TensorArena& storage() const { return storage_; }
 
  private:
   const std::vector<sync::TensorMeta>& metas_;
-  std::vector<std::vector<std::byte>> storage_;
+  sync::trainer::TensorArena storage_;
   std::vector<sync::Drift> drifts_;
 };
 

@@ -37,6 +37,15 @@ median() { tr ' ' '\n' | sed 1d | grep . | sort -g | awk '{ v[NR] = $1 } END { p
 tm=$(echo "$train_s" | median) bm=$(echo "$bench_s" | median)
 echo "weightcast-train update seconds: $train_s(median after the first $tm)"
 echo "bench update seconds:            $bench_s(median after the first $bm)"
-awk -v t="$tm" -v b="$bm" 'BEGIN { printf "train / bench = %.2fx\n", t / b }'
+# The trainer also pauses generation (pause_generation + flush_cache) and resumes it around each
+# update, which the bench does not: the same ratio without those calls is the like-for-like one.
+own_s=$(awk '/^step [0-9]+\/[0-9]+ version/ { s = 0; p = 0
+    for (i = 1; i <= NF; i++) if ($i == "seconds") s = $(i + 1)
+    for (i = 1; i <= NF; i++) if ($i ~ /^(pause|resume)=/) { split($i, kv, "="); p += kv[2] }
+    printf "%.3f ", s - p }' "$work/train.out")
+om=$(echo "$own_s" | median)
+echo "train without pause/resume:      $own_s(median after the first $om)"
+awk -v t="$tm" -v b="$bm" -v o="$om" \
+  'BEGIN { printf "train / bench = %.2fx (without pause and resume %.2fx)\n", t / b, o / b }'
 echo "trainer phases:"
 grep -o 'phases .*' "$work/train.out" | sed 's/^/  /'

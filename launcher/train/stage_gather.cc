@@ -44,7 +44,16 @@ StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
 void StageGather::prepare(int stage_ranks) {
   // Zero-filled, so every page is written now: on a virtual machine a page costs its first
   // write (docs/performance.md), which made the first step's gather 4-5 s for 1 GiB.
-  if (tensors_.empty()) tensors_ = sync::trainer::allocate_hf(params_);
+  if (views_.empty() && !params_.empty()) {
+    std::vector<sync::TensorMeta> metas;
+    for (const auto& param : params_)
+      metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+    arena_ = sync::trainer::TensorArena(metas);
+    for (std::size_t i = 0; i < metas.size(); ++i) {
+      spans_.push_back(arena_[i]);
+      views_.push_back({metas[i], arena_[i]});
+    }
+  }
   if (stage_ranks <= 1) return;
   // What one gatherv brings from the other ranks, at most: a group's bytes less the source's.
   std::size_t most = 0;
@@ -79,7 +88,8 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
     }
     sync::trainer::assemble_hf_into(
         std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks, tp_,
-        std::span(tensors_).subspan(g.first_tensor, g.end_tensor - g.first_tensor));
+        std::span<const std::span<std::byte>>(spans_).subspan(g.first_tensor,
+                                                              g.end_tensor - g.first_tensor));
     {
       std::lock_guard lock(mu_);
       filled_ = i + 1;

@@ -27,6 +27,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -35,6 +36,7 @@
 #include "comm/deadline.h"
 #include "comm/mpi/mpi_helpers.h"
 #include "sync/trainer/megatron.h"
+#include "sync/trainer/tensor_arena.h"
 #include "sync/trainer/tensors.h"
 
 namespace weightcast::launcher::train {
@@ -77,8 +79,9 @@ class StageGather {
   };
   Seconds seconds();
 
-  // Source: the stage's HF tensors, in order; complete once finish() returned.
-  std::vector<sync::trainer::HostTensor>& tensors() { return tensors_; }
+  // Source: the stage's HF tensors, in order, views of one TensorArena (so the buckets go out
+  // without packing); complete once finish() returned.
+  const std::vector<sync::trainer::NamedTensor>& tensors() const { return views_; }
   std::size_t groups() const { return groups_.size(); }
 
  private:
@@ -93,13 +96,15 @@ class StageGather {
   const int tp_;
   const int ep_;
   std::vector<Group> groups_;
-  std::vector<sync::trainer::HostTensor> tensors_;
+  sync::trainer::TensorArena arena_;               // the stage's HF tensors (prepare())
+  std::vector<std::span<std::byte>> spans_;        // arena_'s tensors, written by the gather
+  std::vector<sync::trainer::NamedTensor> views_;  // the same, read by the sender
   std::unordered_map<std::string, std::size_t> group_of_;  // HF tensor name -> group
   comm::mpi::GatheredBytes received_;  // the source's receive buffer, reused group after group
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::size_t filled_ = 0;  // groups [0, filled_) are in tensors_
+  std::size_t filled_ = 0;  // groups [0, filled_) are in the arena
   std::exception_ptr error_;
   double gather_seconds_ = 0;
   double await_seconds_ = 0;

@@ -231,10 +231,10 @@ class Rank {
     }
     return drifted_;
   }
-  RankStatus run_sources(int step, std::vector<HostTensor>& tensors);
+  RankStatus run_sources(int step, const std::vector<NamedTensor>& tensors);
   // One attempt at the step's update: open (coordinator), every stage, commit (coordinator).
   // Returns the coordinator's "opened" status; `report` and `digests` are the coordinator's.
-  RankStatus attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+  RankStatus attempt(const std::vector<NamedTensor>& tensors, UpdateReport& report,
                      std::vector<SentDigest>& digests);
   RankStatus step_line(int step, const RankStatus& opened, UpdateReport& report,
                        const std::vector<SentDigest>& digests);
@@ -244,9 +244,9 @@ class Rank {
     return o_.probe_accept_length ? accept_lengths(updater_->engines()) : std::string();
   }
   StageOutcome send_own_stage(const std::optional<UpdateSession>& session,
-                              const std::vector<HostTensor>& tensors);
+                              const std::vector<NamedTensor>& tensors);
   // --verify: every stage's sent digests to the coordinator (`digests`), after the commit.
-  void exchange_digests(const std::vector<HostTensor>& tensors, std::vector<SentDigest>& digests);
+  void exchange_digests(const std::vector<NamedTensor>& tensors, std::vector<SentDigest>& digests);
 
   const TrainOptions& o_;
   std::FILE* out_;
@@ -295,13 +295,12 @@ int Rank::run_step(int step) {
 }
 
 StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
-                                  const std::vector<HostTensor>& tensors) {
+                                  const std::vector<NamedTensor>& tensors) {
   StageOutcome outcome;
   try {
     updater_->adopt(*session);  // the coordinator's engine set for this attempt
     updater_->ensure_group(topo_.pp_rank());
-    const auto views_of = views(tensors);
-    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), views_of,
+    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), tensors,
                                           [this](const std::string& name, comm::Deadline deadline) {
                                             gather_->await(name, deadline);
                                           });
@@ -318,7 +317,7 @@ StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
   return outcome;
 }
 
-RankStatus Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
+RankStatus Rank::run_sources(int step, const std::vector<NamedTensor>& tensors) {
   if (coordinator()) {
     try {
       updater_->prepare_update();  // probes and re-admits dropped engines (drop only)
@@ -354,7 +353,7 @@ RankStatus Rank::run_sources(int step, std::vector<HostTensor>& tensors) {
   return step_line(step, opened, report, digests);
 }
 
-RankStatus Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
+RankStatus Rank::attempt(const std::vector<NamedTensor>& tensors, UpdateReport& report,
                          std::vector<SentDigest>& digests) {
   std::optional<UpdateSession> session;
   RankStatus opened = status(kExitUpdateFailed, "");
@@ -395,12 +394,12 @@ RankStatus Rank::attempt(std::vector<HostTensor>& tensors, UpdateReport& report,
   return opened;
 }
 
-void Rank::exchange_digests(const std::vector<HostTensor>& tensors,
+void Rank::exchange_digests(const std::vector<NamedTensor>& tensors,
                             std::vector<SentDigest>& digests) {
   const auto start = comm::Clock::now();
   for (int s = 0; s < o_.pp; ++s) {
     std::string text;
-    if (s == topo_.pp_rank()) text = to_text(sent_digests(views(tensors)));
+    if (s == topo_.pp_rank()) text = to_text(sent_digests(tensors));
     text = mpi::broadcast_string(sources_comm_.get(), s, std::move(text),
                                  mpi_deadline(stage_budget()));
     if (coordinator()) {

@@ -116,7 +116,7 @@ void append_shard(const MegatronParam& param, int tp, int tp_rank, const HfBytes
 }
 
 void write_hf(const MegatronParam& param, std::span<const std::span<const std::byte>> shards,
-              std::span<HostTensor> out) {
+              std::span<const std::span<std::byte>> out) {
   WC_ENFORCE(!shards.empty(), "no shards for ", param.name);
   WC_ENFORCE_EQ(out.size(), param.parts.size(), "HF tensors of ", param.name);
   const std::size_t t = shards.size();
@@ -129,8 +129,8 @@ void write_hf(const MegatronParam& param, std::span<const std::span<const std::b
   for (std::size_t p = 0; p < param.parts.size(); ++p) {
     const TensorMeta& part = param.parts[p];
     const std::size_t full = part.byte_count();
-    WC_ENFORCE_EQ(out[p].bytes.size(), full, "bytes of ", part.name);
-    std::byte* dst = out[p].bytes.data();
+    WC_ENFORCE_EQ(out[p].size(), full, "bytes of ", part.name);
+    std::byte* dst = out[p].data();
     switch (param.split) {
       case TpSplit::kReplicated:
         if (full > 0) std::memcpy(dst, shards[0].data() + part_offset, full);
@@ -170,10 +170,17 @@ std::vector<HostTensor> allocate_hf(std::span<const MegatronParam> params) {
   return out;
 }
 
+std::vector<std::span<std::byte>> bytes_of(std::vector<HostTensor>& tensors) {
+  std::vector<std::span<std::byte>> out;
+  out.reserve(tensors.size());
+  for (auto& t : tensors) out.emplace_back(t.bytes);
+  return out;
+}
+
 std::vector<HostTensor> to_hf(const MegatronParam& param,
                               std::span<const std::span<const std::byte>> shards) {
   std::vector<HostTensor> out = allocate_hf({&param, 1});
-  write_hf(param, shards, out);
+  write_hf(param, shards, bytes_of(out));
   return out;
 }
 
@@ -202,7 +209,7 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
 
 void assemble_hf_into(std::span<const MegatronParam> params,
                       std::span<const std::span<const std::byte>> blocks, int tp,
-                      std::span<HostTensor> out) {
+                      std::span<const std::span<std::byte>> out) {
   WC_ENFORCE_GE(tp, 1);
   WC_ENFORCE(!blocks.empty() && blocks.size() % static_cast<std::size_t>(tp) == 0, "blocks (",
              blocks.size(), ") must be a multiple of tp ", tp);
@@ -234,7 +241,7 @@ void assemble_hf_into(std::span<const MegatronParam> params,
 std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
                                     std::span<const std::span<const std::byte>> blocks, int tp) {
   std::vector<HostTensor> out = allocate_hf(params);
-  assemble_hf_into(params, blocks, tp, out);
+  assemble_hf_into(params, blocks, tp, bytes_of(out));
   return out;
 }
 

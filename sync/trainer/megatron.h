@@ -121,9 +121,12 @@ void append_shard(const MegatronParam& param, int tp, int tp_rank, const HfBytes
 // rank r's, exactly shard_bytes() long; for a replicated param only shards[0] is read).
 std::vector<HostTensor> to_hf(const MegatronParam& param,
                               std::span<const std::span<const std::byte>> shards);
-// The same into `out`, one HostTensor per part with its bytes already sized (allocate_hf()).
+// The same into `out`, one destination per part, each exactly the part's bytes long (an
+// allocate_hf() tensor's bytes, or a TensorArena's).
 void write_hf(const MegatronParam& param, std::span<const std::span<const std::byte>> shards,
-              std::span<HostTensor> out);
+              std::span<const std::span<std::byte>> out);
+// Each tensor's bytes, in order: the destinations of write_hf() and assemble_hf_into().
+std::vector<std::span<std::byte>> bytes_of(std::vector<HostTensor>& tensors);
 // The HF tensors of `params`, in order, with zeroed bytes of their size: what the *_into and
 // write_hf functions fill.
 std::vector<HostTensor> allocate_hf(std::span<const MegatronParam> params);
@@ -145,10 +148,11 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
 // hold experts). EnforceError when a block has the wrong size.
 std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
                                     std::span<const std::span<const std::byte>> blocks, int tp);
-// The same into `out` = allocate_hf(params) (or tensors of the same metas and sizes), so a
-// source can fill its tensors part by part, in place, while it sends the earlier ones.
+// The same into `out`, one destination per HF tensor of `params` in order (bytes_of(
+// allocate_hf(params)), or a TensorArena's views), so a source can fill its tensors part by part,
+// in place, while it sends the earlier ones.
 void assemble_hf_into(std::span<const MegatronParam> params,
                       std::span<const std::span<const std::byte>> blocks, int tp,
-                      std::span<HostTensor> out);
+                      std::span<const std::span<std::byte>> out);
 
 }  // namespace weightcast::sync::trainer

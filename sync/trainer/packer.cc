@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/errors.h"
@@ -94,6 +95,26 @@ bool packs_as_is(const BucketPlan& plan) {
   return non_empty == 1;
 }
 
+std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
+                                                   const TensorSource& source) {
+  const std::byte* base = nullptr;
+  for (const BucketEntry& e : plan.entries) {
+    if (e.bytes == 0) continue;
+    const auto bytes = source(e);
+    WC_ENFORCE_EQ(bytes.size(), e.bytes, "bytes of tensor ", e.meta.name);
+    const auto at = reinterpret_cast<std::uintptr_t>(bytes.data());
+    if (at < e.offset) return std::nullopt;
+    const auto* b = reinterpret_cast<const std::byte*>(at - e.offset);
+    if (base == nullptr) {
+      base = b;
+    } else if (b != base) {
+      return std::nullopt;
+    }
+  }
+  if (base == nullptr) return std::nullopt;
+  return std::span<const std::byte>(base, plan.total_bytes);
+}
+
 BucketPacker::BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source,
                            std::size_t buffers, std::shared_ptr<PackBuffers> pool,
                            AfterPack after_pack)
@@ -103,15 +124,14 @@ BucketPacker::BucketPacker(const std::vector<BucketPlan>& plans, TensorSource so
       after_pack_(std::move(after_pack)) {
   WC_ENFORCE_GE(buffers, std::size_t{1});
   const std::size_t count = std::min(buffers, plans.size());
-  std::size_t bytes = 0;
+  // Sized for every bucket that may need packing; taken from the pool by the packer thread when
+  // a bucket first does (the source is not called here: its tensors may still be on their way).
   for (const auto& plan : plans) {
-    if (!packs_as_is(plan)) bytes = std::max(bytes, plan.total_bytes);
+    if (!packs_as_is(plan)) buffer_bytes_ = std::max(buffer_bytes_, plan.total_bytes);
   }
   capacities_.assign(count, 0);
   ready_.assign(count, {});
-  for (std::size_t i = 0; i < count; ++i) {
-    buffers_.push_back(bytes > 0 ? pool_->take(bytes, capacities_[i]) : nullptr);
-  }
+  buffers_.resize(count);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -138,15 +158,13 @@ void BucketPacker::run() {
     try {
       const BucketPlan& plan = plans_[k];
       std::span<std::byte> out;
-      if (packs_as_is(plan)) {
+      if (const auto bytes = in_place(plan, source_)) {
         // The broadcast root only reads its buffer, so the caller's const bytes are lent as is.
-        auto it = std::find_if(plan.entries.begin(), plan.entries.end(),
-                               [](const BucketEntry& e) { return e.bytes > 0; });
-        const auto bytes = source_(*it);
-        WC_ENFORCE_EQ(bytes.size(), it->bytes, "bytes of tensor ", it->meta.name);
-        out = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+        out = {const_cast<std::byte*>(bytes->data()), bytes->size()};
       } else {
-        out = {buffers_[k % ring].get(), plan.total_bytes};
+        PackBuffer& buffer = buffers_[k % ring];
+        if (!buffer) buffer = pool_->take(buffer_bytes_, capacities_[k % ring]);
+        out = {buffer.get(), plan.total_bytes};
         pack(plan, source_, out);
       }
       if (after_pack_) after_pack_(k, k % ring, out);

@@ -6,8 +6,9 @@
 // k + buffers. With two buffers this is double buffering: at most one bucket is on the wire while
 // the next is being packed. Buffers come from a PackBuffers pool that outlives the packer, so an
 // update reuses the previous update's buffers (already faulted in) instead of allocating anew.
-// A bucket that needs no packing (one tensor at offset 0 filling the whole bucket) is not
-// copied: acquire() returns the tensor's own bytes, which the broadcast only reads.
+// A bucket that needs no packing (one tensor filling it, or tensors already laid out as the
+// bucket, see in_place()) is not copied: acquire() returns the caller's own bytes, which the
+// broadcast only reads.
 // Lifetime: the plans and whatever `source` reads must outlive the packer; the destructor stops
 // the thread and joins it. Threading: one consumer thread calls acquire()/release().
 #pragma once
@@ -19,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -68,6 +70,14 @@ const std::shared_ptr<PackBuffers>& default_pack_buffers();
 // Whether bucket `plan` is one tensor's bytes as they are (no padding, no neighbour).
 bool packs_as_is(const BucketPlan& plan);
 
+// The bucket's bytes where `source` already holds them in the bucket's layout: every tensor at
+// the same distance from one base as its offset in `plan` (a TensorArena, or one tensor alone),
+// so the bucket is those total_bytes from that base and needs no packing. Alignment padding
+// between two tensors is sent as the caller's memory holds it (an arena's is zero; engines never
+// read it). Empty when any tensor lies elsewhere.
+std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
+                                                   const TensorSource& source);
+
 class BucketPacker {
  public:
   // Called on the packer thread with each bucket once packed, before acquire() hands it out, with
@@ -98,7 +108,8 @@ class BucketPacker {
   TensorSource source_;
   std::shared_ptr<PackBuffers> pool_;
   AfterPack after_pack_;
-  std::vector<PackBuffer> buffers_;
+  std::size_t buffer_bytes_ = 0;     // the largest bucket that may need packing
+  std::vector<PackBuffer> buffers_;  // per ring slot, taken when first needed (packer thread)
   std::vector<std::size_t> capacities_;
   std::vector<std::span<std::byte>> ready_;  // per ring slot: what acquire() hands out
 
