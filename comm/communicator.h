@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,13 +25,27 @@ enum class MemoryKind { kHost, kCuda };
 std::string_view to_string(MemoryKind kind);
 
 // One broadcast: `bytes` bytes at `buffer` on `root` are copied into `buffer` on every rank.
+// See BroadcastOptions::on_received.
+using ReceivedFn = std::function<void(std::size_t offset, std::size_t bytes)>;
+
 struct BroadcastOptions {
   void* buffer = nullptr;
   std::size_t bytes = 0;
   int root = 0;
   MemoryKind memory = MemoryKind::kHost;
   std::optional<Millis> timeout;  // unset: the communicator's default
+  // Receivers only, optional: called on the calling thread as the buffer fills, with consecutive
+  // ranges that together cover [0, bytes) once, in order, each once its bytes are final. Gloo's
+  // same-host single copy reports each piece as it lands (still in the cache, so a caller can
+  // digest it in the same pass); every other path reports the whole buffer once, at the end. An
+  // exception it throws ends the broadcast on this rank with that exception.
+  ReceivedFn on_received;
 };
+
+// For paths that fill the buffer in one go: reports it whole to a receiver's on_received.
+inline void report_received_whole(const BroadcastOptions& opts, int rank) {
+  if (opts.on_received && rank != opts.root && opts.bytes > 0) opts.on_received(0, opts.bytes);
+}
 
 // What every backend needs to form a group, plus backend tuning knobs with safe defaults.
 struct CommOptions {

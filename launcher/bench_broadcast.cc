@@ -158,7 +158,7 @@ Backend gloo_backend(const std::string& name, std::shared_ptr<comm::GlooCommunic
   if (!gloo) gloo = comm::create_gloo_communicator(co);
   bool stock = name == "gloo-stock";
   return {name, false, [g = gloo, stock](void* p, std::size_t n, int root) {
-            BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}};
+            BroadcastOptions b{p, n, root, comm::MemoryKind::kHost, {}, {}};
             stock ? g->broadcast_stock(b) : g->broadcast(b);
           }};
 }
@@ -208,7 +208,7 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
   nco.cuda_device = rank % devices;
   std::shared_ptr<comm::Communicator> nccl = comm::create_communicator("nccl", nco);
   return Backend{name, true, [c = nccl](void* p, std::size_t n, int root) {
-                   c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}});
+                   c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}, {}});
                  }};
 }
 

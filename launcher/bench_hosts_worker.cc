@@ -76,7 +76,7 @@ void time_backend(const HostsWorkerOptions& o, comm::GlooCommunicator& comm_, co
                                 backend);
   }
   auto run = [&] {
-    comm::BroadcastOptions b{buf.data(), buf.size(), 0, comm::MemoryKind::kHost, {}};
+    comm::BroadcastOptions b{buf.data(), buf.size(), 0, comm::MemoryKind::kHost, {}, {}};
     stock ? comm_.broadcast_stock(b) : comm_.broadcast(b);
   };
   std::mt19937_64 rng(42);

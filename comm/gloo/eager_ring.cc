@@ -278,10 +278,11 @@ EagerRing::EagerRing(int rank, int size, net::Fd to_succ, net::Fd from_pred,
 
 EagerRing::~EagerRing() = default;
 
-void EagerRing::broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline) {
+void EagerRing::broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline,
+                          const ReceivedFn& on_received) {
   if (copies(bytes)) {
     const RingLinks links{rank_, size_, from_pred_.get(), to_succ_.get(), wake_.get()};
-    single_copy_broadcast(links, *memory_, data, bytes, root, sequence_++, deadline);
+    single_copy_broadcast(links, *memory_, data, bytes, root, sequence_++, deadline, on_received);
     return;
   }
   Header header;
@@ -290,6 +291,7 @@ void EagerRing::broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadl
   header.bytes = bytes;
   RingBroadcast(rank_, size_, from_pred_.get(), to_succ_.get(), wake_.get(), data, header, deadline)
       .run();
+  if (on_received && rank_ != root && bytes > 0) on_received(0, bytes);
 }
 
 void EagerRing::interrupt() {

@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/communicator.h"
 #include "comm/deadline.h"
 #include "comm/gloo/peer_memory.h"
 #include "comm/store/socket_io.h"
@@ -75,7 +76,9 @@ class EagerRing {
   }
 
   // Broadcasts [data, data + bytes) from `root` down the ring, bounded by `deadline`.
-  void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline);
+  // `on_received` (optional): BroadcastOptions::on_received, per piece under single copy.
+  void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline,
+                 const ReceivedFn& on_received = {});
 
   // Makes the broadcast in flight (and every later one) return with WaitInterrupted.
   void interrupt();

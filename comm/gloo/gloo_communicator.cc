@@ -127,14 +127,16 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     args.deadline = deadline_after(timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
     if (ring_ && (opts.bytes <= opts_.eager_max_bytes || ring_->copies(opts.bytes))) {
-      run_collective("gloo broadcast", timeout,
-                     [&] { ring_->broadcast(args.data, args.bytes, args.root, args.deadline); });
+      run_collective("gloo broadcast", timeout, [&] {
+        ring_->broadcast(args.data, args.bytes, args.root, args.deadline, opts.on_received);
+      });
       return;
     }
     args.slot = static_cast<std::uint64_t>(context_->nextSlot());
     run_collective("gloo broadcast", timeout,
                    [&] { chain_broadcast(*context_, window_, failed_peers_, args); });
     window_.clear();
+    report_received_whole(opts, opts_.rank);
   }
 
   bool single_copy() const override { return ring_ && ring_->single_copy(); }
@@ -148,6 +150,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     const Millis timeout = opts.timeout.value_or(opts_.timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
     tree_broadcast("gloo stock broadcast", opts, timeout, std::nullopt);
+    report_received_whole(opts, opts_.rank);
   }
 
   void barrier(Millis timeout) override {
@@ -173,6 +176,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     const std::uint32_t tag = next_torch_tag_++;
     if (opts_.size == 1) return;
     tree_broadcast("gloo broadcast (torch-compatible)", opts, timeout, tag);
+    report_received_whole(opts, opts_.rank);
   }
 
   void abort() override {

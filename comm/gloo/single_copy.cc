@@ -79,8 +79,13 @@ class InUseMark {
 class CopyBroadcast {
  public:
   CopyBroadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
-                const RingHeader& expected, Deadline deadline)
-      : links_(links), memory_(memory), data_(data), expected_(expected), deadline_(deadline) {
+                const RingHeader& expected, Deadline deadline, const ReceivedFn& on_received)
+      : links_(links),
+        memory_(memory),
+        data_(data),
+        expected_(expected),
+        deadline_(deadline),
+        on_received_(on_received) {
     root_ = static_cast<int>(expected.root);
     const int pos = (links.rank - root_ + links.size) % links.size;
     pred_ = (links.rank - 1 + links.size) % links.size;
@@ -131,6 +136,7 @@ class CopyBroadcast {
     const std::uint64_t sequence = expected_.sequence;
     const std::size_t piece = piece_bytes(expected_.bytes);
     std::size_t done = 0;
+    std::size_t reported = 0;  // bytes handed to on_received_
     while (done < expected_.bytes) {
       std::size_t ready = 0;
       await(false, [&] {
@@ -151,12 +157,17 @@ class CopyBroadcast {
         done += len;
         if (done < expected_.bytes) {
           memory_.publish(memory_.mine().progress, progress_word(sequence, done), false);
+          // After publishing: the successor copies the piece while this rank reads it again.
+          if (on_received_) on_received_(done - len, len);
+          reported = done;
         }
       }
     }
     // The predecessor must still vouch for what was copied before the successor may finish.
     if (pred.in_use.load(std::memory_order_acquire) != sequence) left(pred_, done);
     memory_.publish(memory_.mine().progress, progress_word(sequence, done), true);
+    // The last piece, once the successor may take it.
+    if (on_received_ && done > reported) on_received_(reported, done - reported);
   }
 
   // Waits until the successor holds every byte (or has moved on to the next broadcast, which it
@@ -290,6 +301,7 @@ class CopyBroadcast {
   std::uint8_t* data_;
   RingHeader expected_;
   Deadline deadline_;
+  const ReceivedFn& on_received_;  // may be empty
   int root_ = 0, pred_ = 0, succ_ = 0;
   bool last_ = false, is_root_ = false;
 };
@@ -297,12 +309,13 @@ class CopyBroadcast {
 }  // namespace
 
 void single_copy_broadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
-                           std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline) {
+                           std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline,
+                           const ReceivedFn& on_received) {
   RingHeader expected;
   expected.sequence = sequence;
   expected.root = static_cast<std::uint32_t>(root);
   expected.bytes = bytes;
-  CopyBroadcast(links, memory, data, expected, deadline).run();
+  CopyBroadcast(links, memory, data, expected, deadline, on_received).run();
 }
 
 bool ring_agree(const RingLinks& links, bool usable, Deadline deadline) {

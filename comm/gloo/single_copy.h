@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "comm/deadline.h"
 #include "comm/gloo/peer_memory.h"
 
@@ -46,9 +47,11 @@ struct RingLinks {
 };
 
 // One single-copy broadcast of [data, data + bytes) from `root`, numbered `sequence`, as this rank
-// takes part in it. Throws LinkFailure or WaitInterrupted as EagerRing::broadcast.
+// takes part in it. Throws LinkFailure or WaitInterrupted as EagerRing::broadcast. A receiver
+// calls `on_received` (if set) with each piece once it copied and published it.
 void single_copy_broadcast(const RingLinks& links, PeerMemory& memory, std::uint8_t* data,
-                           std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline);
+                           std::size_t bytes, int root, std::uint64_t sequence, Deadline deadline,
+                           const ReceivedFn& on_received = {});
 
 // The ring's agreement when it forms: true when every member passes usable == true. One byte-sized
 // message a lap, two laps; bounded by `deadline` (TimeoutError, PeerError on a closed link).

@@ -285,6 +285,7 @@ void NcclCommunicator::broadcast(const BroadcastOptions& opts) {
   run_collective(what, deadline, [&](ncclComm_t comm, cudaStream_t stream) {
     return ncclBroadcast(opts.buffer, opts.buffer, opts.bytes, ncclUint8, opts.root, comm, stream);
   });
+  report_received_whole(opts, rank_);  // device memory: offsets only, for the caller's bookkeeping
 }
 
 void NcclCommunicator::barrier(Millis timeout) {

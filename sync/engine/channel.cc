@@ -14,13 +14,15 @@ class CommChannel final : public BucketChannel {
  public:
   explicit CommChannel(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
 
-  void receive(void* buffer, std::size_t bytes, comm::Millis timeout) override {
+  void receive(void* buffer, std::size_t bytes, comm::Millis timeout,
+               const comm::ReceivedFn& on_received) override {
     comm::BroadcastOptions opts;
     opts.buffer = buffer;
     opts.bytes = bytes;
     opts.root = 0;
     opts.memory = memory();
     opts.timeout = timeout;
+    opts.on_received = on_received;
     comm_->broadcast(opts);
   }
   void abort() override { comm_->abort(); }

@@ -26,9 +26,11 @@ namespace weightcast::sync::engine {
 class BucketChannel {
  public:
   virtual ~BucketChannel() = default;
-  // Fills `buffer` (`bytes` long, of kind memory()) with the next broadcast from group rank 0.
+  // Fills `buffer` (`bytes` long, of kind memory()) with the next broadcast from group rank 0,
+  // calling `on_received` (optional) as comm::BroadcastOptions::on_received says.
   // Throws comm::TimeoutError / comm::PeerError on failure; the channel is then aborted.
-  virtual void receive(void* buffer, std::size_t bytes, comm::Millis timeout) = 0;
+  virtual void receive(void* buffer, std::size_t bytes, comm::Millis timeout,
+                       const comm::ReceivedFn& on_received) = 0;
   virtual void abort() = 0;
   virtual comm::MemoryKind memory() const = 0;
   virtual int group_rank() const = 0;

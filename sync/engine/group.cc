@@ -7,6 +7,7 @@
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
+#include "sync/engine/receive_digests.h"
 #include "sync/model/delta.h"
 
 namespace weightcast::sync::engine {
@@ -293,17 +294,28 @@ void Group::receive_loop(int r) {
     auto job = next_job(r, slot);
     if (!job) return;
     const std::size_t total = job->wire_bytes();
+    std::vector<std::optional<Digest>> digests;
     try {
       if (job->delta()) {
-        rank.channel->receive(rank.buffers[slot].prepare(*pool_, total), total, opts_.comm_timeout);
+        rank.channel->receive(rank.buffers[slot].prepare(*pool_, total), total, opts_.comm_timeout,
+                              {});
       } else if (void* data = rank.buffers[slot].prepare(*pool_, total); job->per_tensor()) {
         // One broadcast per tensor, each into its place: the unpack below is the same.
         for (const BucketEntry& entry : job->plan().entries) {
           rank.channel->receive(static_cast<std::byte*>(data) + entry.offset, entry.bytes,
-                                opts_.comm_timeout);
+                                opts_.comm_timeout, {});
         }
+      } else if (rank.channel->memory() == comm::MemoryKind::kHost) {
+        // Each piece digested as it lands, while it is in the cache (receive_digests.h).
+        std::vector<bool> wanted;
+        for (const auto& runners : job->destinations()) wanted.push_back(!runners.empty());
+        ReceiveDigests digester(job->plan(), wanted, static_cast<const std::byte*>(data));
+        rank.channel->receive(
+            data, total, opts_.comm_timeout,
+            [&](std::size_t offset, std::size_t bytes) { digester.received(offset, bytes); });
+        digests = digester.take();
       } else {
-        rank.channel->receive(data, total, opts_.comm_timeout);
+        rank.channel->receive(data, total, opts_.comm_timeout, {});
       }
     } catch (const std::exception& e) {
       fail(failure_status(e), "engine rank " + std::to_string(r) + " (group rank " +
@@ -315,21 +327,23 @@ void Group::receive_loop(int r) {
       std::lock_guard lock(mu_);
       bytes_received_ += total;
       rank.cursor += 1;
-      rank.unpack_queue.push_back({std::move(job), slot});
+      rank.unpack_queue.push_back({std::move(job), slot, std::move(digests)});
     }
     cv_.notify_all();
   }
 }
 
-void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block) {
+void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block,
+                         const std::vector<std::optional<Digest>>& received) {
   const std::span<std::byte> bytes(block->data(), job.plan().total_bytes);
   const auto views = unpack(bytes, job.plan());
-  // One digest per routed tensor, while the next bucket is on the wire. All are checked against
-  // the trainer's before the first is staged, so a bucket that decoded wrong stages nothing.
+  // One digest per routed tensor: made as it was received where the path reports pieces, else
+  // here, while the next bucket is on the wire. All are checked against the trainer's before the
+  // first is staged, so a bucket that decoded wrong stages nothing.
   std::vector<Digest> digests(views.size());
   for (std::size_t i = 0; i < views.size(); ++i) {
     if (job.destinations()[i].empty()) continue;  // dropped, not checked
-    digests[i] = tensor_digest(views[i].bytes);
+    digests[i] = i < received.size() && received[i] ? *received[i] : tensor_digest(views[i].bytes);
     if (!job.expected_.empty() && digests[i] != job.expected_[i]) {
       job.finish({500,
                   "engine rank " + std::to_string(r) + ", bucket " +
@@ -382,7 +396,7 @@ void Group::apply_delta(int r, BucketJob& job, int slot) {
     return;
   }
   if (test_hooks::after_delta_decode) test_hooks::after_delta_decode(job.plan(), bucket);
-  stage_bucket(r, job, std::move(block));
+  stage_bucket(r, job, std::move(block), {});
 }
 
 void Group::unpack_loop(int r) {
@@ -401,7 +415,7 @@ void Group::unpack_loop(int r) {
       if (job.delta()) {
         apply_delta(r, job, item.slot);
       } else {
-        stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_));
+        stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_), item.digests);
       }
     } catch (const std::exception& e) {
       fail(500, "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +

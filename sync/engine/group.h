@@ -152,6 +152,7 @@ class Group {
   struct Unpack {
     std::shared_ptr<BucketJob> job;
     int slot = 0;
+    std::vector<std::optional<Digest>> digests;  // made while receiving (may be empty)
   };
 
   void receive_loop(int r);
@@ -159,7 +160,10 @@ class Group {
   // Digests the tensors of `job` received in `block` and stages them for their runners.
   // Digests every routed tensor, checks the digests the trainer sent (a mismatch fails the bucket
   // and the session, naming the tensor, and stages nothing), then stages.
-  void stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block);
+  // `received`: digests made as the bucket was received, one per entry (or none), nullopt where
+  // not made there.
+  void stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block,
+                    const std::vector<std::optional<Digest>>& received);
   // A delta bucket: the base rebuilt into a pool block, the payload in `slot` applied to it, then
   // staged as above. A base this engine does not hold or a bad payload finishes the job with
   // session_failed (the group is fine).

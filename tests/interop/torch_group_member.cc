@@ -152,7 +152,7 @@ int run(const Args& a) {
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    comm->broadcast({buf.data(), buf.size(), a.root, comm::MemoryKind::kHost, a.timeout});
+    comm->broadcast({buf.data(), buf.size(), a.root, comm::MemoryKind::kHost, a.timeout, {}});
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     const auto digest = sync::tensor_digest(std::as_bytes(std::span(buf)));
     std::cout << "digest " << i << " " << sync::to_string(digest) << " " << buf.size() << " "

@@ -4,6 +4,7 @@
 // both sides, never hang or mix streams.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,7 +29,7 @@ constexpr std::size_t kThreshold = 4096;
 
 // The whole of `buf`, from `root`.
 BroadcastOptions bcast(std::vector<std::uint8_t>& buf, int root) {
-  return {buf.data(), buf.size(), root, MemoryKind::kHost, {}};
+  return {buf.data(), buf.size(), root, MemoryKind::kHost, {}, {}};
 }
 
 // Broadcasts each of `sizes` from each root in turn, on one communicator; every rank must end each
@@ -130,6 +131,57 @@ TEST(SingleCopy, AgreedOnOneHostAndEveryPathDeliversFromEveryRoot) {
         o.eager_max_bytes = kThreshold;
         o.single_copy_min_bytes = 2 * kThreshold;
       });
+}
+
+// on_received: a single-copy receiver reports its pieces as they land, in order, each already
+// holding its final bytes; the sockets ring and the Gloo chain report the whole buffer once.
+TEST(SingleCopy, ReceiversReportEachPieceAsItLands) {
+  constexpr int kSize = 3;
+  constexpr std::size_t kBytes = (5u << 20) + 12345;  // several pieces, the last one short
+  for (const bool copy : {true, false}) {
+    with_group(
+        kSize, copy ? "copy-pieces" : "socket-pieces",
+        [&](int rank, GlooCommunicator& c) {
+          EXPECT_EQ(c.single_copy(), copy) << "rank " << rank;
+          const auto want = pattern(kBytes, 7);
+          std::vector<std::uint8_t> buf(kBytes, 0);
+          if (rank == 0) buf = want;
+          std::vector<std::pair<std::size_t, std::size_t>> ranges;
+          bool held_final_bytes = true;
+          BroadcastOptions b = bcast(buf, 0);
+          b.on_received = [&](std::size_t offset, std::size_t bytes) {
+            ranges.emplace_back(offset, bytes);
+            held_final_bytes = held_final_bytes &&
+                               std::equal(buf.begin() + static_cast<std::ptrdiff_t>(offset),
+                                          buf.begin() + static_cast<std::ptrdiff_t>(offset + bytes),
+                                          want.begin() + static_cast<std::ptrdiff_t>(offset));
+          };
+          c.broadcast(b);
+          ASSERT_EQ(buf, want) << "rank " << rank;
+          if (rank == 0) {
+            EXPECT_TRUE(ranges.empty()) << "the root receives nothing";
+            return;
+          }
+          EXPECT_TRUE(held_final_bytes) << "rank " << rank;
+          std::size_t next = 0;
+          for (const auto& [offset, bytes] : ranges) {
+            EXPECT_EQ(offset, next) << "rank " << rank;
+            EXPECT_GT(bytes, 0u);
+            next = offset + bytes;
+          }
+          EXPECT_EQ(next, kBytes) << "rank " << rank;
+          if (copy) {
+            EXPECT_GE(ranges.size(), 5u) << "rank " << rank << ": pieces of at most 1 MiB";
+          } else {
+            EXPECT_EQ(ranges.size(), 1u) << "rank " << rank;
+          }
+        },
+        [&](CommOptions& o) {
+          o.eager_max_bytes = kThreshold;
+          o.single_copy_min_bytes = 2 * kThreshold;
+          o.single_copy = copy;
+        });
+  }
 }
 
 // One member with single copy off keeps the whole group on sockets and Gloo: a group where some

@@ -114,7 +114,7 @@ TEST(TorchCompatibleGloo, UsesOnlyProcessGroupGlooKeysAndDeliversEveryBroadcast)
           if (r == root) {
             for (auto& b : buf) b = static_cast<std::uint8_t>(rng());
           }
-          comm->broadcast({buf.data(), buf.size(), root, MemoryKind::kHost, {}});
+          comm->broadcast({buf.data(), buf.size(), root, MemoryKind::kHost, {}, {}});
           if (i == 2) comm->barrier(milliseconds(20000));  // a tag of its own, as in torch
           got[static_cast<std::size_t>(r)].push_back(std::move(buf));
         }

@@ -84,7 +84,8 @@ class FakeChannel final : public BucketChannel {
               std::uint64_t generation)
       : source_(std::move(source)), rank_(rank), group_rank_(group_rank), generation_(generation) {}
 
-  void receive(void* buffer, std::size_t bytes, comm::Millis timeout) override {
+  void receive(void* buffer, std::size_t bytes, comm::Millis timeout,
+               const comm::ReceivedFn& on_received) override {
     FakeSource::Hook hook;
     {
       std::lock_guard lock(source_->mu_);
@@ -108,6 +109,7 @@ class FakeChannel final : public BucketChannel {
                                                " bytes, expected " + std::to_string(bytes));
     }
     if (bytes) std::memcpy(buffer, data.data(), bytes);
+    if (on_received && bytes > 0) on_received(0, bytes);
   }
 
   void abort() override {
