@@ -48,10 +48,12 @@ class Sender {
   void issue(std::uint64_t k, const std::optional<BucketDelta>& delta);
   // Our format: digests the new bytes of every bucket's tensors, in order, ahead of the sends
   // (a thread of its own, started by run()), so a request carries them before its bucket is
-  // packed; the look-ahead request k+1 goes out before bucket k is broadcast, as without them.
+  // packed; the look-ahead request k+1 goes out before bucket k is broadcast once they are made.
   void hash_ahead();
   // Bucket k's digests (waits for hash_ahead, bounded by the phase deadline; rethrows its error).
   std::vector<std::string> digests_of(std::uint64_t k);
+  // Whether bucket k's digests are made (or none are sent), without waiting.
+  bool digests_ready(std::uint64_t k) const;
   // Sends the requests of buckets [next_, last] (bounded by max_in_flight, never waiting for
   // bucket k's own answer). False when the phase failed meanwhile.
   bool issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline deadline,
@@ -143,6 +145,11 @@ void Sender::hash_ahead() {
       return;
     }
   }
+}
+
+bool Sender::digests_ready(std::uint64_t k) const {
+  return digests_.empty() ||
+         digests_[k].wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 std::vector<std::string> Sender::digests_of(std::uint64_t k) {
@@ -338,8 +345,13 @@ void Sender::send_all() {
   for (std::uint64_t k = 0; k < n && !failed_; ++k) {
     try {
       // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
-      // broadcast; with them, request k goes out once bucket k is encoded (acquire()).
-      if (!deltas_ && !issue_through(std::min(k + 1, n - 1), k, deadline_, std::nullopt)) break;
+      // broadcast, except that the first broadcast does not wait for the second bucket's
+      // digests (it would wait for two buckets' hashing instead of one). With deltas, request k
+      // goes out once bucket k is encoded (acquire()).
+      if (!deltas_) {
+        const bool ahead = k + 1 < n && (k > 0 || digests_ready(k + 1));
+        if (!issue_through(ahead ? k + 1 : k, k, deadline_, std::nullopt)) break;
+      }
       if (unpacked) {
         broadcast_tensors(plans_[k], deadline_);
         result_.wire_bytes += plans_[k].total_bytes;

@@ -178,7 +178,9 @@ TEST(SendBuckets, NextRequestIsOutBeforeTheBroadcastAndInFlightIsBounded) {
   ASSERT_GT(f.wire.total_buckets, 4u);
   const auto result = f.send(tensors);
   ASSERT_TRUE(result.ok) << result.error;
-  EXPECT_EQ(f.wire.missing_lookahead, 0);
+  // Only the first broadcast may go before the second request: it does not wait for the second
+  // bucket's digests.
+  EXPECT_LE(f.wire.missing_lookahead, 1);
   EXPECT_LE(f.a.max_open_buckets(), 2);
   EXPECT_LE(f.b.max_open_buckets(), 2);
   EXPECT_EQ(f.a.committed().size(), 0u);  // staged only; the session is still open
