@@ -97,21 +97,28 @@ bool packs_as_is(const BucketPlan& plan) {
 
 std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
                                                    const TensorSource& source) {
+  // The bytes between two tensors are lent too: only gaps under a page, so that they lie on the
+  // pages of the tensors around them (mapped, the caller's), never on a page of their own.
+  constexpr std::size_t kMaxGap = 4096;
   const std::byte* base = nullptr;
+  std::size_t end = 0;  // of the previous non-empty tensor, from the bucket's start
   for (const BucketEntry& e : plan.entries) {
     if (e.bytes == 0) continue;
     const auto bytes = source(e);
     WC_ENFORCE_EQ(bytes.size(), e.bytes, "bytes of tensor ", e.meta.name);
+    if (base == nullptr ? e.offset != 0 : e.offset < end || e.offset - end >= kMaxGap) {
+      return std::nullopt;
+    }
     const auto at = reinterpret_cast<std::uintptr_t>(bytes.data());
-    if (at < e.offset) return std::nullopt;
     const auto* b = reinterpret_cast<const std::byte*>(at - e.offset);
     if (base == nullptr) {
       base = b;
     } else if (b != base) {
       return std::nullopt;
     }
+    end = e.offset + e.bytes;
   }
-  if (base == nullptr) return std::nullopt;
+  if (base == nullptr || end != plan.total_bytes) return std::nullopt;
   return std::span<const std::byte>(base, plan.total_bytes);
 }
 

@@ -73,8 +73,9 @@ bool packs_as_is(const BucketPlan& plan);
 // The bucket's bytes where `source` already holds them in the bucket's layout: every tensor at
 // the same distance from one base as its offset in `plan` (a TensorArena, or one tensor alone),
 // so the bucket is those total_bytes from that base and needs no packing. Alignment padding
-// between two tensors is sent as the caller's memory holds it (an arena's is zero; engines never
-// read it). Empty when any tensor lies elsewhere.
+// between two tensors (under a page) is sent as the caller's memory holds it (an arena's is zero;
+// engines never read it). Empty when any tensor lies elsewhere, or the plan does not start at
+// offset 0 and end with its last tensor, or leaves a page or more between two tensors.
 std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
                                                    const TensorSource& source);
 

@@ -132,6 +132,25 @@ TEST(TensorArena, UnalignedPlansArePacked) {
   }));
 }
 
+TEST(TensorArena, PlansWithAGapOfAPageOrAnOffsetStartAreNotLent) {
+  // Tensors at exactly the plan's distance, but the plan leaves a page between them: that page
+  // is nobody's, so the bucket is packed rather than lent.
+  const std::vector<TensorMeta> metas = {
+      {"a", DType::kInt8, {100}}, {"b", DType::kInt8, {100}}, {"c", DType::kInt8, {5000}}};
+  const TensorArena arena(metas, 8192);
+  const auto source = [&](const BucketEntry& e) -> std::span<const std::byte> {
+    return arena[static_cast<std::size_t>(e.meta.name[0] - 'a')];
+  };
+  const auto plans = plan_buckets(metas, 1 << 20, 8192);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_FALSE(in_place(plans[0], source));
+  // The same arena with a plan of its own alignment but starting at tensor b's offset.
+  BucketPlan shifted;
+  shifted.entries = {{metas[1], 8192, 100}};
+  shifted.total_bytes = 8292;
+  EXPECT_FALSE(in_place(shifted, source));
+}
+
 TEST(TensorArena, RejectsABadAlignmentAndIndex) {
   const std::vector<TensorMeta> metas = {{"a", DType::kFloat32, {3}}};
   EXPECT_THROW(TensorArena(metas, 3), comm::EnforceError);
