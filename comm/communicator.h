@@ -24,10 +24,10 @@ enum class MemoryKind { kHost, kCuda };
 
 std::string_view to_string(MemoryKind kind);
 
-// One broadcast: `bytes` bytes at `buffer` on `root` are copied into `buffer` on every rank.
 // See BroadcastOptions::on_received.
 using ReceivedFn = std::function<void(std::size_t offset, std::size_t bytes)>;
 
+// One broadcast: `bytes` bytes at `buffer` on `root` are copied into `buffer` on every rank.
 struct BroadcastOptions {
   void* buffer = nullptr;
   std::size_t bytes = 0;

@@ -291,7 +291,6 @@ void EagerRing::broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadl
   header.bytes = bytes;
   RingBroadcast(rank_, size_, from_pred_.get(), to_succ_.get(), wake_.get(), data, header, deadline)
       .run();
-  if (on_received && rank_ != root && bytes > 0) on_received(0, bytes);
 }
 
 void EagerRing::interrupt() {

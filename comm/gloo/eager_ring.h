@@ -76,7 +76,8 @@ class EagerRing {
   }
 
   // Broadcasts [data, data + bytes) from `root` down the ring, bounded by `deadline`.
-  // `on_received` (optional): BroadcastOptions::on_received, per piece under single copy.
+  // `on_received` (optional): BroadcastOptions::on_received, called per piece under single copy
+  // (copies(bytes)) only; the caller reports a socket broadcast itself.
   void broadcast(std::uint8_t* data, std::size_t bytes, int root, Deadline deadline,
                  const ReceivedFn& on_received = {});
 

@@ -130,6 +130,7 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
       run_collective("gloo broadcast", timeout, [&] {
         ring_->broadcast(args.data, args.bytes, args.root, args.deadline, opts.on_received);
       });
+      if (!ring_->copies(opts.bytes)) report_received_whole(opts, opts_.rank);
       return;
     }
     args.slot = static_cast<std::uint64_t>(context_->nextSlot());

@@ -11,12 +11,10 @@
 
 namespace weightcast::sync::trainer {
 
-namespace {
-
 // `touch`: write every page now. Populating the page tables is not enough on a virtual machine
 // whose host maps a guest page only when it is first written (measured: the first copy into a
 // populated 64 MiB buffer 185-240 ms, into a written one 17-27 ms, the next copies 7-11 ms).
-PackBuffer allocate(std::size_t bytes, bool touch) {
+PackBuffer allocate_pack_buffer(std::size_t bytes, bool touch) {
   bytes = std::max<std::size_t>(bytes, 1);
   void* p = comm::allocate_huge_pages(bytes);
 #ifdef MADV_POPULATE_WRITE
@@ -27,8 +25,6 @@ PackBuffer allocate(std::size_t bytes, bool touch) {
   if (touch) std::memset(p, 0, bytes);
   return PackBuffer(static_cast<std::byte*>(p), PackBufferFree{bytes});
 }
-
-}  // namespace
 
 void PackBufferFree::operator()(std::byte* p) const {
   comm::free_huge_pages(p, std::max<std::size_t>(bytes, 1));
@@ -53,7 +49,7 @@ PackBuffer PackBuffers::take(std::size_t bytes, std::size_t& capacity) {
     allocations_ += 1;
   }
   capacity = bytes;
-  return allocate(bytes, false);
+  return allocate_pack_buffer(bytes, false);
 }
 
 void PackBuffers::put(PackBuffer buffer, std::size_t capacity) {
@@ -72,7 +68,7 @@ void PackBuffers::reserve(std::size_t bytes, std::size_t count) {
     std::erase_if(free_, [bytes](const Free& f) { return f.capacity < bytes; });
     allocations_ += count - have;
   }
-  for (std::size_t i = have; i < count; ++i) put(allocate(bytes, true), bytes);
+  for (std::size_t i = have; i < count; ++i) put(allocate_pack_buffer(bytes, true), bytes);
 }
 
 std::uint64_t PackBuffers::allocations() const {

@@ -40,6 +40,10 @@ struct PackBufferFree {
 };
 using PackBuffer = std::unique_ptr<std::byte[], PackBufferFree>;
 
+// A huge-page buffer of at least 1 byte, populated; with `touch` also zeroed (every page written,
+// which a virtual machine needs before a copy into it runs at full speed).
+PackBuffer allocate_pack_buffer(std::size_t bytes, bool touch);
+
 class PackBuffers {
  public:
   // A buffer of at least `bytes`; give it back with put() to have it reused. A new one is faulted
