@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "launcher/bench_hosts_ep.h"
+#include "launcher/bench_hosts_net.h"
 #include "launcher/bench_update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
@@ -23,13 +26,6 @@ namespace weightcast::launcher {
 namespace {
 
 constexpr const char* kBridgeNs = "wcbench-br";
-
-std::string host_ns(int i) {
-  return "wcbench-h" + std::to_string(i);
-}
-std::string host_addr(int i) {
-  return "198.18.0." + std::to_string(i + 1);
-}
 
 int sh(const std::string& cmd, bool quiet = false) {
   std::string full = quiet ? cmd + " >/dev/null 2>&1" : cmd;
@@ -91,12 +87,21 @@ double rate_bytes_per_s(const std::string& rate) {
 
 }  // namespace
 
-namespace {
-
+std::string host_ns(int i) {
+  return "wcbench-h" + std::to_string(i);
+}
+std::string host_addr(int i) {
+  return "198.18.0." + std::to_string(i + 1);
+}
+std::string hosts_subnet() {
+  return "198.18.0.0/24";
+}
 std::vector<std::string> in_ns(const std::string& ns, std::vector<std::string> argv) {
   argv.insert(argv.begin(), {"ip", "netns", "exec", ns});
   return argv;
 }
+
+namespace {
 
 // Root + receivers in their namespaces, one hosts-worker each; returns (backend, us, wrong) rows.
 void measure_broadcast(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
@@ -249,7 +254,7 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
 }  // namespace
 
 int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
-  const int hosts = o.receivers + 1;
+  const int hosts = std::max(o.receivers + 1, trainer_ep_hosts(o));
   const double link = rate_bytes_per_s(o.rate);
   if (sh(std::string("ip netns add ") + kBridgeNs + "-probe", true) != 0) {
     std::printf(
@@ -265,7 +270,7 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   signal(SIGTERM, on_signal);
   topo.build(o.rate);
 
-  BenchTable table("hosts", {{"what", 16, 0},
+  BenchTable table("hosts", {{"what", 20, 0},
                              {"bytes", 11, 0},
                              {"time(us)", 12, 0},
                              {"algbw(GB/s)", 12, 4},
@@ -280,6 +285,7 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   std::map<std::string, double> gbps;
   measure_broadcast(o, self_exe, table, link, gbps);
   if (o.update_model_bytes > 0) measure_update(o, self_exe, table, link, gbps["gloo-chain"]);
+  if (o.trainer_ep > 0) measure_trainer_ep(o, self_exe, table, link);
   table.write(o.output);
   return table.wrong() ? 1 : 0;
 }

@@ -31,7 +31,16 @@ struct HostsBenchOptions {
   // "realistic": the update runs drifted weights on two engine sets per host (full and delta
   // buckets, the same steps), for the delta-vs-full ratios on these links.
   std::string update_drift = "jump";
-  BenchOutput output;  // --csv / --json
+  // > 0: also weightcast-train's expert-parallel stage with this many EP ranks, one per host,
+  // feeding `trainer_engines` engines in hosts of their own, once per --tp-gather mode
+  // (launcher/bench_hosts_ep.h).
+  int trainer_ep = 0;
+  std::string trainer_model = "moe-small";
+  std::uint64_t trainer_bucket_bytes = 8u << 20;
+  int trainer_steps = 4;
+  int trainer_engines = 2;
+  std::vector<std::string> trainer_gathers = {"whole", "overlap"};  // --tp-gather modes, in order
+  BenchOutput output;                                               // --csv / --json
 };
 
 int run_hosts_bench(const HostsBenchOptions& opts, const std::string& self_exe);

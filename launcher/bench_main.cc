@@ -20,6 +20,7 @@
 #include "launcher/bench_broadcast.h"
 #include "launcher/bench_codec.h"
 #include "launcher/bench_hosts.h"
+#include "launcher/bench_hosts_ep.h"
 #include "launcher/bench_update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_options.h"
@@ -101,6 +102,8 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
   with_default(*hs, "--rate", ho.rate, "tc tbf rate of every host link (kbit/mbit/gbit)");
   bytes_option(*hs, "--bytes", ho.bytes, "bytes per broadcast");
   ranged(*hs, "--iters", ho.iters, "timed broadcasts per backend (and updates)", 1, 1000);
+  ranged(*hs, "--timeout-ms", ho.timeout_ms, "deadline of each broadcast, update and trainer step",
+         1, 3600000);
   add_chain_options(*hs, ho.chunk_bytes, ho.chunks_in_flight);
   bytes_option(*hs, "--update-model-bytes", ho.update_model_bytes,
                "also time the end-to-end update of a model of this size (0: off)");
@@ -109,6 +112,30 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
          "weights of that update: jump, or realistic (then full and delta updates of the "
          "same steps on two engine sets, one after the other)",
          {"jump", "realistic"});
+  ranged(*hs, "--trainer-ep", ho.trainer_ep,
+         "also time weightcast-train's EP stage: this many EP ranks, one per host, with the "
+         "expert gather whole and overlapped (0: off; needs weightcast-train beside this "
+         "program's train/ folder)",
+         0, 8);
+  with_default(*hs, "--trainer-model", ho.trainer_model, "that run's MoE model preset");
+  bytes_option(*hs, "--trainer-bucket-bytes", ho.trainer_bucket_bytes,
+               "that run's bucket size (and overlap's gather group)");
+  ranged(*hs, "--trainer-steps", ho.trainer_steps, "that run's steps per gather mode", 2, 1000);
+  ranged(*hs, "--trainer-engines", ho.trainer_engines, "that run's engines, one host each", 1, 8);
+  hs->add_option_function<std::string>(
+        "--trainer-gathers",
+        [&ho](const std::string& text) {
+          ho.trainer_gathers = split_csv(text);
+          for (const auto& g : ho.trainer_gathers) {
+            if (g != "whole" && g != "overlap" && g != "auto") {
+              throw CLI::ValidationError("--trainer-gathers",
+                                         "whole, overlap or auto, comma separated: " + g);
+            }
+          }
+        },
+        "that run's --tp-gather modes, comma separated, one run each (whole,overlap; the "
+        "overlap-vs-whole note needs both)")
+      ->default_str("whole,overlap");
   add_output_options(*hs, ho.output);
   return hs;
 }
@@ -130,6 +157,16 @@ CLI::App* add_hosts_worker(CLI::App& app, HostsWorkerOptions& wo) {
   hw->add_option_function<std::string>(
       "--backends", [&wo](const std::string& text) { wo.backends = split_csv(text); });
   return hw;
+}
+
+// mpirun's rsh agent for the hosts mode's trainer ranks (launcher/bench_hosts_ep.h).
+CLI::App* add_netns_agent(CLI::App& app) {
+  auto* na =
+      app.add_subcommand("netns-agent", "run a command in a hosts-mode namespace (internal)");
+  na->group("");
+  na->allow_extras();
+  na->prefix_command();
+  return na;
 }
 
 CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
@@ -257,6 +294,7 @@ int main(int argc, char** argv) {
   auto* bc = add_broadcast(app, bo, ranks);
   auto* hs = add_hosts(app, ho);
   auto* hw = add_hosts_worker(app, wo);
+  auto* na = add_netns_agent(app);
   auto* up = add_update(app, uo);
   ranged(app, "--max-seconds", max_seconds, "abort the whole run after this long", 1, 86400);
   try {
@@ -275,6 +313,7 @@ int main(int argc, char** argv) {
   alarm(static_cast<unsigned>(max_seconds));
   try {
     if (hw->parsed()) return run_hosts_worker(wo);
+    if (na->parsed()) return run_netns_agent(na->remaining());
     if (up->parsed()) return run_update_bench(uo, self_path(argv[0]));
     if (cd->parsed()) return run_codec_bench(co);
     if (hs->parsed()) return run_hosts_bench(ho, self_path(argv[0]));

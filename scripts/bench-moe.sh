@@ -3,8 +3,8 @@
 # mpirun (tp 1, pp 1) feeds two engines; the dense twin (dense-1g: moe-1g's layers with one MLP as
 # wide as all 64 experts together, the same bytes within 0.1%) with one rank, then the MoE model
 # (moe-1g) at EP 1, 2 and 4 (mpirun -np 1, 2, 4: the EP ranks' expert shards reach the stage
-# source through its gather, in each --tp-gather mode listed: whole, the default, gathers before
-# the update opens; overlap during it). Every run starts fresh engines. Prints one row per run: the
+# source through its gather, in each --tp-gather mode listed: whole, what auto picks on one host,
+# gathers before the update opens; overlap during it). Every run starts fresh engines. Prints one row per run: the
 # mean and median GB/s and the mean seconds of its updates after the first, the mean gather
 # seconds (the step line's gather phase), and the ratios of both GB/s to the dense row. Usage:
 #   bash scripts/bench-moe.sh [--moe moe-1g] [--dense dense-1g] [--steps 4] [--bucket-bytes 256M]

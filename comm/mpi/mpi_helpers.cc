@@ -103,6 +103,19 @@ Comm split(MPI_Comm parent, int color, int key, Deadline deadline) {
   return Comm(out);
 }
 
+bool spans_hosts(MPI_Comm comm, Deadline deadline) {
+  barrier(comm, deadline);
+  MPI_Comm local = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type", comm);
+  const Comm owned(local);
+  int size = 0, local_size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size", comm);
+  check_mpi(MPI_Comm_size(local, &local_size), "MPI_Comm_size", local);
+  // Split by host, every part is smaller than the whole exactly when there are several hosts.
+  return local_size < size;
+}
+
 namespace {
 
 void enforce_world(const Topology& topo, MPI_Comm world) {

@@ -89,6 +89,10 @@ Comm duplicate(MPI_Comm parent, Deadline deadline);
 // runs first; once every rank has passed it, the split waits on no one.
 Comm split(MPI_Comm parent, int color, int key, Deadline deadline);
 
+// Collective over `comm`: whether its ranks run on more than one host, as the MPI runtime places
+// them (MPI_COMM_TYPE_SHARED). Every rank gets the same answer. A bounded barrier runs first.
+bool spans_hosts(MPI_Comm comm, Deadline deadline);
+
 // Sub-communicators of `world` (whose size must be topo.world_size()), each a collective over
 // `world` that every rank calls in the same order. Ranks inside are ordered so that rank 0 is
 // tp_rank 0 (tp group), dp_rank 0 (dp group), the stage source (stage group).

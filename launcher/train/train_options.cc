@@ -168,10 +168,12 @@ void add_step_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str();
   one_of(app, "--tp-gather", o.tp_gather,
          "how a stage source gets its TP (and EP) ranks' shards: whole: gathered before the "
-         "update opens (measured faster where the cores are busy); overlap: in groups of about "
-         "a bucket on a thread, each group's buckets broadcast while the next is gathered (for "
-         "hosts with a core to spare)",
-         {"whole", "overlap"});
+         "update opens (measured faster where the stage's ranks share a host's cores); "
+         "overlap: in groups of about a bucket on a thread, each group's buckets broadcast "
+         "while the next is gathered (measured faster where they span hosts: the gather uses "
+         "the source's incoming link while the broadcast uses its outgoing one); auto: overlap "
+         "when the stage spans hosts, else whole",
+         {"auto", "whole", "overlap"});
 }
 
 }  // namespace

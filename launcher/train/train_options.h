@@ -78,8 +78,9 @@ struct TrainOptions {
   std::string delta = "auto";  // off | auto (sync/trainer/delta_source.h)
   std::string delta_codec = "xor_zstd";
   // overlap: the TP gather in groups of about a bucket, overlapped with the broadcast; whole: one
-  // gather of the whole stage before the first bucket (launcher/train/stage_gather.h).
-  std::string tp_gather = "whole";
+  // gather of the whole stage before the first bucket (launcher/train/stage_gather.h); auto:
+  // overlap when the stage's ranks span hosts, whole when they share one.
+  std::string tp_gather = "auto";
   std::string drift = "jump";  // jump (fill_tensor's step k) | realistic (sync/model/drift.h)
   double drift_lr = 0;         // 0: the realistic rate
 };

@@ -52,10 +52,16 @@ class Rank {
     stage_comm_ = mpi::stage_group(topo_, MPI_COMM_WORLD, mpi_deadline());
     sources_comm_ = mpi::split(MPI_COMM_WORLD, topo_.is_stage_source() ? 0 : 1, topo_.pp_rank(),
                                mpi_deadline());
-    // The stage's TP and EP gather: whole (the default), before the update opens; or overlap,
-    // in groups of about a bucket on a thread of the source (needs MPI_THREAD_MULTIPLE), each
-    // group's buckets broadcast while the next is gathered (docs/performance.md).
-    const bool whole = o.tp_gather == "whole";
+    // The stage's TP and EP gather: whole, before the update opens; or overlap, in groups of
+    // about a bucket on a thread of the source (needs MPI_THREAD_MULTIPLE), each group's buckets
+    // broadcast while the next is gathered. auto (the default) takes what measured faster
+    // (docs/performance.md): whole where the stage shares one host's cores, overlap where its
+    // ranks span hosts and the gather can use the source's incoming link during the broadcast.
+    gather_mode_ = o.tp_gather;
+    if (gather_mode_ == "auto") {
+      gather_mode_ = mpi::spans_hosts(stage_comm_.get(), mpi_deadline()) ? "overlap" : "whole";
+    }
+    const bool whole = gather_mode_ == "whole";
     gather_ = std::make_unique<StageGather>(
         params_, o.tp, topo_.tp_rank(), o.ep, ep_rank_,
         whole ? SIZE_MAX : updater_options(o, {}).buckets.bucket_bytes);
@@ -75,6 +81,11 @@ class Rank {
       std::fprintf(out_, "experts %lld ep %d (%s): %lld per EP rank\n",
                    static_cast<long long>(spec_.num_experts), o_.ep, o_.expert_layout.c_str(),
                    static_cast<long long>(spec_.num_experts / o_.ep));
+      std::fflush(out_);
+    }
+    if (code == kExitOk && coordinator() && stage_comm_.size() > 1) {
+      std::fprintf(out_, "stage gather %s%s\n", gather_mode_.c_str(),
+                   o_.tp_gather == "auto" ? " (auto)" : "");
       std::fflush(out_);
     }
     if (code == kExitOk && coordinator() && o_.probe_accept_length) {
@@ -262,6 +273,7 @@ class Rank {
   std::unique_ptr<sync::Drift> drift_;
   std::vector<std::byte> drifted_;
   std::unique_ptr<StageGather> gather_;
+  std::string gather_mode_;  // whole | overlap (auto resolved)
   bool threaded_gather_ = false;
   bool has_draft_ = false;  // some engine holds a draft runner (coordinator only)
   StepTimes times_;         // the step in progress, for its line's phases

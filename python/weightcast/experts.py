@@ -19,12 +19,14 @@ with what it holds, as full HF tensors (already gathered over tensor parallelism
 
 The stage source posts a receive per remote expert (torch.distributed point-to-point on
 `ep_group`, Gloo or any backend with isend/irecv of host tensors), each into its own buffer.
-gather="whole" (the default) waits for them all before the session opens (the engines keep
-serving meanwhile), then sends the stage; gather="overlap" sends its own tensors first and reads
-each remote expert once its receive completes, so the gather overlaps the broadcast. "whole" is
-the default because it measured faster (scripts/bench-python-experts.py, docs/performance.md: on
-one host, where receiving and broadcasting compete for the same cores); "overlap" is for hosts
-where the EP ranks' link and the engines' are not the same bottleneck. Engines receive full
+gather="whole" waits for them all before the session opens (the engines keep serving
+meanwhile), then sends the stage; gather="overlap" sends its own tensors first and reads each
+remote expert once its receive completes, so the gather overlaps the broadcast. gather="auto"
+(the default) takes what measured faster (docs/performance.md): "whole" when every EP rank runs
+on the source's host (scripts/bench-python-experts.py: receiving and broadcasting compete for the
+same cores), "overlap" when some EP rank reports another host name (`weightcast-bench hosts
+--trainer-ep`: the gather uses the source's incoming link while the broadcast uses its outgoing
+one). Engines receive full
 per-expert tensors under global names; an engine with expert parallelism keeps its own.
 
 `ep_group` holds the stage's EP ranks, ranked by EP rank (None: the default group, whose rank r is
@@ -36,6 +38,7 @@ inputs were refused before any engine was contacted).
 """
 
 import re
+import socket
 
 from ._weightcast import InputError, UpdateError
 from .pipeline import run_stages
@@ -72,8 +75,15 @@ def _check_arguments(num_experts, ep_size, ep_rank, index, gather):
         raise ValueError(f"ep_size {ep_size} must divide num_experts {num_experts}")
     if index not in ("local", "global"):
         raise ValueError(f"expert_index must be 'local' or 'global', not {index!r}")
-    if gather not in ("overlap", "whole"):
-        raise ValueError(f"gather must be 'overlap' or 'whole', not {gather!r}")
+    if gather not in ("auto", "overlap", "whole"):
+        raise ValueError(f"gather must be 'auto', 'overlap' or 'whole', not {gather!r}")
+
+
+def _pick_gather(gather, own_host, hosts):
+    """The gather mode the source runs: auto is overlap when some EP rank is on another host."""
+    if gather != "auto":
+        return gather
+    return "overlap" if any(h != own_host for h in hosts) else "whole"
 
 
 def _split(named_tensors, *, num_experts, ep_size, ep_rank, index):
@@ -114,7 +124,7 @@ def _as_bytes(tensor):
 
 def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_experts,
                            ep_group=None, expert_index="local", stage=0, stages=1,
-                           sources_group=None, version=None, gather="whole"):
+                           sources_group=None, version=None, gather="auto"):
     import torch
     import torch.distributed as dist
 
@@ -140,11 +150,13 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
             error = f"EP rank {ep_rank}: {e}"
 
     # 1. What each EP rank sends, to the source; the source's verdict, to every EP rank.
+    host = socket.gethostname()
     offers = [None] * ep_size if ep_rank == 0 else None
-    dist.gather_object((error, metas), offers, dst=peer(0), group=ep_group)
+    dist.gather_object((error, metas, host), offers, dst=peer(0), group=ep_group)
     verdict = [None]
     if ep_rank == 0:
-        verdict[0] = next((e for e, _ in offers if e is not None), None)
+        verdict[0] = next((e for e, _, _ in offers if e is not None), None)
+        gather = _pick_gather(gather, host, [h for _, _, h in offers])
     dist.broadcast_object_list(verdict, src=peer(0), group=ep_group)
     refused = verdict[0]
 

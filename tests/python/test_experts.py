@@ -38,6 +38,14 @@ class Experts(unittest.TestCase):
         for r in range(np):
             self.assertIn(f"rank {r} ok", run.stdout, out)
 
+    def test_auto_gather_overlaps_only_across_hosts(self):
+        """gather="auto": whole when every EP rank shares the source's host, overlap otherwise."""
+        from weightcast.experts import _pick_gather
+        self.assertEqual(_pick_gather("auto", "a", ["a", "a", "a"]), "whole")
+        self.assertEqual(_pick_gather("auto", "a", ["a", "b"]), "overlap")
+        self.assertEqual(_pick_gather("whole", "a", ["a", "b"]), "whole")
+        self.assertEqual(_pick_gather("overlap", "a", ["a"]), "overlap")
+
     def test_two_ep_ranks_update_one_engine_bit_for_bit(self):
         self.run_ranks("ep", 2, [2])
 

@@ -234,6 +234,14 @@ TEST(Misuse, IsRejectedBeforeAnythingIsPosted) {
   EXPECT_EQ(stranded_operations(), 0u);
 }
 
+// mpirun puts the 4 ranks on this one host: no communicator spans hosts, and every rank agrees.
+// (Several hosts: weightcast-bench hosts --trainer-ep, tests/netns/bench_hosts_test.cc.)
+TEST(SpansHosts, OneHostsRanksDoNot) {
+  EXPECT_FALSE(spans_hosts(MPI_COMM_WORLD, generous()));
+  const Comm pair = split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), generous());
+  EXPECT_FALSE(spans_hosts(pair.get(), generous()));
+}
+
 TEST(Barrier, WaitsForTheLastRank) {
   barrier(MPI_COMM_WORLD, generous());
   constexpr auto kLate = milliseconds(400);

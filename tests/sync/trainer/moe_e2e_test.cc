@@ -106,6 +106,8 @@ TEST(MoeE2E, Tp2Ep2Pp2UpdatesTwoEnginesWithEveryExpertBitExact) {
   ASSERT_EQ(code, std::optional<int>(0)) << out;
   // The EP path ran: the coordinator reports how the experts are spread.
   EXPECT_EQ(testing::count_matches(out, "experts 8 ep 2 \\(local\\): 4 per EP rank"), 1) << out;
+  // --tp-gather auto: every rank is on this host, so the whole stage is gathered first.
+  EXPECT_EQ(testing::count_matches(out, "stage gather whole \\(auto\\)"), 1) << out;
   for (int step = 1; step <= 3; ++step) {
     EXPECT_EQ(testing::count_matches(out, "step " + std::to_string(step) + "/3 version " +
                                               std::to_string(step) + " .* verified yes"),
@@ -121,7 +123,8 @@ TEST(MoeE2E, Tp2Ep2Pp2UpdatesTwoEnginesWithEveryExpertBitExact) {
 // DeepSeek style (MLA, a dense layer, shared experts) with the grouped expert layout, EP 4 and a
 // bucket size (600K) that would cut the MLA down projections of layers 0 and 1 apart without the
 // atomic-group rule. The EP ranks' experts join the overlapped gather here (--tp-gather
-// overlap); the test above takes the default, the whole stage gathered before the update.
+// overlap); the test above takes the default, auto, which gathers the whole stage before the
+// update on one host.
 TEST(MoeE2E, DeepSeekStyleGroupedLayoutEp4WithAtomicGroups) {
   const ModelSpec spec = model_preset("deepseek-tiny");
   std::vector<testing::TestEngine> engines;
