@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "launcher/bench_hosts_net.h"
 #include "launcher/bench_update.h"
@@ -91,53 +92,27 @@ TrainerRun run_trainer(const HostsBenchOptions& o, const std::string& self,
     urls += (urls.empty() ? "" : ",") + engine_url(*engines.back(), timeout);
   }
   const TempFile hostfile("weightcast-bench-hostfile", hostfile_text(ep));
-  std::vector<std::string> argv = in_ns(host_ns(0), {"mpirun",
-                                                     "--allow-run-as-root",
-                                                     "--oversubscribe",
-                                                     "--hostfile",
-                                                     hostfile.path(),
-                                                     "-np",
-                                                     std::to_string(ep),
-                                                     "--mca",
-                                                     "plm_rsh_agent",
-                                                     self + " netns-agent",
-                                                     "--mca",
-                                                     "btl",
-                                                     "self,tcp",
-                                                     "--mca",
-                                                     "btl_tcp_if_include",
-                                                     hosts_subnet(),
-                                                     "--mca",
-                                                     "oob_tcp_if_include",
-                                                     hosts_subnet(),
-                                                     trainer_exe(self),
-                                                     "--engines",
-                                                     urls,
-                                                     "--model",
-                                                     o.trainer_model,
-                                                     "--ep",
-                                                     std::to_string(ep),
-                                                     "--steps",
-                                                     std::to_string(o.trainer_steps),
-                                                     "--bucket-bytes",
-                                                     std::to_string(o.trainer_bucket_bytes),
-                                                     "--delta",
-                                                     "off",
-                                                     "--tp-gather",
-                                                     gather,
-                                                     "--verify",
-                                                     "--seed",
-                                                     "1",
-                                                     "--bind-address",
-                                                     host_addr(0),
-                                                     "--update-timeout-ms",
-                                                     std::to_string(o.timeout_ms)});
+  // mpirun in host 0; MPI between the hosts over the shaped links (TCP on their subnet).
+  std::vector<std::string> cmd = {"mpirun",          "--allow-run-as-root", "--oversubscribe",
+                                  "--hostfile",      hostfile.path(),       "-np",
+                                  std::to_string(ep)};
+  const std::pair<std::string, std::string> mca[] = {{"plm_rsh_agent", self + " netns-agent"},
+                                                     {"btl", "self,tcp"},
+                                                     {"btl_tcp_if_include", hosts_subnet()},
+                                                     {"oob_tcp_if_include", hosts_subnet()}};
+  for (const auto& [name, value] : mca) cmd.insert(cmd.end(), {"--mca", name, value});
+  cmd.insert(cmd.end(), {trainer_exe(self), "--engines", urls, "--model", o.trainer_model});
+  cmd.insert(cmd.end(), {"--ep", std::to_string(ep), "--steps", std::to_string(o.trainer_steps)});
+  cmd.insert(cmd.end(), {"--bucket-bytes", std::to_string(o.trainer_bucket_bytes), "--delta", "off",
+                         "--tp-gather", gather, "--verify", "--seed", "1"});
+  cmd.insert(cmd.end(),
+             {"--bind-address", host_addr(0), "--update-timeout-ms", std::to_string(o.timeout_ms)});
   ChildOptions co;
   co.own_group = true;  // mpirun's agents and daemons go with it
   // PMIx's shared-memory data store is one per machine, not per namespace: its hash store
   // instead (otherwise PMIx prints dstore errors when the daemons of two hosts meet there).
   co.extra_env = {"PMIX_MCA_gds=hash"};
-  ChildProcess train(argv, co);
+  ChildProcess train(in_ns(host_ns(0), std::move(cmd)), co);
   TrainerRun run;
   auto& steps = run.steps;
   while (static_cast<int>(steps.size()) < o.trainer_steps) {

@@ -25,6 +25,7 @@
 #include "launcher/child_process.h"
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
+#include "launcher/malloc_tuning.h"
 #include "launcher/mpi_launch.h"
 
 namespace {
@@ -280,6 +281,7 @@ int run_broadcast_mode(int argc, char** argv, int ranks, const BroadcastBenchOpt
 }  // namespace
 
 int main(int argc, char** argv) {
+  weightcast::launcher::tune_malloc_for_updates();  // launcher/malloc_tuning.h
   CLI::App app{"weightcast-bench: broadcast and weight-update benchmarks"};
   app.require_subcommand(1);
   int ranks = 3;

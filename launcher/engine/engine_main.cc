@@ -18,6 +18,7 @@
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
 #include "launcher/engine/engine_setup.h"
+#include "launcher/malloc_tuning.h"
 #include "sync/engine/http/routes.h"
 
 namespace {
@@ -176,6 +177,7 @@ std::jthread watch_stop_signals(const sigset_t& signals, Engine& engine, HttpSer
 }  // namespace
 
 int main(int argc, char** argv) {
+  weightcast::launcher::tune_malloc_for_updates();  // launcher/malloc_tuning.h
   CommandLine c;
   CLI::App app{"weightcast-engine: a rollout engine that receives weight updates"};
   add_options(app, c);

@@ -20,10 +20,12 @@
 
 #include "comm/errors.h"
 #include "comm/mpi/mpi_helpers.h"
+#include "launcher/malloc_tuning.h"
 #include "launcher/train/train_options.h"
 #include "launcher/train/trainer_rank.h"
 
 int main(int argc, char** argv) {
+  weightcast::launcher::tune_malloc_for_updates();  // launcher/malloc_tuning.h
   using namespace weightcast::launcher::train;
   CLI::App app{"weightcast-train: push trainer weights to rollout engines (run under mpirun)"};
   TrainOptions options;
