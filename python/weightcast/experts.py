@@ -22,12 +22,13 @@ The stage source posts a receive per remote expert (torch.distributed point-to-p
 gather="whole" waits for them all before the session opens (the engines keep serving
 meanwhile), then sends the stage; gather="overlap" sends its own tensors first and reads each
 remote expert once its receive completes, so the gather overlaps the broadcast. gather="auto"
-(the default) takes what measured faster (docs/performance.md): "whole" when every EP rank runs
-on the source's host (scripts/bench-python-experts.py: receiving and broadcasting compete for the
-same cores), "overlap" when some EP rank reports another host name (`weightcast-bench hosts
---trainer-ep`: the gather uses the source's incoming link while the broadcast uses its outgoing
-one). Engines receive full
-per-expert tensors under global names; an engine with expert parallelism keeps its own.
+(the default) picks "whole" when every EP rank runs on the source's host, where it measured faster
+(scripts/bench-python-experts.py: receiving and broadcasting compete for the same cores), and
+"overlap" when some EP rank reports another host name: the gather then uses the source's incoming
+link while the broadcast uses its outgoing one. That case was measured for weightcast-train's MPI
+gather (`weightcast-bench hosts --trainer-ep`, docs/performance.md), not for this torch.distributed
+one. Engines receive full per-expert tensors under global names; an engine with expert
+parallelism keeps its own.
 
 `ep_group` holds the stage's EP ranks, ranked by EP rank (None: the default group, whose rank r is
 EP rank r). With pipeline parallelism the stage sources (EP rank 0 of every stage) also pass
