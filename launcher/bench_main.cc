@@ -114,10 +114,14 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
          "same steps on two engine sets, one after the other)",
          {"jump", "realistic"});
   ranged(*hs, "--trainer-ep", ho.trainer_ep,
-         "also time weightcast-train's EP stage: this many EP ranks, one per host, with the "
-         "expert gather whole and overlapped (0: off; needs weightcast-train beside this "
-         "program's train/ folder)",
-         0, 8);
+         "also time weightcast-train's EP stage: this many EP ranks (2 or more), one per host, "
+         "with the expert gather whole and overlapped (0: off; runs train/weightcast-train "
+         "next to this program, as in the build tree)",
+         0, 8)
+      ->check([](const std::string& text) {
+        return text == "1" ? std::string("one EP rank has nothing to gather: use 0 or 2-8")
+                           : std::string();
+      });
   with_default(*hs, "--trainer-model", ho.trainer_model, "that run's MoE model preset");
   bytes_option(*hs, "--trainer-bucket-bytes", ho.trainer_bucket_bytes,
                "that run's bucket size (and overlap's gather group)");
