@@ -160,7 +160,8 @@ HostEngines start_host_engines(const HostsBenchOptions& o, const UpdateBenchOpti
   for (int set = 0; set < sets; ++set) {
     for (int r = 1; r <= o.receivers; ++r) {
       engines.processes.push_back(std::make_unique<ChildProcess>(
-          in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r)))));
+          in_ns(host_ns(r), update_engine_argv(uo, self, spec, model, host_addr(r))),
+          engine_child()));
       engines.urls[set] +=
           (engines.urls[set].empty() ? "" : ",") +
           engine_url(*engines.processes.back(), std::chrono::milliseconds(o.timeout_ms));

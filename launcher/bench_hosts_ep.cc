@@ -86,9 +86,10 @@ TrainerRun run_trainer(const HostsBenchOptions& o, const std::string& self,
   std::string urls;
   for (int j = 0; j < o.trainer_engines; ++j) {
     const int host = ep + j;
-    engines.push_back(std::make_unique<ChildProcess>(in_ns(
-        host_ns(host),
-        update_engine_argv(uo, self, o.trainer_model, o.trainer_bucket_bytes, host_addr(host)))));
+    engines.push_back(std::make_unique<ChildProcess>(
+        in_ns(host_ns(host), update_engine_argv(uo, self, o.trainer_model, o.trainer_bucket_bytes,
+                                                host_addr(host))),
+        engine_child()));
     urls += (urls.empty() ? "" : ",") + engine_url(*engines.back(), timeout);
   }
   const TempFile hostfile("weightcast-bench-hostfile", hostfile_text(ep));

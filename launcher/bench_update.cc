@@ -76,7 +76,7 @@ LocalEngines start_engines(const UpdateBenchOptions& o, const std::string& self,
   LocalEngines out;
   for (int e = 0; e < o.engines; ++e) {
     out.processes.push_back(std::make_unique<ChildProcess>(
-        update_engine_argv(o, self, spec_path, model_bytes, "127.0.0.1")));
+        update_engine_argv(o, self, spec_path, model_bytes, "127.0.0.1"), engine_child()));
     out.urls.push_back(engine_url(*out.processes.back(), milliseconds(o.timeout_ms)));
   }
   return out;

@@ -83,5 +83,8 @@ std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const s
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host);
 std::string engine_url(ChildProcess& engine, std::chrono::milliseconds timeout);
+// How the benches start their engines: killed with the bench, even by a signal that skips its
+// destructors (a bench piped into `head`, or killed), so no engine outlives it holding memory.
+ChildOptions engine_child();
 
 }  // namespace weightcast::launcher

@@ -59,6 +59,12 @@ std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const s
           std::to_string(o.timeout_ms)};
 }
 
+ChildOptions engine_child() {
+  ChildOptions options;
+  options.die_with_parent = true;
+  return options;
+}
+
 std::string engine_url(ChildProcess& engine, std::chrono::milliseconds timeout) {
   const std::string l = engine.line(timeout, "weightcast-engine");
   const auto at = l.find("http://");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, ChildOptions options)
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
 
+  const pid_t parent = getpid();
   pid_ = fork();
   if (pid_ < 0) {
     close(fds[0]);
@@ -51,6 +53,11 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, ChildOptions options)
   if (pid_ == 0) {
     dup2(fds[1], STDOUT_FILENO);
     if (options_.own_group) ::setpgid(0, 0);
+    // A parent gone before prctl took effect would never send the signal: exit instead.
+    if (options_.die_with_parent &&
+        (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)) {
+      _exit(127);
+    }
     execvpe(args[0], args.data(), envp.data());
     const char msg[] = "exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);

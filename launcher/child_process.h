@@ -24,6 +24,10 @@ struct ChildOptions {
   std::vector<std::string> extra_env;  // "NAME=value", added to this process's environment
   bool own_group = false;
   std::chrono::milliseconds stop_grace{5000};
+  // The kernel SIGKILLs the child when the thread that started it ends, which includes this
+  // process being killed by a signal that skips the destructor (PR_SET_PDEATHSIG). Only for
+  // children started from a thread that outlives them, such as main().
+  bool die_with_parent = false;
 };
 
 class ChildProcess {
