@@ -53,12 +53,6 @@ std::optional<StepResult> parse_step(const std::string& line) {
   return r;
 }
 
-std::string trainer_exe(const std::string& self) {
-  const auto slash = self.rfind('/');
-  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
-  return dir + "/train/weightcast-train";
-}
-
 // mpirun's host list: this host (rank 0, the stage source, in host 0 with mpirun), then one
 // slot in each other EP host, reached through the netns agent.
 std::string hostfile_text(int ep) {
@@ -102,7 +96,8 @@ TrainerRun run_trainer(const HostsBenchOptions& o, const std::string& self,
                                                      {"btl_tcp_if_include", hosts_subnet()},
                                                      {"oob_tcp_if_include", hosts_subnet()}};
   for (const auto& [name, value] : mca) cmd.insert(cmd.end(), {"--mca", name, value});
-  cmd.insert(cmd.end(), {trainer_exe(self), "--engines", urls, "--model", o.trainer_model});
+  cmd.insert(cmd.end(), {beside_self(self, "train/weightcast-train"), "--engines", urls, "--model",
+                         o.trainer_model});
   cmd.insert(cmd.end(), {"--ep", std::to_string(ep), "--steps", std::to_string(o.trainer_steps)});
   cmd.insert(cmd.end(), {"--bucket-bytes", std::to_string(o.trainer_bucket_bytes), "--delta", "off",
                          "--tp-gather", gather, "--verify", "--seed", "1"});

@@ -79,6 +79,9 @@ class TempFile {
 // an engine prints when it listens.
 TempFile write_model_spec(std::uint64_t model_bytes);
 TempFile write_model_spec(const sync::ModelSpec& spec);
+// The program at `relative` from the folder of `self` (this benchmark's path), as the build tree
+// lays them out ("engine/weightcast-engine", "train/weightcast-train").
+std::string beside_self(const std::string& self, const std::string& relative);
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host);

@@ -33,12 +33,16 @@ TempFile write_model_spec(const sync::ModelSpec& spec) {
   return TempFile("weightcast-bench-model", sync::to_json(spec).dump());
 }
 
+std::string beside_self(const std::string& self, const std::string& relative) {
+  const auto slash = self.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
+  return dir + "/" + relative;
+}
+
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host) {
-  auto slash = self.rfind('/');
-  const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
-  return {dir + "/engine/weightcast-engine",
+  return {beside_self(self, "engine/weightcast-engine"),
           "--host",
           host,
           "--port",
