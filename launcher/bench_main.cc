@@ -203,6 +203,11 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
          "weights per step: jump (every element changes) or realistic (fp32 masters "
          "drift and round to bf16: a few percent change)",
          {"jump", "realistic"});
+  one_of(*up, "--digest-at", uo.digest_at,
+         "where the source's tensor digests are made: write (as each tensor is written, in the "
+         "cache, outside the timed update, as weightcast-train does) or send (the sender hashes "
+         "every tensor during the update)",
+         {"write", "send"});
   one_of(*up, "--delta", uo.delta,
          "delta updates: auto (when the link is slow enough to pay), on (whenever "
          "smaller) or off (full buckets)",

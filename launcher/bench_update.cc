@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -160,11 +161,15 @@ struct UpdateSet {
 
 // The weights of each step: the generator's step k (jump) or realistic drift from step 0. They
 // live in a TensorArena, written in place each step as a trainer's conversion would write them,
-// so buckets go out without a pack pass.
+// so buckets go out without a pack pass. With `digest_at_write` each tensor is hashed right after
+// it is written, while it is in the cache, and its view carries the digest (NamedTensor::digest),
+// as weightcast-train's stage does; that time is kept apart from the update's.
 class StepWeights {
  public:
-  StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr)
-      : metas_(metas), storage_(metas) {
+  StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr,
+              bool digest_at_write)
+      : metas_(metas), storage_(metas), digest_at_write_(digest_at_write) {
+    if (digest_at_write_) digests_.resize(metas.size());
     for (std::size_t i = 0; i < metas.size(); ++i) {
       if (!realistic) continue;
       sync::fill_tensor(metas[i], 1, 0, storage_[i]);
@@ -173,9 +178,11 @@ class StepWeights {
   }
   // Moves to `step`; returns the fraction of elements that changed (1 for jumps).
   double advance(int step) {
+    digest_seconds_ = 0;
     if (drifts_.empty()) {
       for (std::size_t i = 0; i < metas_.size(); ++i) {
         sync::fill_tensor(metas_[i], 1, static_cast<std::uint64_t>(step), storage_[i]);
+        digest(i);
       }
       return 1.0;
     }
@@ -184,20 +191,36 @@ class StepWeights {
     for (std::size_t i = 0; i < drifts_.size(); ++i) {
       changed += drifts_[i].step(static_cast<std::uint64_t>(step), storage_[i]);
       total += drifts_[i].elements();
+      digest(i);
     }
     return static_cast<double>(changed) / static_cast<double>(std::max<std::size_t>(total, 1));
   }
   std::vector<sync::trainer::NamedTensor> views() const {
     std::vector<sync::trainer::NamedTensor> out;
-    for (std::size_t i = 0; i < metas_.size(); ++i) out.push_back({metas_[i], storage_[i]});
+    for (std::size_t i = 0; i < metas_.size(); ++i) {
+      out.push_back({metas_[i], storage_[i], digest_at_write_ ? &digests_[i] : nullptr});
+    }
     return out;
   }
   const sync::trainer::TensorArena& storage() const { return storage_; }
+  // The last advance()'s hashing, summed over tensors (0 without digest_at_write).
+  double digest_seconds() const { return digest_seconds_; }
 
  private:
+  void digest(std::size_t i) {
+    if (!digest_at_write_) return;
+    const auto start = std::chrono::steady_clock::now();
+    digests_[i] = sync::tensor_digest(storage_[i]);
+    digest_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   const std::vector<sync::TensorMeta>& metas_;
   sync::trainer::TensorArena storage_;
   std::vector<sync::Drift> drifts_;
+  const bool digest_at_write_;
+  std::vector<sync::Digest> digests_;
+  double digest_seconds_ = 0;
 };
 
 std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string& self,
@@ -258,7 +281,7 @@ class UpdateBench {
         model_bytes_(sync::total_bytes(metas_)),
         spec_file_(write_model_spec(spec)),
         sets_(make_sets(o, self, spec_file_.path(), model_bytes_)),
-        weights_(metas_, o.drift == "realistic", sync::kRealisticLr),
+        weights_(metas_, o.drift == "realistic", sync::kRealisticLr, o.digest_at == "write"),
         table_(update_table()) {}
 
   // The set under test's mean GB/s over its counted updates (0 when none succeeded).
@@ -300,6 +323,10 @@ class UpdateBench {
   // Every set's update to the weights of `step`, then the delta-vs-full ratio when comparing.
   void run_step(int step) {
     const double changed = weights_.advance(step);
+    if (step > 1 || o_.iters == 1) {
+      digest_seconds_ += weights_.digest_seconds();
+      ++digest_steps_;
+    }
     const auto tensors = weights_.views();
     std::vector<sync::trainer::UpdateReport> reports;
     for (UpdateSet& set : sets_) reports.push_back(update_set(set, step, changed, tensors));
@@ -378,6 +405,15 @@ class UpdateBench {
                   format_bytes(model_bytes_).c_str(), receivers, raw_s, raw_s / update_s,
                   static_cast<unsigned long long>(table_.wrong()));
     table_.note(buf);
+    if (o_.digest_at == "write" && digest_steps_ > 0) {
+      const double digest_s = digest_seconds_ / digest_steps_;
+      std::snprintf(buf, sizeof(buf),
+                    "the source's digests were made as the weights were written: %.3f s per "
+                    "step outside the update (update + them / raw = %.2fx; --digest-at send "
+                    "hashes inside the update)",
+                    digest_s, raw_s / (update_s + digest_s));
+      table_.note(buf);
+    }
   }
 
   const UpdateBenchOptions& o_;
@@ -388,6 +424,8 @@ class UpdateBench {
   const TempFile spec_file_;
   std::vector<UpdateSet> sets_;
   StepWeights weights_;
+  double digest_seconds_ = 0;  // the source's digests at write, summed over steps after the first
+  int digest_steps_ = 0;
   BenchTable table_;
   int failed_ = 0;
 };

@@ -43,6 +43,10 @@ struct UpdateBenchOptions {
   // How weights change per step: "jump" (every element: the generator's step k) or "realistic"
   // (fp32 masters drift and are rounded: sync/model/drift.h).
   std::string drift = "jump";
+  // Where the source's per-tensor digests are made: "write" (right after each tensor is written,
+  // while it is in the cache, as weightcast-train's conversion does; NamedTensor::digest) or
+  // "send" (the sender hashes every tensor again from memory during the update).
+  std::string digest_at = "write";
   // The updater's delta mode (sync/trainer/delta_source.h): "auto", "on" or "off".
   std::string delta = "auto";
   // Also feed the same steps to a second engine set with delta "off", for delta-vs-full ratios.

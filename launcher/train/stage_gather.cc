@@ -49,9 +49,10 @@ void StageGather::prepare(int stage_ranks) {
     for (const auto& param : params_)
       metas.insert(metas.end(), param.parts.begin(), param.parts.end());
     arena_ = sync::trainer::TensorArena(metas);
+    digests_.resize(metas.size());  // never resized again: views_ point into it
     for (std::size_t i = 0; i < metas.size(); ++i) {
       spans_.push_back(arena_[i]);
-      views_.push_back({metas[i], arena_[i]});
+      views_.push_back({metas[i], arena_[i], &digests_[i]});
     }
   }
   if (stage_ranks <= 1) return;
@@ -89,7 +90,8 @@ void StageGather::gather_all(MPI_Comm stage, const std::vector<std::byte>& mine,
     sync::trainer::assemble_hf_into(
         std::span(params_).subspan(g.first_param, g.end_param - g.first_param), blocks, tp_,
         std::span<const std::span<std::byte>>(spans_).subspan(g.first_tensor,
-                                                              g.end_tensor - g.first_tensor));
+                                                              g.end_tensor - g.first_tensor),
+        std::span(digests_).subspan(g.first_tensor, g.end_tensor - g.first_tensor));
     {
       std::lock_guard lock(mu_);
       filled_ = i + 1;

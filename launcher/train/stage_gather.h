@@ -80,7 +80,9 @@ class StageGather {
   Seconds seconds();
 
   // Source: the stage's HF tensors, in order, views of one TensorArena (so the buckets go out
-  // without packing); complete once finish() returned.
+  // without packing); complete once finish() returned. Each carries its digest
+  // (NamedTensor::digest), made as the gather wrote the tensor, so the sender does not hash the
+  // stage again; both are there once await() returned for the tensor.
   const std::vector<sync::trainer::NamedTensor>& tensors() const { return views_; }
   std::size_t groups() const { return groups_.size(); }
 
@@ -99,6 +101,7 @@ class StageGather {
   sync::trainer::TensorArena arena_;               // the stage's HF tensors (prepare())
   std::vector<std::span<std::byte>> spans_;        // arena_'s tensors, written by the gather
   std::vector<sync::trainer::NamedTensor> views_;  // the same, read by the sender
+  std::vector<sync::Digest> digests_;  // each tensor's, written with it; views_ point here
   std::unordered_map<std::string, std::size_t> group_of_;  // HF tensor name -> group
   comm::mpi::GatheredBytes received_;  // the source's receive buffer, reused group after group
 

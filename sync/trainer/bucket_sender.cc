@@ -81,7 +81,7 @@ class Sender {
   const BucketSendOptions& options_;
 
   std::vector<BucketPlan> plans_;
-  std::unordered_map<std::string, std::span<const std::byte>> bytes_of_;
+  std::unordered_map<std::string, const NamedTensor*> tensor_of_;
   std::deque<InFlight> in_flight_;
   std::atomic<bool> failed_{false};
   std::mutex mu_;  // guards result_.failures against the request threads
@@ -134,7 +134,9 @@ void Sender::hash_ahead() {
       std::vector<std::string> out;
       for (const BucketEntry& e : plans_[k].entries) {
         if (failed_) throw comm::Error("the data phase failed");
-        out.push_back(to_string(tensor_digest(tensor_bytes(e))));
+        const auto bytes = tensor_bytes(e);  // awaited first: a producer's digest comes with them
+        const Digest* made = tensor_of_.at(e.meta.name)->digest;
+        out.push_back(to_string(made != nullptr ? *made : tensor_digest(bytes)));
       }
       digests_promised_[k].set_value(std::move(out));
     } catch (...) {
@@ -265,7 +267,7 @@ void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) 
 
 std::span<const std::byte> Sender::tensor_bytes(const BucketEntry& entry) const {
   if (options_.await_tensor) options_.await_tensor(entry.meta.name, deadline_);
-  return bytes_of_.at(entry.meta.name);
+  return tensor_of_.at(entry.meta.name)->bytes;
 }
 
 void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {
@@ -287,7 +289,7 @@ void Sender::plan(std::span<const NamedTensor> tensors) {
   std::vector<TensorMeta> metas;
   for (const auto& t : tensors) {
     WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
-    WC_ENFORCE(bytes_of_.emplace(t.meta.name, t.bytes).second, "duplicate tensor ", t.meta.name);
+    WC_ENFORCE(tensor_of_.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
     metas.push_back(t.meta);
     result_.bytes += t.bytes.size();
   }

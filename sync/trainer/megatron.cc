@@ -209,8 +209,10 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
 
 void assemble_hf_into(std::span<const MegatronParam> params,
                       std::span<const std::span<const std::byte>> blocks, int tp,
-                      std::span<const std::span<std::byte>> out) {
+                      std::span<const std::span<std::byte>> out, std::span<Digest> digests) {
   WC_ENFORCE_GE(tp, 1);
+  WC_ENFORCE(digests.empty() || digests.size() == out.size(), "digests (", digests.size(), ") for ",
+             out.size(), " HF tensors");
   WC_ENFORCE(!blocks.empty() && blocks.size() % static_cast<std::size_t>(tp) == 0, "blocks (",
              blocks.size(), ") must be a multiple of tp ", tp);
   const auto t = static_cast<std::size_t>(tp);
@@ -230,6 +232,11 @@ void assemble_hf_into(std::span<const MegatronParam> params,
     }
     WC_ENFORCE_LE(next + param.parts.size(), out.size(), "HF tensors for ", param.name);
     write_hf(param, std::span(shards).first(t), out.subspan(next, param.parts.size()));
+    if (!digests.empty()) {
+      for (std::size_t j = next; j < next + param.parts.size(); ++j) {
+        digests[j] = tensor_digest(out[j]);
+      }
+    }
     next += param.parts.size();
   }
   WC_ENFORCE_EQ(next, out.size(), "HF tensors left unwritten");

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sync/model/checksum.h"
 #include "sync/model/model.h"
 #include "sync/protocol/tensor.h"
 #include "sync/trainer/tensors.h"
@@ -151,8 +152,10 @@ std::vector<HostTensor> assemble_hf(const std::vector<MegatronParam>& params,
 // The same into `out`, one destination per HF tensor of `params` in order (bytes_of(
 // allocate_hf(params)), or a TensorArena's views), so a source can fill its tensors part by part,
 // in place, while it sends the earlier ones.
+// With `digests` (one per tensor of `out`; empty: none), each tensor's tensor_digest() is made
+// right after it is written, while it is in the cache, for NamedTensor::digest.
 void assemble_hf_into(std::span<const MegatronParam> params,
                       std::span<const std::span<const std::byte>> blocks, int tp,
-                      std::span<const std::span<std::byte>> out);
+                      std::span<const std::span<std::byte>> out, std::span<Digest> digests = {});
 
 }  // namespace weightcast::sync::trainer

@@ -186,6 +186,32 @@ TEST(SendBuckets, NextRequestIsOutBeforeTheBroadcastAndInFlightIsBounded) {
   EXPECT_EQ(f.a.committed().size(), 0u);  // staged only; the session is still open
 }
 
+TEST(SendBuckets, RequestsCarryTheProducersDigestsInsteadOfHashingAgain) {
+  SendFixture f;
+  f.options.bucket_bytes = 2048;
+  const auto tensors = testing::random_tensors(14, 12, 900);
+  auto with_digests = views(tensors);
+  // Tensor 0's digest as its producer made it, the others' none: the sender hashes those. A
+  // deliberately wrong one shows that the sender carries it rather than hashing the bytes (an
+  // engine refuses such a bucket: tests/sync/engine/http_digest_test.cc).
+  const Digest made{1, 2};
+  with_digests[0].digest = &made;
+  const auto result =
+      send_buckets(target_session(), "g", f.comm, f.engines, with_digests, f.options);
+  ASSERT_TRUE(result.ok) << result.error;
+  std::map<std::string, std::string> sent;
+  for (const auto& r : f.a.bucket_requests()) {
+    ASSERT_EQ(r.digests.size(), r.tensors.size());
+    for (std::size_t i = 0; i < r.tensors.size(); ++i) sent[r.tensors[i].name] = r.digests[i];
+  }
+  ASSERT_EQ(sent.size(), tensors.size());
+  EXPECT_EQ(sent.at(tensors[0].meta.name), to_string(made));
+  for (std::size_t i = 1; i < tensors.size(); ++i) {
+    EXPECT_EQ(sent.at(tensors[i].meta.name), to_string(tensor_digest(tensors[i].bytes)))
+        << tensors[i].meta.name;
+  }
+}
+
 TEST(SendBuckets, OneInFlightStillCompletes) {
   SendFixture f;
   f.options.bucket_bytes = 2048;

@@ -68,6 +68,27 @@ TEST(Megatron, GatherAndConvertGivesTheGeneratorsHfTensors) {
   expect_round_trip(wide, 4, 2, 1);
 }
 
+TEST(Megatron, AssemblingWithDigestsGivesEachWrittenTensorsDigest) {
+  const ModelSpec spec = tiny();
+  const int tp = 2;
+  const auto params = stage_params(spec, 0, 1);
+  std::vector<std::vector<std::byte>> blocks;
+  for (int r = 0; r < tp; ++r) blocks.push_back(rank_shards(params, tp, r, 42, 2));
+  std::vector<std::span<const std::byte>> spans(blocks.begin(), blocks.end());
+  auto tensors = allocate_hf(params);
+  std::vector<Digest> digests(tensors.size());
+  assemble_hf_into(params, spans, tp, bytes_of(tensors), digests);
+  ASSERT_FALSE(tensors.empty());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(digests[i], tensor_digest(tensors[i].bytes)) << tensors[i].meta.name;
+    EXPECT_EQ(tensors[i].bytes, generated(tensors[i].meta, 42, 2)) << tensors[i].meta.name;
+  }
+  // One digest per tensor, or none.
+  std::vector<Digest> short_list(tensors.size() - 1);
+  EXPECT_THROW(assemble_hf_into(params, spans, tp, bytes_of(tensors), short_list),
+               comm::EnforceError);
+}
+
 TEST(Megatron, NamesAreMegatronsWithStageLocalLayers) {
   const auto stage1 = stage_params(tiny(), 1, 2);  // tiny has 2 layers: layer 1 is stage 1's 0
   std::vector<std::string> names;
