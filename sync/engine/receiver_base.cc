@@ -66,9 +66,9 @@ std::string ReceiverBase::held_digest(Selector selector) const {
   std::vector<NamedDigest> covered;
   for (Runner id : kAllRunners) {
     if (!covers(selector, id)) continue;
-    std::vector<NamedDigest> tensors;
-    for (const auto& [name, digest] : digests(id)) tensors.push_back({name, digest});
-    covered.push_back({std::string(to_string(id)), combined_digest(std::move(tensors))});
+    CombinedHasher tensors;  // the map is in name order
+    for (const auto& [name, digest] : digests(id)) tensors.add(name, digest);
+    covered.push_back({std::string(to_string(id)), tensors.digest()});
   }
   return to_string(combined_digest(std::move(covered)));
 }

@@ -35,7 +35,8 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, StagedTensor> staged,
                                                     int rank_count, Runner runner,
                                                     std::vector<Digest>& rank_staged) {
-  std::vector<std::vector<NamedDigest>> per_rank(static_cast<std::size_t>(rank_count));
+  // The staged map is in name order, so each rank's combined digest is built as it goes.
+  std::vector<CombinedHasher> per_rank(static_cast<std::size_t>(rank_count));
   std::map<std::string, ResidentTensor> fresh;
   for (auto& [name, tensor] : staged) {
     WC_ENFORCE_EQ(tensor.rank_digests.size(), static_cast<std::size_t>(rank_count));
@@ -48,18 +49,18 @@ std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, Staged
             "runner '" + std::string(to_string(runner)) + "': tensor '" + name +
                 (d ? "' differs from engine rank 0's copy" : "' was not received by this rank"));
       }
-      per_rank[r].push_back({name, *d});
+      per_rank[r].add(name, *d);
     }
     ResidentTensor t;
     t.meta = std::move(tensor.meta);
     t.bytes = std::move(tensor.bytes);
     t.digest = *first;
     t.laid_out = false;
-    fresh.emplace(name, std::move(t));
+    fresh.emplace_hint(fresh.end(), name, std::move(t));
   }
   rank_staged.clear();
   if (!fresh.empty()) {
-    for (auto& entries : per_rank) rank_staged.push_back(combined_digest(std::move(entries)));
+    for (const auto& hasher : per_rank) rank_staged.push_back(hasher.digest());
   }
   return fresh;
 }
@@ -341,8 +342,7 @@ void RunnerSet::set_weight_version(std::string version) {
 Digest RunnerSet::covered_digest(Selector selector) const {
   std::vector<NamedDigest> covered;
   for (Runner id : runners()) {
-    if (covers(selector, id))
-      covered.push_back({std::string(to_string(id)), checksum(id).combined});
+    if (covers(selector, id)) covered.push_back({std::string(to_string(id)), combined_of(id)});
   }
   return combined_digest(std::move(covered));
 }
@@ -355,17 +355,26 @@ RunnerChecksum RunnerSet::checksum(Runner id, bool recompute) const {
   out.layout = slot.config.layout;
   out.tensors.reserve(slot.tensors.size());
   out.metas.reserve(slot.tensors.size());
+  CombinedHasher combined;
   for (const auto& [name, tensor] : slot.tensors) {
     out.tensors.push_back({name, recompute ? tensor_digest(tensor.bytes) : tensor.digest});
     out.metas.push_back(tensor.meta);
+    combined.add(name, out.tensors.back().digest);
   }
-  out.combined = combined_digest(out.tensors);
+  out.combined = combined.digest();
   out.weight_version = version_;
   out.rank_staged = slot.rank_staged;
   for (const auto& d : slot.rank_staged)
     out.ranks_agree = out.ranks_agree && d == slot.rank_staged[0];
   out.digest_age_s = seconds_since(slot.digest_time);
   return out;
+}
+
+Digest RunnerSet::combined_of(Runner id) const {
+  std::shared_lock lock(mu_);
+  CombinedHasher combined;
+  for (const auto& [name, tensor] : get(id).tensors) combined.add(name, tensor.digest);
+  return combined.digest();
 }
 
 double RunnerSet::digest_age_seconds(Runner id) const {

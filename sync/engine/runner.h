@@ -144,6 +144,9 @@ class RunnerSet {
                    const std::function<void(const ResidentTensor&)>& fn) const;
 
  private:
+  // The runner's combined digest of its stored per-tensor digests, straight from its name-ordered
+  // map (no names copied, nothing sorted).
+  Digest combined_of(Runner id) const;
   struct Slot {
     RunnerConfig config;
     std::map<std::string, ResidentTensor> tensors;

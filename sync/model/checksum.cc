@@ -110,21 +110,26 @@ void Hasher::reset() {
   WC_ENFORCE_EQ(XXH3_128bits_reset(state_->xxh), XXH_OK);
 }
 
+void CombinedHasher::add(std::string_view name, const Digest& digest) {
+  WC_ENFORCE(!any_ || std::string_view(last_) < name,
+             name == last_ ? "duplicate tensor name " : "tensor names out of order: ", name,
+             " after ", last_);
+  std::array<std::byte, 8> length{};
+  for (std::size_t b = 0; b < 8; ++b) {
+    length[b] = static_cast<std::byte>(static_cast<std::uint64_t>(name.size()) >> (8 * b));
+  }
+  hasher_.update(length);
+  hasher_.update(name);
+  hasher_.update(canonical_bytes(digest));
+  last_.assign(name);
+  any_ = true;
+}
+
 Digest combined_digest(std::vector<NamedDigest> entries) {
   std::sort(entries.begin(), entries.end(),
             [](const NamedDigest& a, const NamedDigest& b) { return a.name < b.name; });
-  Hasher hasher;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = entries[i];
-    WC_ENFORCE(i == 0 || entries[i - 1].name != e.name, "duplicate tensor name ", e.name);
-    std::array<std::byte, 8> length{};
-    for (std::size_t b = 0; b < 8; ++b) {
-      length[b] = static_cast<std::byte>(static_cast<std::uint64_t>(e.name.size()) >> (8 * b));
-    }
-    hasher.update(length);
-    hasher.update(e.name);
-    hasher.update(canonical_bytes(e.digest));
-  }
+  CombinedHasher hasher;
+  for (const auto& e : entries) hasher.add(e.name, e.digest);
   return hasher.digest();
 }
 

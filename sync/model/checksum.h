@@ -68,4 +68,18 @@ struct NamedDigest {
 // digest too (that of zero bytes).
 Digest combined_digest(std::vector<NamedDigest> entries);
 
+// combined_digest() built entry by entry from names already in order (a std::map's), without
+// copying or sorting them: add() each in strictly increasing order (EnforceError otherwise,
+// duplicates included), then digest(). Same result as combined_digest() of the same entries.
+class CombinedHasher {
+ public:
+  void add(std::string_view name, const Digest& digest);
+  Digest digest() const { return hasher_.digest(); }
+
+ private:
+  Hasher hasher_;
+  std::string last_;
+  bool any_ = false;
+};
+
 }  // namespace weightcast::sync

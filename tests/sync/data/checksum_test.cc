@@ -108,5 +108,22 @@ TEST(CombinedDigest, RejectsDuplicateNames) {
   EXPECT_THROW(combined_digest(entries), comm::EnforceError);
 }
 
+TEST(CombinedHasher, InOrderEntriesGiveCombinedDigest) {
+  auto entries = sample();
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  CombinedHasher hasher;
+  for (const auto& e : entries) hasher.add(e.name, e.digest);
+  EXPECT_EQ(hasher.digest(), combined_digest(sample()));
+  EXPECT_EQ(CombinedHasher().digest(), combined_digest({}));
+  // Out of order and duplicates are misuse: the caller's order is the digest's.
+  CombinedHasher backwards;
+  backwards.add(entries[1].name, entries[1].digest);
+  EXPECT_THROW(backwards.add(entries[0].name, entries[0].digest), comm::EnforceError);
+  CombinedHasher twice;
+  twice.add(entries[0].name, entries[0].digest);
+  EXPECT_THROW(twice.add(entries[0].name, entries[0].digest), comm::EnforceError);
+}
+
 }  // namespace
 }  // namespace weightcast::sync
