@@ -168,8 +168,8 @@ class StepWeights {
  public:
   StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr,
               bool digest_at_write)
-      : metas_(metas), storage_(metas), digest_at_write_(digest_at_write) {
-    if (digest_at_write_) digests_.resize(metas.size());
+      : metas_(metas), storage_(metas) {
+    if (digest_at_write) digests_.resize(metas.size());
     for (std::size_t i = 0; i < metas.size(); ++i) {
       if (!realistic) continue;
       sync::fill_tensor(metas[i], 1, 0, storage_[i]);
@@ -198,7 +198,7 @@ class StepWeights {
   std::vector<sync::trainer::NamedTensor> views() const {
     std::vector<sync::trainer::NamedTensor> out;
     for (std::size_t i = 0; i < metas_.size(); ++i) {
-      out.push_back({metas_[i], storage_[i], digest_at_write_ ? &digests_[i] : nullptr});
+      out.push_back({metas_[i], storage_[i], digests_.empty() ? nullptr : &digests_[i]});
     }
     return out;
   }
@@ -208,7 +208,7 @@ class StepWeights {
 
  private:
   void digest(std::size_t i) {
-    if (!digest_at_write_) return;
+    if (digests_.empty()) return;
     const auto start = std::chrono::steady_clock::now();
     digests_[i] = sync::tensor_digest(storage_[i]);
     digest_seconds_ +=
@@ -218,8 +218,7 @@ class StepWeights {
   const std::vector<sync::TensorMeta>& metas_;
   sync::trainer::TensorArena storage_;
   std::vector<sync::Drift> drifts_;
-  const bool digest_at_write_;
-  std::vector<sync::Digest> digests_;
+  std::vector<sync::Digest> digests_;  // one per tensor with digest_at_write, else empty
   double digest_seconds_ = 0;
 };
 

@@ -68,8 +68,12 @@ class Sender {
   // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
   void broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline);
   void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
-  // The bytes of a planned tensor, once options_.await_tensor says they are there.
-  std::span<const std::byte> tensor_bytes(const BucketEntry& entry) const;
+  // A planned tensor (its bytes and any producer's digest), once options_.await_tensor says
+  // they are there.
+  const NamedTensor& awaited(const BucketEntry& entry) const;
+  std::span<const std::byte> tensor_bytes(const BucketEntry& entry) const {
+    return awaited(entry).bytes;
+  }
   // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
   void fail();
   void record(EngineFailure failure);
@@ -134,9 +138,8 @@ void Sender::hash_ahead() {
       std::vector<std::string> out;
       for (const BucketEntry& e : plans_[k].entries) {
         if (failed_) throw comm::Error("the data phase failed");
-        const auto bytes = tensor_bytes(e);  // awaited first: a producer's digest comes with them
-        const Digest* made = tensor_of_.at(e.meta.name)->digest;
-        out.push_back(to_string(made != nullptr ? *made : tensor_digest(bytes)));
+        const NamedTensor& t = awaited(e);  // a producer's digest comes with the bytes
+        out.push_back(to_string(t.digest != nullptr ? *t.digest : tensor_digest(t.bytes)));
       }
       digests_promised_[k].set_value(std::move(out));
     } catch (...) {
@@ -265,9 +268,9 @@ void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) 
   result_.broadcast_seconds += seconds_since(start);
 }
 
-std::span<const std::byte> Sender::tensor_bytes(const BucketEntry& entry) const {
+const NamedTensor& Sender::awaited(const BucketEntry& entry) const {
   if (options_.await_tensor) options_.await_tensor(entry.meta.name, deadline_);
-  return tensor_of_.at(entry.meta.name)->bytes;
+  return *tensor_of_.at(entry.meta.name);
 }
 
 void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {

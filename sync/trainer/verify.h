@@ -40,6 +40,7 @@ struct SentDigest {
   bool operator==(const SentDigest&) const = default;
 };
 
+// Takes a tensor's NamedTensor::digest, where it has one, as its digest without layout.
 std::vector<SentDigest> sent_digests(std::span<const NamedTensor> tensors);
 
 // Text form for shipping between processes; parse_sent_digests(to_text(x)) == x.
