@@ -21,6 +21,7 @@
 #include "launcher/bench_codec.h"
 #include "launcher/bench_hosts.h"
 #include "launcher/bench_hosts_ep.h"
+#include "launcher/bench_requests.h"
 #include "launcher/bench_update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_options.h"
@@ -239,6 +240,14 @@ CLI::App* add_codec(CLI::App& app, CodecBenchOptions& co) {
   return cd;
 }
 
+CLI::App* add_requests(CLI::App& app, RequestsBenchOptions& ro) {
+  auto* rq = app.add_subcommand(
+      "requests", "what a bucket request costs per tensor to build and to parse, vs nlohmann");
+  ranged(*rq, "--tensors", ro.tensors, "tensors in the bucket request", 1, 100000);
+  ranged(*rq, "--iters", ro.iters, "builds and parses to time", 1, 100000);
+  return rq;
+}
+
 std::string self_path(const char* argv0) {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -301,7 +310,9 @@ int main(int argc, char** argv) {
   HostsWorkerOptions wo;
   UpdateBenchOptions uo;
   CodecBenchOptions co;
+  RequestsBenchOptions ro;
   auto* cd = add_codec(app, co);
+  auto* rq = add_requests(app, ro);
   auto* bc = add_broadcast(app, bo, ranks);
   auto* hs = add_hosts(app, ho);
   auto* hw = add_hosts_worker(app, wo);
@@ -327,6 +338,7 @@ int main(int argc, char** argv) {
     if (na->parsed()) return run_netns_agent(na->remaining());
     if (up->parsed()) return run_update_bench(uo, self_path(argv[0]));
     if (cd->parsed()) return run_codec_bench(co);
+    if (rq->parsed()) return run_requests_bench(ro);
     if (hs->parsed()) return run_hosts_bench(ho, self_path(argv[0]));
     if (bc->parsed()) return run_broadcast_mode(argc, argv, ranks, bo);
   } catch (const std::exception& e) {

@@ -342,10 +342,10 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   out.runners = load_staged(runners_, staged, base_);
   std::lock_guard lock(mu_);
   for (const auto& [id, tensors] : staged) {
-    for (const auto& [name, t] : tensors) {
-      base_.record(id, t.meta, t.bytes, *t.rank_digests[0]);
-      out.bytes_loaded += t.bytes.size();
-    }
+    out.bytes_loaded += base_.record_in_order(id, tensors, [](const auto& entry) {
+      const StagedTensor& t = entry.second;
+      return std::tie(t.meta, t.bytes, *t.rank_digests[0]);
+    });
   }
   if (next_version) version_ = *next_version;
   out.weight_version = version_;

@@ -25,7 +25,7 @@ void ReceiverBase::record(Runner runner, const TensorMeta& meta, const SharedByt
   bytes_ += slot.bytes.size();
 }
 
-const ReceiverBase::Tensor* ReceiverBase::base_of(const std::string& name) const {
+const ReceiverBase::Tensor* ReceiverBase::base_of(std::string_view name) const {
   auto it = base_.find(name);
   return it == base_.end() ? nullptr : &it->second;
 }

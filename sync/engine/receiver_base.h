@@ -16,6 +16,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "sync/engine/block_pool.h"
@@ -37,6 +39,10 @@ class ReceiverBase {
   // Records a tensor runner `runner` now holds: its digest, and (deltas on) its raw bytes.
   void record(Runner runner, const TensorMeta& meta, const SharedBytes& bytes,
               const Digest& digest);
+  // Records a commit's tensors, given in increasing name order (as a std::map iterates them):
+  // each lookup starts where the previous one ended, instead of at the root. Returns the bytes.
+  template <typename Range, typename Fields>
+  std::size_t record_in_order(Runner runner, const Range& tensors, Fields fields);
 
   // Bytes held for delta bases (0 with deltas off).
   std::size_t bytes() const { return bytes_; }
@@ -47,7 +53,7 @@ class ReceiverBase {
     SharedBytes bytes;
   };
   // The tensor last committed under `name`, if kept.
-  const Tensor* base_of(const std::string& name) const;
+  const Tensor* base_of(std::string_view name) const;
 
   // Writes the base of `plan` into `bucket`, checked against the trainer's `expected` digests;
   // a refusal message naming the first tensor not held or not matching. Entries without a
@@ -64,10 +70,46 @@ class ReceiverBase {
   std::string held_digest(Selector selector) const;
 
  private:
+  // Where `name` is or goes in `map`, starting at `hint` (the slot after the previous name).
+  template <typename Map>
+  static typename Map::iterator place(Map& map, typename Map::iterator hint,
+                                      const std::string& name);
+
   bool keep_bytes_;
-  std::map<std::string, Tensor> base_;
+  std::map<std::string, Tensor, std::less<>> base_;
   std::map<std::string, Digest> digests_[2];
   std::size_t bytes_ = 0;
 };
+
+template <typename Map>
+typename Map::iterator ReceiverBase::place(Map& map, typename Map::iterator hint,
+                                           const std::string& name) {
+  if (hint != map.end() && hint->first == name) return hint;  // the common case: an update
+  return map.try_emplace(hint, name);  // amortized constant when the hint is right
+}
+
+// `fields(entry)` gives (meta, bytes, digest) of one element of `tensors`.
+template <typename Range, typename Fields>
+std::size_t ReceiverBase::record_in_order(Runner runner, const Range& tensors, Fields fields) {
+  auto& digests = digests_[static_cast<int>(runner)];
+  auto next_digest = digests.begin();
+  auto next_base = base_.begin();
+  std::size_t total = 0;
+  for (const auto& entry : tensors) {
+    const auto& [meta, bytes, digest] = fields(entry);
+    total += bytes.size();
+    auto d = place(digests, next_digest, meta.name);
+    d->second = digest;
+    next_digest = std::next(d);
+    if (!keep_bytes_) continue;
+    auto b = place(base_, next_base, meta.name);
+    bytes_ -= b->second.bytes.size();
+    b->second.meta = meta;
+    b->second.bytes = bytes;
+    bytes_ += bytes.size();
+    next_base = std::next(b);
+  }
+  return total;
+}
 
 }  // namespace weightcast::sync::engine

@@ -15,14 +15,16 @@ const ReceiverRunner& runner_of(const std::vector<ReceiverRunner>& runners, Runn
 }
 
 // Hands `names` again from the kept base: the previous version, as it was loaded before.
-void reload_base(const ReceiverRunner& runner, const std::vector<std::string>& names,
+void reload_base(const ReceiverRunner& runner, const std::vector<std::string_view>& names,
                  const ReceiverBase& base) noexcept {
   if (!base.keeps_bytes()) return;
   try {
-    for (const auto& group : load_groups(names)) {
+    for (const auto& group : load_group_indices(names)) {
       std::vector<TensorView> views;
-      for (const auto& name : group) {
-        if (const auto* held = base.base_of(name)) views.push_back({&held->meta, held->bytes});
+      for (std::size_t i : group) {
+        if (const auto* held = base.base_of(names[i])) {
+          views.push_back({&held->meta, held->bytes});
+        }
       }
       if (!views.empty()) runner.load(views);
     }
@@ -34,16 +36,14 @@ void reload_base(const ReceiverRunner& runner, const std::vector<std::string>& n
 }  // namespace
 
 void load_views(const ReceiverRunner& runner, const std::vector<TensorView>& views) {
-  std::map<std::string, const TensorView*> by_name;
-  std::vector<std::string> names;
-  for (const auto& v : views) {
-    by_name[v.meta->name] = &v;
-    names.push_back(v.meta->name);
-  }
+  std::vector<std::string_view> names;
+  names.reserve(views.size());
+  for (const auto& v : views) names.push_back(v.meta->name);
   if (runner.begin) runner.begin();
-  for (const auto& group : load_groups(names)) {
+  for (const auto& group : load_group_indices(names)) {
     std::vector<TensorView> layer;
-    for (const auto& name : group) layer.push_back(*by_name.at(name));
+    layer.reserve(group.size());
+    for (std::size_t i : group) layer.push_back(views[i]);
     runner.load(layer);
   }
   if (runner.finish) runner.finish();
@@ -53,35 +53,45 @@ std::vector<RunnerUpdateStats> load_staged(
     const std::vector<ReceiverRunner>& runners,
     const std::map<Runner, std::map<std::string, StagedTensor>>& staged, const ReceiverBase& base) {
   std::vector<RunnerUpdateStats> stats;
-  // (runner, names handed to it so far) for the rollback of a failed commit.
-  std::vector<std::pair<const ReceiverRunner*, std::vector<std::string>>> loaded;
+  // (runner, names handed to it so far) for the rollback of a failed commit; the names are views
+  // of `staged`'s keys, and groups are indices: a commit copies no name.
+  std::vector<std::pair<const ReceiverRunner*, std::vector<std::string_view>>> loaded;
   for (const auto& [id, tensors] : staged) {
     if (tensors.empty()) continue;
     const ReceiverRunner& runner = runner_of(runners, id);
-    std::vector<std::string> names;
-    for (const auto& [name, t] : tensors) names.push_back(name);
+    std::vector<const std::pair<const std::string, StagedTensor>*> entries;
+    std::vector<std::string_view> names;
+    entries.reserve(tensors.size());
+    names.reserve(tensors.size());
+    for (const auto& entry : tensors) {
+      entries.push_back(&entry);
+      names.push_back(entry.first);
+    }
     loaded.push_back({&runner, {}});
-    std::string current = names.front();
+    loaded.back().second.reserve(tensors.size());
+    std::string_view current = names.front();
     try {
       if (runner.begin) runner.begin();
-      for (const auto& group : load_groups(names)) {
+      for (const auto& group : load_group_indices(names)) {
         std::vector<TensorView> views;
-        for (const auto& name : group) {
-          const StagedTensor& t = tensors.at(name);
+        views.reserve(group.size());
+        for (std::size_t i : group) {
+          const StagedTensor& t = entries[i]->second;
           views.push_back({&t.meta, t.bytes, &t});
+          loaded.back().second.push_back(names[i]);
         }
-        current = group.front();
-        loaded.back().second.insert(loaded.back().second.end(), group.begin(), group.end());
+        current = names[group.front()];
         runner.load(views);
       }
-      current.clear();
+      current = {};
       if (runner.finish) runner.finish();
     } catch (const std::exception& e) {
       for (const auto& [r, done] : loaded) reload_base(*r, done, base);
-      if (const auto* known = dynamic_cast<const TensorLoadFailure*>(&e)) current = known->tensor();
-      const std::string what = current.empty() ? "finish" : "load of tensor '" + current + "'";
+      std::string failed(current);
+      if (const auto* known = dynamic_cast<const TensorLoadFailure*>(&e)) failed = known->tensor();
+      const std::string what = failed.empty() ? "finish" : "load of tensor '" + failed + "'";
       throw LoadError(
-          id, current,
+          id, failed,
           "commit: runner '" + std::string(to_string(id)) + "' failed in " + what + ": " +
               e.what() +
               (base.keeps_bytes()

@@ -29,12 +29,23 @@ LoadKey load_key(std::string_view name) {
   return {std::move(prefix), embedding ? 0 : 2, -1};
 }
 
-std::vector<std::vector<std::string>> load_groups(const std::vector<std::string>& names) {
-  std::map<LoadKey, std::vector<std::string>> groups;
-  for (const auto& name : names) groups[load_key(name)].push_back(name);
-  std::vector<std::vector<std::string>> out;
+std::vector<std::vector<std::size_t>> load_group_indices(std::span<const std::string_view> names) {
+  // One map entry per layer, not per name: a commit of an MoE model names thousands of tensors.
+  std::map<LoadKey, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < names.size(); ++i) groups[load_key(names[i])].push_back(i);
+  std::vector<std::vector<std::size_t>> out;
   out.reserve(groups.size());
   for (auto& [key, group] : groups) out.push_back(std::move(group));
+  return out;
+}
+
+std::vector<std::vector<std::string>> load_groups(const std::vector<std::string>& names) {
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  std::vector<std::vector<std::string>> out;
+  for (const auto& group : load_group_indices(views)) {
+    auto& named = out.emplace_back();
+    for (std::size_t i : group) named.push_back(names[i]);
+  }
   return out;
 }
 

@@ -9,7 +9,9 @@
 // Lifetime/threading: pure functions; safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,5 +35,7 @@ LoadKey load_key(std::string_view name);
 
 // `names` grouped by layer, groups in load order, names within a group in their given order.
 std::vector<std::vector<std::string>> load_groups(const std::vector<std::string>& names);
+// The same groups as indices into `names`, copying no name.
+std::vector<std::vector<std::size_t>> load_group_indices(std::span<const std::string_view> names);
 
 }  // namespace weightcast::sync::engine

@@ -197,20 +197,25 @@ struct RunnerSet::Prepared {
 
 std::vector<RunnerSet::Prepared> RunnerSet::prepare(StagedByRunner staged,
                                                     Selector selector) const {
-  std::vector<Prepared> prepared;
   // Every runner is verified before any is transformed, since a view staged for two runners must
   // be copied for the second before the first one's layout rewrites it in place.
-  std::set<const std::byte*> claimed;
+  std::vector<Prepared> prepared;
   for (Runner id : covered_runners(selector)) {
     if (find(id) == nullptr) continue;
     Prepared p{id, {}, {}};
     p.fresh = verify_staged(std::move(staged[id]), rank_count_, id, p.rank_staged);
-    for (auto& [name, tensor] : p.fresh) {
-      if (!tensor.bytes.empty() && !claimed.insert(tensor.bytes.data()).second) {
-        tensor.bytes = SharedBytes::copy_of(tensor.bytes);
+    prepared.push_back(std::move(p));
+  }
+  // Only a second runner can stage a view the first one holds too (a tensor loaded by both).
+  if (prepared.size() > 1) {
+    std::set<const std::byte*> claimed;
+    for (auto& p : prepared) {
+      for (auto& [name, tensor] : p.fresh) {
+        if (!tensor.bytes.empty() && !claimed.insert(tensor.bytes.data()).second) {
+          tensor.bytes = SharedBytes::copy_of(tensor.bytes);
+        }
       }
     }
-    prepared.push_back(std::move(p));
   }
   return prepared;
 }
@@ -244,7 +249,15 @@ void RunnerSet::install_locked(std::vector<Prepared>& prepared, std::vector<Runn
     const bool changed = !p.fresh.empty();
     // A swap: the replaced tensors land in p.fresh and are released after the lock, returning
     // their blocks to the pool once no tensor views them.
-    for (auto& [name, tensor] : p.fresh) std::swap(slot.tensors[name], tensor);
+    // Both maps are in name order: each lookup starts right after the previous one.
+    auto hint = slot.tensors.begin();
+    for (auto& [name, tensor] : p.fresh) {
+      if (hint == slot.tensors.end() || hint->first != name) {
+        hint = slot.tensors.try_emplace(hint, name);
+      }
+      std::swap(hint->second, tensor);
+      ++hint;
+    }
     if (changed) slot.rank_staged = std::move(p.rank_staged);
     if (legacy_finalize) {
       // The old post-load processing: every resident tensor of a covered runner is processed
@@ -282,8 +295,12 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
   r.load = [this, id](std::span<const TensorView> views) {
     std::lock_guard lock(pending_mu_);
     auto& pending = pending_[id];
+    // A layer's tensors come in name order: each goes in right after the previous one.
+    auto hint = pending.end();
     for (const TensorView& v : views) {
-      StagedTensor t;
+      hint = pending.insert_or_assign(hint, v.meta->name, StagedTensor{});
+      StagedTensor& t = hint->second;
+      ++hint;
       t.meta = *v.meta;
       if (v.staged != nullptr) {
         t.bytes = v.staged->bytes;
@@ -292,14 +309,17 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
         t.bytes = SharedBytes::copy_of(v.bytes);
         t.rank_digests.assign(static_cast<std::size_t>(rank_count_), tensor_digest(v.bytes));
       }
-      pending[v.meta->name] = std::move(t);
     }
   };
   r.check = [this, id](const TensorMeta& meta) -> std::optional<std::string> {
-    auto resident = resident_meta(id, meta.name);
-    if (!resident || (resident->dtype == meta.dtype && resident->shape == meta.shape)) {
-      return std::nullopt;
-    }
+    // Compared in place, under the lock: copying each resident meta out cost more than the rest
+    // of the check, and this runs for every tensor of every bucket.
+    std::shared_lock lock(mu_);
+    const Slot& held = get(id);
+    const auto it = held.tensors.find(meta.name);
+    if (it == held.tensors.end()) return std::nullopt;
+    const TensorMeta* resident = &it->second.meta;
+    if (resident->dtype == meta.dtype && resident->shape == meta.shape) return std::nullopt;
     return "'" + meta.name + "' is " + std::string(to_string(meta.dtype)) + shape_text(meta.shape) +
            " but runner '" + std::string(to_string(id)) + "' holds " +
            std::string(to_string(resident->dtype)) + shape_text(resident->shape);

@@ -36,9 +36,23 @@ NameFilter NameFilter::from_globs(const std::vector<std::string>& globs, std::st
 }
 
 bool NameFilter::accepts(std::string_view name) const {
-  // fnmatch needs NUL-terminated text; names are short, one copy per check is cheap.
-  const std::string subject(name);
+  // Globs that are a literal text, or a literal prefix and one trailing '*' ("model.*", the
+  // runners' defaults), are matched here as fnmatch would, without its copy of the name: this
+  // runs for every tensor of every bucket. Other globs go to fnmatch, which needs NUL-terminated
+  // text.
+  std::string subject;
   for (const auto& glob : globs_) {
+    const std::string_view g(glob);
+    const auto special = g.find_first_of("*?[\\");
+    if (special == std::string_view::npos) {
+      if (name == g) return true;
+      continue;
+    }
+    if (special == g.size() - 1 && g.back() == '*') {
+      if (name.starts_with(g.substr(0, special))) return true;
+      continue;
+    }
+    if (subject.empty()) subject.assign(name);
     if (fnmatch(glob.c_str(), subject.c_str(), 0) == 0) return true;
   }
   return false;

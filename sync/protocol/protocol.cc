@@ -53,25 +53,28 @@ std::vector<TensorMeta> read_bucket_tensors(const wire::FieldReader& r,
                       std::to_string(names.size()));
     }
   }
+  // Paths like "names[3]" are spelled out only for an error (wire::Path): a bucket of experts
+  // lists thousands of tensors.
   std::vector<TensorMeta> tensors;
-  tensors.reserve(names.size());
-  wire::UniqueNames unique("names");
+  tensors.reserve(names.size());  // no reallocation: `unique` keeps views of the names
+  wire::UniqueNameViews unique("names");
+  unique.reserve(names.size());
   std::size_t total = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    TensorMeta t;
-    t.name = wire::as_identifier(names[i], indexed("names", i), limits.max_name_length);
+    TensorMeta& t = tensors.emplace_back();
+    t.name = wire::as_identifier(names[i], wire::Path("names", i), limits.max_name_length);
     unique.add(t.name, i);
-    const std::string dtype_path = indexed("dtypes", i);
-    t.dtype = wire::as_enum(dtypes[i], dtype_path, parse_dtype);
-    const std::string shape_path = indexed("shapes", i);
-    t.shape = read_shape(shapes[i], shape_path);
-    const std::size_t bytes = checked_byte_count(t.dtype, t.shape, shape_path);
+    t.dtype = wire::as_enum(dtypes[i], wire::Path("dtypes", i), parse_dtype);
+    t.shape = read_shape(shapes[i], wire::Path("shapes", i));
+    const auto valid = valid_byte_count(t.dtype, t.shape);
+    const std::size_t bytes =
+        valid ? *valid : checked_byte_count(t.dtype, t.shape, indexed("shapes", i));
     if (bytes > limits.max_bucket_bytes - total) {
-      fail(shape_path, "bucket size through tensor " + quoted(t.name) + " exceeds the limit of " +
-                           std::to_string(limits.max_bucket_bytes) + " bytes");
+      fail(wire::Path("shapes", i), "bucket size through tensor " + quoted(t.name) +
+                                        " exceeds the limit of " +
+                                        std::to_string(limits.max_bucket_bytes) + " bytes");
     }
     total += bytes;
-    tensors.push_back(std::move(t));
   }
   return tensors;
 }
@@ -85,8 +88,9 @@ std::vector<std::string> read_digests(const Json& v, const std::string& field, s
          std::to_string(digests.size()) + " entries, but names has " + std::to_string(tensors));
   }
   std::vector<std::string> out;
+  out.reserve(digests.size());
   for (std::size_t i = 0; i < digests.size(); ++i) {
-    const std::string path = indexed(field, i);
+    const wire::Path path(field, i);
     std::string text = wire::as_text(digests[i], path, 32);
     const bool hex =
         text.size() == 32 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;

@@ -110,53 +110,54 @@ std::string_view type_name(const Json& value) {
   return value.type_name();
 }
 
-std::string as_string(const Json& value, const std::string& path) {
+std::string as_string(const Json& value, const Path& path) {
   if (!value.is_string())
     fail(path, "must be a string (got " + std::string(type_name(value)) + ")");
   return value.get<std::string>();
 }
 
-bool as_bool(const Json& value, const std::string& path) {
+bool as_bool(const Json& value, const Path& path) {
   if (!value.is_boolean()) {
     fail(path, "must be a boolean (got " + std::string(type_name(value)) + ")");
   }
   return value.get<bool>();
 }
 
-std::int64_t as_int(const Json& value, const std::string& path, std::int64_t min,
-                    std::int64_t max) {
-  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+std::int64_t as_int(const Json& value, const Path& path, std::int64_t min, std::int64_t max) {
+  // The range's text is built only for an error: shapes read thousands of integers.
+  const auto range = [&] { return "[" + std::to_string(min) + ", " + std::to_string(max) + "]"; };
   if (!value.is_number_integer()) {
-    fail(path, "must be an integer in " + range + " (got " + std::string(type_name(value)) + ")");
+    fail(path, "must be an integer in " + range() + " (got " + std::string(type_name(value)) + ")");
   }
   if (value.is_number_unsigned()) {
     const auto u = value.get<std::uint64_t>();
     if (max < 0 || u > static_cast<std::uint64_t>(max)) {
-      fail(path, "must be in " + range + " (got " + std::to_string(u) + ")");
+      fail(path, "must be in " + range() + " (got " + std::to_string(u) + ")");
     }
     const auto v = static_cast<std::int64_t>(u);
-    if (v < min) fail(path, "must be in " + range + " (got " + std::to_string(v) + ")");
+    if (v < min) fail(path, "must be in " + range() + " (got " + std::to_string(v) + ")");
     return v;
   }
   const auto v = value.get<std::int64_t>();
-  if (v < min || v > max) fail(path, "must be in " + range + " (got " + std::to_string(v) + ")");
+  if (v < min || v > max) fail(path, "must be in " + range() + " (got " + std::to_string(v) + ")");
   return v;
 }
 
-std::uint64_t as_uint(const Json& value, const std::string& path, std::uint64_t max) {
-  const std::string range = "[0, " + std::to_string(max) + "]";
+std::uint64_t as_uint(const Json& value, const Path& path, std::uint64_t max) {
+  const auto range = [&] { return "[0, " + std::to_string(max) + "]"; };
   if (!value.is_number_integer()) {
-    fail(path, "must be an integer in " + range + " (got " + std::string(type_name(value)) + ")");
+    fail(path, "must be an integer in " + range() + " (got " + std::string(type_name(value)) + ")");
   }
   if (!value.is_number_unsigned()) {
-    fail(path, "must be in " + range + " (got " + std::to_string(value.get<std::int64_t>()) + ")");
+    fail(path,
+         "must be in " + range() + " (got " + std::to_string(value.get<std::int64_t>()) + ")");
   }
   const auto u = value.get<std::uint64_t>();
-  if (u > max) fail(path, "must be in " + range + " (got " + std::to_string(u) + ")");
+  if (u > max) fail(path, "must be in " + range() + " (got " + std::to_string(u) + ")");
   return u;
 }
 
-const Json& as_array(const Json& value, const std::string& path, std::size_t max_entries) {
+const Json& as_array(const Json& value, const Path& path, std::size_t max_entries) {
   if (!value.is_array()) fail(path, "must be an array (got " + std::string(type_name(value)) + ")");
   if (value.size() > max_entries) {
     fail(path, std::to_string(value.size()) + " entries, more than the limit of " +
@@ -165,13 +166,16 @@ const Json& as_array(const Json& value, const std::string& path, std::size_t max
   return value;
 }
 
-std::string as_identifier(const Json& value, const std::string& path, std::size_t max_length) {
-  std::string s = as_string(value, path);
-  validate_identifier(s, max_length, path);
+std::string as_identifier(const Json& value, const Path& path, std::size_t max_length) {
+  if (!value.is_string()) (void)as_string(value, path);  // throws the type error
+  const auto& s = value.get_ref<const std::string&>();
+  bool valid = !s.empty() && s.size() <= max_length;
+  for (const unsigned char c : s) valid = valid && c >= 0x21 && c <= 0x7e;
+  if (!valid) validate_identifier(s, max_length, path.str());  // throws the precise error
   return s;
 }
 
-std::string as_text(const Json& value, const std::string& path, std::size_t max_length) {
+std::string as_text(const Json& value, const Path& path, std::size_t max_length) {
   std::string s = as_string(value, path);
   if (s.empty()) fail(path, "must not be empty");
   if (s.size() > max_length) {
@@ -210,28 +214,42 @@ bool FieldReader::boolean_or(std::string_view key, bool fallback) const {
   return v == nullptr ? fallback : as_bool(*v, path(key));
 }
 
-void UniqueNames::add(const std::string& name, std::size_t index) {
-  const auto [it, inserted] = first_.emplace(name, index);
-  if (!inserted) {
-    fail(list_path_ + "[" + std::to_string(index) + "]", "duplicate of " + list_path_ + "[" +
-                                                             std::to_string(it->second) + "] (" +
-                                                             quoted(name) + ")");
-  }
+template <typename Key>
+void BasicUniqueNames<Key>::duplicate(std::string_view name, std::size_t index,
+                                      std::size_t first) const {
+  fail(list_path_ + "[" + std::to_string(index) + "]",
+       "duplicate of " + list_path_ + "[" + std::to_string(first) + "] (" + quoted(name) + ")");
 }
 
-FieldReader as_object(const Json& value, const std::string& path) {
+template class BasicUniqueNames<std::string>;
+template class BasicUniqueNames<std::string_view>;
+
+FieldReader as_object(const Json& value, const Path& path) {
   if (!value.is_object()) {
     fail(path, "must be an object (got " + std::string(type_name(value)) + ")");
   }
-  return FieldReader(value, path.empty() ? std::string() : path + ".");
+  std::string prefix = path.str();
+  return FieldReader(value, prefix.empty() ? prefix : prefix + ".");
 }
 
-std::vector<std::int64_t> read_shape(const Json& value, const std::string& path) {
+std::vector<std::int64_t> read_shape(const Json& value, const Path& path) {
   const Json& dims = as_array(value, path, kMaxShapeRank);
   std::vector<std::int64_t> shape;
   shape.reserve(dims.size());
   for (std::size_t k = 0; k < dims.size(); ++k) {
-    shape.push_back(as_int(dims[k], indexed(path, k), std::numeric_limits<std::int64_t>::min(),
+    const Json& dim = dims[k];
+    // Any int64 is a valid read (nlohmann keeps non-negative integers as unsigned).
+    if (dim.is_number_unsigned()) {
+      if (const auto u = dim.get<std::uint64_t>();
+          u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        shape.push_back(static_cast<std::int64_t>(u));
+        continue;
+      }
+    } else if (dim.is_number_integer()) {
+      shape.push_back(dim.get<std::int64_t>());
+      continue;
+    }
+    shape.push_back(as_int(dim, indexed(path.str(), k), std::numeric_limits<std::int64_t>::min(),
                            std::numeric_limits<std::int64_t>::max()));
   }
   return shape;

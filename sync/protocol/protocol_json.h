@@ -35,35 +35,54 @@ Json parse_body(std::string_view body, const ProtocolLimits& limits, bool allow_
 // Compact text of `value`; never throws on strings that are not UTF-8 (they are replaced).
 std::string dump(const Json& value);
 
-// Throws comm::BadRequestError "<path>: <problem>", the shape of every protocol error.
-[[noreturn]] inline void fail(const std::string& path, const std::string& problem) {
-  throw comm::BadRequestError(path + ": " + problem);
-}
-
 // "names[3]": the path of element i of a list field.
 inline std::string indexed(std::string_view list, std::size_t i) {
   return std::string(list) + "[" + std::to_string(i) + "]";
 }
 
+// The path of a value in errors, spelled out only when an error is thrown: a bucket request
+// reads thousands of list elements, and building "names[1234]" for each one cost more than
+// reading it. Either a whole path or a list's path and an index ("names", 3 is "names[3]").
+// Refers to the text it was built from: use it within the call it is passed to.
+class Path {
+ public:
+  Path(const std::string& path) : base_(path) {}  // NOLINT(google-explicit-constructor)
+  Path(std::string_view path) : base_(path) {}    // NOLINT(google-explicit-constructor)
+  Path(const char* path) : base_(path) {}         // NOLINT(google-explicit-constructor)
+  Path(std::string_view list, std::size_t index) : base_(list), index_(index) {}
+
+  std::string str() const { return index_ == kNone ? std::string(base_) : indexed(base_, index_); }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::string_view base_;
+  std::size_t index_ = kNone;
+};
+
+// Throws comm::BadRequestError "<path>: <problem>", the shape of every protocol error.
+[[noreturn]] inline void fail(const Path& path, const std::string& problem) {
+  throw comm::BadRequestError(path.str() + ": " + problem);
+}
+
 // A shape: an array of at most kMaxShapeRank integers. Any int64 is read; checked_numel() then
 // reports a negative one as "<path>[k]: must be >= 0".
-std::vector<std::int64_t> read_shape(const Json& value, const std::string& path);
+std::vector<std::int64_t> read_shape(const Json& value, const Path& path);
 
 // "string", "number", "array", ...: for messages.
 std::string_view type_name(const Json& value);
 
 // Element readers: `path` names the value in errors.
-std::string as_string(const Json& value, const std::string& path);
-bool as_bool(const Json& value, const std::string& path);
-std::int64_t as_int(const Json& value, const std::string& path, std::int64_t min, std::int64_t max);
-std::uint64_t as_uint(const Json& value, const std::string& path,
+std::string as_string(const Json& value, const Path& path);
+bool as_bool(const Json& value, const Path& path);
+std::int64_t as_int(const Json& value, const Path& path, std::int64_t min, std::int64_t max);
+std::uint64_t as_uint(const Json& value, const Path& path,
                       std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
 // An array with at most `max_entries` entries.
-const Json& as_array(const Json& value, const std::string& path, std::size_t max_entries);
+const Json& as_array(const Json& value, const Path& path, std::size_t max_entries);
 // Strings with content rules: identifiers (printable ASCII, no whitespace) and free text (no
 // control bytes); both non-empty and at most `max_length` bytes.
-std::string as_identifier(const Json& value, const std::string& path, std::size_t max_length);
-std::string as_text(const Json& value, const std::string& path, std::size_t max_length);
+std::string as_identifier(const Json& value, const Path& path, std::size_t max_length);
+std::string as_text(const Json& value, const Path& path, std::size_t max_length);
 
 // Reads the fields of one object. `prefix` is prepended to field names in errors
 // ("runners[1]." gives "runners[1].layout: ...").
@@ -92,28 +111,39 @@ class FieldReader {
 // parse_dtype, ...), whose BadRequestError gets the path prefixed. The type check comes first,
 // outside the prefixing, so its message names the path once.
 template <typename Parse>
-auto as_enum(const Json& value, const std::string& path, Parse&& parse) {
-  const std::string text = as_string(value, path);
+auto as_enum(const Json& value, const Path& path, Parse&& parse) {
+  if (!value.is_string()) (void)as_string(value, path);  // throws the type error
   try {
-    return parse(text);
+    return parse(value.template get_ref<const std::string&>());
   } catch (const comm::BadRequestError& e) {
-    throw comm::BadRequestError(path + ": " + e.what());
+    throw comm::BadRequestError(path.str() + ": " + e.what());
   }
 }
 
 // Tracks names seen in one list; throws "<path>: duplicate of <first path> ('name')".
-class UniqueNames {
+// UniqueNames copies each name; UniqueNameViews keeps views, for lists of thousands of names
+// whose strings outlive it (a bucket's tensors, reserved before the first is read).
+template <typename Key>
+class BasicUniqueNames {
  public:
-  explicit UniqueNames(std::string list_path) : list_path_(std::move(list_path)) {}
-  void add(const std::string& name, std::size_t index);
+  explicit BasicUniqueNames(std::string list_path) : list_path_(std::move(list_path)) {}
+  void reserve(std::size_t names) { first_.reserve(names); }
+  void add(std::string_view name, std::size_t index) {
+    const auto [it, inserted] = first_.emplace(Key(name), index);
+    if (!inserted) duplicate(name, index, it->second);
+  }
 
  private:
+  [[noreturn]] void duplicate(std::string_view name, std::size_t index, std::size_t first) const;
+
   std::string list_path_;
-  std::unordered_map<std::string, std::size_t> first_;
+  std::unordered_map<Key, std::size_t> first_;
 };
+using UniqueNames = BasicUniqueNames<std::string>;
+using UniqueNameViews = BasicUniqueNames<std::string_view>;
 
 // Throws "<path>: must be <what> (got <type>)" when `value` is not an object; returns a reader.
-FieldReader as_object(const Json& value, const std::string& path);
+FieldReader as_object(const Json& value, const Path& path);
 
 }  // namespace weightcast::sync::wire
 

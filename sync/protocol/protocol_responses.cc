@@ -169,7 +169,7 @@ EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
       wire::as_text(r.required("weight_version"), "weight_version", limits.max_string_length);
   out.runners = read_unique_list<RunnerUpdateStats>(
       r, "runners", limits, read_runner_stats,
-      [](const RunnerUpdateStats& s) { return std::string(to_string(s.runner)); });
+      [](const RunnerUpdateStats& s) { return to_string(s.runner); });
   if (const Json* f = r.optional("runner_digest")) {
     out.runner_digest = wire::as_text(*f, "runner_digest", limits.max_string_length);
   }
@@ -185,15 +185,15 @@ ServerInfoResponse parse_server_info_response(std::string_view body, const Proto
   out.runners = read_unique_list<RunnerInfo>(
       r, "runners", limits,
       [&](const Json& v, const std::string& p) { return read_runner_info(v, p, limits); },
-      [](const RunnerInfo& i) { return std::string(to_string(i.name)); });
+      [](const RunnerInfo& i) { return to_string(i.name); });
   out.selectors = read_unique_list<Selector>(
       r, "selectors", limits,
       [](const Json& v, const std::string& p) { return wire::as_enum(v, p, parse_selector); },
-      [](Selector s) { return std::string(to_string(s)); });
+      [](Selector s) { return to_string(s); });
   out.backends = read_unique_list<Backend>(
       r, "backends", limits,
       [](const Json& v, const std::string& p) { return wire::as_enum(v, p, parse_backend); },
-      [](Backend b) { return std::string(to_string(b)); });
+      [](Backend b) { return to_string(b); });
   out.rank_count =
       static_cast<int>(wire::as_int(r.required("rank_count"), "rank_count", 1, INT_MAX));
   out.tp_size = static_cast<int>(wire::as_int(r.required("tp_size"), "tp_size", 1, INT_MAX));

@@ -50,8 +50,28 @@ std::int64_t checked_numel(std::span<const std::int64_t> shape, std::string_view
   return n;
 }
 
+std::optional<std::size_t> valid_byte_count(DType dtype,
+                                            std::span<const std::int64_t> shape) noexcept {
+  if (shape.size() > kMaxShapeRank) return std::nullopt;
+  bool has_zero = false;
+  for (std::int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    has_zero = has_zero || d == 0;
+  }
+  if (has_zero) return 0;
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (n > kInt64Max / d) return std::nullopt;
+    n *= d;
+  }
+  const auto size = static_cast<std::int64_t>(element_size(dtype));
+  if (n > kByteCountMax / size) return std::nullopt;
+  return static_cast<std::size_t>(n * size);
+}
+
 std::size_t checked_byte_count(DType dtype, std::span<const std::int64_t> shape,
                                std::string_view what) {
+  if (const auto bytes = valid_byte_count(dtype, shape)) return *bytes;
   const std::int64_t n = checked_numel(shape, what);
   const auto size = static_cast<std::int64_t>(element_size(dtype));
   if (n > kByteCountMax / size) {
@@ -63,10 +83,15 @@ std::size_t checked_byte_count(DType dtype, std::span<const std::int64_t> shape,
 }
 
 std::int64_t TensorMeta::numel() const {
+  // The label (a copy of the name) only for an error: this runs for every tensor of a bucket.
+  if (const auto bytes = valid_byte_count(dtype, shape)) {
+    return static_cast<std::int64_t>(*bytes / element_size(dtype));
+  }
   return checked_numel(shape, shape_label(*this));
 }
 
 std::size_t TensorMeta::byte_count() const {
+  if (const auto bytes = valid_byte_count(dtype, shape)) return *bytes;
   return checked_byte_count(dtype, shape, shape_label(*this));
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,9 @@ std::int64_t checked_numel(std::span<const std::int64_t> shape, std::string_view
 // the signed offsets the data path computes with.
 std::size_t checked_byte_count(DType dtype, std::span<const std::int64_t> shape,
                                std::string_view what);
+// The same byte count without a message: nullopt wherever checked_byte_count() would throw.
+std::optional<std::size_t> valid_byte_count(DType dtype,
+                                            std::span<const std::int64_t> shape) noexcept;
 
 struct TensorMeta {
   std::string name;

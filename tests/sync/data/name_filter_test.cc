@@ -2,6 +2,10 @@
 // verification (which tensors a runner should hold) share.
 #include "sync/model/name_filter.h"
 
+#include <fnmatch.h>
+
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "comm/errors.h"
@@ -38,6 +42,31 @@ TEST(NameFilter, FromGlobsDecidesAsParse) {
   EXPECT_FALSE(NameFilter::from_globs({}).accepts("model.norm.weight"));
   EXPECT_FALSE(NameFilter::from_globs({"draft.*"}).accepts("model.norm.weight"));
   EXPECT_THROW(NameFilter::from_globs({"model.*", "bad glob"}), comm::BadRequestError);
+}
+
+TEST(NameFilter, LiteralAndPrefixGlobsDecideAsFnmatch) {
+  // Literal globs and "prefix*" are matched without fnmatch; every glob must still decide as
+  // fnmatch(glob, name, 0) does, the rule the docs give.
+  const char* globs[] = {
+      "model.*",     "lm_head.weight", "*",    "model.layers.1*", "model.?ayers.*",
+      "model.[lm]*", "mtp.*.weight",   "a\\*", "model.",          "*.weight"};
+  const char* names[] = {"model.layers.0.mlp.up_proj.weight",
+                         "model.",
+                         "model",
+                         "lm_head.weight",
+                         "lm_head.weight2",
+                         "model.layers.10.x",
+                         "mtp.fc.weight",
+                         "a*",
+                         "ab",
+                         "x.weight",
+                         "model.norm.weight"};
+  for (const char* glob : globs) {
+    const auto f = NameFilter::parse(glob);
+    for (const char* name : names) {
+      EXPECT_EQ(f.accepts(name), fnmatch(glob, name, 0) == 0) << glob << " vs " << name;
+    }
+  }
 }
 
 }  // namespace

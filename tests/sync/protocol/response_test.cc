@@ -101,6 +101,16 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
 
   WeightsChecksumResponse sum = sample_checksum();
   EXPECT_EQ(parse_weights_checksum_response(to_json_string(sum)), sum);
+  // Names past the short-string buffer, sharing a long prefix: the list's uniqueness check must
+  // compare the names themselves, not copies that are gone by the next entry.
+  const auto first = sum.tensors.front();
+  sum.tensors.clear();
+  for (int e = 0; e < 40; ++e) {
+    auto t = first;
+    t.name = "model.layers.0.mlp.experts." + std::to_string(e) + ".gate_proj.weight";
+    sum.tensors.push_back(t);
+  }
+  EXPECT_EQ(parse_weights_checksum_response(to_json_string(sum)), sum);
   sum.tensors.clear();
   EXPECT_EQ(parse_weights_checksum_response(to_json_string(sum)), sum);
 }
