@@ -243,7 +243,8 @@ CLI::App* add_codec(CLI::App& app, CodecBenchOptions& co) {
 CLI::App* add_requests(CLI::App& app, RequestsBenchOptions& ro) {
   auto* rq = app.add_subcommand(
       "requests", "what a bucket request costs per tensor to build and to parse, vs nlohmann");
-  ranged(*rq, "--tensors", ro.tensors, "tensors in the bucket request", 1, 100000);
+  ranged(*rq, "--tensors", ro.tensors,
+         "tensors in the bucket request (at most the protocol's names per bucket)", 1, 65536);
   ranged(*rq, "--iters", ro.iters, "builds and parses to time", 1, 100000);
   return rq;
 }

@@ -181,14 +181,6 @@ std::vector<Runner> RunnerSet::destinations(Selector selector, std::string_view 
   return out;
 }
 
-std::optional<TensorMeta> RunnerSet::resident_meta(Runner id, const std::string& name) const {
-  std::shared_lock lock(mu_);
-  const Slot& slot = get(id);
-  auto it = slot.tensors.find(name);
-  if (it == slot.tensors.end()) return std::nullopt;
-  return it->second.meta;
-}
-
 struct RunnerSet::Prepared {
   Runner id;
   std::map<std::string, ResidentTensor> fresh;
@@ -298,9 +290,8 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
     // A layer's tensors come in name order: each goes in right after the previous one.
     auto hint = pending.end();
     for (const TensorView& v : views) {
-      hint = pending.insert_or_assign(hint, v.meta->name, StagedTensor{});
-      StagedTensor& t = hint->second;
-      ++hint;
+      // Built first, so that a throw leaves the pending entry as it was.
+      StagedTensor t;
       t.meta = *v.meta;
       if (v.staged != nullptr) {
         t.bytes = v.staged->bytes;
@@ -309,6 +300,7 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
         t.bytes = SharedBytes::copy_of(v.bytes);
         t.rank_digests.assign(static_cast<std::size_t>(rank_count_), tensor_digest(v.bytes));
       }
+      hint = std::next(pending.insert_or_assign(hint, v.meta->name, std::move(t)));
     }
   };
   r.check = [this, id](const TensorMeta& meta) -> std::optional<std::string> {

@@ -106,8 +106,6 @@ class RunnerSet {
 
   // Held runners that `selector` covers and whose filter accepts `name`.
   std::vector<Runner> destinations(Selector selector, std::string_view name) const;
-  // The resident metadata of `name` in `id`, if it is resident.
-  std::optional<TensorMeta> resident_meta(Runner id, const std::string& name) const;
 
   // The runner as a Receiver sees it (sync/engine/receiver_loader.h): `load` keeps each staged
   // tensor's pool block itself (no copy) as pending, `check` refuses a tensor whose dtype or

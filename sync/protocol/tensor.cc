@@ -53,6 +53,14 @@ std::int64_t checked_numel(std::span<const std::int64_t> shape, std::string_view
 std::optional<std::size_t> valid_byte_count(DType dtype,
                                             std::span<const std::int64_t> shape) noexcept {
   if (shape.size() > kMaxShapeRank) return std::nullopt;
+  // An invalid dtype throws in element_size(): no byte count here, and checked_byte_count()
+  // reports it as it always did.
+  std::int64_t size = 0;
+  try {
+    size = static_cast<std::int64_t>(element_size(dtype));
+  } catch (...) {
+    return std::nullopt;
+  }
   bool has_zero = false;
   for (std::int64_t d : shape) {
     if (d < 0) return std::nullopt;
@@ -64,7 +72,6 @@ std::optional<std::size_t> valid_byte_count(DType dtype,
     if (n > kInt64Max / d) return std::nullopt;
     n *= d;
   }
-  const auto size = static_cast<std::int64_t>(element_size(dtype));
   if (n > kByteCountMax / size) return std::nullopt;
   return static_cast<std::size_t>(n * size);
 }

@@ -42,23 +42,26 @@ TEST(ReceiverBase, RecordingInNameOrderKeepsWhatRecordingOneByOneKeeps) {
       std::mt19937 rng(seed);
       ReceiverBase one_by_one(keep);
       ReceiverBase in_order(keep);
-      for (int commit = 0; commit < 4; ++commit) {
+      // Commits alternate between the runners, which share the kept bytes (keyed by name).
+      for (int commit = 0; commit < 6; ++commit) {
+        const Runner runner = commit % 3 == 2 ? Runner::kDraft : Runner::kTarget;
         const auto tensors = random_commit(rng, 40);
         std::size_t expected_bytes = 0;
         for (const auto& [name, e] : tensors) {
-          one_by_one.record(Runner::kTarget, e.meta, e.bytes, e.digest);
+          one_by_one.record(runner, e.meta, e.bytes, e.digest);
           expected_bytes += e.bytes.size();
         }
         const std::size_t recorded =
-            in_order.record_in_order(Runner::kTarget, tensors, [](const auto& entry) {
+            in_order.record_in_order(runner, tensors, [](const auto& entry) {
               return std::tie(entry.second.meta, entry.second.bytes, entry.second.digest);
             });
         EXPECT_EQ(recorded, expected_bytes);
-        EXPECT_EQ(in_order.digests(Runner::kTarget), one_by_one.digests(Runner::kTarget));
+        for (Runner id : {Runner::kTarget, Runner::kDraft}) {
+          EXPECT_EQ(in_order.digests(id), one_by_one.digests(id));
+        }
         EXPECT_EQ(in_order.bytes(), one_by_one.bytes());
-        EXPECT_EQ(in_order.held_digest(Selector::kTarget),
-                  one_by_one.held_digest(Selector::kTarget));
-        for (const auto& [name, digest] : one_by_one.digests(Runner::kTarget)) {
+        EXPECT_EQ(in_order.held_digest(Selector::kAll), one_by_one.held_digest(Selector::kAll));
+        for (const auto& [name, digest] : one_by_one.digests(runner)) {
           const auto* a = one_by_one.base_of(name);
           const auto* b = in_order.base_of(name);
           ASSERT_EQ(a == nullptr, b == nullptr) << name;
