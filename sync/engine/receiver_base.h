@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "sync/engine/block_pool.h"
+#include "sync/engine/ordered_insert.h"
 #include "sync/model/bucket.h"
 #include "sync/model/checksum.h"
 #include "sync/protocol/selector.h"
@@ -70,23 +71,11 @@ class ReceiverBase {
   std::string held_digest(Selector selector) const;
 
  private:
-  // Where `name` is or goes in `map`, starting at `hint` (the slot after the previous name).
-  template <typename Map>
-  static typename Map::iterator place(Map& map, typename Map::iterator hint,
-                                      const std::string& name);
-
   bool keep_bytes_;
   std::map<std::string, Tensor, std::less<>> base_;
   std::map<std::string, Digest> digests_[2];
   std::size_t bytes_ = 0;
 };
-
-template <typename Map>
-typename Map::iterator ReceiverBase::place(Map& map, typename Map::iterator hint,
-                                           const std::string& name) {
-  if (hint != map.end() && hint->first == name) return hint;  // the common case: an update
-  return map.try_emplace(hint, name);  // amortized constant when the hint is right
-}
 
 // `fields(entry)` gives (meta, bytes, digest) of one element of `tensors`.
 template <typename Range, typename Fields>
@@ -98,11 +87,11 @@ std::size_t ReceiverBase::record_in_order(Runner runner, const Range& tensors, F
   for (const auto& entry : tensors) {
     const auto& [meta, bytes, digest] = fields(entry);
     total += bytes.size();
-    auto d = place(digests, next_digest, meta.name);
+    auto d = place_in_order(digests, next_digest, meta.name);
     d->second = digest;
     next_digest = std::next(d);
     if (!keep_bytes_) continue;
-    auto b = place(base_, next_base, meta.name);
+    auto b = place_in_order(base_, next_base, meta.name);
     bytes_ -= b->second.bytes.size();
     b->second.meta = meta;
     b->second.bytes = bytes;

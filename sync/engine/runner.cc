@@ -9,6 +9,7 @@
 
 #include "comm/deadline.h"
 #include "comm/errors.h"
+#include "sync/engine/ordered_insert.h"
 #include "sync/model/bucket.h"
 
 namespace weightcast::sync::engine {
@@ -244,11 +245,9 @@ void RunnerSet::install_locked(std::vector<Prepared>& prepared, std::vector<Runn
     // Both maps are in name order: each lookup starts right after the previous one.
     auto hint = slot.tensors.begin();
     for (auto& [name, tensor] : p.fresh) {
-      if (hint == slot.tensors.end() || hint->first != name) {
-        hint = slot.tensors.try_emplace(hint, name);
-      }
-      std::swap(hint->second, tensor);
-      ++hint;
+      const auto it = place_in_order(slot.tensors, hint, name);
+      std::swap(it->second, tensor);
+      hint = std::next(it);
     }
     if (changed) slot.rank_staged = std::move(p.rank_staged);
     if (legacy_finalize) {

@@ -169,9 +169,11 @@ const Json& as_array(const Json& value, const Path& path, std::size_t max_entrie
 std::string as_identifier(const Json& value, const Path& path, std::size_t max_length) {
   if (!value.is_string()) (void)as_string(value, path);  // throws the type error
   const auto& s = value.get_ref<const std::string&>();
-  bool valid = !s.empty() && s.size() <= max_length;
-  for (const unsigned char c : s) valid = valid && c >= 0x21 && c <= 0x7e;
-  if (!valid) validate_identifier(s, max_length, path.str());  // throws the precise error
+  try {
+    validate_identifier(s, max_length, {});  // the path is spelled out only for an error
+  } catch (const comm::BadRequestError&) {
+    validate_identifier(s, max_length, path.str());  // throws the same error, with the path
+  }
   return s;
 }
 
