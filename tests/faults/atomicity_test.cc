@@ -168,7 +168,7 @@ TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead)
       ++failed;
       continue;
     }
-    ASSERT_TRUE(report.ok) << sync::trainer::summary(report);
+    ASSERT_TRUE(report.ok) << report_text(report);
     EXPECT_EQ(report.version, std::to_string(committed + 1));
     ++committed;
   }

@@ -132,7 +132,7 @@ TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdate
 
   // The trainer: a failed report naming the victim, typed by how the victim's calls failed.
   EXPECT_FALSE(report.ok);
-  EXPECT_EQ(report.failed_engine, victim_url) << sync::trainer::summary(report);
+  EXPECT_EQ(report.failed_engine, victim_url) << report_text(report);
   bool victim_unreachable = false;
   bool victim_timed_out = false;
   for (const auto& f : report.failures) {
@@ -141,9 +141,9 @@ TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdate
     victim_timed_out = victim_timed_out || f.timed_out;
   }
   if (p.fault == Fault::kKill) {
-    EXPECT_TRUE(victim_unreachable) << sync::trainer::summary(report);
+    EXPECT_TRUE(victim_unreachable) << report_text(report);
   } else {
-    EXPECT_TRUE(victim_timed_out) << sync::trainer::summary(report);
+    EXPECT_TRUE(victim_timed_out) << report_text(report);
   }
   expect_within(p.fault, trainer_ms, tc.data_timeout, "trainer");
 

@@ -275,6 +275,15 @@ std::uint64_t buckets_received(const nlohmann::json& server_info, const std::str
   return 0;
 }
 
+std::string report_text(const sync::trainer::UpdateReport& report) {
+  std::string text = sync::trainer::summary(report);
+  for (const auto& f : report.failures) {
+    text += "\n  engine " + f.engine + " " + f.route + (f.unreachable ? " (unreachable)" : "") +
+            (f.timed_out ? " (timed out)" : "") + ": " + f.message;
+  }
+  return text;
+}
+
 void figure(const std::string& text) {
   std::printf("FIGURE %s\n", text.c_str());
   std::fflush(stdout);

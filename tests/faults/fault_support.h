@@ -118,6 +118,9 @@ std::unique_ptr<sync::trainer::EngineApi> engine_client(const std::string& url,
                                                         const sync::trainer::UpdaterOptions& o);
 std::unique_ptr<sync::trainer::DistributedUpdater> make_updater(
     const std::vector<std::string>& urls, const TrainerConfig& config);
+// summary(report) and, for a failed one, every engine's failure (the summary names only the
+// first): what a failed assertion should print.
+std::string report_text(const sync::trainer::UpdateReport& report);
 
 // ---- processes ----
 

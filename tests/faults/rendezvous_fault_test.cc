@@ -215,7 +215,7 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
   }
   sync::trainer::DistributedUpdater healthy(urls, options);
   const auto report = healthy.update(views_at(1));
-  ASSERT_TRUE(report.ok) << sync::trainer::summary(report);
+  ASSERT_TRUE(report.ok) << report_text(report);
   for (const auto& url : urls) expect_engine_at(url, 1, "after the failed rendezvous");
 }
 

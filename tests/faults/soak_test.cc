@@ -5,7 +5,7 @@
 // as when it crashes), the other engine SIGSTOPped mid-bucket (then SIGCONTed), and a rendezvous
 // that cannot form (the other engine told a wrong world size).
 //
-// Cycles: WEIGHTCAST_SOAK_CYCLES (default 100, about 30 s here; at least 20). Longer soaks, e.g.
+// Cycles: WEIGHTCAST_SOAK_CYCLES (default 100, about 40 s here; at least 20). Longer soaks, e.g.
 //   WEIGHTCAST_SOAK_CYCLES=2000 ctest --test-dir build -R Soak --timeout 3600
 // Start figures are taken after a warm-up of cycles/4 cycles (at least 10), end figures after
 // the last cycle.
@@ -71,15 +71,24 @@ ProcStats settled(pid_t pid, const ProcStats& limit) {
 
 TEST(Soak, InitUpdateDestroyCyclesWithFaultsKeepTheEngineFlat) {
   const int cycles = soak_cycles();
+  // Timeouts: a cycle without a fault must not fail because the machine stalled for a second
+  // (the suite runs under ctest -j2 on two cores), so its waits are generous; a fault cycle's
+  // trainer gives up on a silent engine sooner, since that wait is what the cycle costs. The
+  // engines' init timeout stays under the trainer's group timeout, so that the engine fails a
+  // rendezvous that cannot form (the wrong world size) before its trainer does.
   EngineConfig config;
-  config.comm_timeout = config.session_timeout = config.init_timeout = 1500ms;
+  config.comm_timeout = config.session_timeout = 4000ms;
+  config.init_timeout = 2500ms;
   EnginePeer measured(config);
   auto peer = std::make_unique<EnginePeer>(config);
   TrainerConfig tc;
-  tc.data_timeout = tc.group_timeout = 2000ms;
-  tc.request_timeout = 800ms;
+  tc.data_timeout = tc.group_timeout = 8000ms;
+  tc.request_timeout = 4000ms;
   tc.failure_grace = 300ms;
-  const auto options = updater_options(tc);
+  TrainerConfig fault_tc = tc;
+  fault_tc.data_timeout = 3000ms;
+  fault_tc.group_timeout = config.init_timeout + 1000ms;
+  fault_tc.request_timeout = 800ms;
 
   const int warmup = std::max(kWindow, cycles / 4);
   ProcStats early, start, high{-1, -1, -1};
@@ -90,6 +99,7 @@ TEST(Soak, InitUpdateDestroyCyclesWithFaultsKeepTheEngineFlat) {
     SCOPED_TRACE("cycle " + std::to_string(cycle));
     const Fault fault = fault_of(cycle);
     std::vector<std::string> urls = {measured.url(), peer->url()};
+    const auto options = updater_options(fault == Fault::kNone ? tc : fault_tc);
     auto [f, apis] = faulty_clients(urls, options);
     std::atomic<int> bucket_calls{0};
     const pid_t peer_pid = peer->pid();
@@ -119,7 +129,7 @@ TEST(Soak, InitUpdateDestroyCyclesWithFaultsKeepTheEngineFlat) {
       }
       const auto report = updater.update(views_at(next));
       if (fault == Fault::kNone) {
-        ASSERT_TRUE(report.ok) << sync::trainer::summary(report);
+        ASSERT_TRUE(report.ok) << report_text(report);
         ++committed;
       } else {
         EXPECT_FALSE(report.ok) << "the injected fault did not fail the update";
@@ -190,7 +200,7 @@ TEST(Soak, InitUpdateDestroyCyclesWithFaultsKeepTheEngineFlat) {
       next = std::max<std::uint64_t>(next, std::stoull(info.weight_version) + 1);
   }
   const auto report = updater->update(views_at(next));
-  ASSERT_TRUE(report.ok) << sync::trainer::summary(report);
+  ASSERT_TRUE(report.ok) << report_text(report);
   expect_engine_at(measured.url(), next, "the soaked engine");
 }
 
