@@ -187,6 +187,10 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
       "--models", [&uo](const std::string& text) { uo.models = split_csv(text); },
       "model presets to update one after the other in this run, each with fresh engines, "
       "compared at the end (e.g. dense-1g,moe-1g); overrides --model-bytes");
+  ranged(*up, "--rounds", uo.rounds,
+         "with --models: run the list this many times, every other round reversed, and give each "
+         "model's ratio to the first per round and their median",
+         1, 100);
   bytes_option(*up, "--bucket-bytes", uo.bucket_bytes, "bucket size");
   bytes_option(*up, "--chunk-bytes", uo.chunk_bytes, "gloo-chain chunk size");
   ranged(*up, "--max-in-flight", uo.max_in_flight, "unanswered bucket requests per engine", 1, 64);

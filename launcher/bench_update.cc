@@ -435,23 +435,46 @@ int run_update_bench(const UpdateBenchOptions& o, const std::string& self) {
   if (o.models.empty()) {
     return UpdateBench(o, self, sync::model_spec_for_bytes(o.model_bytes), "").run();
   }
-  // Each model in turn, fresh engines each, then their GB/s side by side (against the first).
+  // Each model in turn, fresh engines each, then their GB/s side by side (against the first);
+  // with several rounds, every other round reversed, and each model's median ratio.
   int code = 0;
-  std::vector<std::string> lines;
-  double first = 0;
-  for (const std::string& name : o.models) {
-    UpdateBench bench(o, self, sync::model_preset(name), name + " ");
-    code = std::max(code, bench.run());
-    const double gbps = bench.mean_gbps();
-    if (lines.empty()) first = gbps;
-    char buf[200];
-    std::snprintf(buf, sizeof(buf), "%-14s %10s %6zu tensors %8.3f GB/s %6.2fx of %s", name.c_str(),
-                  format_bytes(bench.model_bytes()).c_str(), bench.tensors(), gbps,
-                  first > 0 ? gbps / first : 0.0, o.models.front().c_str());
-    lines.emplace_back(buf);
+  const std::size_t n = o.models.size();
+  std::vector<std::vector<double>> gbps(n);  // [model][round]
+  std::vector<std::uint64_t> bytes(n);
+  std::vector<std::size_t> tensors(n);
+  for (int round = 0; round < o.rounds; ++round) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t m = round % 2 == 0 ? k : n - 1 - k;
+      const std::string& name = o.models[m];
+      if (o.rounds > 1) std::printf("# round %d of %d: %s\n", round + 1, o.rounds, name.c_str());
+      UpdateBench bench(o, self, sync::model_preset(name), name + " ");
+      code = std::max(code, bench.run());
+      gbps[m].push_back(bench.mean_gbps());
+      bytes[m] = bench.model_bytes();
+      tensors[m] = bench.tensors();
+    }
   }
-  std::printf("# models in this run (mean of updates after the first):\n");
-  for (const auto& line : lines) std::printf("#   %s\n", line.c_str());
+  std::printf("# models in this run (mean of updates after the first%s):\n",
+              o.rounds > 1 ? "; per round, rounds in order" : "");
+  for (std::size_t m = 0; m < n; ++m) {
+    std::vector<double> ratios;
+    std::string per_round;
+    for (std::size_t r = 0; r < gbps[m].size(); ++r) {
+      const double first = gbps[0][r];
+      ratios.push_back(first > 0 ? gbps[m][r] / first : 0.0);
+      char cell[64];
+      std::snprintf(cell, sizeof(cell), "%s%.3f GB/s %.2fx", r == 0 ? "" : ", ", gbps[m][r],
+                    ratios.back());
+      per_round += cell;
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t half = ratios.size() / 2;
+    const double median =
+        ratios.size() % 2 == 1 ? ratios[half] : (ratios[half - 1] + ratios[half]) / 2;
+    std::printf("#   %-14s %10s %6zu tensors: %s; median %.2fx of %s\n", o.models[m].c_str(),
+                format_bytes(bytes[m]).c_str(), tensors[m], per_round.c_str(), median,
+                o.models.front().c_str());
+  }
   std::fflush(stdout);
   return code;
 }

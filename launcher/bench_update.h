@@ -27,6 +27,10 @@ struct UpdateBenchOptions {
   // experts beside its dense twin: --models dense-1g,moe-1g); a last note compares their GB/s.
   // Empty: one Qwen-like model of about model_bytes.
   std::vector<std::string> models;
+  // With models: the list is run this many times, every other round in reverse order (A B, B A,
+  // A B, ...), so that a machine whose speed drifts during the run favours no model; the last note
+  // gives each model's GB/s over the first model's, round by round and their median.
+  int rounds = 1;
   std::uint64_t bucket_bytes = 256u << 20;
   int iters = 3;
   int max_in_flight = 3;  // unanswered bucket requests per engine

@@ -340,16 +340,20 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   ranks_.verify(staged, opts_.verify_at_commit);
   ReceiverCommit out;
   out.runners = load_staged(runners_, staged, base_);
-  std::lock_guard lock(mu_);
-  for (const auto& [id, tensors] : staged) {
-    out.bytes_loaded += base_.record_in_order(id, tensors, [](const auto& entry) {
-      const StagedTensor& t = entry.second;
-      return std::tie(t.meta, t.bytes, *t.rank_digests[0]);
-    });
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, tensors] : staged) {
+      out.bytes_loaded += base_.record_in_order(id, tensors, [](const auto& entry) {
+        const StagedTensor& t = entry.second;
+        return std::tie(t.meta, t.bytes, *t.rank_digests[0]);
+      });
+    }
+    if (next_version) version_ = *next_version;
+    out.weight_version = version_;
+    out.runner_digest = base_.held_digest(selector);
   }
-  if (next_version) version_ = *next_version;
-  out.weight_version = version_;
-  out.runner_digest = base_.held_digest(selector);
+  // Last, since it cannot fail: runners that keep what they are handed take it whole.
+  hand_over(runners_, staged);
   return out;
 }
 

@@ -39,9 +39,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "comm/deadline.h"
@@ -201,7 +201,8 @@ class Receiver {
   std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)
   SessionMachine session_;
   std::shared_ptr<Staging> staging_;
-  std::set<std::string> session_names_;
+  // Names sent in this session (a hash set: every bucket request looks up each of its names).
+  std::unordered_set<std::string> session_names_;
   GroupTable groups_;
   ReceiverBase base_;
   std::string version_;

@@ -59,6 +59,10 @@ std::vector<RunnerUpdateStats> load_staged(
   for (const auto& [id, tensors] : staged) {
     if (tensors.empty()) continue;
     const ReceiverRunner& runner = runner_of(runners, id);
+    if (runner.adopt) {
+      stats.push_back({id, tensors.size(), 0});
+      continue;
+    }
     std::vector<const std::pair<const std::string, StagedTensor>*> entries;
     std::vector<std::string_view> names;
     entries.reserve(tensors.size());
@@ -102,6 +106,15 @@ std::vector<RunnerUpdateStats> load_staged(
     stats.push_back({id, tensors.size(), 0});
   }
   return stats;
+}
+
+void hand_over(const std::vector<ReceiverRunner>& runners,
+               std::map<Runner, std::map<std::string, StagedTensor>>& staged) noexcept {
+  for (auto& [id, tensors] : staged) {
+    if (tensors.empty()) continue;
+    const ReceiverRunner& runner = runner_of(runners, id);
+    if (runner.adopt) runner.adopt(std::move(tensors));
+  }
 }
 
 }  // namespace weightcast::sync::engine

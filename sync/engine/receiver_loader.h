@@ -79,13 +79,22 @@ struct ReceiverRunner {
   // before anything is received; a message (what differs from what the runner holds, e.g. dtype
   // or shape) refuses the request with 400 and changes nothing.
   std::function<std::optional<std::string>(const TensorMeta&)> check;
+  // Optional, for an in-process runner that keeps what it is handed as it is (RunnerSet): takes a
+  // commit's staged tensors for this runner whole (moved: no copy, no layer order) instead of
+  // begin, load and finish. It is called once every other runner has loaded and the delta base
+  // has recorded the commit, so it must not throw (hand_over() is noexcept).
+  std::function<void(std::map<std::string, StagedTensor>&&)> adopt;
 };
 
 // Loads `staged` (per runner: name -> staged tensor) into `runners`; throws LoadError after the
-// rollback described above.
+// rollback described above. Runners with `adopt` are only counted here: hand_over() gives them
+// their tensors once the commit can no longer fail.
 std::vector<RunnerUpdateStats> load_staged(
     const std::vector<ReceiverRunner>& runners,
     const std::map<Runner, std::map<std::string, StagedTensor>>& staged, const ReceiverBase& base);
+// Moves each adopting runner's staged tensors out of `staged` into it.
+void hand_over(const std::vector<ReceiverRunner>& runners,
+               std::map<Runner, std::map<std::string, StagedTensor>>& staged) noexcept;
 
 // One runner's begin, load per layer, finish over `views` (initial weights; no rollback).
 void load_views(const ReceiverRunner& runner, const std::vector<TensorView>& views);

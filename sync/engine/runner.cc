@@ -272,7 +272,7 @@ std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
   {
     std::lock_guard lock(pending_mu_);
     for (Runner id : runners()) {
-      for (auto& [name, t] : staging.take(id)) pending_[id][name] = std::move(t);
+      for (auto& [name, t] : staging.take(id)) pending_of(id)[name] = std::move(t);
     }
   }
   return publish(selector, version, legacy_finalize);
@@ -285,7 +285,7 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
   r.filter = slot.config.filter;
   r.load = [this, id](std::span<const TensorView> views) {
     std::lock_guard lock(pending_mu_);
-    auto& pending = pending_[id];
+    auto& pending = pending_of(id);
     // A layer's tensors come in name order: each goes in right after the previous one.
     auto hint = pending.end();
     for (const TensorView& v : views) {
@@ -301,6 +301,14 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
       }
       hint = std::next(pending.insert_or_assign(hint, v.meta->name, std::move(t)));
     }
+  };
+  // A commit's staged tensors taken whole: they are what load() would copy, one by one.
+  r.adopt = [this, id](std::map<std::string, StagedTensor>&& tensors) {
+    std::lock_guard lock(pending_mu_);
+    auto& pending = pending_of(id);
+    // Names already pending keep the adopted tensor; merge() moves nodes, allocating nothing.
+    tensors.merge(pending);
+    pending = std::move(tensors);
   };
   r.check = [this, id](const TensorMeta& meta) -> std::optional<std::string> {
     // Compared in place, under the lock: copying each resident meta out cost more than the rest
@@ -320,7 +328,7 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
 
 void RunnerSet::discard_pending() {
   std::lock_guard lock(pending_mu_);
-  pending_.clear();
+  for (auto& pending : pending_) pending.clear();
 }
 
 std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
@@ -329,7 +337,12 @@ std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
   StagedByRunner staged;
   {
     std::lock_guard lock(pending_mu_);
-    staged.swap(pending_);
+    for (Runner id : {Runner::kTarget, Runner::kDraft}) {
+      auto& pending = pending_of(id);
+      if (pending.empty()) continue;
+      staged[id] = std::move(pending);
+      pending.clear();  // moved from: empty, said so
+    }
   }
   // Verify and transform outside the lock: nothing here is visible to readers yet.
   std::vector<Prepared> prepared = prepare(std::move(staged), selector);

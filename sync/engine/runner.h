@@ -19,6 +19,7 @@
 // method is thread-safe.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -169,7 +170,12 @@ class RunnerSet {
   std::vector<Slot> slots_;
   std::string version_;
   std::mutex pending_mu_;  // loads run on the committing thread, outside mu_
-  StagedByRunner pending_;
+  // Loaded or adopted, not yet published: one map per runner, indexed by Runner, so that an
+  // adoption allocates nothing (ReceiverRunner::adopt must not throw).
+  std::array<std::map<std::string, StagedTensor>, 2> pending_;
+  std::map<std::string, StagedTensor>& pending_of(Runner id) {
+    return pending_[static_cast<std::size_t>(id)];
+  }
 };
 
 // Applies `layout` to a tensor that is not laid out yet and refreshes its digest.

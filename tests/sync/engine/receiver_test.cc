@@ -27,6 +27,10 @@ struct Model {
   std::vector<std::string> order[2];
   int finishes[2] = {0, 0};
   std::string fail_on;  // a load of this name throws
+  // A runner made with adopting[i] takes its staged tensors whole (ReceiverRunner::adopt).
+  bool adopting[2] = {false, false};
+  int adoptions[2] = {0, 0};
+  std::map<std::string, StagedTensor> adopted[2];
 
   ReceiverRunner runner(Runner id, const char* filter) {
     const int i = static_cast<int>(id);
@@ -42,6 +46,16 @@ struct Model {
       }
     };
     r.finish = [this, i] { finishes[i] += 1; };
+    if (adopting[i]) {
+      r.adopt = [this, i](std::map<std::string, StagedTensor>&& tensors) {
+        std::lock_guard lock(mu);
+        adoptions[i] += 1;
+        for (auto& [name, t] : tensors) {
+          weights[i][name].assign(t.bytes.span().begin(), t.bytes.span().end());
+          adopted[i][name] = std::move(t);
+        }
+      };
+    }
     return r;
   }
 };
@@ -180,6 +194,51 @@ TEST_F(ReceiverTest, AFailingLoadNamesRunnerAndTensorAndPutsThePreviousVersionBa
   // The receiver is usable again.
   model_.fail_on.clear();
   EXPECT_EQ(round(*r, 3, Selector::kAll).weight_version, "v3");
+}
+
+// A runner that keeps what it is handed (RunnerSet in weightcast-engine) takes its staged tensors
+// whole, once, after the other runners loaded: the same bytes and every rank's digest, no copy.
+TEST_F(ReceiverTest, AnAdoptingRunnerTakesItsStagedTensorsWholeAfterTheOthersLoaded) {
+  model_.adopting[1] = true;
+  auto r = make(true);
+  const auto commit = round(*r, 1, Selector::kAll);
+  EXPECT_EQ(model_.adoptions[1], 1);
+  EXPECT_TRUE(model_.order[1].empty()) << "an adopting runner's load was called";
+  EXPECT_EQ(model_.finishes[1], 0);
+  ASSERT_EQ(model_.adopted[1].size(), 1u);
+  const auto tensors = target_round(1);
+  const RawTensor& draft = tensors.back();
+  const StagedTensor& got = model_.adopted[1].at(draft.meta.name);
+  EXPECT_EQ(got.meta, draft.meta);
+  EXPECT_TRUE(std::equal(got.bytes.span().begin(), got.bytes.span().end(), draft.bytes.begin(),
+                         draft.bytes.end()));
+  ASSERT_EQ(got.rank_digests.size(), 1u);
+  EXPECT_EQ(got.rank_digests[0], tensor_digest(std::span<const std::byte>(draft.bytes)));
+  // The target loaded layer by layer as before; both runners are counted in the commit.
+  EXPECT_EQ(model_.order[0].size(), 4u);
+  EXPECT_EQ(commit.runners,
+            (std::vector<RunnerUpdateStats>{{Runner::kTarget, 4, 0}, {Runner::kDraft, 1, 0}}));
+  // The base recorded the adopted tensor too: the next round may send it as a delta.
+  ASSERT_NE(r->delta_base_bytes(), 0u);
+  EXPECT_EQ(round(*r, 2, Selector::kAll).weight_version, "v2");
+  EXPECT_EQ(model_.adoptions[1], 2);
+}
+
+// When another runner's load fails, the commit fails before any adoption: the adopting runner is
+// handed nothing, and the version stays.
+TEST_F(ReceiverTest, AFailedLoadLeavesAnAdoptingRunnerUntouched) {
+  model_.adopting[1] = true;
+  auto r = make(true);
+  round(*r, 1, Selector::kAll);
+  const auto draft_before = model_.weights[1];
+  model_.fail_on = "model.layers.10.mlp.up_proj.weight";
+  EXPECT_THROW(round(*r, 2, Selector::kAll), LoadError);
+  EXPECT_EQ(model_.adoptions[1], 1);
+  EXPECT_EQ(model_.weights[1], draft_before);
+  EXPECT_EQ(r->weight_version(), "v1");
+  model_.fail_on.clear();
+  EXPECT_EQ(round(*r, 3, Selector::kAll).weight_version, "v3");
+  EXPECT_EQ(model_.adoptions[1], 2);
 }
 
 TEST_F(ReceiverTest, DeltaAppliesToTheKeptBaseAndAWrongBaseChangesNothing) {
