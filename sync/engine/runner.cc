@@ -306,7 +306,8 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
   r.adopt = [this, id](std::map<std::string, StagedTensor>&& tensors) {
     std::lock_guard lock(pending_mu_);
     auto& pending = pending_of(id);
-    // Names already pending keep the adopted tensor; merge() moves nodes, allocating nothing.
+    // An adopted tensor replaces a pending one of the same name; merge() moves the other pending
+    // nodes over, allocating nothing.
     tensors.merge(pending);
     pending = std::move(tensors);
   };
@@ -341,7 +342,7 @@ std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
       auto& pending = pending_of(id);
       if (pending.empty()) continue;
       staged[id] = std::move(pending);
-      pending.clear();  // moved from: empty, said so
+      pending.clear();  // a moved-from map is valid but unspecified
     }
   }
   // Verify and transform outside the lock: nothing here is visible to readers yet.
