@@ -81,7 +81,7 @@ std::vector<RunnerUpdateStats> load_staged(
         views.reserve(group.size());
         for (std::size_t i : group) {
           const StagedTensor& t = entries[i]->second;
-          views.push_back({&t.meta, t.bytes, &t});
+          views.push_back({&t.meta, t.bytes});
           loaded.back().second.push_back(names[i]);
         }
         current = names[group.front()];

@@ -59,14 +59,11 @@ class TensorLoadFailure : public std::runtime_error {
   std::string tensor_;
 };
 
-// One tensor handed to `load`: its metadata and its raw bytes (valid during the call only).
-// `staged`: the staged tensor the bytes come from (null for initial weights and kept bases). An
-// in-process runner may keep `staged->bytes` (shared ownership of the pool block, no copy) and
-// read each engine rank's digest there; every other runner copies what it keeps.
+// One tensor handed to `load`: its metadata and its raw bytes (valid during the call only); a
+// runner copies what it keeps. (One that keeps the staged pool blocks themselves sets `adopt`.)
 struct TensorView {
   const TensorMeta* meta = nullptr;
   std::span<const std::byte> bytes;
-  const StagedTensor* staged = nullptr;
 };
 
 struct ReceiverRunner {

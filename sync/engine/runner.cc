@@ -289,16 +289,12 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
     // A layer's tensors come in name order: each goes in right after the previous one.
     auto hint = pending.end();
     for (const TensorView& v : views) {
-      // Built first, so that a throw leaves the pending entry as it was.
+      // Built first, so that a throw leaves the pending entry as it was. Only views that are not
+      // staged come here (initial weights): a commit's staged tensors are adopted whole.
       StagedTensor t;
       t.meta = *v.meta;
-      if (v.staged != nullptr) {
-        t.bytes = v.staged->bytes;
-        t.rank_digests = v.staged->rank_digests;
-      } else {
-        t.bytes = SharedBytes::copy_of(v.bytes);
-        t.rank_digests.assign(static_cast<std::size_t>(rank_count_), tensor_digest(v.bytes));
-      }
+      t.bytes = SharedBytes::copy_of(v.bytes);
+      t.rank_digests.assign(static_cast<std::size_t>(rank_count_), tensor_digest(v.bytes));
       hint = std::next(pending.insert_or_assign(hint, v.meta->name, std::move(t)));
     }
   };
@@ -338,7 +334,7 @@ std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
   StagedByRunner staged;
   {
     std::lock_guard lock(pending_mu_);
-    for (Runner id : {Runner::kTarget, Runner::kDraft}) {
+    for (Runner id : kAllRunners) {
       auto& pending = pending_of(id);
       if (pending.empty()) continue;
       staged[id] = std::move(pending);
