@@ -177,8 +177,9 @@ void Sender::issue(std::uint64_t k, const std::optional<BucketDelta>& delta) {
   InFlight flight{k, {}};
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineApi* engine = engines_[e];
-    auto request =
-        std::make_shared<const UpdateWeightsFromDistributedRequest>(session_.for_engine(base, e));
+    // The last engine takes the base itself: a bucket of experts lists thousands of tensors.
+    auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(
+        session_.for_engine(e + 1 == engines_.size() ? std::move(base) : base, e));
     flight.answers.push_back(std::async(std::launch::async, [this, engine, request] {
       try {
         engine->update_weights_from_distributed(*request);

@@ -97,6 +97,63 @@ TEST(ProtocolRequest, FieldNamesAreSGLangs) {
                    .contains("weight_version"));
 }
 
+// The bucket request's body as nlohmann writes the same object (what to_json_string built before
+// it wrote the text directly): keys sorted, compact, strings replaced where not UTF-8.
+std::string dom_text(const UpdateWeightsFromDistributedRequest& r) {
+  Json names = Json::array(), dtypes = Json::array(), shapes = Json::array();
+  for (const TensorMeta& t : r.tensors) {
+    names.push_back(t.name);
+    dtypes.push_back(to_string(t.dtype));
+    shapes.push_back(t.shape);
+  }
+  Json j = {{"names", names},
+            {"dtypes", dtypes},
+            {"shapes", shapes},
+            {"group_name", r.group_name},
+            {"flush_cache", r.flush_cache},
+            {"abort_all_requests", r.abort_all_requests},
+            {"torch_empty_cache", r.torch_empty_cache}};
+  if (r.selector) j["selector"] = to_string(*r.selector);
+  if (r.sequence) j["sequence"] = *r.sequence;
+  if (r.load_format != LoadFormat::kPerTensor) j["load_format"] = to_string(r.load_format);
+  if (r.weight_version) j["weight_version"] = *r.weight_version;
+  if (r.session_id) j["session_id"] = *r.session_id;
+  if (r.delta) {
+    j["delta"] = {{"codec", to_string(r.delta->codec)},
+                  {"wire_bytes", r.delta->wire_bytes},
+                  {"base_version", r.delta->base_version},
+                  {"base_digests", r.delta->base_digests}};
+  }
+  if (!r.digests.empty()) j["digests"] = r.digests;
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+TEST(ProtocolRequest, BucketBodyIsTheTextNlohmannWrites) {
+  std::vector<UpdateWeightsFromDistributedRequest> cases;
+  cases.push_back(UpdateWeightsFromDistributedRequest{});
+  cases.push_back(sample_bucket());
+  UpdateWeightsFromDistributedRequest r = sample_bucket();
+  r.load_format = LoadFormat::kPerTensor;
+  r.selector.reset();
+  r.sequence.reset();
+  r.weight_version.reset();
+  cases.push_back(r);
+  r = sample_bucket();
+  r.session_id = "s-\"quoted\"\\slash";
+  r.weight_version = std::string("tab\there, newline\n, bell\x07, del\x7f, caf\xc3\xa9");
+  r.group_name = "g";
+  r.digests = {std::string(32, 'a'), std::string(32, '0'), std::string(32, 'F'), "x"};
+  r.delta = BucketDelta{DeltaCodec::kXorZstd, 12345, "v\xff-not-utf8", {std::string(32, 'b')}};
+  r.tensors.push_back({"odd \"name\" \xe2\x82\xac \x01", DType::kFloat16, {1, 2, 3, 4}});
+  cases.push_back(r);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(to_json_string(cases[i]), dom_text(cases[i])) << "case " << i;
+  }
+  // The text parses back to the same request wherever the request is a valid one.
+  EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(cases[1])), cases[1]);
+  EXPECT_EQ(parse_update_weights_from_distributed(to_json_string(cases[2])), cases[2]);
+}
+
 TEST(ProtocolRequest, SGLangDefaults) {
   const auto init = parse_init_weights_update_group(
       R"({"master_address":"10.0.0.1","master_port":29500,"rank_offset":1,"world_size":2})");
