@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sync/protocol/bucket_request.h"
 #include "sync/protocol/protocol.h"
 
 namespace weightcast::launcher {
@@ -84,6 +85,10 @@ int run_requests_bench(const RequestsBenchOptions& options) {
   const double dom = mean_us(n, [&] { return Json::parse(body).size(); });
   const double parse = mean_us(
       n, [&] { return sync::parse_update_weights_from_distributed(body, limits).tensors.size(); });
+  // The engine's DOM reader alone: what it parsed with before the SAX pass, and still does for
+  // any body that pass hands over.
+  const double parse_dom =
+      mean_us(n, [&] { return sync::read_bucket_request_dom(body, limits).tensors.size(); });
   const double build = mean_us(n, [&] { return sync::to_json_string(request).size(); });
   std::printf(
       "# weightcast-bench requests: a bucket request of %d expert tensors with digests, "
@@ -96,6 +101,7 @@ int run_requests_bench(const RequestsBenchOptions& options) {
   row("nlohmann SAX lexer, null handler (floor)", floor);
   row("nlohmann DOM parse (Json::parse)", dom);
   row("engine: parse_update_weights_from_distributed", parse);
+  row("engine: its DOM reader alone (the error path)", parse_dom);
   row("trainer: to_json_string", build);
   return 0;
 }

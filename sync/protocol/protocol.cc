@@ -1,132 +1,38 @@
 #include "sync/protocol/protocol.h"
 
-#include <algorithm>
 #include <climits>
 #include <limits>
 
 #include "comm/errors.h"
+#include "sync/protocol/protocol_fields.h"
 #include "sync/protocol/protocol_json.h"
 #include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync {
-namespace {
 
-using wire::Json;
+namespace wire {
 
-using wire::fail;
-using wire::indexed;
-
-// group_name is optional everywhere, defaulting to SGLang's name, and not Optional[str] there:
-// null is a wrong type, not "absent".
-std::string read_group_name(const wire::FieldReader& r, const ProtocolLimits& limits) {
+std::string read_group_name(const FieldReader& r, const ProtocolLimits& limits) {
   const Json* v = r.find("group_name");
   if (v == nullptr) return std::string(kDefaultGroupName);
-  return wire::as_identifier(*v, "group_name", limits.max_name_length);
+  return as_identifier(*v, "group_name", limits.max_name_length);
 }
 
-Selector read_selector(const wire::FieldReader& r) {
-  const Json& v = r.required("selector");
-  return wire::as_enum(v, "selector", parse_selector);
+Selector read_selector(const FieldReader& r) {
+  return as_enum(r.required("selector"), "selector", parse_selector);
 }
 
-// session_id and holder: optional text (null reads as absent), bounded like other strings.
-std::optional<std::string> read_session_text(const wire::FieldReader& r, std::string_view key,
+std::optional<std::string> read_session_text(const FieldReader& r, std::string_view key,
                                              const ProtocolLimits& limits) {
   const Json* v = r.optional(key);
   if (v == nullptr) return std::nullopt;
-  return wire::as_text(*v, r.path(key), limits.max_string_length);
+  return as_text(*v, r.path(key), limits.max_string_length);
 }
 
-using wire::read_shape;
+}  // namespace wire
 
-// names / dtypes / shapes -> TensorMeta, checking lengths, uniqueness and sizes against the
-// limits before the caller can allocate anything for the bucket.
-std::vector<TensorMeta> read_bucket_tensors(const wire::FieldReader& r,
-                                            const ProtocolLimits& limits) {
-  const std::size_t max_n = limits.max_names_per_bucket;
-  const Json& names = wire::as_array(r.required("names"), "names", max_n);
-  const Json& dtypes = wire::as_array(r.required("dtypes"), "dtypes", max_n);
-  const Json& shapes = wire::as_array(r.required("shapes"), "shapes", max_n);
-  if (names.empty()) fail("names", "must list at least one tensor");
-  for (const auto& [field, list] : {std::pair{"dtypes", &dtypes}, std::pair{"shapes", &shapes}}) {
-    if (list->size() != names.size()) {
-      fail(field, std::to_string(list->size()) + " entries, but names has " +
-                      std::to_string(names.size()));
-    }
-  }
-  // Paths like "names[3]" are spelled out only for an error (wire::Path): a bucket of experts
-  // lists thousands of tensors.
-  std::vector<TensorMeta> tensors;
-  tensors.reserve(names.size());  // no reallocation: `unique` keeps views of the names
-  wire::UniqueNameViews unique("names");
-  unique.reserve(names.size());
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    TensorMeta& t = tensors.emplace_back();
-    t.name = wire::as_identifier(names[i], wire::Path("names", i), limits.max_name_length);
-    unique.add(t.name, i);
-    t.dtype = wire::as_enum(dtypes[i], wire::Path("dtypes", i), parse_dtype);
-    t.shape = read_shape(shapes[i], wire::Path("shapes", i));
-    const auto valid = valid_byte_count(t.dtype, t.shape);
-    const std::size_t bytes =
-        valid ? *valid : checked_byte_count(t.dtype, t.shape, indexed("shapes", i));
-    if (bytes > limits.max_bucket_bytes - total) {
-      fail(wire::Path("shapes", i), "bucket size through tensor " + quoted(t.name) +
-                                        " exceeds the limit of " +
-                                        std::to_string(limits.max_bucket_bytes) + " bytes");
-    }
-    total += bytes;
-  }
-  return tensors;
-}
-
-// A list of XXH3-128 digests (32 hex digits each), one per tensor of the bucket.
-std::vector<std::string> read_digests(const Json& v, const std::string& field, std::size_t tensors,
-                                      const ProtocolLimits& limits) {
-  const Json& digests = wire::as_array(v, field, limits.max_names_per_bucket);
-  if (digests.size() != tensors) {
-    fail(field,
-         std::to_string(digests.size()) + " entries, but names has " + std::to_string(tensors));
-  }
-  std::vector<std::string> out;
-  out.reserve(digests.size());
-  for (std::size_t i = 0; i < digests.size(); ++i) {
-    const wire::Path path(field, i);
-    std::string text = wire::as_text(digests[i], path, 32);
-    const bool hex =
-        text.size() == 32 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
-    if (!hex) fail(path, "must be 32 hex digits (got " + quoted(text) + ")");
-    out.push_back(std::move(text));
-  }
-  return out;
-}
-
-// The optional "delta" object of a bucket request; `tensors` is the number of names.
-std::optional<BucketDelta> read_bucket_delta(const wire::FieldReader& r, LoadFormat format,
-                                             std::size_t tensors, const ProtocolLimits& limits) {
-  const Json* v = r.optional("delta");
-  if (v == nullptr) return std::nullopt;
-  if (format != LoadFormat::kWeightcastBucket) {
-    fail("delta", "delta buckets need load_format weightcast_bucket (got " +
-                      std::string(to_string(format)) + ")");
-  }
-  if (!v->is_object()) fail("delta", "must be an object");
-  const wire::FieldReader d(*v, "delta.");
-  BucketDelta out;
-  out.codec = wire::as_enum(d.required("codec"), "delta.codec", parse_delta_codec);
-  out.wire_bytes = wire::as_uint(d.required("wire_bytes"), "delta.wire_bytes");
-  if (out.wire_bytes == 0 || out.wire_bytes > limits.max_bucket_bytes) {
-    fail("delta.wire_bytes", "must be in [1, " + std::to_string(limits.max_bucket_bytes) +
-                                 "] (got " + std::to_string(out.wire_bytes) + ")");
-  }
-  out.base_version =
-      wire::as_text(d.required("base_version"), "delta.base_version", limits.max_string_length);
-  out.base_digests =
-      read_digests(d.required("base_digests"), "delta.base_digests", tensors, limits);
-  return out;
-}
-
-}  // namespace
+using wire::fail;
+using wire::Json;
 
 std::size_t UpdateWeightsFromDistributedRequest::total_bytes() const {
   std::size_t total = 0;
@@ -157,7 +63,7 @@ InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view b
     fail("rank_offset", "must be in [1, world_size) = [1, " + std::to_string(out.world_size) +
                             ") (got " + std::to_string(out.rank_offset) + ")");
   }
-  out.group_name = read_group_name(r, limits);
+  out.group_name = wire::read_group_name(r, limits);
   if (const Json* v = r.find("backend")) {
     out.backend = wire::as_enum(*v, "backend", parse_backend);
   }
@@ -171,7 +77,7 @@ DestroyWeightsUpdateGroupRequest parse_destroy_weights_update_group(std::string_
                                                                     const ProtocolLimits& limits) {
   const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
   const wire::FieldReader r(j, "");
-  return {read_group_name(r, limits)};
+  return {wire::read_group_name(r, limits)};
 }
 
 PauseGenerationRequest parse_pause_generation(std::string_view body, const ProtocolLimits& limits) {
@@ -200,40 +106,11 @@ BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
                                                    const ProtocolLimits& limits) {
   const Json j = wire::parse_body(body, limits);
   const wire::FieldReader r(j, "");
-  BeginWeightUpdateRequest out{read_selector(r)};
-  out.holder = read_session_text(r, "holder", limits);
-  out.lease_id = read_session_text(r, "lease_id", limits);
+  BeginWeightUpdateRequest out{wire::read_selector(r)};
+  out.holder = wire::read_session_text(r, "holder", limits);
+  out.lease_id = wire::read_session_text(r, "lease_id", limits);
   if (const Json* v = r.optional("lease_ttl_s")) {
     out.lease_ttl_s = static_cast<std::uint64_t>(wire::as_int(*v, "lease_ttl_s", 1, 86400));
-  }
-  return out;
-}
-
-UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
-    std::string_view body, const ProtocolLimits& limits) {
-  const Json j = wire::parse_body(body, limits);
-  const wire::FieldReader r(j, "");
-  UpdateWeightsFromDistributedRequest out;
-  // Cheap scalar fields first, so a wrong selector or format is reported without walking the
-  // tensor lists.
-  if (r.optional("selector")) out.selector = read_selector(r);
-  if (const Json* v = r.optional("sequence")) out.sequence = wire::as_uint(*v, "sequence");
-  out.load_format = LoadFormat::kPerTensor;
-  if (const Json* v = r.optional("load_format")) {
-    out.load_format = wire::as_enum(*v, "load_format", parse_load_format);
-  }
-  out.group_name = read_group_name(r, limits);
-  out.flush_cache = r.boolean_or("flush_cache", true);
-  out.abort_all_requests = r.boolean_or("abort_all_requests", false);
-  out.torch_empty_cache = r.boolean_or("torch_empty_cache", false);
-  if (const Json* v = r.optional("weight_version")) {
-    out.weight_version = wire::as_text(*v, "weight_version", limits.max_string_length);
-  }
-  out.session_id = read_session_text(r, "session_id", limits);
-  out.tensors = read_bucket_tensors(r, limits);
-  out.delta = read_bucket_delta(r, out.load_format, out.tensors.size(), limits);
-  if (const Json* v = r.optional("digests")) {
-    out.digests = read_digests(*v, "digests", out.tensors.size(), limits);
   }
   return out;
 }
@@ -246,14 +123,14 @@ UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
   out.new_version =
       wire::as_text(r.required("new_version"), "new_version", limits.max_string_length);
   out.abort_all_requests = r.boolean_or("abort_all_requests", true);
-  out.session_id = read_session_text(r, "session_id", limits);
+  out.session_id = wire::read_session_text(r, "session_id", limits);
   return out;
 }
 
 EndWeightUpdateRequest parse_end_weight_update(std::string_view body,
                                                const ProtocolLimits& limits) {
   const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
-  return {read_session_text(wire::FieldReader(j, ""), "session_id", limits)};
+  return {wire::read_session_text(wire::FieldReader(j, ""), "session_id", limits)};
 }
 
 AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
@@ -261,7 +138,7 @@ AbortWeightUpdateRequest parse_abort_weight_update(std::string_view body,
   const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
   const wire::FieldReader r(j, "");
   AbortWeightUpdateRequest out;
-  out.session_id = read_session_text(r, "session_id", limits);
+  out.session_id = wire::read_session_text(r, "session_id", limits);
   out.force = r.boolean_or("force", false);
   return out;
 }
@@ -270,7 +147,7 @@ ReleaseLeaseRequest parse_release_lease(std::string_view body, const ProtocolLim
   const Json j = wire::parse_body(body, limits, /*allow_empty=*/true);
   const wire::FieldReader r(j, "");
   ReleaseLeaseRequest out;
-  out.lease_id = read_session_text(r, "lease_id", limits);
+  out.lease_id = wire::read_session_text(r, "lease_id", limits);
   out.force = r.boolean_or("force", false);
   return out;
 }
@@ -311,113 +188,6 @@ std::string to_json_string(const BeginWeightUpdateRequest& request) {
   if (request.lease_id) j["lease_id"] = *request.lease_id;
   if (request.lease_ttl_s) j["lease_ttl_s"] = *request.lease_ttl_s;
   return wire::dump(j);
-}
-
-namespace {
-
-// Appends `text` as a JSON string, exactly as wire::dump writes it: printable ASCII as it is,
-// anything else (escapes, UTF-8, bytes that are not UTF-8) through nlohmann itself.
-void append_string(std::string& out, std::string_view text) {
-  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  });
-  if (!plain) {
-    out += wire::dump(Json(std::string(text)));
-    return;
-  }
-  out += '"';
-  out += text;
-  out += '"';
-}
-
-void append_key(std::string& out, std::string_view key) {
-  out += out.size() > 1 ? ",\"" : "\"";
-  out += key;
-  out += "\":";
-}
-
-template <typename List, typename Append>
-void append_list(std::string& out, const List& list, Append append) {
-  out += '[';
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (i > 0) out += ',';
-    append(list[i]);
-  }
-  out += ']';
-}
-
-void append_strings(std::string& out, const std::vector<std::string>& list) {
-  append_list(out, list, [&out](const std::string& s) { append_string(out, s); });
-}
-
-}  // namespace
-
-// Written directly rather than through a DOM and wire::dump: a bucket of experts lists thousands
-// of tensors, and building the DOM cost 0.46 us per tensor on the trainer, per engine. The text is
-// the one wire::dump gives for the same object, byte for byte: keys in sorted order (nlohmann's
-// objects are std::maps), no spaces, optional fields omitted rather than null, as slime/Miles
-// send them (tests/sync/protocol/request_test.cc holds the two side by side).
-std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
-  const auto& tensors = request.tensors;
-  std::string out;
-  out.reserve(256 + tensors.size() * 128);
-  out += '{';
-  append_key(out, "abort_all_requests");
-  out += request.abort_all_requests ? "true" : "false";
-  if (request.delta) {
-    const BucketDelta& d = *request.delta;
-    append_key(out, "delta");
-    out += "{\"base_digests\":";
-    append_strings(out, d.base_digests);
-    out += ",\"base_version\":";
-    append_string(out, d.base_version);
-    out += ",\"codec\":";
-    append_string(out, to_string(d.codec));
-    out += ",\"wire_bytes\":";
-    out += std::to_string(d.wire_bytes);
-    out += '}';
-  }
-  if (!request.digests.empty()) {
-    append_key(out, "digests");
-    append_strings(out, request.digests);
-  }
-  append_key(out, "dtypes");
-  append_list(out, tensors,
-              [&out](const TensorMeta& t) { append_string(out, to_string(t.dtype)); });
-  append_key(out, "flush_cache");
-  out += request.flush_cache ? "true" : "false";
-  append_key(out, "group_name");
-  append_string(out, request.group_name);
-  if (request.load_format != LoadFormat::kPerTensor) {
-    append_key(out, "load_format");
-    append_string(out, to_string(request.load_format));
-  }
-  append_key(out, "names");
-  append_list(out, tensors, [&out](const TensorMeta& t) { append_string(out, t.name); });
-  if (request.selector) {
-    append_key(out, "selector");
-    append_string(out, to_string(*request.selector));
-  }
-  if (request.sequence) {
-    append_key(out, "sequence");
-    out += std::to_string(*request.sequence);
-  }
-  if (request.session_id) {
-    append_key(out, "session_id");
-    append_string(out, *request.session_id);
-  }
-  append_key(out, "shapes");
-  append_list(out, tensors, [&out](const TensorMeta& t) {
-    append_list(out, t.shape, [&out](std::int64_t dim) { out += std::to_string(dim); });
-  });
-  append_key(out, "torch_empty_cache");
-  out += request.torch_empty_cache ? "true" : "false";
-  if (request.weight_version) {
-    append_key(out, "weight_version");
-    append_string(out, *request.weight_version);
-  }
-  out += '}';
-  return out;
 }
 
 std::string to_json_string(const UpdateWeightVersionRequest& request) {
