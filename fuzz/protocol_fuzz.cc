@@ -21,6 +21,7 @@
 #include "comm/errors.h"
 #include "fuzz/fuzz_check.h"
 #include "sync/model/bucket.h"
+#include "sync/protocol/bucket_request.h"
 #include "sync/protocol/protocol.h"
 
 namespace {
@@ -76,8 +77,25 @@ void check_bucket(const UpdateWeightsFromDistributedRequest& r, const ProtocolLi
   FUZZ_CHECK(plan.total_bytes >= total, "plan smaller than its tensors");
 }
 
+// The bucket request's SAX pass takes only bodies its DOM reader takes, and reads them the same.
+void check_bucket_readers(std::string_view body, const ProtocolLimits& limits) {
+  const auto fast = read_bucket_request_fast(body, limits);
+  if (!fast) return;
+  UpdateWeightsFromDistributedRequest dom;
+  try {
+    dom = read_bucket_request_dom(body, limits);
+  } catch (const weightcast::comm::BadRequestError&) {
+    FUZZ_CHECK(false, "the SAX pass took a body the DOM reader refuses");
+  }
+  FUZZ_CHECK(*fast == dom, "the two bucket readers disagree");
+}
+
 template <typename Parse>
 void run(Parse parse, std::string_view body, const ProtocolLimits& limits) {
+  if constexpr (std::is_same_v<std::decay_t<decltype(parse(body, limits))>,
+                               UpdateWeightsFromDistributedRequest>) {
+    check_bucket_readers(body, limits);
+  }
   try {
     const auto value = parse(body, limits);
     round_trip(value, parse, limits);
