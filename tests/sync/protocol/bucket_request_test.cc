@@ -11,21 +11,14 @@
 #include "comm/errors.h"
 #include "sync/protocol/bucket_request.h"
 #include "sync/protocol/protocol.h"
+#include "tests/sync/protocol/sample_bucket.h"
 
 namespace weightcast::sync {
 namespace {
 
+// The shared sample, with a session and the digests our format sends.
 UpdateWeightsFromDistributedRequest sample() {
-  UpdateWeightsFromDistributedRequest r;
-  r.tensors = {{"model.layers.0.mlp.experts.3.gate_proj.weight", DType::kBFloat16, {4, 8}},
-               {"model.norm.weight", DType::kFloat32, {8}},
-               {"lm_head.scale", DType::kFloat8E4M3Fn, {}},
-               {"empty", DType::kInt64, {0, 3}}};
-  r.group_name = "wc-pp_1";
-  r.selector = Selector::kTarget;
-  r.sequence = 41;
-  r.flush_cache = false;
-  r.weight_version = "step-7";
+  UpdateWeightsFromDistributedRequest r = sample_bucket();
   r.session_id = "s-1";
   r.digests = {std::string(32, 'a'), std::string(32, '0'), std::string(32, 'F'),
                "0123456789abcdefABCDEF0123456789"};

@@ -9,6 +9,7 @@
 
 #include "comm/errors.h"
 #include "sync/protocol/protocol.h"
+#include "tests/sync/protocol/sample_bucket.h"
 
 namespace weightcast::sync {
 namespace {
@@ -20,22 +21,6 @@ std::set<std::string> keys_of(const std::string& body) {
   const Json j = Json::parse(body);
   for (const auto& [k, v] : j.items()) keys.insert(k);
   return keys;
-}
-
-UpdateWeightsFromDistributedRequest sample_bucket() {
-  UpdateWeightsFromDistributedRequest r;
-  r.tensors = {{"model.layers.0.mlp.up_proj.weight", DType::kBFloat16, {4, 8}},
-               {"model.norm.weight", DType::kFloat32, {8}},
-               {"lm_head.scale", DType::kFloat8E4M3Fn, {}},
-               {"empty", DType::kInt64, {0, 3}}};
-  r.group_name = "wc-pp_1";
-  r.selector = Selector::kTarget;
-  r.sequence = 41;
-  r.flush_cache = false;
-  r.abort_all_requests = true;
-  r.weight_version = "step-7";
-  r.torch_empty_cache = true;
-  return r;
 }
 
 TEST(ProtocolRequest, RoundTripEveryBody) {
