@@ -1,11 +1,10 @@
-// POST /update_weights_from_distributed: the bucket request's body, read and written. A bucket of
-// experts lists thousands of tensors, so both directions skip nlohmann's DOM for the tensor lists:
-// - reading: one SAX pass takes names / dtypes / shapes / digests straight into typed lists and
-//   keeps the other fields as a DOM. Anything it does not expect (a wrong type, a duplicate key, a
-//   limit crossed, a syntax error, a value the checks refuse) makes it give up, and the DOM path
-//   reads the body again and reports the error. Both paths run the same checks (TensorLists), so
-//   they accept the same bodies and produce the same request.
-// - writing: the text directly, byte for byte what wire::dump writes for the same object.
+// POST /update_weights_from_distributed: reading the bucket request's body. A bucket of experts
+// lists thousands of tensors, so one SAX pass takes names / dtypes / shapes / digests straight
+// into typed lists and keeps the other fields as a DOM. Anything it does not expect (a wrong
+// type, a duplicate key, a limit crossed, a syntax error, a value the checks refuse) makes it give
+// up, and the DOM path reads the body again and reports the error. Both paths run the same checks
+// (read_bucket_tensors over DomLists or TypedLists), so they accept the same bodies and produce
+// the same request. Writing it is to_json_string in protocol.cc.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -331,41 +330,6 @@ class BucketSax {
   Json* last_ = nullptr;     // the value placed last
 };
 
-// Appends `text` as a JSON string, exactly as wire::dump writes it: printable ASCII as it is,
-// anything else (escapes, UTF-8, bytes that are not UTF-8) through nlohmann itself.
-void append_string(std::string& out, std::string_view text) {
-  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  });
-  if (!plain) {
-    out += wire::dump(Json(std::string(text)));
-    return;
-  }
-  out += '"';
-  out += text;
-  out += '"';
-}
-
-void append_key(std::string& out, std::string_view key) {
-  out += out.size() > 1 ? ",\"" : "\"";
-  out += key;
-  out += "\":";
-}
-
-template <typename List, typename Append>
-void append_list(std::string& out, const List& list, Append append) {
-  out += '[';
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (i > 0) out += ',';
-    append(list[i]);
-  }
-  out += ']';
-}
-
-void append_strings(std::string& out, const std::vector<std::string>& list) {
-  append_list(out, list, [&out](const std::string& s) { append_string(out, s); });
-}
-
 }  // namespace
 
 std::optional<UpdateWeightsFromDistributedRequest> read_bucket_request_fast(
@@ -417,74 +381,6 @@ UpdateWeightsFromDistributedRequest parse_update_weights_from_distributed(
     std::string_view body, const ProtocolLimits& limits) {
   if (auto fast = read_bucket_request_fast(body, limits)) return std::move(*fast);
   return read_bucket_request_dom(body, limits);
-}
-
-// Written directly rather than through a DOM and wire::dump: a bucket of experts lists thousands
-// of tensors, and building the DOM cost 0.46 us per tensor on the trainer, per engine. The text is
-// the one wire::dump gives for the same object, byte for byte: keys in sorted order (nlohmann's
-// objects are std::maps), no spaces, optional fields omitted rather than null, as slime/Miles
-// send them (tests/sync/protocol/request_test.cc holds the two side by side).
-std::string to_json_string(const UpdateWeightsFromDistributedRequest& request) {
-  const auto& tensors = request.tensors;
-  std::string out;
-  out.reserve(256 + tensors.size() * 128);
-  out += '{';
-  append_key(out, "abort_all_requests");
-  out += request.abort_all_requests ? "true" : "false";
-  if (request.delta) {
-    const BucketDelta& d = *request.delta;
-    append_key(out, "delta");
-    out += "{\"base_digests\":";
-    append_strings(out, d.base_digests);
-    out += ",\"base_version\":";
-    append_string(out, d.base_version);
-    out += ",\"codec\":";
-    append_string(out, to_string(d.codec));
-    out += ",\"wire_bytes\":";
-    out += std::to_string(d.wire_bytes);
-    out += '}';
-  }
-  if (!request.digests.empty()) {
-    append_key(out, "digests");
-    append_strings(out, request.digests);
-  }
-  append_key(out, "dtypes");
-  append_list(out, tensors,
-              [&out](const TensorMeta& t) { append_string(out, to_string(t.dtype)); });
-  append_key(out, "flush_cache");
-  out += request.flush_cache ? "true" : "false";
-  append_key(out, "group_name");
-  append_string(out, request.group_name);
-  if (request.load_format != LoadFormat::kPerTensor) {
-    append_key(out, "load_format");
-    append_string(out, to_string(request.load_format));
-  }
-  append_key(out, "names");
-  append_list(out, tensors, [&out](const TensorMeta& t) { append_string(out, t.name); });
-  if (request.selector) {
-    append_key(out, "selector");
-    append_string(out, to_string(*request.selector));
-  }
-  if (request.sequence) {
-    append_key(out, "sequence");
-    out += std::to_string(*request.sequence);
-  }
-  if (request.session_id) {
-    append_key(out, "session_id");
-    append_string(out, *request.session_id);
-  }
-  append_key(out, "shapes");
-  append_list(out, tensors, [&out](const TensorMeta& t) {
-    append_list(out, t.shape, [&out](std::int64_t dim) { out += std::to_string(dim); });
-  });
-  append_key(out, "torch_empty_cache");
-  out += request.torch_empty_cache ? "true" : "false";
-  if (request.weight_version) {
-    append_key(out, "weight_version");
-    append_string(out, *request.weight_version);
-  }
-  out += '}';
-  return out;
 }
 
 }  // namespace weightcast::sync
