@@ -278,8 +278,8 @@ std::uint64_t buckets_received(const nlohmann::json& server_info, const std::str
 std::string report_text(const sync::trainer::UpdateReport& report) {
   std::string text = sync::trainer::summary(report);
   for (const auto& f : report.failures) {
-    text += "\n  engine " + f.engine + " " + f.route + (f.unreachable ? " (unreachable)" : "") +
-            (f.timed_out ? " (timed out)" : "") + ": " + f.message;
+    text += "\n  " + sync::trainer::to_string(f) + (f.unreachable ? " (unreachable)" : "") +
+            (f.timed_out ? " (timed out)" : "");
   }
   return text;
 }
