@@ -56,6 +56,20 @@ class WorkerError(Exception):
         self.status = info.get("status", 500)
 
 
+def most_telling(errors):
+    """One error for the client from the workers' [(rank, WorkerError)]: the most telling first.
+    A worker whose peer left ("[peer: ...]") reports a consequence of that peer's own failure (its
+    timeout, its refusal); a timeout may be the consequence of a refusal, a 409 of an abort. The
+    others follow in the message, each naming its worker."""
+    ordered = sorted(errors, key=lambda re: ("[peer: " in str(re[1]), re[1].status == 504,
+                                             re[1].status == 409))
+    first = ordered[0][1]
+    if len(ordered) == 1:
+        return first
+    others = "; ".join(f"worker {rank}: {e}" for rank, e in ordered[1:])
+    return WorkerError(dict(first.info, message=f"{first} (also {others})"))
+
+
 class Workers:
     """The worker processes and the pipes to them; call_all() runs one operation on each."""
 
@@ -122,17 +136,15 @@ class Workers:
             futures.append(f)
         limit = timeout if timeout is not None else self.cfg["comm_timeout"] * 10 + 60
         results, errors = [], []
-        for f in futures:
+        for rank, f in enumerate(futures):
             try:
                 results.append(f.result(timeout=limit))
             except WorkerError as e:
-                errors.append(e)
+                errors.append((rank, e))
             except Exception as e:  # a timeout: the worker is stuck
-                errors.append(WorkerError({"status": 504, "message": f"{op}: no answer in {limit} s ({e!r})"}))
+                errors.append((rank, WorkerError({"status": 504, "message": f"{op}: no answer in {limit} s ({e!r})"})))
         if errors:
-            # The most telling failure: a refusal or a load error over a consequence of one.
-            errors.sort(key=lambda e: (e.status in (504,), e.status == 409))
-            raise errors[0]
+            raise most_telling(errors)
         return results
 
     def close(self):
@@ -174,12 +186,14 @@ class Engine:
         limit = self.cfg["session_timeout"]
         while True:
             time.sleep(min(0.2, limit / 4))
-            idle = time.monotonic() - self.last_activity
-            if self.busy or idle < limit:
-                continue
-            if self.session is not None:
+            with self.mu:  # decided with update()'s busy count, so no bucket is cut mid-way
+                idle = time.monotonic() - self.last_activity
+                if self.busy or idle < limit:
+                    continue
+                expired, self.session = self.session, None
+            if expired is not None:
                 try:
-                    self.abort_all(f"session timed out: no request for {limit} s")
+                    self.workers.call_all("abort", f"session timed out: no request for {limit} s")
                 except WorkerError:
                     pass
                 self.touch()
@@ -277,6 +291,8 @@ class Engine:
         if not implicit:
             self.check_owner(body.get("session_id"))
         with self.mu:
+            if not implicit:  # the watchdog may have ended it since (it decides under mu)
+                self.check_owner(body.get("session_id"))
             self.busy += 1
         try:
             # Ownership is checked here; the workers' sessions are this front's own.
@@ -353,9 +369,9 @@ class Engine:
         return {"message": f"weight_version '{body['new_version']}'"}
 
     def end(self, body):
-        self.check_owner(body.get("session_id"))
-        selector = self.session["selector"]
-        with self.mu:
+        with self.mu:  # as update(): the watchdog decides under mu
+            self.check_owner(body.get("session_id"))
+            selector = self.session["selector"]
             self.session = None
         with self.model_lock:
             answers = self.workers.call_all("commit", None, selector)

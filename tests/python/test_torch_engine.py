@@ -195,7 +195,7 @@ class TorchEngine(unittest.TestCase):
                                  f"peak RSS grew {grew} bytes during a {sent}-byte update")
 
     def test_failed_updates_change_nothing(self):
-        with torch_engines.running([2], SEED, ["--delta", "--comm-timeout", "3", "--session-timeout", "3"]) as (e,):
+        with torch_engines.running([2], SEED, ["--delta", "--comm-timeout", "15", "--session-timeout", "6"]) as (e,):
             before = e.params()
             # 1. A load callback raising: the commit fails naming runner and tensor; what was
             # already loaded is loaded again from the kept base.
@@ -217,7 +217,7 @@ class TorchEngine(unittest.TestCase):
             finally:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60  # the session timeout, or a comm timeout if mid-bucket
             while any(w["in_session"] for w in e.ok("/debug/info")["workers"]):
                 self.assertLess(time.monotonic(), deadline, "the dead trainer's session never ended")
                 time.sleep(0.1)
@@ -255,8 +255,8 @@ class TorchEngine(unittest.TestCase):
         as a bucket whose bytes do not match their digests is) fails the update; the trainer
         aborts through /update_weights {"abort"} and resumes: previous version and weights on
         every worker, generation running, and the next update goes through."""
-        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "5",
-                                               "--session-timeout", "5"]) as (e,):
+        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "15",
+                                               "--session-timeout", "6"]) as (e,):
             before = e.params()
             e.ok("/debug/fail_bucket", {"sequence": 2})
             code, out = torch_engines.train([e], 1, SEED, ["--bucket-bytes", "256K"])
@@ -291,6 +291,26 @@ class TorchEngine(unittest.TestCase):
             answer = e.generate(PROMPT, 8)
             self.assertEqual(answer["meta_info"]["weight_version"], "2")
             self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
+    def test_worker_errors_name_the_cause(self):
+        """A TP engine's answer names the worker that failed first, not the one that saw it leave:
+        worker 1 timed out mid-copy, so worker 0 saw the ring close under it."""
+        from weightcast.torch_engine import WorkerError, most_telling
+        closed = WorkerError({"status": 500, "message": "engine rank 0 (group rank 1), bucket 0: the "
+                                                        "connection to rank 2 closed [peer: rank 2]"})
+        timeout = WorkerError({"status": 504, "message": "engine rank 0 (group rank 2), bucket 0: "
+                                                         "timed out after copying 1376256 bytes"})
+        for errors in ([(0, closed), (1, timeout)], [(1, timeout), (0, closed)]):
+            e = most_telling(errors)
+            self.assertEqual(e.status, 504)
+            self.assertTrue(str(e).startswith(str(timeout)), str(e))
+            self.assertIn(f"(also worker 0: {closed})", str(e))
+        # A refusal or a load error over a timeout, which may be its consequence; its fields kept.
+        load = WorkerError({"status": 500, "message": "load failed", "runner": "target", "tensor": "w"})
+        e = most_telling([(0, timeout), (1, load)])
+        self.assertEqual((e.status, e.info["tensor"]), (500, "w"))
+        self.assertEqual(str(e), f"load failed (also worker 0: {timeout})")
+        self.assertIs(most_telling([(1, timeout)]), timeout)
 
     def assert_unchanged(self, e, before, version):
         after = e.params()
