@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -34,6 +36,41 @@ constexpr std::size_t kMaxPiece = 1u << 20;
 // tens of them on a busy host (docs/performance.md).
 constexpr int kSpinYields = 200;
 constexpr std::chrono::microseconds kSleepSlice{2000};
+
+// Where other work holds the cores, a yield can hand the core away for a whole scheduler slice
+// (milliseconds), not microseconds: with two busy loops beside 3 ranks on 2 cores, broadcasts of
+// 256 KiB and 1 MiB took a median 4.2 and 4.4 ms by yielding, 0.4 and 0.9 ms with this policy
+// (docs/performance.md). A yield that comes back after kLateYieldNs marks the process contended
+// for kContendedForNs, and its waits sleep at once until then. A shorter yield most likely ran a
+// peer rank's copy on this core, which is what the spin is for.
+class SpinPolicy {
+ public:
+  // Whether a wait may start by yielding.
+  static bool spinning() { return now_ns() >= spin_from_.load(std::memory_order_relaxed); }
+
+  // Yields once; false when the yield came back late, and the wait should sleep from now on.
+  static bool yield() {
+    const std::int64_t before = now_ns();
+    std::this_thread::yield();
+    const std::int64_t after = now_ns();
+    if (after - before < kLateYieldNs) return true;
+    spin_from_.store(after + kContendedForNs, std::memory_order_relaxed);
+    return false;
+  }
+
+ private:
+  static constexpr std::int64_t kLateYieldNs = 1'000'000;
+  static constexpr std::int64_t kContendedForNs = 10'000'000;
+
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  static inline std::atomic<std::int64_t> spin_from_{0};
+};
+
 // While spinning, the deadline, the interrupt and the neighbour's socket are checked this often.
 constexpr int kCheckEvery = 32;
 
@@ -197,17 +234,18 @@ class CopyBroadcast {
     const int peer = all ? succ_ : pred_;
     const int fd = all ? links_.succ_fd : links_.pred_fd;
     const WakeWord& wake = memory_.neighbour(peer).wake(all);
+    bool sleeping = !SpinPolicy::spinning();
     for (int spins = 0;; ++spins) {
       const std::uint32_t seen = wake.bump.load(std::memory_order_acquire);
       if (ready()) return;
-      const bool sleeping = spins >= kSpinYields;
+      sleeping = sleeping || spins >= kSpinYields;
       if (sleeping || spins % kCheckEvery == 0) {
         check_interrupt();
         if (expired(deadline_)) fail(peer, waiting_for(all), "timed out", false, true);
         if (net::peer_hung_up(fd)) fail(peer, waiting_for(all), "the connection was closed", true);
       }
       if (!sleeping) {
-        std::this_thread::yield();
+        sleeping = !SpinPolicy::yield();
         continue;
       }
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(remaining(deadline_));
@@ -250,10 +288,8 @@ class CopyBroadcast {
       // The next descriptor is usually microseconds away: yield a bounded number of times before
       // sleeping in poll(). Yielding hands the core to any peer that is runnable, and the
       // deadline and abort are checked in wait().
-      if (++spins <= kSpinYields) {
-        std::this_thread::yield();
-        continue;
-      }
+      if (spins == 0 && !SpinPolicy::spinning()) spins = kSpinYields;
+      if (++spins <= kSpinYields && SpinPolicy::yield()) continue;
       spins = 0;
       wait(fd, out, what);
     }
