@@ -39,10 +39,11 @@ constexpr std::chrono::microseconds kSleepSlice{2000};
 
 // Where other work holds the cores, a yield can hand the core away for a whole scheduler slice
 // (milliseconds), not microseconds: with two busy loops beside 3 ranks on 2 cores, broadcasts of
-// 256 KiB and 1 MiB took a median 4.2 and 4.4 ms by yielding, 0.4 and 0.9 ms with this policy
-// (docs/performance.md). A yield that comes back after kLateYieldNs marks the process contended
-// for kContendedForNs, and its waits sleep at once until then. A shorter yield most likely ran a
-// peer rank's copy on this core, which is what the spin is for.
+// 256 KiB and 1 MiB took a median 4.1 ms by yielding, 0.17 and 0.41 ms with this policy
+// (docs/performance.md, "Single copy beside other work"). A yield that comes back after
+// kLateYieldNs marks the process contended for kContendedForNs, and its waits sleep at once until
+// then. A shorter yield most likely ran a peer rank's copy on this core, which is what the spin
+// is for.
 class SpinPolicy {
  public:
   // Whether a wait may start by yielding.
