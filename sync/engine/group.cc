@@ -15,6 +15,9 @@ namespace weightcast::sync::engine {
 namespace {
 // Worker threads re-check for stop and for expired waits at this period.
 constexpr comm::Millis kPoll{50};
+// How long a rank that saw a peer leave waits for another rank of this engine to fail on its own
+// before it reports the peer's departure (Group::receive_loop).
+constexpr comm::Millis kPeerGrace{200};
 }  // namespace
 
 int failure_status(const std::exception& error) {
@@ -318,6 +321,12 @@ void Group::receive_loop(int r) {
         rank.channel->receive(data, total, opts_.comm_timeout, {});
       }
     } catch (const std::exception& e) {
+      // A peer that left is often another rank of this engine, which failed on its own (timed
+      // out, was refused) and hung up before it could say so: its failure is the one to report.
+      if (ranks_.size() > 1 && dynamic_cast<const comm::PeerError*>(&e) != nullptr) {
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, kPeerGrace, [&] { return stopping_; });
+      }
       fail(failure_status(e), "engine rank " + std::to_string(r) + " (group rank " +
                                   std::to_string(rank.channel->group_rank()) + "), bucket " +
                                   std::to_string(job->sequence()) + ": " + e.what());

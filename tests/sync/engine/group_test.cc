@@ -130,6 +130,25 @@ TEST_F(GroupTest, ReceiveTimeoutFailsTheJobAndAbortsTheGroup) {
   EXPECT_NE(again->message.find("aborted"), std::string::npos);
 }
 
+TEST_F(GroupTest, ARanksOwnFailureIsReportedOverItsNeighbourSeeingItLeave) {
+  // Rank 1 times out and hangs up; rank 0 sees it leave first and fails with a PeerError. The
+  // answer must name rank 1's timeout, the cause, whichever of the two fails first.
+  source_->set_hook([](int rank, int) {
+    if (rank == 0) throw comm::PeerError("rank 2", "rank 2 left the broadcast");
+    std::this_thread::sleep_for(10ms);
+    throw comm::TimeoutError("rank 2 timed out copying");
+  });
+  auto group = make_group(2);
+  auto job = job_for(make(0), std::make_shared<Staging>(2));
+  ASSERT_FALSE(group->submit(job));
+  auto result = job->wait(comm::deadline_after(kWait));
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 504) << result->message;
+  EXPECT_NE(result->message.find("engine rank 1 (group rank 2), bucket 0: rank 2 timed out"),
+            std::string::npos)
+      << result->message;
+}
+
 TEST_F(GroupTest, WrongSizeFromThePeerFailsWith500) {
   auto group = make_group(1);
   Bucket bigger = make(1);
