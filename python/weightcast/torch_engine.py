@@ -186,19 +186,21 @@ class Engine:
         limit = self.cfg["session_timeout"]
         while True:
             time.sleep(min(0.2, limit / 4))
-            with self.mu:  # decided with update()'s busy count, so no bucket is cut mid-way
+            # Decided and done under mu, as update() counts its buckets and begin() opens a session:
+            # no bucket is cut mid-way, and no session opened meanwhile is aborted.
+            with self.mu:
                 idle = time.monotonic() - self.last_activity
                 if self.busy or idle < limit:
                     continue
-                expired, self.session = self.session, None
-            if expired is not None:
-                try:
-                    self.workers.call_all("abort", f"session timed out: no request for {limit} s")
-                except WorkerError:
-                    pass
-                self.touch()
-            elif self.paused.is_set():
-                self.paused.clear()
+                if self.session is not None:
+                    self.session = None
+                    try:
+                        self.workers.call_all("abort", f"session timed out: no request for {limit} s")
+                    except WorkerError:
+                        pass
+                    self.touch()
+                elif self.paused.is_set():
+                    self.paused.clear()
 
     def runners(self):
         runners = [{"name": "target", "filters": torch_worker.TARGET_FILTER.split(","), "layout": "none",
@@ -288,10 +290,8 @@ class Engine:
         # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
         # vLLM's routes never do: a bucket outside start/finish (after an abort) is refused.
         implicit = implicit_ok and self.session is None and body.get("session_id") is None
-        if not implicit:
-            self.check_owner(body.get("session_id"))
-        with self.mu:
-            if not implicit:  # the watchdog may have ended it since (it decides under mu)
+        with self.mu:  # the watchdog decides under mu
+            if not implicit:
                 self.check_owner(body.get("session_id"))
             self.busy += 1
         try:
