@@ -44,9 +44,17 @@ class VllmLike {
     });
     for (const char* route :
          {"/init_weight_transfer_engine", "/start_weight_update", "/start_draft_weight_update",
-          "/update_weights", "/finish_weight_update", "/pause", "/resume", "/reset_prefix_cache"}) {
+          "/update_weights", "/finish_weight_update", "/pause", "/resume", "/reset_prefix_cache",
+          "/collective_rpc"}) {
       http.Post(route, [this](const httplib::Request& req, httplib::Response& res) {
         record(req);
+        if (req.path == "/update_weights" && raise_on_abort &&
+            req.body.find("\"abort\"") != std::string::npos) {
+          // The backend raises on an abort so vLLM's worker leaves its update (500 + detail).
+          res.status = 500;
+          res.set_content(R"({"detail":"weightcast: round aborted"})", "application/json");
+          return;
+        }
         if (req.path == "/update_weights" && fail_updates) {
           res.status = 500;
           res.set_content(R"({"detail":"bucket failed"})", "application/json");
@@ -54,6 +62,16 @@ class VllmLike {
         }
         if (req.path == "/finish_weight_update") {
           version = Json::parse(req.body).value("weight_version", version);
+        }
+        if (req.path == "/collective_rpc") {
+          // Two workers, each answering as WeightcastWorkerExtension's methods do.
+          const Json call = Json::parse(req.body);
+          if (call["method"] == "weightcast_commit" && !call["args"].empty()) {
+            version = call["args"][0];
+          }
+          const Json one = {{"success", true}, {"message", "ok"}, {"weight_version", version}};
+          res.set_content(Json{{"results", {one, one}}}.dump(), "application/json");
+          return;
         }
         res.set_content(R"({"message":"ok"})", "application/json");
       });
@@ -71,6 +89,7 @@ class VllmLike {
 
   std::string version = "default";
   bool fail_updates = false;
+  bool raise_on_abort = false;
 
  private:
   void record(const httplib::Request& req) {
@@ -286,6 +305,110 @@ TEST(FlavorDetection, ParsesTheFlavorNames) {
   EXPECT_EQ(parse_engine_flavor("sglang"), EngineFlavor::kSglang);
   EXPECT_EQ(parse_engine_flavor("weightcast"), EngineFlavor::kWeightcast);
   EXPECT_THROW(parse_engine_flavor("trtllm"), comm::ConfigError);
+}
+
+}  // namespace
+}  // namespace weightcast::sync::trainer
+
+namespace weightcast::sync::trainer {
+namespace {
+
+TEST(VllmClient, NoPendingVersionSendsNoWeightVersion) {
+  // vLLM records whatever string /finish_weight_update gets, "" included.
+  EXPECT_EQ(Json::parse(vllm_finish_body("")), Json::object());
+  EXPECT_EQ(Json::parse(vllm_finish_body("7")), Json::parse(R"({"weight_version":"7"})"));
+  VllmLike v;
+  v.version = "3";
+  EngineClient client(v.url(), testing::fast_client_options());
+  client.server_info();
+  const auto begun = client.begin_weight_update({Selector::kTarget});
+  EXPECT_EQ(client.end_weight_update({begun.session_id}).weight_version, "3");
+  EXPECT_EQ(v.seen().back().target, "/weight_info");
+  const auto seen = v.seen();
+  EXPECT_EQ(Json::parse(seen[seen.size() - 2].body), Json::object());
+}
+
+TEST(VllmClient, AnAbortTheBackendRaisesIsTheAbortsSuccess) {
+  VllmLike v;
+  v.raise_on_abort = true;
+  EngineClient client(v.url(), testing::fast_client_options());
+  client.server_info();
+  const auto begun = client.begin_weight_update({Selector::kTarget});
+  const auto answer = client.abort_weight_update({begun.session_id, false});
+  EXPECT_TRUE(answer.success);
+  EXPECT_NE(answer.message.find("round aborted"), std::string::npos) << answer.message;
+}
+
+TEST(VllmClient, AnAbortNobodyAnswersStaysAnError) {
+  testing::HttpTestServer bare;
+  const std::string url = bare.url();
+  bare.stop();  // nobody listens there any more
+  EngineClientOptions o = testing::fast_client_options();
+  o.flavor = EngineFlavor::kVllm;
+  EngineClient client(url, o);
+  EXPECT_THROW(client.abort_weight_update({"vllm", false}), EngineError);
+}
+
+constexpr const char* kExtensionInfo =
+    R"({"vllm_config":{"weight_transfer_config":null,
+        "parallel_config":{"tensor_parallel_size":2,
+                           "worker_extension_cls":"weightcast.vllm.WeightcastWorkerExtension"}}})";
+
+TEST(VllmClient, TheWayInIsReadFromTheConfig) {
+  EXPECT_EQ(read_vllm_way_in(kVllmInfo), VllmWayIn::kBackend);
+  EXPECT_EQ(read_vllm_way_in(kExtensionInfo), VllmWayIn::kWorkerExtension);
+  EXPECT_EQ(read_vllm_way_in(R"({"vllm_config":{}})"), VllmWayIn::kBackend);
+  // Another backend beside our extension: the extension is the way in.
+  EXPECT_EQ(read_vllm_way_in(R"({"vllm_config":{"weight_transfer_config":{"backend":"nccl"},
+      "parallel_config":{"worker_extension_cls":"weightcast.vllm.WeightcastWorkerExtension"}}})"),
+            VllmWayIn::kWorkerExtension);
+  try {
+    read_vllm_way_in(R"({"vllm_config":{"weight_transfer_config":{"backend":"nccl"}}})");
+    FAIL() << "another backend without the extension must be refused";
+  } catch (const comm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--worker-extension-cls"), std::string::npos) << e.what();
+  }
+}
+
+TEST(VllmClient, TheWorkerExtensionIsDrivenThroughCollectiveRpc) {
+  VllmLike v(kExtensionInfo);
+  EngineClient client(v.url(), testing::fast_client_options());
+  client.server_info();
+  InitWeightsUpdateGroupRequest init;
+  init.master_address = "127.0.0.1";
+  init.master_port = 29500;
+  init.rank_offset = 1;
+  init.world_size = 3;
+  client.init_weights_update_group(init);
+  const auto begun = client.begin_weight_update({Selector::kDraft});
+  client.update_weights_from_distributed(bucket());
+  client.update_weight_version({"5", false, begun.session_id});
+  EXPECT_EQ(client.end_weight_update({begun.session_id}).weight_version, "5");
+  client.begin_weight_update({Selector::kTarget});
+  client.abort_weight_update({begun.session_id, false});
+
+  std::vector<std::string> calls;
+  std::vector<Json> bodies;
+  for (const auto& s : v.seen()) {
+    if (s.target != "/collective_rpc") continue;
+    bodies.push_back(Json::parse(s.body));
+    calls.push_back(bodies.back()["method"]);
+  }
+  const std::vector<std::string> expected = {
+      "weightcast_version", "weightcast_init",   "weightcast_begin",  "weightcast_update",
+      "weightcast_commit",  "weightcast_version", "weightcast_begin", "weightcast_abort"};
+  EXPECT_EQ(calls, expected);
+  // vLLM passes string arguments only: our bodies travel as JSON text.
+  EXPECT_EQ(Json::parse(bodies[1]["args"][0].get<std::string>())["master_port"], 29500);
+  EXPECT_EQ(bodies[2]["args"], Json::array({"draft"}));
+  const Json update = Json::parse(bodies[3]["args"][0].get<std::string>());
+  EXPECT_EQ(update["names"], Json::array({"model.norm.weight"}));
+  EXPECT_FALSE(update.contains("session_id"));
+  EXPECT_EQ(bodies[4]["args"], Json::array({"5"}));
+  for (const auto& s : v.seen()) {
+    EXPECT_NE(s.target, "/start_weight_update");
+    EXPECT_NE(s.target, "/update_weights");
+  }
 }
 
 }  // namespace
