@@ -126,7 +126,6 @@ def _as_bytes(tensor):
 def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_experts,
                            ep_group=None, expert_index="local", stage=0, stages=1,
                            sources_group=None, version=None, gather="auto"):
-    import torch
     import torch.distributed as dist
 
     _check_arguments(num_experts, ep_size, ep_rank, expert_index, gather)
@@ -138,91 +137,21 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
     if ep_rank == 0 and updater is None:
         raise ValueError("EP rank 0 sends the stage: it needs a DistributedUpdater")
 
-    def peer(r):
-        return r if ep_group is None else dist.get_global_rank(ep_group, r)
-
+    ep = _EpGroup(ep_group, ep_rank, ep_size)
     dense, experts, error = _split(named_tensors, num_experts=num_experts, ep_size=ep_size,
                                    ep_rank=ep_rank, index=expert_index)
-    metas = []
-    if error is None and ep_rank != 0:
-        try:
-            metas = [_meta(name, t) for name, t in experts]
-        except TypeError as e:
-            error = f"EP rank {ep_rank}: {e}"
-
-    # 1. What each EP rank sends, to the source; the source's verdict, to every EP rank.
-    host = socket.gethostname()
-    offers = [None] * ep_size if ep_rank == 0 else None
-    dist.gather_object((error, metas, host), offers, dst=peer(0), group=ep_group)
-    verdict = [None]
-    if ep_rank == 0:
-        verdict[0] = next((e for e, _, _ in offers if e is not None), None)
-        gather = _pick_gather(gather, host, [h for _, _, h in offers])
-    dist.broadcast_object_list(verdict, src=peer(0), group=ep_group)
-    refused = verdict[0]
-
+    refused, offers, gather = ep.negotiate(error, experts, gather)
     if ep_rank != 0:
-        # 2. The own experts, one message each, then the outcome of the stage.
-        works = []
-        if refused is None:
-            payload = [_as_bytes(t) for _, t in experts]
-            for i, data in enumerate(payload):
-                if data.numel():
-                    works.append(dist.isend(data, dst=peer(0), group=ep_group, tag=i))
-            for w in works:
-                w.wait()
-        outcome = [None]
-        dist.broadcast_object_list(outcome, src=peer(0), group=ep_group)
-        if refused is not None:
-            raise InputError(refused)
-        if outcome[0] is not None:
-            raise UpdateError(outcome[0])
-        return None
-
-    # 2. The source: a buffer per remote expert, every receive posted at once.
-    pending = {}  # name -> Work of its receive
-    remote = []
-    if refused is None:
-        for r in range(1, ep_size):
-            for i, (name, dtype, shape, nbytes) in enumerate(offers[r][1]):
-                dt = getattr(torch, dtype)
-                if nbytes == 0:
-                    remote.append((name, torch.empty(shape, dtype=dt)))
-                    continue
-                buf = torch.empty(nbytes, dtype=torch.uint8)
-                pending[name] = dist.irecv(buf, src=peer(r), group=ep_group, tag=i)
-                remote.append((name, buf.view(dt).view(shape)))
-
-    def arrived(name):
-        # send_stage() calls this once per tensor: each receive is waited for once (a Gloo
-        # receive waited for twice never returns).
-        work = pending.pop(name, None)
-        if work is not None:
-            work.wait()
-
-    def drain():
-        while pending:
-            arrived(next(iter(pending)))
-
-    def send(token):
-        tensors = dense + experts + remote
-        if refused is not None:
-            # A stage that fails before its first bucket, with the reason, so that the other
-            # stage sources and the coordinator abort the session as for any failed stage.
-            def refuse(name):
-                raise InputError(refused)
-            return updater.send_stage(token, stage, tensors, await_tensor=refuse)
-        if gather == "whole":
-            return updater.send_stage(token, stage, tensors)
-        return updater.send_stage(token, stage, tensors, await_tensor=arrived)
-
+        return ep.send_own_experts(experts, refused)
+    remote, pending = ep.post_receives(offers, refused)
+    source = _StageSource(updater, stage, dense + experts + remote, pending, refused, gather)
     failure = None
     try:
         if refused is not None and stages == 1:
             raise InputError(refused)  # nothing was sent: no session to open
         if gather == "whole":
-            drain()  # before the session opens: the engines are not paused meanwhile
-        return run_stages(updater, send, stage=stage, stages=stages, group=sources_group,
+            source.drain()  # before the session opens: the engines are not paused meanwhile
+        return run_stages(updater, source.send, stage=stage, stages=stages, group=sources_group,
                           version=version)
     except BaseException as e:
         failure = f"{type(e).__name__}: {e}"
@@ -231,6 +160,107 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
         # 3. Every receive completes (the other EP ranks' sends with it), then they learn the
         # outcome: None when the update committed.
         try:
-            drain()
+            source.drain()
         finally:
-            dist.broadcast_object_list([failure], src=peer(0), group=ep_group)
+            ep.broadcast([failure])
+
+
+class _EpGroup:
+    """This rank's place in the EP group: the object messages of the update's three steps."""
+
+    def __init__(self, group, rank, size):
+        self.group, self.rank, self.size = group, rank, size
+
+    def peer(self, r):
+        import torch.distributed as dist
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def broadcast(self, objects):
+        import torch.distributed as dist
+        dist.broadcast_object_list(objects, src=self.peer(0), group=self.group)
+        return objects[0]
+
+    def negotiate(self, error, experts, gather):
+        """1. What each EP rank sends, to the source; the source's verdict, to every EP rank.
+        Returns (refusal or None, the offers on the source, the gather mode)."""
+        import torch.distributed as dist
+        metas = []
+        if error is None and self.rank != 0:
+            try:
+                metas = [_meta(name, t) for name, t in experts]
+            except TypeError as e:
+                error = f"EP rank {self.rank}: {e}"
+        host = socket.gethostname()
+        offers = [None] * self.size if self.rank == 0 else None
+        dist.gather_object((error, metas, host), offers, dst=self.peer(0), group=self.group)
+        verdict = [None]
+        if self.rank == 0:
+            verdict[0] = next((e for e, _, _ in offers if e is not None), None)
+            gather = _pick_gather(gather, host, [h for _, _, h in offers])
+        return self.broadcast(verdict), offers, gather
+
+    def send_own_experts(self, experts, refused):
+        """2. A non-source rank: its own experts, one message each, then the stage's outcome."""
+        import torch.distributed as dist
+        works = []
+        if refused is None:
+            for i, data in enumerate(_as_bytes(t) for _, t in experts):
+                if data.numel():
+                    works.append(dist.isend(data, dst=self.peer(0), group=self.group, tag=i))
+            for w in works:
+                w.wait()
+        outcome = self.broadcast([None])
+        if refused is not None:
+            raise InputError(refused)
+        if outcome is not None:
+            raise UpdateError(outcome)
+        return None
+
+    def post_receives(self, offers, refused):
+        """2. The source: a buffer per remote expert, every receive posted at once. Returns the
+        remote (name, tensor) pairs and {name: Work of its receive}."""
+        import torch
+        import torch.distributed as dist
+        pending, remote = {}, []
+        if refused is not None:
+            return remote, pending
+        for r in range(1, self.size):
+            for i, (name, dtype, shape, nbytes) in enumerate(offers[r][1]):
+                dt = getattr(torch, dtype)
+                if nbytes == 0:
+                    remote.append((name, torch.empty(shape, dtype=dt)))
+                    continue
+                buf = torch.empty(nbytes, dtype=torch.uint8)
+                pending[name] = dist.irecv(buf, src=self.peer(r), group=self.group, tag=i)
+                remote.append((name, buf.view(dt).view(shape)))
+        return remote, pending
+
+
+class _StageSource:
+    """The source's stage: its tensors, with the remote experts' receives still in flight."""
+
+    def __init__(self, updater, stage, tensors, pending, refused, gather):
+        self.updater, self.stage, self.tensors = updater, stage, tensors
+        self.pending, self.refused, self.gather = pending, refused, gather
+
+    def arrived(self, name):
+        # send_stage() calls this once per tensor: each receive is waited for once (a Gloo
+        # receive waited for twice never returns).
+        work = self.pending.pop(name, None)
+        if work is not None:
+            work.wait()
+
+    def drain(self):
+        while self.pending:
+            self.arrived(next(iter(self.pending)))
+
+    def send(self, token):
+        if self.refused is not None:
+            # A stage that fails before its first bucket, with the reason, so that the other
+            # stage sources and the coordinator abort the session as for any failed stage.
+            def refuse(name):
+                raise InputError(self.refused)
+            return self.updater.send_stage(token, self.stage, self.tensors, await_tensor=refuse)
+        if self.gather == "whole":
+            return self.updater.send_stage(token, self.stage, self.tensors)
+        return self.updater.send_stage(token, self.stage, self.tensors, await_tensor=self.arrived)
