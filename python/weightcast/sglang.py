@@ -1,42 +1,137 @@
 """weightcast inside SGLang: an ``sglang.srt.plugins`` entry point (``weightcast =
-weightcast.sglang:register`` in the package metadata) whose hooks route each TP worker's
-weight-update calls through a weightcast Receiver.
+weightcast.sglang:register`` in the package metadata) that routes each TP worker's weight updates
+through a weightcast Receiver, and a receiver factory (``weightcast.sglang.receiver``) for builds
+with SGLang's external-receiver seam.
 
-Targets SGLang's plug-in framework (``sglang/srt/plugins``: ``HookRegistry.register(target, fn,
-HookType.REPLACE)``, loaded by ``load_plugins()`` in every process) and the
-``TpModelWorker.init_weights_update_group / update_weights_from_distributed /
-destroy_weights_update_group(self, recv_req) -> (success, message)`` methods of SGLang main as of
-2026-12 (v0.5.x); ``begin_weight_update`` / ``end_weight_update`` are hooked where the build has
-them (the sglang-miles branch). Neither SGLang nor a GPU is available where this was written:
-scripts/gpu-check.sh loads the plug-in wherever SGLang imports.
+``register()`` runs in every SGLang process (``load_plugins()``) and picks the way in that the
+build has (docs/engines.md, "Version matrix: SGLang"):
 
-    pip install ./python && python -m sglang.launch_server --model-path MODEL ...
-    (SGLANG_PLUGINS=weightcast restricts loading to this one)
+- ``receiver``: ``sglang/srt/weight_sync/external_receiver.py`` exists. Launch with
+  ``--weight-update-receivers weightcast.sglang.receiver``; the trainer names it in the init
+  request (``receiver``, ``receiver_init_payload`` {"backend"}) and sends each bucket as
+  ``receiver_payload`` (our bucket body; names/dtypes/shapes of the request stay empty).
+- ``weight_updater`` (main): REPLACE hooks on the model runner's ``WeightUpdater``
+  ``init_weights_update_group / receive_weights_from_distributed / destroy_weights_update_group``,
+  where the scheduler's calls really go; the group is ours from init on, so SGLang never receives
+  into a group it does not have.
+- ``model_runner`` (sglang-miles v0.5.16): the same three methods on ``ModelRunner``.
+- ``tp_worker`` (v0.5.x before the scheduler's weight-updater manager): REPLACE hooks on
+  ``TpModelWorker``'s per-worker methods; no sessions, each bucket commits on its own.
 
-The plug-in also announces itself: an AFTER hook on ``Scheduler.get_internal_state`` adds a
-``weightcast`` key ({"version", "receiver", "native_routes": false, "hooked"}) to each
-scheduler's internal state, which SGLang's ``/server_info`` and ``/get_server_info`` return under
-``internal_states``; weightcast-train reads it (sync/trainer/server_info_answers.h) and names the
-receiver in its server info.
+Where SGLang has sessions (``SchedulerWeightUpdaterManager.begin/end_weight_update``), AROUND hooks
+scope a weightcast session to SGLang's: begin records the selector and the runners it covers
+(target, draft), buckets are staged and verified, and end commits into every covered runner's
+model before SGLang's own end runs its post-load processing on exactly those runners. The
+receive hooks hand SGLang no tensors to load (nothing reaches a model before the commit). A failed
+bucket or a destroyed group discards the round; end then answers ``success: false``.
 
-With the plug-in, each TP worker joins the trainer's group as its own weightcast rank: the
-trainer's chain broadcast, delta buckets and owned sessions reach it, and a bucket is staged and
-verified before ``load_weights`` sees it (per bucket without begin/end, per session with them).
+The plug-in announces itself: an AFTER hook on the scheduler's ``get_internal_state`` (on the
+``SchedulerInternalStateController`` where the build has it) adds a ``weightcast`` key
+({"version", "receiver", "native_routes": false, "mode", "hooked"}) to each scheduler's internal
+state; ``hooked`` lists only the hooks SGLang applied. Requests are read by their fields
+(dataclasses before SGLang's msgspec migration, ``msgspec.Struct``s with no ``__dict__`` after).
 """
+
+import dataclasses
+import importlib
+import importlib.util
+import logging
+import pkgutil
 
 from . import __version__
 from .engine_rank import EngineRank
+from .receiver import Runner
+
+logger = logging.getLogger(__name__)
 
 WORKER = "sglang.srt.managers.tp_worker.TpModelWorker"
+RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+UPDATER = "sglang.srt.model_executor.model_runner_components.weight_updater.WeightUpdater"
+MANAGER = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager"
 SCHEDULER_STATE = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
-HOOKED = ("init_weights_update_group", "update_weights_from_distributed", "destroy_weights_update_group",
-          "begin_weight_update", "end_weight_update")
+CONTROLLER_STATE = ("sglang.srt.managers.scheduler_components.internal_state."
+                    "SchedulerInternalStateController.get_internal_state")
+SEAM = "sglang.srt.weight_sync.external_receiver"
+RECEIVER_FACTORY = "weightcast.sglang.receiver"
+MINIMUM = ("SGLang v0.5.x with TpModelWorker.update_weights_from_distributed (sessions and the "
+           "draft: sglang-miles v0.5.16 or main with SchedulerWeightUpdaterManager)")
+GROUP_METHODS = ("init_weights_update_group", "destroy_weights_update_group")
+REQUEST_INTERNALS = ("rid", "http_worker_ipc")
+
+
+class _State:
+    """This process's weightcast rank (SGLang runs one scheduler process per TP rank)."""
+
+    def __init__(self):
+        self.mode = None
+        self.registered = []
+        self.rank = None
+        self.manager = None  # the SchedulerWeightUpdaterManager, seen at begin
+        self.selector = None  # SGLang's open session, or None
+        self.failure = None  # why the open round was discarded
+
+
+_STATE = _State()
+
+
+def _resolve(path):
+    try:
+        return pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _module_exists(name):
+    try:
+        return importlib.util.find_spec(name) is not None and importlib.import_module(name) is not None
+    except ImportError:
+        return False
+
+
+def detect_mode():
+    """The way into this SGLang build; RuntimeError naming the minimum version when none fits."""
+    if _module_exists(SEAM):
+        return "receiver"
+    if _resolve(f"{UPDATER}.receive_weights_from_distributed") is not None:
+        return "weight_updater"
+    if _resolve(f"{RUNNER}.receive_weights_from_distributed") is not None:
+        return "model_runner"
+    if _resolve(f"{WORKER}.update_weights_from_distributed") is not None:
+        return "tp_worker"
+    version = getattr(importlib.import_module("sglang"), "__version__", "?")
+    raise RuntimeError(f"weightcast.sglang: SGLang {version} has no weight-update path the plug-in "
+                       f"can take; it needs {MINIMUM}")
+
+
+def fields(req):
+    """A request's fields as a dict, without None and SGLang's routing fields: dataclasses,
+    msgspec Structs (``__struct_fields__``, no ``__dict__``) and plain objects alike."""
+    if hasattr(type(req), "__struct_fields__"):
+        names = type(req).__struct_fields__
+    elif dataclasses.is_dataclass(req):
+        names = [f.name for f in dataclasses.fields(req)]
+    else:
+        names = list(vars(req))
+    out = {}
+    for name in names:
+        value = getattr(req, name, None)
+        if value is not None and not name.startswith("_") and name not in REQUEST_INTERNALS:
+            out[name] = value
+    return out
 
 
 def announce():
     """The `weightcast` key of /server_info (the torch reference engine answers the same)."""
-    return {"version": __version__, "receiver": "weightcast.Receiver", "native_routes": False,
-            "hooked": [f"TpModelWorker.{m}" for m in HOOKED]}
+    patched = _patched()
+    hooked = [".".join(t.split(".")[-2:]) for t in _STATE.registered if t in patched]
+    receiver = RECEIVER_FACTORY if _STATE.mode == "receiver" else "weightcast.Receiver"
+    return {"version": __version__, "receiver": receiver, "native_routes": False,
+            "mode": _STATE.mode, "hooked": hooked}
+
+
+def _patched():
+    registry = _resolve("sglang.srt.plugins.hook_registry.HookRegistry")
+    return set(getattr(registry, "_patched", ())) if registry is not None else set()
 
 
 def _announce_state(result, *args, **kwargs):
@@ -46,41 +141,239 @@ def _announce_state(result, *args, **kwargs):
     return result
 
 
-def _fields(req):
-    return {k: v for k, v in vars(req).items() if not k.startswith("_") and v is not None}
+# --- the rank and its runners ---------------------------------------------------------------
 
 
-def _rank(worker):
-    rank = getattr(worker, "_weightcast", None)
+def _covered_models(role):
+    """The models SGLang's manager holds for `role` ("target" or "draft")."""
+    manager = _STATE.manager
+    if manager is None:
+        return []
+    return [runner.model for r, runner in manager.get_model_runners(role) if (r or "target") == role]
+
+
+def _runners(target_model):
+    def load_target(pairs):
+        target_model.load_weights(iter(pairs))
+
+    def load_draft(pairs):
+        models = _covered_models("draft")
+        if not models:
+            raise RuntimeError("this engine has no draft runner")
+        pairs = list(pairs)
+        for model in models:
+            model.load_weights(iter(pairs))
+
+    return [Runner("target", load_target), Runner("draft", load_draft)]
+
+
+def _make_rank(model, tp_rank, tp_size, device=None):
+    if _STATE.rank is None:
+        _STATE.rank = EngineRank(runners=_runners(model), engine_rank=tp_rank, rank_count=tp_size,
+                                 device=device)
+    return _STATE.rank
+
+
+def _device(obj):
+    return getattr(obj, "gpu_id", None) if str(getattr(obj, "device", "cpu")).startswith("cuda") else None
+
+
+def _session_begin():
+    """Opens the weightcast session of SGLang's open one, at the round's first bucket."""
+    rank = _STATE.rank
     if rank is None:
-        runner = worker.model_runner
-        device = getattr(runner, "gpu_id", None) if getattr(runner, "device", "cpu") == "cuda" else None
-        rank = EngineRank(runner.model, engine_rank=runner.tp_rank, rank_count=runner.tp_size, device=device)
-        worker._weightcast = rank
-    return rank
+        raise RuntimeError("no weight-update group: call init_weights_update_group first")
+    if _STATE.failure is not None:
+        raise RuntimeError(f"this round was discarded ({_STATE.failure}); end it and begin again")
+    if _STATE.selector is not None and not rank.receiver.in_session:
+        rank.begin(_STATE.selector)
 
 
-def _answer(fn):
+def _receive(body):
+    rank = _STATE.rank
+    _session_begin()
+    try:
+        if _STATE.selector is None:
+            # No SGLang session (v0.5.x): the bucket is its own round, into the target only, as
+            # SGLang's own update path loads it there.
+            return rank.update(dict(body, selector=body.get("selector") or "target"))
+        return True, f"received {rank.receiver.receive(body)} bytes"
+    except Exception as e:
+        if _STATE.selector is not None:
+            _discard(f"a bucket failed: {e}")
+        raise
+
+
+def _discard(reason):
+    _STATE.failure = reason
+    rank = _STATE.rank
+    if rank is not None and rank.receiver.in_session:
+        rank.abort(reason)
+
+
+def _destroy(group_name):
+    if _STATE.rank is None:
+        return False, "The group to be destroyed does not exist."
+    if _STATE.selector is not None:
+        _discard(f"the group '{group_name}' was destroyed during the round")
+    return _STATE.rank.destroy_group(group_name)
+
+
+# --- hooks: the group and the buckets, where each build's calls go --------------------------
+
+
+def _init_body(master_address, master_port, rank_offset, world_size, group_name="weight_update_group",
+               backend="nccl"):
+    return {"master_address": master_address, "master_port": int(master_port),
+            "rank_offset": int(rank_offset), "world_size": int(world_size),
+            "group_name": group_name, "backend": backend}
+
+
+def _guarded(fn):
+    """SGLang's (success, message) answer for a hooked group call."""
+    try:
+        return fn()
+    except Exception as e:
+        return False, f"weightcast: {e}"
+
+
+def _updater_init(updater, master_address, master_port, rank_offset, world_size, group_name,
+                  backend="nccl", *args, **kwargs):
+    runner = updater.get_model_runner() if callable(getattr(updater, "get_model_runner", None)) else updater
+    model = updater.get_model() if callable(getattr(updater, "get_model", None)) else updater.model
+    body = _init_body(master_address, master_port, rank_offset, world_size, group_name, backend)
+    return _guarded(lambda: _make_rank(model, runner.tp_rank, runner.tp_size, _device(runner)).init_group(body))
+
+
+def _updater_receive(updater, names, dtypes, shapes, group_name="weight_update_group", load_format=None,
+                     *args, **kwargs):
+    body = {"names": list(names), "dtypes": [str(d).replace("torch.", "") for d in dtypes],
+            "shapes": [list(s) for s in shapes], "group_name": group_name}
+    if load_format is not None:
+        body["load_format"] = load_format
+    _receive(body)
+    return []  # SGLang loads nothing: the commit at end_weight_update does
+
+
+def _updater_destroy(updater, group_name="weight_update_group", *args, **kwargs):
+    return _guarded(lambda: _destroy(group_name))
+
+
+def _worker_call(method):
     def hook(worker, recv_req, *args, **kwargs):
+        req = fields(recv_req)
+        runner = worker.model_runner
         try:
-            return fn(_rank(worker), recv_req)
+            if method == "init_weights_update_group":
+                rank = _make_rank(runner.model, runner.tp_rank, runner.tp_size, _device(runner))
+                return rank.init_group(req)
+            if method == "destroy_weights_update_group":
+                return _destroy(req.get("group_name", "weight_update_group"))
+            return _receive(req)
         except Exception as e:  # SGLang answers (success, message); the HTTP layer makes it a 400
             return False, f"weightcast: {e}"
 
     return hook
 
 
-def register():
-    """sglang.srt.plugins entry point: registers the hooks (applied by load_plugins())."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+# --- hooks: sessions ------------------------------------------------------------------------
 
-    routes = {
-        "init_weights_update_group": lambda r, q: r.init_group(_fields(q)),
-        "update_weights_from_distributed": lambda r, q: r.update(_fields(q)),
-        "destroy_weights_update_group": lambda r, q: r.destroy_group(getattr(q, "group_name", "weight_update_group")),
-        "begin_weight_update": lambda r, q: (True, str(r.begin(getattr(q, "selector", "all")))),
-        "end_weight_update": lambda r, q: (True, str(r.end())),
-    }
-    for method, fn in routes.items():
-        HookRegistry.register(f"{WORKER}.{method}", _answer(fn), HookType.REPLACE)
-    HookRegistry.register(SCHEDULER_STATE, _announce_state, HookType.AFTER)
+
+def _begin(original, manager, recv_req, *args, **kwargs):
+    out = original(manager, recv_req, *args, **kwargs)
+    _STATE.manager = manager
+    _STATE.selector = fields(recv_req).get("selector", "all")
+    _STATE.failure = None
+    return out
+
+
+def _end(original, manager, recv_req, *args, **kwargs):
+    """Commits the round into the covered runners, then lets SGLang end its session (its
+    post-load processing on exactly those runners). A failed commit answers success false."""
+    failure = _STATE.failure
+    rank = _STATE.rank
+    if failure is None and rank is not None and rank.receiver.in_session:
+        try:
+            rank.end()
+        except Exception as e:
+            failure = f"the commit failed: {e}"
+    _STATE.selector, _STATE.failure = None, None
+    out = original(manager, recv_req, *args, **kwargs)
+    if failure is None:
+        return out
+    return type(out)(success=False, message=f"weightcast: {failure}")
+
+
+# --- the external-receiver seam -------------------------------------------------------------
+
+
+class SeamReceiver:
+    """What ``receiver(context)`` returns: one TP worker's weightcast rank behind SGLang's
+    ``receive(payload)`` / ``destroy()``. A payload is one of our bucket bodies, or
+    {"buckets": [body, ...]}; the trainer broadcasts each bucket's tensors in order after
+    posting the request."""
+
+    def __init__(self, context):
+        payload = dict(context.init_payload or {})
+        self.group_name = context.group_name
+        device = context.device
+        ordinal = device.index if getattr(device, "type", "cpu") == "cuda" else None
+        rank = _make_rank(context.model, context.tp_rank, context.tp_size, ordinal)
+        body = _init_body(context.master_address, context.master_port, context.rank_offset,
+                          context.world_size, context.group_name, payload.get("backend", "nccl"))
+        ok, message = rank.init_group(body)
+        if not ok:
+            raise RuntimeError(message)
+
+    def receive(self, payload):
+        if not isinstance(payload, dict):
+            raise ValueError(f"receiver_payload: a JSON object is required (got {type(payload).__name__})")
+        for body in payload.get("buckets", [payload]):
+            _receive(dict(body, group_name=self.group_name))
+
+    def destroy(self):
+        ok, message = _destroy(self.group_name)
+        if not ok:
+            raise RuntimeError(message)
+
+
+def receiver(context):
+    """The factory SGLang's ``--weight-update-receivers weightcast.sglang.receiver`` names."""
+    return SeamReceiver(context)
+
+
+# --- registration ---------------------------------------------------------------------------
+
+
+def _hooks(mode):
+    from sglang.srt.plugins.hook_registry import HookType
+
+    hooks = []
+    if mode in ("weight_updater", "model_runner"):
+        owner = UPDATER if mode == "weight_updater" else RUNNER
+        hooks += [(f"{owner}.init_weights_update_group", _updater_init, HookType.REPLACE),
+                  (f"{owner}.receive_weights_from_distributed", _updater_receive, HookType.REPLACE),
+                  (f"{owner}.destroy_weights_update_group", _updater_destroy, HookType.REPLACE)]
+    elif mode == "tp_worker":
+        for method in GROUP_METHODS + ("update_weights_from_distributed",):
+            hooks.append((f"{WORKER}.{method}", _worker_call(method), HookType.REPLACE))
+    if _resolve(f"{MANAGER}.begin_weight_update") is not None:
+        hooks += [(f"{MANAGER}.begin_weight_update", _begin, HookType.AROUND),
+                  (f"{MANAGER}.end_weight_update", _end, HookType.AROUND)]
+    state = CONTROLLER_STATE if _resolve(CONTROLLER_STATE) is not None else SCHEDULER_STATE
+    hooks.append((state, _announce_state, HookType.AFTER))
+    return hooks
+
+
+def register():
+    """sglang.srt.plugins entry point: registers the hooks this build needs (applied by
+    load_plugins()). Raises, naming the minimum version, where the build has no way in."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    mode = detect_mode()
+    _STATE.mode = mode
+    for target, fn, kind in _hooks(mode):
+        if target not in _STATE.registered:
+            HookRegistry.register(target, fn, kind)
+            _STATE.registered.append(target)
+    logger.info("weightcast %s: SGLang plug-in registered (%s)", __version__, mode)

@@ -1,0 +1,312 @@
+"""One SGLang matrix cell, end to end: the stand-in engine (engine.py: an HTTP front and 2 TP rank
+processes, SGLang's plug-in framework loading weightcast.sglang through a real entry point) updated
+by a Miles-style torch sender (this process: torch rank 0 hosting the c10d TCPStore, the group made
+as SGLang's init_custom_process_group does, gloo, Miles' HTTP sequence, one async dist.broadcast
+per tensor in `names` order).
+
+Usage: run_cell.py CELL   (v0.5-dataclass | miles-v0.5.16 | main-weight-updater |
+                           main-external-receivers; see standin/sglang/cells.py)
+
+Rounds: a normal round (selector target), a draft round (selector draft), an aborted round (the
+trainer gives up after its first bucket: destroys the group, joins a new one, ends the session)
+followed by a normal round, a round whose load raises (a tensor the model has no parameter for),
+and a last normal round. After each, every rank's target shard and the draft hold exactly the bytes
+a reference model holds after loading what should have landed (bit for bit); each covered runner
+began and post-processed once per session and an uncovered draft never; the engine accepts the
+next round. Where the version has no sessions (v0.5.x) the draft round asserts SGLang's 404 and
+an untouched draft, and buckets commit one by one (the aborted round keeps its first bucket).
+The external-receivers cell names weightcast.sglang.receiver in the init request and sends each
+bucket as receiver_payload. Prints one line per round; exits non-zero on the first mismatch.
+"""
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:  # the interpreter the module was built for has no torch
+    print(f"SKIP: torch does not import here ({e})")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "interop"))
+sys.path.insert(0, HERE)
+from miles_style_trainer import call  # noqa: E402
+from sglang_compat import custom_group, release_group  # noqa: E402
+from expected import Expected  # noqa: E402
+
+TP, SEED, GROUP = 2, 1, "miles-pp_0"
+TIMEOUT = 60.0
+SESSIONS = {"v0.5-dataclass": False, "miles-v0.5.16": True, "main-weight-updater": True,
+            "main-external-receivers": True}
+FACTORY = "weightcast.sglang.receiver"
+_MANAGER = ["SchedulerWeightUpdaterManager.begin_weight_update", "SchedulerWeightUpdaterManager.end_weight_update"]
+_GROUP = ["init_weights_update_group", "receive_weights_from_distributed", "destroy_weights_update_group"]
+# The hooks each build must report as applied (the announce lists only those), in order.
+HOOKED = {
+    "v0.5-dataclass": [f"TpModelWorker.{m}" for m in ("init_weights_update_group", "destroy_weights_update_group",
+                                                      "update_weights_from_distributed")]
+    + ["Scheduler.get_internal_state"],
+    "miles-v0.5.16": [f"ModelRunner.{m}" for m in _GROUP] + _MANAGER + ["Scheduler.get_internal_state"],
+    "main-weight-updater": [f"WeightUpdater.{m}" for m in _GROUP] + _MANAGER
+    + ["SchedulerInternalStateController.get_internal_state"],
+    "main-external-receivers": _MANAGER + ["SchedulerInternalStateController.get_internal_state"],
+}
+
+
+def fail(message):
+    sys.exit(f"FAILED: {message}")
+
+
+def plugin_metadata(root):
+    """An installed distribution's metadata on sys.path: how SGLang finds plug-ins."""
+    from weightcast import __version__
+
+    info = os.path.join(root, f"weightcast-{__version__}.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\nName: weightcast\nVersion: {__version__}\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[sglang.srt.plugins]\nweightcast = weightcast.sglang:register\n")
+
+
+class Engine:
+    def __init__(self, cell, root):
+        env = dict(os.environ, SGLANG_STANDIN_CELL=cell, PYTHONDONTWRITEBYTECODE="1")
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "standin"), root, env.get("PYTHONPATH", "")])
+        if cell == "main-external-receivers":
+            env["SGLANG_STANDIN_WEIGHT_UPDATE_RECEIVERS"] = FACTORY  # --weight-update-receivers
+        self.log = open(os.path.join(root, "engine.log"), "w+")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "engine.py"), "--tp", str(TP),
+                                      "--seed", str(SEED)], stdout=subprocess.PIPE, stderr=self.log,
+                                     env=env, text=True, start_new_session=True)
+        line = [None]
+        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(TIMEOUT)
+        if not line[0] or "listening on" not in line[0]:
+            self.close()
+            fail(f"the engine did not start:\n{self.logs()}")
+        self.url = line[0].split()[-1]
+
+    def logs(self):
+        self.log.seek(0)
+        return self.log.read()[-6000:]
+
+    def close(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def post(self, route, body=None, method="POST"):
+        return call(self.url, route, body, method, TIMEOUT)
+
+    def ok(self, route, body=None, method="POST"):
+        status, text = self.post(route, body, method)
+        if status != 200:
+            fail(f"{route}: HTTP {status}: {text}\n{self.logs()}")
+        return json.loads(text) if text.startswith("{") else text
+
+
+class Trainer:
+    """Torch rank 0 of the weights group, driving the engine as Miles does."""
+
+    def __init__(self, engine, cell):
+        self.engine, self.cell = engine, cell
+        self.sessions = SESSIONS[cell]
+        self.external = cell == "main-external-receivers"
+        self.pg = self.store = None
+
+    def connect(self):
+        timeout = datetime.timedelta(seconds=TIMEOUT)
+        self.store = dist.TCPStore("127.0.0.1", 0, 1 + TP, True, timeout, wait_for_workers=False)
+        body = {"master_address": "127.0.0.1", "master_port": self.store.port, "rank_offset": 1,
+                "world_size": 1 + TP, "group_name": GROUP, "backend": "gloo"}
+        if self.external:
+            body.update(receiver=FACTORY, receiver_init_payload={"backend": "gloo"})
+        self.engine.post("/destroy_weights_update_group", {"group_name": GROUP})  # errors ignored
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(self.engine.post("/init_weights_update_group", body)))
+        t.start()
+        self.pg = custom_group(self.store, 1 + TP, 0, GROUP, "gloo", timeout)
+        t.join(TIMEOUT)
+        if not answer or answer[0][0] != 200:
+            fail(f"init_weights_update_group: {answer}\n{self.engine.logs()}")
+
+    def disconnect(self):
+        self.engine.ok("/destroy_weights_update_group", {"group_name": GROUP})
+        release_group(self.pg)
+        self.pg = self.store = None
+
+    def begin(self, selector):
+        self.engine.ok("/pause_generation", {"mode": "retract"})
+        self.engine.ok("/flush_cache", method="GET")
+        if self.sessions:
+            self.engine.ok("/begin_weight_update", {"selector": selector})
+
+    def bucket(self, tensors, selector, version):
+        """One bucket request, then one broadcast per tensor (uint8 views: torch 1.13's gloo
+        refuses bfloat16); returns (status, answer)."""
+        metas = {"names": [n for n, _ in tensors], "dtypes": [str(t.dtype)[6:] for _, t in tensors],
+                 "shapes": [list(t.shape) for _, t in tensors]}
+        body = {"group_name": GROUP, "flush_cache": False, "weight_version": version}
+        if self.sessions:
+            body["selector"] = selector
+        if self.external:
+            body.update(names=[], dtypes=[], shapes=[], receiver_payload=metas)
+        else:
+            body.update(metas)
+        answer = []
+        t = threading.Thread(target=lambda: answer.append(self.engine.post("/update_weights_from_distributed", body)))
+        t.start()
+        works = [dist.broadcast(t.contiguous().view(-1).view(torch.uint8), src=0, group=self.pg, async_op=True)
+                 for _, t in tensors]
+        for w in works:
+            w.wait()
+        t.join(TIMEOUT)
+        return answer[0] if answer else (None, "no answer")
+
+    def end(self, version):
+        if version is not None:
+            self.engine.ok("/update_weight_version", {"new_version": version, "abort_all_requests": False})
+        status, text = (200, "") if not self.sessions else self.engine.post("/end_weight_update", {})
+        self.engine.ok("/continue_generation", {})
+        return status, text
+
+
+def check(engine, expected, what, version=None):
+    problems = expected.mismatches(engine.ok("/stand_in/state", method="GET"))
+    if version is not None:
+        held = engine.ok("/get_weight_version", method="GET")["weight_version"]
+        if held != version:
+            problems.append(f"weight_version {held!r}, expected {version!r}")
+    if problems:
+        fail(f"after {what}: " + "; ".join(problems[:8]) + f" ({len(problems)} in all)")
+    print(f"ok: {what}", flush=True)
+
+
+def halves(pairs):
+    return [pairs[: len(pairs) // 2], pairs[len(pairs) // 2:]]
+
+
+def normal_round(trainer, expected, gen, version, selector="target"):
+    pairs = expected.random(selector, gen)
+    trainer.begin(selector)
+    for bucket in halves(pairs):
+        status, text = trainer.bucket(bucket, selector, version)
+        if status != 200:
+            fail(f"round {version}: bucket answered {status}: {text}\n{trainer.engine.logs()}")
+    status, text = trainer.end(version)
+    if status != 200:
+        fail(f"round {version}: end_weight_update answered {status}: {text}\n{trainer.engine.logs()}")
+    expected.landed(selector, pairs)
+    if trainer.sessions:
+        expected.session(selector)
+
+
+def draft_round(trainer, expected, gen, version):
+    if trainer.sessions:
+        normal_round(trainer, expected, gen, version, selector="draft")
+        return
+    # No sessions, no selector in this version: SGLang answers 404, and nothing reaches the draft.
+    status, _ = trainer.engine.post("/begin_weight_update", {"selector": "draft"})
+    if status != 404:
+        fail(f"begin_weight_update on a version without sessions answered {status}, expected 404")
+
+
+def aborted_round(trainer, expected, gen, version):
+    """The trainer gives up after the first of two buckets: it destroys the group and joins a new
+    one (Miles' reconnect), then ends the session so the engine takes the next round."""
+    pairs = expected.random("target", gen)
+    first, _ = halves(pairs)
+    trainer.begin("target")
+    status, text = trainer.bucket(first, "target", version)
+    if status != 200:
+        fail(f"aborted round: first bucket answered {status}: {text}")
+    trainer.disconnect()
+    trainer.connect()
+    status, text = trainer.end(None)
+    if trainer.sessions:
+        if status != 400 or "destroyed" not in text:
+            fail(f"aborted round: end_weight_update answered {status}: {text}, expected 400 naming the destroy")
+        expected.session("target")
+    else:
+        expected.landed("target", first)  # no sessions: each bucket committed on its own
+
+
+def failing_round(trainer, expected, version):
+    """A round whose load raises: a tensor the target has no parameter for."""
+    bogus = [("model.layers.0.mlp.bogus_proj.weight", torch.zeros(8, dtype=torch.bfloat16))]
+    trainer.begin("target")
+    status, text = trainer.bucket(bogus, "target", version)
+    if not trainer.sessions:
+        if status != 400 or "bogus_proj" not in text:
+            fail(f"failing round: bucket answered {status}: {text}, expected 400 naming the tensor")
+        trainer.end(None)
+        return
+    if status != 200:
+        fail(f"failing round: bucket answered {status}: {text}")
+    status, text = trainer.end(None)
+    if status != 400 or "bogus_proj" not in text:
+        fail(f"failing round: end_weight_update answered {status}: {text}, expected 400 naming the tensor")
+    expected.session("target")
+
+
+def run(cell, root):
+    engine = Engine(cell, root)
+    try:
+        announced = engine.ok("/get_server_info", method="GET")["internal_states"]
+        print(f"announce: {json.dumps(announced[0].get('weightcast'))}", flush=True)
+        for state in announced:
+            me = state.get("weightcast") or {}
+            if me.get("hooked") != HOOKED[cell]:
+                fail(f"the announce lists {me.get('hooked')}, expected the hooks applied: {HOOKED[cell]}")
+            want = FACTORY if cell == "main-external-receivers" else "weightcast.Receiver"
+            if me.get("receiver") != want:
+                fail(f"the announce names receiver {me.get('receiver')!r}, expected {want!r}")
+        trainer, expected = Trainer(engine, cell), Expected(TP, SEED)
+        gen = torch.Generator().manual_seed(38)
+        trainer.connect()
+        normal_round(trainer, expected, gen, "1")
+        check(engine, expected, "a normal round", "1")
+        draft_round(trainer, expected, gen, "2")
+        check(engine, expected, "a draft round")
+        aborted_round(trainer, expected, gen, "3")
+        check(engine, expected, "an aborted round")
+        normal_round(trainer, expected, gen, "4")
+        check(engine, expected, "the normal round after it", "4")
+        failing_round(trainer, expected, "5")
+        check(engine, expected, "a round whose load raises")
+        normal_round(trainer, expected, gen, "6")
+        check(engine, expected, "the normal round after it", "6")
+        return announced
+    finally:
+        engine.close()
+
+
+def main():
+    cell = sys.argv[1]
+    root = tempfile.mkdtemp(prefix="wc-sglang-")
+    try:
+        plugin_metadata(root)
+        announced = run(cell, root)
+        hooked = announced[0]["weightcast"]["hooked"]
+        print(f"PASSED {cell}: {len(hooked)} hooks applied", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

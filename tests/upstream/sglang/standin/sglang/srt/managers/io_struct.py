@@ -1,0 +1,91 @@
+"""Stand-in of sgl-project/sglang python/sglang/srt/managers/io_struct.py: the weight-update
+request and answer types, in the cell's flavour.
+
+- Before the msgspec migration (v0.5.x): ``@dataclass class X(BaseReq)``, fields as at the
+  v0.5.x io_struct (UpdateWeightsFromDistributedReqInput: names, dtypes, shapes, group_name
+  "weight_update_group", flush_cache True, abort_all_requests False, weight_version,
+  load_format, torch_empty_cache False).
+- After it (PR #28688; sglang-miles v0.5.16 and main): ``BaseReq(msgspec.Struct, tag=True,
+  kw_only=True, array_like=True)`` subclasses, no ``__dict__`` (here msgspec_like.Struct).
+  Sessions add BeginWeightUpdateReqInput(selector) / EndWeightUpdateReqInput and the update's
+  ``selector`` (scheduler_components/weight_updater.py @00a2ca2e reads recv_req.selector).
+- External receivers (@fd623da6): InitWeightsUpdateGroupReqInput.receiver /
+  receiver_init_payload and UpdateWeightsFromDistributedReqInput.receiver_payload, all None by
+  default.
+"""
+
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Optional
+
+from sglang.cells import CELL
+from sglang.srt.msgspec_like import Struct
+
+if CELL.msgspec:
+    class BaseReq(Struct, tag=True, kw_only=True, array_like=True):
+        rid: Optional[str] = None
+        http_worker_ipc: Optional[str] = None
+else:
+    @dataclass
+    class BaseReq:
+        rid: Optional[str] = None
+        http_worker_ipc: Optional[str] = None
+
+_REQUIRED = object()
+
+
+def _define(name, spec):
+    """spec: [(field, default or _REQUIRED)] in order."""
+    if CELL.msgspec:
+        ns = {"__annotations__": {k: Any for k, _ in spec}, "__module__": __name__, "__qualname__": name}
+        ns.update({k: v for k, v in spec if v is not _REQUIRED})
+        return type(name, (BaseReq,), ns)
+    # Dataclass fields after BaseReq's defaults need defaults too: SGLang's v0.5.x BaseReq
+    # dataclasses use kw_only; make_dataclass takes the same.
+    fields = [(k, Any) if v is _REQUIRED else (k, Any, field(default=v)) for k, v in spec]
+    cls = make_dataclass(name, fields, bases=(BaseReq,), kw_only=True)
+    cls.__module__ = __name__
+    return cls
+
+
+_answer = [("success", _REQUIRED), ("message", _REQUIRED)]
+_init = [("master_address", _REQUIRED), ("master_port", _REQUIRED), ("rank_offset", _REQUIRED),
+         ("world_size", _REQUIRED), ("group_name", "weight_update_group"), ("backend", "nccl")]
+_update = [("names", _REQUIRED), ("dtypes", _REQUIRED), ("shapes", _REQUIRED),
+           ("group_name", "weight_update_group"), ("flush_cache", True), ("abort_all_requests", False),
+           ("weight_version", None), ("load_format", None), ("torch_empty_cache", False)]
+if CELL.manager:
+    _update.append(("selector", "all"))
+if CELL.external_receivers:
+    _init += [("receiver", None), ("receiver_init_payload", None)]
+    _update.append(("receiver_payload", None))
+
+InitWeightsUpdateGroupReqInput = _define("InitWeightsUpdateGroupReqInput", _init)
+InitWeightsUpdateGroupReqOutput = _define("InitWeightsUpdateGroupReqOutput", _answer)
+DestroyWeightsUpdateGroupReqInput = _define("DestroyWeightsUpdateGroupReqInput",
+                                            [("group_name", "weight_update_group")])
+DestroyWeightsUpdateGroupReqOutput = _define("DestroyWeightsUpdateGroupReqOutput", _answer)
+UpdateWeightsFromDistributedReqInput = _define("UpdateWeightsFromDistributedReqInput", _update)
+UpdateWeightsFromDistributedReqOutput = _define("UpdateWeightsFromDistributedReqOutput", _answer)
+GetInternalStateReq = _define("GetInternalStateReq", [])
+GetInternalStateReqOutput = _define("GetInternalStateReqOutput", [("internal_state", _REQUIRED)])
+if CELL.manager:
+    BeginWeightUpdateReqInput = _define("BeginWeightUpdateReqInput", [("selector", "all")])
+    BeginWeightUpdateReqOutput = _define("BeginWeightUpdateReqOutput", _answer)
+    EndWeightUpdateReqInput = _define("EndWeightUpdateReqInput", [])
+    EndWeightUpdateReqOutput = _define("EndWeightUpdateReqOutput", _answer)
+
+# The HTTP front builds a request from a JSON body the way SGLang's FastAPI layer does: known
+# fields taken, unknown ones dropped.
+ROUTES = {
+    "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
+    "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
+    "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
+}
+if CELL.manager:
+    ROUTES.update({"/begin_weight_update": "BeginWeightUpdateReqInput",
+                   "/end_weight_update": "EndWeightUpdateReqInput"})
+
+
+def from_json(cls, body):
+    names = cls.__struct_fields__ if CELL.msgspec else [f for f in cls.__dataclass_fields__]
+    return cls(**{k: v for k, v in (body or {}).items() if k in names})

@@ -1,0 +1,43 @@
+"""Stand-in of sgl-project/sglang python/sglang/srt/managers/tp_worker.py (``TpModelWorker``).
+
+Reproduced: ``model_runner``; ``init_weights_update_group(recv_req)`` and
+``destroy_weights_update_group(recv_req)`` answering (success, message), handing the request's
+fields to the model runner (main: to ``model_runner.weight_updater``, with the external
+receiver's fields where the build has them); ``update_weights_from_distributed(recv_req)`` only
+in v0.5.x (PR #28575 removed the per-worker update on main); ``iter_runners()`` yielding
+(role, ModelRunner), role "" for the target. The speculative draft worker is the same shape with
+its runners' role "draft" (sglang/srt/speculative's EAGLE worker).
+"""
+
+from sglang.cells import CELL
+
+
+class TpModelWorker:
+    def __init__(self, model_runner, role=""):
+        self.model_runner, self.role = model_runner, role
+
+    def iter_runners(self):
+        return [(self.role, self.model_runner)]
+
+    def _groups(self):
+        return self.model_runner.weight_updater if CELL.weight_updater else self.model_runner
+
+    def init_weights_update_group(self, recv_req):
+        extra = {}
+        if CELL.external_receivers:
+            extra = {"receiver": recv_req.receiver, "receiver_init_payload": recv_req.receiver_init_payload}
+        return self._groups().init_weights_update_group(
+            recv_req.master_address, recv_req.master_port, recv_req.rank_offset, recv_req.world_size,
+            recv_req.group_name, recv_req.backend, **extra)
+
+    def destroy_weights_update_group(self, recv_req):
+        return self._groups().destroy_weights_update_group(recv_req.group_name)
+
+
+def _update_weights_from_distributed(self, recv_req):
+    return self.model_runner.update_weights_from_distributed(
+        recv_req.names, recv_req.dtypes, recv_req.shapes, recv_req.group_name, recv_req.load_format)
+
+
+if CELL.per_worker_update:
+    TpModelWorker.update_weights_from_distributed = _update_weights_from_distributed
