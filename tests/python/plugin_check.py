@@ -6,9 +6,12 @@ vLLM: the vllm.general_plugins entry point registers the `weightcast` weight-tra
 WeightTransferEngineFactory, the backend class is built over vLLM's WeightTransferEngine (its
 abstract methods all implemented) and parses an init_weights_update_group body; the worker
 extension's methods are all prefixed `weightcast_`; the backend parses init_info and update_info
-with the shared parsers. SGLang: the sglang.srt.plugins entry point
-registers its hooks and HookRegistry.apply_hooks() resolves every TpModelWorker target that
-this build has, and the server-info announce hook on Scheduler.get_internal_state. Exit 77 when neither engine imports, unless WEIGHTCAST_REQUIRE_CUDA_DEVICES is
+with the shared parsers. SGLang: the plug-in registers hooks only where the build has their targets (TpModelWorker,
+ModelRunner or the model runner's WeightUpdater, the weight-updater manager's begin/end, the
+internal-state announce), HookRegistry.apply_hooks() applies every one, the announce lists exactly
+those, request structs are read by their fields, and on builds with the external-receiver seam
+its allowlist names weightcast.sglang.receiver. WEIGHTCAST_SGLANG_STANDIN (the ctest sets it)
+checks every cell of the upstream harness's stand-in SGLang (tests/upstream/sglang/standin/). Exit 77 when neither engine imports, unless WEIGHTCAST_REQUIRE_CUDA_DEVICES is
 set (scripts/gpu-check.sh): a GPU machine is where they must be checked, so there it fails.
 WEIGHTCAST_REQUIRE_ENGINES=vllm,sglang fails unless each named engine imports and passes.
 """
@@ -49,26 +52,89 @@ def check_vllm():
     ran.append(f"vLLM {vllm.__version__}")
 
 
+SGLANG_STANDIN_CELLS = ("v0.5-dataclass", "miles-v0.5.16", "main-weight-updater", "main-external-receivers")
+
+
+def _sglang_build(label, through_entry_point):
+    """The SGLang plug-in against the SGLang that imports now: it registers hooks only where this
+    build has the targets, SGLang applies every one (the announce lists exactly those), request
+    structs are read by their fields (dataclass or msgspec Struct), and where the build has the
+    external-receiver seam the factory is what its allowlist names."""
+    import pkgutil
+
+    import sglang
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    import weightcast.sglang as shim
+
+    mode = shim.detect_mode()
+    if through_entry_point:
+        from sglang.srt.plugins import load_plugins
+        load_plugins()  # the entry point from the package metadata, as every SGLang process does
+    else:
+        shim.register()
+        HookRegistry.apply_hooks()
+    shim.register()  # idempotent: a process that loads plug-ins twice registers nothing new
+    registered = list(shim._STATE.registered)
+    assert registered, "no hooks registered"
+    assert any(t.endswith(".get_internal_state") for t in registered), "no server-info announce hook"
+    unapplied = [t for t in registered if t not in HookRegistry._patched]
+    assert not unapplied, f"hooks this build could not apply: {unapplied}"
+    for target in registered:
+        assert hasattr(pkgutil.resolve_name(target), "__wrapped__"), f"{target} was not hooked"
+    assert shim.announce()["hooked"] == [".".join(t.split(".")[-2:]) for t in registered], shim.announce()
+    io = importlib.import_module("sglang.srt.managers.io_struct")
+    req = io.UpdateWeightsFromDistributedReqInput(names=["a"], dtypes=["bfloat16"], shapes=[[2]])
+    read = shim.fields(req)
+    assert read["names"] == ["a"] and read["group_name"] == "weight_update_group", read
+    if mode == "receiver":
+        seam = importlib.import_module(shim.SEAM)
+        assert pkgutil.resolve_name(shim.RECEIVER_FACTORY) is shim.receiver
+        try:
+            seam.build_weight_update_receiver(shim.RECEIVER_FACTORY, [], None)
+            raise AssertionError("the seam built a receiver its allowlist does not name")
+        except ValueError:
+            pass
+    ran.append(f"{label} {getattr(sglang, '__version__', '?')} ({mode})")
+
+
+def _sglang_standin(root):
+    """WEIGHTCAST_SGLANG_STANDIN=<tests/upstream/sglang/standin>: every cell of the upstream
+    harness's stand-in SGLang in turn (fresh modules each), the plug-in loaded through an entry
+    point declared in generated package metadata, as an install declares it."""
+    import shutil
+    import tempfile
+
+    site = tempfile.mkdtemp(prefix="wc-plugin-check-sglang-")
+    try:
+        info = os.path.join(site, "weightcast_sglang_check-0.0.dist-info")
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: weightcast-sglang-check\nVersion: 0.0\n")
+        with open(os.path.join(info, "entry_points.txt"), "w") as f:
+            f.write("[sglang.srt.plugins]\nweightcast = weightcast.sglang:register\n")
+        sys.path[:0] = [root, site]
+        for cell in SGLANG_STANDIN_CELLS:
+            for name in [m for m in sys.modules if m.split(".")[0] == "sglang" or m == "weightcast.sglang"]:
+                del sys.modules[name]
+            os.environ["SGLANG_STANDIN_CELL"] = cell
+            _sglang_build(f"stand-in SGLang {cell}", through_entry_point=True)
+    finally:
+        sys.path[:] = [p for p in sys.path if p not in (root, site)]
+        shutil.rmtree(site, ignore_errors=True)
+
+
 def check_sglang():
+    if os.environ.get("WEIGHTCAST_SGLANG_STANDIN"):
+        _sglang_standin(os.environ["WEIGHTCAST_SGLANG_STANDIN"])
+        return
     try:
         import sglang  # noqa: F401
-        from sglang.srt.plugins.hook_registry import HookRegistry
+        from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: F401
     except ImportError as e:
         print(f"SGLang: not importable here ({e})")
         return
-    import weightcast.sglang as shim
-    shim.register()
-    targets = [t for t in HookRegistry._hooks if t.startswith(shim.WORKER)]
-    assert targets, "no hooks registered"
-    assert shim.SCHEDULER_STATE in HookRegistry._hooks, "no server-info announce hook"
-    HookRegistry.apply_hooks()
-    worker = importlib.import_module("sglang.srt.managers.tp_worker").TpModelWorker
-    for method in ("init_weights_update_group", "update_weights_from_distributed"):
-        assert hasattr(getattr(worker, method), "__wrapped__"), f"{method} was not hooked"
-    scheduler = importlib.import_module("sglang.srt.managers.scheduler").Scheduler
-    assert hasattr(scheduler.get_internal_state, "__wrapped__"), "get_internal_state was not hooked"
-    ran.append(f"SGLang {getattr(sglang, '__version__', '?')}")
-
+    _sglang_build("SGLang", through_entry_point=False)
 
 check_vllm()
 check_sglang()
