@@ -118,37 +118,56 @@ class EngineRank:
         self.receiver.abort(reason)
 
     # vLLM's lifecycle, as its WeightTransferEngine calls it in every worker (weightcast.vllm):
-    # start_weight_update, then update_weights per bucket (or the trainer's abort), then
-    # finish_weight_update. The session opens at the first bucket, with the selector the bucket
-    # carries (vLLM's start takes no argument); an update after an abort or a failed bucket is
-    # refused until the next start, so nothing of a broken round is ever committed.
-    def vllm_start(self, selector=None):
+    # start_weight_update (the worker has picked the model: "target", or "draft" after
+    # /start_draft_weight_update), update_weights per bucket, finish_weight_update. vLLM's worker
+    # (gpu_worker.py) leaves its update state only when the backend raises from update_weights,
+    # and stays in it when finish raises: so the trainer's abort ({"abort": true}) drops the
+    # staging and RAISES (VllmRoundAborted), a failed bucket drops it and raises, and either way
+    # nothing of the round is committed. A round updates one model: buckets whose selector is
+    # "all" load into it; a bucket for the other model is refused, naming the route to use.
+    def vllm_start(self, model="target"):
+        if model not in ("target", "draft"):
+            raise ValueError(f"vllm_start: model must be 'target' or 'draft' (got {model!r})")
         if self.receiver.in_session:
             self.abort("a new update started before the previous one finished")
-        self._vllm_start = selector or "target"
+        self._vllm_round = model
 
     def vllm_update(self, update_info):
         kind, payload = parse_update_info(update_info)
+        model = getattr(self, "_vllm_round", None)
         if kind == "abort":
-            self._vllm_start = None
+            self._vllm_round = None
             if self.receiver.in_session:
                 self.abort(payload)
-            return True, f"aborted: {payload}"
+            raise VllmRoundAborted(f"weightcast: round aborted ({payload}); no weights changed")
+        if model is None:
+            raise RuntimeError("update_weights without start_weight_update (or after an abort or a "
+                               "failed bucket)")
+        selector = payload.get("selector") or model
+        if selector not in ("all", model):
+            route = "/start_draft_weight_update" if selector == "draft" else "/start_weight_update"
+            self._vllm_round = None
+            self.abort(f"a '{selector}' bucket in a {model} round")
+            raise ValueError(f"update_info.selector: '{selector}' in a round that updates the {model} "
+                             f"model; start it with {route}")
         if not self.receiver.in_session:
-            selector = getattr(self, "_vllm_start", None)
-            if selector is None:
-                raise RuntimeError("update_weights without start_weight_update (or after an abort)")
-            self.begin(payload.get("selector") or selector)
-            self._vllm_start = None
+            self.begin(model)
         try:
-            return self.update(payload)
+            return self.update(dict(payload, selector=model))
         except Exception:
+            self._vllm_round = None
             self.abort("a bucket failed")
             raise
 
     def vllm_finish(self, version=None):
-        selector = getattr(self, "_vllm_start", None)
-        if not self.receiver.in_session and selector is not None:
-            self.begin(selector)  # an update of no bucket still commits (and sets the version)
-        self._vllm_start = None
+        model, self._vllm_round = getattr(self, "_vllm_round", None), None
+        if model is None:
+            raise RuntimeError("finish_weight_update without start_weight_update (or after an abort "
+                               "or a failed bucket)")
+        if not self.receiver.in_session:
+            self.begin(model)  # an update of no bucket still commits (and sets the version)
         return self.end(version)
+
+
+class VllmRoundAborted(RuntimeError):
+    """The trainer aborted a vLLM round: raised so vLLM's worker leaves its update state."""

@@ -1,45 +1,95 @@
 """weightcast inside vLLM: a weight-transfer backend named ``weightcast`` and a worker extension.
 
-Targets vLLM's pluggable weight-transfer API (``vllm/distributed/weight_transfer/``, vLLM >= 0.16;
-written against the upstream main branch of 2026-12, whose ``WeightTransferEngine.__init__`` takes
-``(config, vllm_config, device, model)``). Neither vLLM nor a GPU is available where this was
-written: scripts/gpu-check.sh imports and exercises this module wherever vLLM imports.
+Which way in works depends on the vLLM build (docs/engines.md, "Version matrix: vLLM"; each row
+is a test under tests/upstream/vllm/):
 
-1. Backend (every worker process registers it through the ``vllm.general_plugins`` entry point
-   ``weightcast = weightcast.vllm:register`` in the package metadata)::
+1. Backend, vLLM >= 0.25 (``WeightTransferConfig.backend`` takes a free string, and the engine
+   owns a start/update/finish lifecycle with ``WeightTransferEngine(config, vllm_config, device,
+   model)``). Every process registers it through the ``vllm.general_plugins`` entry point
+   ``weightcast = weightcast.vllm:register`` in the package metadata::
 
-       vllm serve MODEL --weight-transfer-config '{"backend": "weightcast"}'
+       VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "weightcast"}'
 
    ``/init_weight_transfer_engine {"init_info": <init_weights_update_group body>}``,
-   ``/start_weight_update``, ``/update_weights {"update_info": <update_weights_from_distributed
-   body>}`` (one per bucket; ``{"abort": true}`` aborts), ``/finish_weight_update`` map onto the
-   Receiver's join, begin, receive and commit: buckets are staged and verified, and
-   ``load_weights`` runs at finish. weightcast-train speaks these routes itself (engine flavor
-   ``vllm``, detected from ``/server_info``); the dicts are read by
-   ``weightcast.engine_rank.parse_init_info`` / ``parse_update_info``, the same functions the
-   torch reference engine's ``--api vllm`` routes use.
+   ``/start_weight_update`` (``/start_draft_weight_update``: the worker retargets the backend at
+   its draft model with ``set_weight_update_target``), ``/update_weights {"update_info": <bucket
+   body>}`` per bucket, ``/finish_weight_update {weight_version}`` map onto the Receiver's join,
+   begin, receive and commit: buckets are staged and verified, and ``load_weights`` runs at
+   finish, inside ``initialize_layerwise_reload`` / ``finalize_layerwise_reload`` where the build
+   has them (else followed by ``process_weights_after_loading``), once per model the round
+   loaded. The trainer's abort (``{"abort": true}``) drops the staging and raises: vLLM's worker
+   leaves its update state only when the backend raises.
 
-2. Worker extension, for builds without custom backends::
+2. Worker extension, every vLLM (the only way in before 0.25)::
 
-       vllm serve MODEL --worker-extension-cls weightcast.vllm.WeightcastWorkerExtension
+       VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --worker-extension-cls \\
+           weightcast.vllm.WeightcastWorkerExtension
 
-   then ``collective_rpc("weightcast_init", args=(body,))``, ``weightcast_begin``,
-   ``weightcast_update``, ``weightcast_commit``, ``weightcast_abort``, ``weightcast_destroy``
-   (every method is prefixed: newer workers define ``update_weights`` themselves).
+   weightcast-train sees ``worker_extension_cls`` in ``/server_info`` and drives
+   ``/collective_rpc`` with ``weightcast_init(body)``, ``weightcast_begin(selector)``,
+   ``weightcast_update(body)``, ``weightcast_commit(version)``, ``weightcast_abort(reason)``,
+   ``weightcast_destroy(group)``, ``weightcast_version()`` (arguments are JSON text: vLLM passes
+   strings only; every method is prefixed, because newer workers define ``update_weights``).
+   Runners: ``target`` (``model_runner.model``) and ``draft`` (``model_runner.drafter.model``,
+   where the engine runs one). As through vLLM's own API, a round updates one model: selector
+   ``draft`` the draft, ``target`` or ``all`` the target.
+
+On a build that cannot host the backend, ``register()`` registers nothing and says why (naming
+the minimum version and the worker extension); vLLM then refuses ``{"backend": "weightcast"}``
+itself at start.
 """
 
+import json
+import logging
+
 from .engine_rank import EngineRank, parse_init_info, parse_update_info
+from .receiver import Runner
 
 BACKEND = "weightcast"
+EXTENSION = "weightcast.vllm.WeightcastWorkerExtension"
+MIN_BACKEND_VLLM = "0.25"
+
+logger = logging.getLogger("weightcast.vllm")
+
+
+def backend_unsupported():
+    """None where this vLLM can host the ``weightcast`` backend, else why not (a message that
+    names the minimum version and the way in that works)."""
+    import vllm
+
+    try:
+        from vllm.config.weight_transfer import WeightTransferConfig
+        from vllm.distributed.weight_transfer.base import WeightTransferEngine
+    except ImportError as e:
+        refused = f"it has no weight-transfer API ({e})"
+    else:
+        try:
+            WeightTransferConfig(backend=BACKEND)
+            refused = None
+        except Exception as e:  # pydantic's ValidationError names the backends it allows
+            said = " ".join(line.strip() for line in str(e).splitlines()[:3])[:240]
+            refused = f"its WeightTransferConfig refuses backend '{BACKEND}' ({said})"
+        if refused is None and not hasattr(WeightTransferEngine, "start_weight_update"):
+            refused = "its WeightTransferEngine has no start/finish_weight_update lifecycle"
+    if refused is None:
+        return None
+    return (f"weightcast: vLLM {getattr(vllm, '__version__', '?')} cannot host the '{BACKEND}' "
+            f"weight-transfer backend: {refused}. The backend needs vLLM >= {MIN_BACKEND_VLLM}; on "
+            f"this version start vLLM with --worker-extension-cls {EXTENSION} (weightcast-train "
+            "drives it through /collective_rpc).")
 
 
 def register():
-    """vllm.general_plugins entry point: runs in every vLLM process."""
+    """vllm.general_plugins entry point: runs in every vLLM process, the workers included."""
+    reason = backend_unsupported()
+    if reason is not None:
+        logger.warning(reason)
+        return
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
     try:
         WeightTransferEngineFactory.register_engine(BACKEND, __name__, "WeightcastTransferEngine")
-    except ValueError:  # already registered in this process
+    except ValueError:  # already registered: plugins load more than once in some processes
         pass
 
 
@@ -56,10 +106,80 @@ def _tp_place(parallel_config, device):
             "device": device.index if getattr(device, "type", "cpu") == "cuda" else None}
 
 
+class _ModelSlot:
+    """One model a round may load (vLLM's target or its draft), loaded as vLLM's own engines load
+    one: ``initialize_layerwise_reload`` before the first tensor, ``finalize_layerwise_reload``
+    after the last (builds without layerwise reload: ``process_weights_after_loading``), so
+    quantized and post-processed models are processed once per round that loaded them. A model
+    that took none of the round's tensors (its ``load_weights`` answered no names, as a frozen
+    draft does) is not processed: post-processing is not idempotent (a tiled shuffle applied
+    twice), and its layerwise state is left to the next round's initialize."""
+
+    def __init__(self, device):
+        self.device = device
+        self.model = self.model_config = None
+        self.started = self.touched = False
+
+    def bind(self, model, model_config):
+        self.model, self.model_config = model, model_config
+
+    def begin(self):
+        self.started = self.touched = False
+
+    def load(self, pairs):
+        if self.model is None:
+            raise RuntimeError("weightcast: no model to load into (a draft round without a draft model)")
+        if not self.started:
+            reload = _layerwise()
+            if reload is not None:
+                reload[0](self.model)
+            self.started = True
+        loaded = self.model.load_weights(iter(pairs))
+        # vLLM's load_weights answers the names it loaded; None (older models): assume some.
+        self.touched = self.touched or loaded is None or len(loaded) > 0
+
+    def finish(self):
+        touched, self.started, self.touched = self.touched, False, False
+        if not touched:
+            return
+        reload = _layerwise()
+        if reload is not None:
+            reload[1](self.model, self.model_config)
+            return
+        from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+        process_weights_after_loading(self.model, self.model_config, self.device)
+
+
+def _layerwise():
+    """(initialize_layerwise_reload, finalize_layerwise_reload) where this vLLM has them."""
+    try:
+        from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
+                                                              initialize_layerwise_reload)
+    except ImportError:
+        return None
+    return initialize_layerwise_reload, finalize_layerwise_reload
+
+
+def _drop_stale_round(rank):
+    """A new group means a new trainer: a round still staged here is one whose end never came
+    (vLLM's worker left it when another layer raised after this rank had received)."""
+    if rank.receiver.in_session:
+        rank.abort("the trainer joined again before the previous round ended")
+
+
+def _runners(slots):
+    return [Runner(name, slot.load, begin=slot.begin, finish=slot.finish) for name, slot in slots.items()]
+
+
 def _make_engine_class():
     from dataclasses import dataclass, field
 
     from vllm.distributed.weight_transfer.base import WeightTransferEngine
+
+    reason = backend_unsupported()
+    if reason is not None:
+        raise RuntimeError(reason)
 
     @dataclass
     class WeightcastInitInfo:
@@ -73,10 +193,30 @@ def _make_engine_class():
     class WeightcastTransferEngine(WeightTransferEngine):
         init_info_cls = WeightcastInitInfo
         update_info_cls = WeightcastUpdateInfo
+        supports_draft_weight_update = True
 
         def __init__(self, config, vllm_config, device, model):
             super().__init__(config, vllm_config, device, model)
             self.rank = None
+            # The worker names the model of each round (set_weight_update_target): never bind
+            # one at init beyond the default target.
+            self.slots = {"target": _ModelSlot(device), "draft": _ModelSlot(device)}
+            self.slots["target"].bind(model, vllm_config.model_config)
+            self._default = model
+            self._round = "target"
+
+        def set_weight_update_target(self, model, model_config, **kwargs):
+            parent = getattr(super(), "set_weight_update_target", None)
+            if parent is not None:
+                parent(model, model_config, **kwargs)
+            self._round = "target" if model is self._default else "draft"
+            self.slots[self._round].bind(model, model_config)
+
+        def reset_weight_update_target(self):
+            parent = getattr(super(), "reset_weight_update_target", None)
+            if parent is not None:
+                parent()
+            self._round = "target"
 
         def parse_init_info(self, init_dict):
             return WeightcastInitInfo(*parse_init_info(init_dict))
@@ -86,23 +226,39 @@ def _make_engine_class():
             return WeightcastUpdateInfo(dict(update_dict))
 
         def init_transfer_engine(self, init_info):
-            self.rank = EngineRank(self.model, keep_delta_base=init_info.options["keep_delta_base"],
-                                   **_tp_place(self.parallel_config, self.device))
-            self.rank.init_group(init_info.body)
+            if self.rank is None:
+                self.rank = EngineRank(runners=_runners(self.slots),
+                                       keep_delta_base=init_info.options["keep_delta_base"],
+                                       **_tp_place(self.parallel_config, self.device))
+            _drop_stale_round(self.rank)
+            self.rank.init_group(init_info.body)  # a group of the same name is replaced
+
+        def _rank(self):
+            if self.rank is None:
+                raise RuntimeError("weightcast: /init_weight_transfer_engine first")
+            return self.rank
 
         def start_weight_update(self):
-            self.rank.vllm_start()
+            self._rank().vllm_start(self._round)
 
-        def receive_weights(self, update_info):
-            self.rank.vllm_update(update_info.info)
+        def receive_weights(self, update_info, load_weights=None):
+            # load_weights: the 0.16-era signature; the model comes from the worker's target.
+            self._rank().vllm_update(update_info.info)
 
         def finish_weight_update(self):
-            self.rank.vllm_finish()
+            self._rank().vllm_finish()
 
         def shutdown(self):
             if self.rank is not None:
                 for group in self.rank.receiver.groups:
                     self.rank.destroy_group(group)
+
+        @staticmethod
+        def trainer_send_weights(iterator, trainer_args):
+            # Abstract in vLLM's base up to at least 0.26. weightcast's sender is weightcast-train
+            # (or DistributedUpdater): buckets, digests and the rendezvous are its protocol.
+            raise NotImplementedError("weightcast: weights are sent by weightcast-train / "
+                                      "weightcast.DistributedUpdater, not from vLLM's trainer API")
 
     return WeightcastTransferEngine
 
@@ -116,26 +272,78 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
+def _json(text):
+    return json.loads(text) if isinstance(text, str) else text
+
+
+def _answer(message, rank):
+    return {"success": True, "message": message, "weight_version": rank.receiver.weight_version}
+
+
 class WeightcastWorkerExtension:
     """Mixin appended to vLLM's worker class (--worker-extension-cls); runs in every worker with
-    ``self.model_runner.model`` and ``self.device``."""
+    ``self.model_runner`` and ``self.device``. Called through ``collective_rpc``; each method
+    answers a dict ({"success", "message", "weight_version"}) and raises on failure."""
 
-    def weightcast_init(self, body, keep_delta_base=False):
-        self._weightcast = EngineRank(self.model_runner.model, keep_delta_base=keep_delta_base,
-                                      **_tp_place(self.vllm_config.parallel_config, self.device))
-        return self._weightcast.init_group(body)
+    def _weightcast_rank(self):
+        rank = getattr(self, "_weightcast", None)
+        if rank is None:
+            raise RuntimeError("weightcast: weightcast_init first")
+        return rank
 
-    def weightcast_begin(self, selector="all"):
-        return self._weightcast.begin(selector)
+    def weightcast_init(self, body, keep_delta_base="false"):
+        rank = getattr(self, "_weightcast", None)
+        if rank is None:
+            runner = self.model_runner
+            slots = {"target": _ModelSlot(self.device)}
+            slots["target"].bind(runner.model, self.vllm_config.model_config)
+            drafter = getattr(getattr(runner, "drafter", None), "model", None)
+            if drafter is not None:
+                slots["draft"] = _ModelSlot(self.device)
+                spec = getattr(self.vllm_config, "speculative_config", None)
+                slots["draft"].bind(drafter, getattr(spec, "draft_model_config", None))
+            rank = EngineRank(runners=_runners(slots), keep_delta_base=bool(_json(keep_delta_base)),
+                              **_tp_place(self.vllm_config.parallel_config, self.device))
+            self._weightcast = rank
+        _drop_stale_round(rank)
+        return _answer(rank.init_group(_json(body))[1], rank)
+
+    def weightcast_begin(self, selector="target"):
+        rank = self._weightcast_rank()
+        if selector not in ("all", "target", "draft"):
+            raise ValueError(f"weightcast_begin: selector must be all, target or draft (got {selector!r})")
+        # As through vLLM's own API, a round updates one model: "all" is the target's round.
+        model = "draft" if selector == "draft" else "target"
+        if rank.receiver.in_session:  # a round its trainer never ended (it died): drop it
+            rank.abort("a new update started before the previous one finished")
+        answer = rank.begin(model)
+        self._weightcast_round = model
+        return _answer(f"session {answer['session_id']} over the {model} model", rank)
 
     def weightcast_update(self, body):
-        return self._weightcast.update(body)
+        rank = self._weightcast_rank()
+        body = _json(body)
+        model = getattr(self, "_weightcast_round", "target")
+        if body.get("selector", "all") not in ("all", model):
+            raise ValueError(f"update: selector '{body['selector']}' in a round that updates the {model} model")
+        return _answer(rank.update(dict(body, selector=model))[1], rank)
 
     def weightcast_commit(self, version=None):
-        return self._weightcast.end(version)
+        rank = self._weightcast_rank()
+        rank.end(version)
+        return _answer("committed", rank)
 
     def weightcast_abort(self, reason="aborted"):
-        return self._weightcast.abort(reason)
+        rank = self._weightcast_rank()
+        if rank.receiver.in_session:
+            rank.abort(reason)
+        return _answer(f"aborted: {reason}", rank)
 
     def weightcast_destroy(self, group_name="weight_update_group"):
-        return self._weightcast.destroy_group(group_name)
+        rank = self._weightcast_rank()
+        return _answer(rank.destroy_group(group_name)[1], rank)
+
+    def weightcast_version(self):
+        rank = getattr(self, "_weightcast", None)
+        version = rank.receiver.weight_version if rank is not None else "default"
+        return {"success": True, "message": "weight_version", "weight_version": version}

@@ -14,6 +14,8 @@ its allowlist names weightcast.sglang.receiver. WEIGHTCAST_SGLANG_STANDIN (the c
 checks every cell of the upstream harness's stand-in SGLang (tests/upstream/sglang/standin/). Exit 77 when neither engine imports, unless WEIGHTCAST_REQUIRE_CUDA_DEVICES is
 set (scripts/gpu-check.sh): a GPU machine is where they must be checked, so there it fails.
 WEIGHTCAST_REQUIRE_ENGINES=vllm,sglang fails unless each named engine imports and passes.
+WEIGHTCAST_VLLM_STANDIN (the ctest sets it) checks vLLM against the upstream harness's stand-in
+(tests/upstream/vllm/standin/, version WEIGHTCAST_STANDIN_VLLM) where no real vLLM is installed.
 """
 
 import importlib
@@ -24,7 +26,29 @@ import sys
 ran = []
 
 
+def _vllm_standin(root):
+    """WEIGHTCAST_VLLM_STANDIN=<tests/upstream/vllm/standin>: check against the harness's stand-in
+    of vLLM (the version WEIGHTCAST_STANDIN_VLLM names, default main) instead of a real vLLM, with
+    the plug-in's entry point declared in generated package metadata, as an install declares it."""
+    import tempfile
+
+    site = tempfile.mkdtemp(prefix="wc-plugin-check-")
+    info = os.path.join(site, "weightcast_plugin_check-0.0.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: weightcast-plugin-check\nVersion: 0.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[vllm.general_plugins]\nweightcast = weightcast.vllm:register\n")
+    sys.path[:0] = [root, site]
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, site, True)
+
+
 def check_vllm():
+    if os.environ.get("WEIGHTCAST_VLLM_STANDIN"):
+        _vllm_standin(os.environ["WEIGHTCAST_VLLM_STANDIN"])
     try:
         import vllm  # noqa: F401
         from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
@@ -32,11 +56,25 @@ def check_vllm():
         print(f"vLLM: not importable here ({e})")
         return
     import weightcast.vllm as shim
+    methods = [n for n, _ in inspect.getmembers(shim.WeightcastWorkerExtension, inspect.isfunction)]
+    assert methods and all(n.startswith(("weightcast_", "_weightcast")) for n in methods), methods
+    reason = shim.backend_unsupported()
+    if reason is not None:
+        # A build that cannot host the backend: registering says why, naming the minimum version
+        # and the worker extension, and registers nothing (vLLM then refuses the backend itself).
+        shim.register()
+        assert "weightcast" not in WeightTransferEngineFactory._registry, "registered where unsupported"
+        assert f">= {shim.MIN_BACKEND_VLLM}" in reason and shim.EXTENSION in reason, reason
+        ran.append(f"vLLM {vllm.__version__} (worker extension only: {reason})")
+        return
+    if os.environ.get("WEIGHTCAST_VLLM_STANDIN"):
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()  # through the entry point, as every vLLM process does
     shim.register()
     shim.register()  # idempotent: every process loads plugins once, some twice
     assert "weightcast" in WeightTransferEngineFactory._registry, "backend not registered"
     cls = WeightTransferEngineFactory._registry["weightcast"]()
-    missing = [n for n in getattr(cls, "__abstractmethods__", ()) if n]
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
     assert not missing, f"abstract methods left: {missing}"
     # The backend reads init_info / update_info with the shared parsers (its parse_* overrides).
     init = {"master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2}
@@ -45,10 +83,9 @@ def check_vllm():
     update = cls.parse_update_info(None, {"names": ["a"], "dtypes": ["bfloat16"], "shapes": [[2]]})
     assert update.info["names"] == ["a"], update
     for name in ("init_transfer_engine", "start_weight_update", "receive_weights",
-                 "finish_weight_update", "shutdown"):
+                 "finish_weight_update", "shutdown", "set_weight_update_target",
+                 "reset_weight_update_target"):
         assert name in vars(cls), f"{name} not implemented"
-    methods = [n for n, _ in inspect.getmembers(shim.WeightcastWorkerExtension, inspect.isfunction)]
-    assert methods and all(n.startswith("weightcast_") for n in methods), methods
     ran.append(f"vLLM {vllm.__version__}")
 
 

@@ -7,7 +7,7 @@ vLLM's dicts), and the vLLM lifecycle of one engine rank. No torch needed.
 import json
 import unittest
 
-from weightcast.engine_rank import EngineRank, parse_init_info, parse_update_info
+from weightcast.engine_rank import EngineRank, VllmRoundAborted, parse_init_info, parse_update_info
 from weightcast.receiver import Runner
 
 # As weightcast-train writes them (vllm_init_body / vllm_update_body / vllm_abort_body).
@@ -70,20 +70,30 @@ class VllmDialect(unittest.TestCase):
             self.assertIn(message, str(caught.exception))
 
     def test_rank_lifecycle_refuses_buckets_outside_an_update(self):
+        """As vLLM's worker needs it: an abort raises (the worker leaves its update only when the
+        backend raises), a bucket or a finish outside a round is refused, a bucket for the other
+        model is refused naming the route, and an empty round still commits its version."""
         rank = EngineRank(runners=[Runner("target", lambda pairs: None)], engine_rank=0, rank_count=1)
         with self.assertRaisesRegex(RuntimeError, "without start_weight_update"):
             rank.vllm_update(BUCKET["update_info"])
-        self.assertEqual(rank.vllm_update(ABORT["update_info"])[0], True)
+        with self.assertRaisesRegex(VllmRoundAborted, "round aborted"):
+            rank.vllm_update(ABORT["update_info"])
         rank.vllm_start()
-        rank.vllm_update(ABORT["update_info"])  # the trainer's abort clears the start
+        with self.assertRaisesRegex(VllmRoundAborted, "no weights changed"):
+            rank.vllm_update(ABORT["update_info"])  # the trainer's abort ends the round
         with self.assertRaisesRegex(RuntimeError, "after an abort"):
             rank.vllm_update(BUCKET["update_info"])
+        with self.assertRaisesRegex(RuntimeError, "finish_weight_update without"):
+            rank.vllm_finish("6")
+        self.assertFalse(rank.receiver.in_session)
+        rank.vllm_start("draft")
+        with self.assertRaisesRegex(ValueError, "/start_weight_update"):
+            rank.vllm_update({**BUCKET["update_info"], "selector": "target"})
         self.assertFalse(rank.receiver.in_session)
         rank.vllm_start()
         result = rank.vllm_finish("7")  # an update of no bucket still commits its version
         self.assertEqual(result["weight_version"], "7")
         self.assertEqual(rank.receiver.weight_version, "7")
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,0 +1,251 @@
+"""One cell of the vLLM version matrix: weightcast.vllm (the real compiled module) inside the
+stand-in of one vLLM version (tests/upstream/vllm/standin/, WEIGHTCAST_STANDIN_VLLM), driven by
+weightcast-train (flavor vllm) over real processes: a TP-2 stand-in engine whose workers load
+the harness model (fused qkv/gate_up, EAGLE-style draft).
+
+    run_cell.py VERSION        (0.16.0, 0.25.0 or main; ctest: Upstream.vLLM_<version>)
+
+Per way in (the `weightcast` backend where the version can host it, the worker extension on
+every version): a normal round, a draft round, an aborted round (a bucket fails on one worker
+after it was received: the trainer aborts) followed by a normal one, a round whose load raises,
+then a last normal round. After each round, every worker's target and draft are compared bit
+for bit with the generator's tensors they must hold, post-processing must have run once per
+model the round loaded and never on the other, and no worker may be left inside an update.
+Where the version cannot host the backend, starting vLLM with it must fail with the plug-in's
+message naming the minimum version. Expectations are computed here from the generator, not
+from weightcast's digests.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "standin"))
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+except ImportError as e:  # the matrix must not skip where the suite runs: fail loudly
+    raise SystemExit(f"FAILED: torch does not import under {sys.executable} ({e})")
+
+import harness_model  # noqa: E402
+
+VERSION = sys.argv[1]
+os.environ["WEIGHTCAST_STANDIN_VLLM"] = VERSION
+from vllm._matrix import VERSIONS  # noqa: E402
+
+V = VERSIONS[VERSION]
+SEED, TP = 7, 2
+EXTENSION = "weightcast.vllm.WeightcastWorkerExtension"
+SPECULATIVE = json.dumps({"method": "eagle", "model": "weightcast-tiny-draft"})
+
+
+def plugin_site(root):
+    """Package metadata declaring the plug-in's entry point, as `pip install ./python` does."""
+    info = os.path.join(root, "weightcast_plugin_harness-0.0.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: weightcast-plugin-harness\nVersion: 0.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[vllm.general_plugins]\nweightcast = weightcast.vllm:register\n")
+    return root
+
+
+class StandinVllm:
+    """`VLLM_SERVER_DEV_MODE=1 vllm serve` of the stand-in, TP 2, in its own process group."""
+
+    def __init__(self, tmp, env, *flags):
+        self.port_file = os.path.join(tmp, f"port-{time.monotonic_ns()}")
+        self.log_path = self.port_file + ".log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.api_server", "--tensor-parallel-size", str(TP),
+             "--port-file", self.port_file, "--speculative-config", SPECULATIVE, *flags],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self.proc.poll() is None and not os.path.exists(self.port_file):
+            time.sleep(0.1)
+        if os.path.exists(self.port_file):
+            with open(self.port_file) as f:
+                self.url = f"http://127.0.0.1:{f.read().strip()}"
+
+    def output(self):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def exit_code(self, timeout=60):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        self.log.close()
+
+    def call(self, route, body):
+        import urllib.request
+        req = urllib.request.Request(self.url + route, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.load(r)
+
+
+def train(engine, seed, steps, *extra):
+    mpirun = [os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun",
+              *os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", "").split()]
+    argv = [*mpirun, "-np", "1", os.environ["WEIGHTCAST_TRAIN"], "--tp", "1", "--pp", "1",
+            "--engines", engine.url, "--seed", str(seed), "--steps", str(steps),
+            "--update-timeout-ms", "60000", "--group-timeout-ms", "60000", *extra]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
+                          start_new_session=True)
+    return proc.returncode, proc.stdout
+
+
+class Expect:
+    """What every worker must hold: (seed, step) of the target's and the draft's tensors."""
+
+    def __init__(self):
+        self.target = self.draft = (SEED, 0)
+        self.processed = {"target": 0, "draft": 0}
+
+
+def check(engine, tmp, expect, what):
+    answers = engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
+    full_draft = harness_model.draft_tensors(*expect.draft)
+    for rank, answer in enumerate(answers):
+        where = f"{what}: worker {rank}"
+        assert not answer["active"], f"{where} is left inside a weight update (the engine is locked)"
+        assert answer["processed"] == expect.processed, \
+            f"{where}: post-processing runs {answer['processed']}, expected {expect.processed}"
+        held = torch.load(os.path.join(tmp, f"rank{rank}.pt"))
+        model = harness_model.new_target(rank, TP)
+        model.load_weights(harness_model.generator_tensors("target", *expect.target))
+        for name, param in model.named_parameters():
+            assert torch.equal(held["target"][name].view(torch.uint8), param.detach().view(torch.uint8)), \
+                f"{where}: target {name} is not (seed, step) {expect.target}"
+        for name, tensor in full_draft.items():
+            assert torch.equal(held["draft"][name].view(torch.uint8), tensor.view(torch.uint8)), \
+                f"{where}: draft {name} is not (seed, step) {expect.draft}; it is {which(held['draft'], name)}"
+    print(f"ok  {what}: target {expect.target}, draft {expect.draft}, processed {expect.processed}")
+
+
+def which(held, name):
+    """Diagnosis of a mismatch: the generator step the tensor matches, if any."""
+    for seed in range(SEED, SEED + 5):
+        for step in range(4):
+            t = harness_model.draft_tensors(seed, step)[name]
+            if torch.equal(held[name].view(torch.uint8), t.view(torch.uint8)):
+                return f"(seed, step) {(seed, step)}"
+    return "none of the generator's (a layout applied twice or not at all?)"
+
+
+def must(code_out, what, *needles):
+    code, out = code_out
+    assert code == 0, f"{what}: weightcast-train failed ({code}):\n{out}"
+    for n in needles:
+        assert n in out, f"{what}: '{n}' not in the trainer's output:\n{out}"
+
+
+def must_fail(code_out, what, *needles):
+    code, out = code_out
+    assert code != 0, f"{what}: weightcast-train should have failed:\n{out}"
+    for n in needles:
+        assert n in out, f"{what}: '{n}' not in the trainer's output:\n{out}"
+
+
+def rounds(engine, tmp, way):
+    """The five rounds through one way in ("backend" or "extension")."""
+    e = Expect()
+    check(engine, tmp, e, f"{way}: start")
+    must(train(engine, SEED, 1), f"{way}: normal round", "flavor vllm", "selector target")
+    e.target, e.processed["target"] = (SEED, 1), 1
+    check(engine, tmp, e, f"{way}: normal round")
+
+    # Another seed: had the round landed in the target, its lm_head would show it.
+    draft = train(engine, SEED + 4, 1, "--selector", "draft")
+    if way == "backend" and not V.draft_target:
+        # No /start_draft_weight_update before PR #46725: refused at start, nothing changes.
+        must_fail(draft, f"{way}: draft round", "/start_draft_weight_update")
+    else:
+        must(draft, f"{way}: draft round", "selector draft")
+        e.draft, e.processed["draft"] = (SEED + 4, 1), 1
+    check(engine, tmp, e, f"{way}: draft round")
+
+    engine.call("/standin/call", {"method": "fault", "args": ["bucket", way], "ranks": [1]})
+    must_fail(train(engine, SEED + 1, 1), f"{way}: aborted round", "injected failure")
+    check(engine, tmp, e, f"{way}: aborted round")
+    must(train(engine, SEED, 2), f"{way}: round after the abort", "step 2/2")
+    e.target, e.processed["target"] = (SEED, 2), 3
+    check(engine, tmp, e, f"{way}: round after the abort")
+
+    engine.call("/standin/call", {"method": "fault", "args": ["load", way]})
+    must_fail(train(engine, SEED + 2, 1), f"{way}: round whose load raises", "injected load failure")
+    check(engine, tmp, e, f"{way}: round whose load raises")
+    must(train(engine, SEED + 3, 1), f"{way}: last round")
+    e.target, e.processed["target"] = (SEED + 3, 1), 4
+    check(engine, tmp, e, f"{way}: last round")
+
+
+def collision_refused():
+    """The stand-in refuses a worker extension whose names collide with the worker's own."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+    config = SimpleNamespace(parallel_config=SimpleNamespace(
+        worker_extension_cls="harness_model.CollidingExtension", tensor_parallel_size=1),
+        weight_transfer_config=None)
+    try:
+        WorkerWrapperBase(config, 0).init_worker(None)
+    except ValueError as e:
+        assert "conflicts with the worker extension class" in str(e), e
+        print("ok  a colliding worker extension is refused")
+        return
+    raise AssertionError("a worker extension defining update_weights was accepted")
+
+
+def main():
+    collision_refused()
+    with tempfile.TemporaryDirectory(prefix="wc-vllm-") as tmp:
+        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_PLUGINS="weightcast",
+                   WEIGHTCAST_STANDIN_MODEL="harness_model.build", WEIGHTCAST_STANDIN_HOOKS="harness_model",
+                   WEIGHTCAST_STANDIN_SEED=str(SEED), PYTHONDONTWRITEBYTECODE="1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.join(HERE, "standin"), plugin_site(os.path.join(tmp, "site")), HERE,
+             env.get("PYTHONPATH", "")])
+        backend = ["--weight-transfer-config", json.dumps({"backend": "weightcast"})]
+        for way, flags in (("backend", backend), ("extension", ["--worker-extension-cls", EXTENSION])):
+            engine = StandinVllm(tmp, env, *flags)
+            try:
+                if way == "backend" and not V.free_backend:
+                    code = engine.exit_code()
+                    out = engine.output()
+                    assert code not in (None, 0), f"vLLM {VERSION} started with backend weightcast:\n{out}"
+                    for needle in ("needs vLLM >= 0.25", f"--worker-extension-cls {EXTENSION}",
+                                   "literal_error"):
+                        assert needle in out, f"'{needle}' not in vLLM {VERSION}'s start failure:\n{out}"
+                    print(f"ok  backend: vLLM {VERSION} refuses it at start, naming vLLM >= 0.25")
+                    continue
+                assert engine.url, f"the stand-in vLLM {VERSION} did not start:\n{engine.output()}"
+                rounds(engine, tmp, way)
+            except BaseException:
+                print(engine.output())
+                raise
+            finally:
+                engine.stop()
+    print(f"vLLM {VERSION}: every check passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Stand-in of vllm/distributed/weight_transfer/__init__.py."""
