@@ -73,6 +73,9 @@ def _state(scheduler):
 
 def worker_main(rank, tp, seed, conn):
     """One TP rank: SGLang's scheduler process (plug-ins loaded first)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the front
     logging.basicConfig(level=logging.INFO, format=f"[tp{rank}] %(name)s %(levelname)s: %(message)s")
     try:
         from sglang.srt.plugins import load_plugins

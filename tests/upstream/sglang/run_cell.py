@@ -66,6 +66,14 @@ def fail(message):
     sys.exit(f"FAILED: {message}")
 
 
+def _die_with_parent():
+    """The engine's own process group, killed with this process however it ends."""
+    import ctypes
+
+    os.setsid()
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def plugin_metadata(root):
     """An installed distribution's metadata on sys.path: how SGLang finds plug-ins."""
     from weightcast import __version__
@@ -87,7 +95,7 @@ class Engine:
         self.log = open(os.path.join(root, "engine.log"), "w+")
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "engine.py"), "--tp", str(TP),
                                       "--seed", str(SEED)], stdout=subprocess.PIPE, stderr=self.log,
-                                     env=env, text=True, start_new_session=True)
+                                     env=env, text=True, preexec_fn=_die_with_parent)
         line = [None]
         reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
         reader.start()
