@@ -149,7 +149,7 @@ def _covered_models(role):
     manager = _STATE.manager
     if manager is None:
         return []
-    return [runner.model for r, runner in manager.get_model_runners(role) if (r or "target") == role]
+    return [runner.model for _, runner in manager.get_model_runners(role)]
 
 
 def _runners(target_model):
