@@ -91,7 +91,8 @@ void add_engine_options(CLI::App& app, TrainOptions& o) {
                "address of the stage sources' stores and data plane, as engines reach it");
   app.add_option("--engine-flavor", o.engine_flavor,
                  "engine dialect: auto (detected per engine from /server_info), weightcast, "
-                 "sglang or vllm (vLLM's dev-mode weight-transfer routes, weightcast backend)")
+                 "sglang or vllm (vLLM's dev-mode routes: the weightcast weight-transfer "
+                 "backend, or the weightcast worker extension through /collective_rpc)")
       ->check(CLI::IsMember({"auto", "weightcast", "sglang", "vllm"}));
   app.add_option("--common-format", o.common_format,
                  "how tensors travel when an SGLang engine is in the group: per_tensor or "
