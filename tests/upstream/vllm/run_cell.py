@@ -45,6 +45,14 @@ EXTENSION = "weightcast.vllm.WeightcastWorkerExtension"
 SPECULATIVE = json.dumps({"method": "eagle", "model": "weightcast-tiny-draft"})
 
 
+def _die_with_parent():
+    """In each child: its own process group, and SIGKILL when this driver dies (a ctest timeout
+    included), so no engine or trainer outlives the test."""
+    import ctypes
+    os.setsid()
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def plugin_site(root):
     """Package metadata declaring the plug-in's entry point, as `pip install ./python` does."""
     info = os.path.join(root, "weightcast_plugin_harness-0.0.dist-info")
@@ -66,7 +74,7 @@ class StandinVllm:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.api_server", "--tensor-parallel-size", str(TP),
              "--port-file", self.port_file, "--speculative-config", SPECULATIVE, *flags],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         self.url = None
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and self.proc.poll() is None and not os.path.exists(self.port_file):
@@ -108,9 +116,15 @@ def train(engine, seed, steps, *extra):
     argv = [*mpirun, "-np", "1", os.environ["WEIGHTCAST_TRAIN"], "--tp", "1", "--pp", "1",
             "--engines", engine.url, "--seed", str(seed), "--steps", str(steps),
             "--update-timeout-ms", "60000", "--group-timeout-ms", "60000", *extra]
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
-                          start_new_session=True)
-    return proc.returncode, proc.stdout
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_die_with_parent)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError("weightcast-train timed out:\n" + out)
+    return proc.returncode, out
 
 
 class Expect:

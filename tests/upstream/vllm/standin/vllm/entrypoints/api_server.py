@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
@@ -40,7 +40,6 @@ class VllmConfig:
     parallel_config: object
     weight_transfer_config: object = None
     speculative_config: object = None
-    extra: dict = field(default_factory=dict)
 
     def as_json(self):
         spec = self.speculative_config
@@ -68,7 +67,11 @@ def engine_config(args):
 
 
 def worker_main(config, rank, conn):
-    """One worker process: build the worker (plugins, extension, model), then serve calls."""
+    """One worker process: build the worker (plugins, extension, model), then serve calls. It
+    dies with the front (PR_SET_PDEATHSIG), as vLLM's workers do when their engine goes."""
+    import ctypes
+    import signal
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     try:
         from ..v1.worker.worker_base import WorkerWrapperBase, resolve
         runner = resolve(os.environ["WEIGHTCAST_STANDIN_MODEL"])(config, rank)
