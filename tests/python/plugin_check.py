@@ -6,12 +6,16 @@ vLLM: the vllm.general_plugins entry point registers the `weightcast` weight-tra
 WeightTransferEngineFactory, the backend class is built over vLLM's WeightTransferEngine (its
 abstract methods all implemented) and parses an init_weights_update_group body; the worker
 extension's methods are all prefixed `weightcast_`; the backend parses init_info and update_info
-with the shared parsers. SGLang: the plug-in registers hooks only where the build has their targets (TpModelWorker,
+with the shared parsers.
+
+SGLang: the plug-in registers hooks only where the build has their targets (TpModelWorker,
 ModelRunner or the model runner's WeightUpdater, the weight-updater manager's begin/end, the
 internal-state announce), HookRegistry.apply_hooks() applies every one, the announce lists exactly
 those, request structs are read by their fields, and on builds with the external-receiver seam
 its allowlist names weightcast.sglang.receiver. WEIGHTCAST_SGLANG_STANDIN (the ctest sets it)
-checks every cell of the upstream harness's stand-in SGLang (tests/upstream/sglang/standin/). Exit 77 when neither engine imports, unless WEIGHTCAST_REQUIRE_CUDA_DEVICES is
+checks every cell of the upstream harness's stand-in SGLang (tests/upstream/sglang/standin/).
+
+Exit 77 when neither engine imports, unless WEIGHTCAST_REQUIRE_CUDA_DEVICES is
 set (scripts/gpu-check.sh): a GPU machine is where they must be checked, so there it fails.
 WEIGHTCAST_REQUIRE_ENGINES=vllm,sglang fails unless each named engine imports and passes.
 WEIGHTCAST_VLLM_STANDIN (the ctest sets it) checks vLLM against the upstream harness's stand-in
