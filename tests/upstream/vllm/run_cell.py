@@ -103,11 +103,20 @@ class StandinVllm:
         self.log.close()
 
     def call(self, route, body):
+        status, answer = self.status_of(route, body)
+        assert status == 200, f"{route}: HTTP {status}: {answer}"
+        return answer
+
+    def status_of(self, route, body):
+        import urllib.error
         import urllib.request
         req = urllib.request.Request(self.url + route, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.load(r)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
 
 
 def train(engine, seed, steps, *extra):
@@ -179,6 +188,24 @@ def must_fail(code_out, what, *needles):
         assert n in out, f"{what}: '{n}' not in the trainer's output:\n{out}"
 
 
+def refusals(engine):
+    """vLLM's worker refusals, straight through the routes, and the plug-in's abort ending a
+    started update (after a round: the backend has joined the trainer's group)."""
+    def refused(route, body, needle):
+        status, answer = engine.status_of(route, body)
+        assert status == 500 and needle in answer["detail"], f"{route}: HTTP {status}: {answer}"
+
+    refused("/finish_weight_update", {}, "finish_weight_update called without a matching start_weight_update")
+    refused("/update_weights", {"update_info": {"abort": True}}, "start_weight_update must be called before")
+    assert engine.status_of("/update_weights", {})[0] == 400, "update_weights without update_info"
+    engine.call("/start_weight_update", {})
+    refused("/start_weight_update", {}, "called while a weight update is already active")
+    refused("/update_weights", {"update_info": {"abort": True, "reason": "probe"}}, "round aborted (probe)")
+    engine.call("/start_weight_update", {})  # the abort ended the update: not locked
+    refused("/update_weights", {"update_info": {"abort": True}}, "round aborted")
+    print("ok  backend: vLLM's refusals; the trainer's abort ends a started update")
+
+
 def rounds(engine, tmp, way):
     """The five rounds through one way in ("backend" or "extension")."""
     e = Expect()
@@ -186,6 +213,8 @@ def rounds(engine, tmp, way):
     must(train(engine, SEED, 1), f"{way}: normal round", "flavor vllm", "selector target")
     e.target, e.processed["target"] = (SEED, 1), 1
     check(engine, tmp, e, f"{way}: normal round")
+    if way == "backend":
+        refusals(engine)
 
     # Another seed: had the round landed in the target, its lm_head would show it.
     draft = train(engine, SEED + 4, 1, "--selector", "draft")
