@@ -108,47 +108,60 @@ def _tp_place(parallel_config, device):
 
 class _ModelSlot:
     """One model a round may load (vLLM's target or its draft), loaded as vLLM's own engines load
-    one: ``initialize_layerwise_reload`` before the first tensor, ``finalize_layerwise_reload``
-    after the last (builds without layerwise reload: ``process_weights_after_loading``), so
-    quantized and post-processed models are processed once per round that loaded them. A model
-    that took none of the round's tensors (its ``load_weights`` answered no names, as a frozen
-    draft does) is not processed: post-processing is not idempotent (a tiled shuffle applied
-    twice), and its layerwise state is left to the next round's initialize."""
+    one: ``initialize_layerwise_reload`` before the round's first tensor and
+    ``finalize_layerwise_reload`` after its last, always in pairs (between them upstream keeps
+    the parameters on the meta device; finalize processes the layers that took tensors and puts
+    the others back unprocessed), so quantized and post-processed models are processed once per
+    round. Builds without layerwise reload: ``process_weights_after_loading`` after the round,
+    only if the model took tensors (its ``load_weights`` answered names): processing is not
+    idempotent (a tiled shuffle applied twice). A load that raises still finalizes, so the model
+    is never left mid-reload; loads outside a round (the receiver reloading its kept base after a
+    failed commit) run in a reload of their own."""
 
     def __init__(self, device):
         self.device = device
         self.model = self.model_config = None
-        self.started = self.touched = False
+        self.open = self.touched = False
 
     def bind(self, model, model_config):
         self.model, self.model_config = model, model_config
 
     def begin(self):
-        self.started = self.touched = False
-
-    def load(self, pairs):
         if self.model is None:
             raise RuntimeError("weightcast: no model to load into (a draft round without a draft model)")
-        if not self.started:
-            reload = _layerwise()
-            if reload is not None:
-                reload[0](self.model)
-            self.started = True
-        loaded = self.model.load_weights(iter(pairs))
+        self.touched = False
+        reload = _layerwise()
+        if reload is not None:
+            reload[0](self.model)
+        self.open = True
+
+    def load(self, pairs):
+        alone = not self.open
+        if alone:
+            self.begin()
+        try:
+            loaded = self.model.load_weights(iter(pairs))
+        except BaseException:
+            self._close()
+            raise
         # vLLM's load_weights answers the names it loaded; None (older models): assume some.
         self.touched = self.touched or loaded is None or len(loaded) > 0
+        if alone:
+            self._close()
 
     def finish(self):
-        touched, self.started, self.touched = self.touched, False, False
-        if not touched:
-            return
+        if self.open:
+            self._close()
+
+    def _close(self):
+        self.open = False
         reload = _layerwise()
         if reload is not None:
             reload[1](self.model, self.model_config)
-            return
-        from vllm.model_executor.model_loader.utils import process_weights_after_loading
+        elif self.touched:
+            from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-        process_weights_after_loading(self.model, self.model_config, self.device)
+            process_weights_after_loading(self.model, self.model_config, self.device)
 
 
 def _layerwise():

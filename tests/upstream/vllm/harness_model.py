@@ -111,12 +111,14 @@ def report(worker, path):
     answers the counters and the worker's update state."""
     runner = worker.model_runner
     saved = {"target": {n: p.detach().clone() for n, p in runner.model.named_parameters()}}
-    counts = {"target": getattr(runner.model, "standin_processed", 0)}
+    models = {"target": runner.model}
     if runner.drafter is not None:
         saved["draft"] = runner.drafter.model.logical()
-        counts["draft"] = getattr(runner.drafter.model, "standin_processed", 0)
+        models["draft"] = runner.drafter.model
     torch.save(saved, os.path.join(path, f"rank{worker.rank}.pt"))
-    return {"processed": counts, "active": worker._weight_update_active}
+    return {"processed": {k: getattr(m, "standin_processed", 0) for k, m in models.items()},
+            "reloading": [k for k, m in models.items() if getattr(m, "standin_reloading", False)],
+            "active": worker._weight_update_active}
 
 
 def fault(worker, kind, way):
@@ -144,12 +146,15 @@ def fault(worker, kind, way):
         worker.weightcast_update = update_then_fail
     elif kind == "load":
         model = worker.model_runner.model
+        real, armed = model.load_weights, [True]
 
-        def refuse(weights):
-            del model.load_weights
-            raise RuntimeError("injected load failure")
+        def refuse_once(weights):
+            if armed:
+                armed.clear()
+                raise RuntimeError("injected load failure")
+            return real(weights)
 
-        model.load_weights = refuse
+        model.load_weights = refuse_once
     else:
         raise ValueError(f"fault: unknown kind {kind!r}")
     return {"armed": kind}

@@ -150,6 +150,7 @@ def check(engine, tmp, expect, what):
     for rank, answer in enumerate(answers):
         where = f"{what}: worker {rank}"
         assert not answer["active"], f"{where} is left inside a weight update (the engine is locked)"
+        assert not answer["reloading"], f"{where}: {answer['reloading']} left mid layerwise reload (on meta)"
         assert answer["processed"] == expect.processed, \
             f"{where}: post-processing runs {answer['processed']}, expected {expect.processed}"
         held = torch.load(os.path.join(tmp, f"rank{rank}.pt"))

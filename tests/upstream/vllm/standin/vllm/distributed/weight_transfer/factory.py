@@ -1,6 +1,8 @@
-"""Stand-in of vllm/distributed/weight_transfer/factory.py: a registry of lazily imported engine
-classes; register_engine(name, module_path, class_name) raises ValueError on a duplicate name;
-create_engine builds the configured backend with the version's constructor arguments.
+"""Stand-in of vllm/distributed/weight_transfer/factory.py (@047c993c): a registry of lazily
+imported engine classes; register_engine(name, module_path, class_name) raises ValueError
+("Weight transfer engine '<name>' is already registered.") on a duplicate name; create_engine
+refuses an unregistered backend and builds the configured one with the version's constructor
+arguments. Built-in backends are registered at import, never loaded here.
 """
 
 import importlib
@@ -34,3 +36,5 @@ class WeightTransferEngineFactory:
 
 WeightTransferEngineFactory.register_engine(
     "nccl", "vllm.distributed.weight_transfer.nccl_engine", "NCCLWeightTransferEngine")
+WeightTransferEngineFactory.register_engine(
+    "ipc", "vllm.distributed.weight_transfer.ipc_engine", "IPCWeightTransferEngine")
