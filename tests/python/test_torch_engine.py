@@ -1,6 +1,6 @@
 """The torch reference engine updated by weightcast-train, checked with torch alone.
 
-Real processes: torch engines at TP 2 and TP 1 (python -m weightcast.torch_engine, each worker
+Real processes: torch engines at TP 2 and TP 1 (python -m weightcast.reference, each worker
 receiving through weightcast.Receiver) and `mpirun -np 4 weightcast-train --tp 2 --pp 2`.
 Expectations are computed here, independently of weightcast's digests: the trainer's weights at
 step k are the generator's (weightcast._weightcast._model_tensors, --drift jump), each worker
@@ -295,7 +295,7 @@ class TorchEngine(unittest.TestCase):
     def test_worker_errors_name_the_cause(self):
         """A TP engine's answer names the worker that failed first, not the one that saw it leave:
         worker 1 timed out mid-copy, so worker 0 saw the ring close under it."""
-        from weightcast.torch_engine import WorkerError, most_telling
+        from weightcast.reference.workers import WorkerError, most_telling
         closed = WorkerError({"status": 500, "message": "engine rank 0 (group rank 1), bucket 0: the "
                                                         "connection to rank 2 closed [peer: rank 2]"})
         timeout = WorkerError({"status": 504, "message": "engine rank 0 (group rank 2), bucket 0: "

@@ -1,4 +1,4 @@
-"""The torch reference engine (python -m weightcast.torch_engine) and weightcast-train as real
+"""The torch reference engine (python -m weightcast.reference) and weightcast-train as real
 processes for tests, each in its own process group and killed with it when the block ends.
 
     with torch_engines.running([2, 1], seed=7) as engines: ...
@@ -30,7 +30,7 @@ class Engine:
         self.dir = tempfile.mkdtemp(prefix="wc-torch-engine-")
         port_file = os.path.join(self.dir, "port")
         self.log = open(os.path.join(self.dir, "log"), "w+")
-        argv = [sys.executable, "-m", "weightcast.torch_engine", "--tp", str(tp), "--seed", str(seed),
+        argv = [sys.executable, "-m", "weightcast.reference", "--tp", str(tp), "--seed", str(seed),
                 "--port-file", port_file, "--debug-routes", *extra]
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent)

@@ -1,6 +1,6 @@
-"""One tensor-parallel worker of the torch reference engine (weightcast.torch_engine).
+"""One tensor-parallel worker of the torch reference engine (weightcast.reference).
 
-Each worker process holds its TP shard of the target (weightcast.torch_model.TargetModel) and a
+Each worker process holds its TP shard of the target (weightcast.reference.model.TargetModel) and a
 replica of the EAGLE-style draft, and receives weight updates through its own
 weightcast.Receiver: the engine's HTTP front relays every control-plane call to every worker
 over a pipe, and each worker joins the trainer's group as its own engine rank.
@@ -17,10 +17,10 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from . import _weightcast
-from .engine_rank import EngineRank
-from .receiver import LoadError, ReceiverError, Runner
-from .torch_model import DraftModel, Parallel, TargetModel, model_spec
+from .. import _weightcast
+from ..engine_rank import EngineRank
+from ..receiver import LoadError, ReceiverError, Runner
+from .model import DraftModel, Parallel, TargetModel, model_spec
 
 TARGET_FILTER = "model.*,lm_head.weight"
 DRAFT_FILTER = "draft.*"

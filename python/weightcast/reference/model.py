@@ -24,7 +24,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import _weightcast
+from .. import _weightcast
 
 FUSED = {  # HF name suffix -> (fused parameter, shard id)
     "self_attn.q_proj.weight": ("self_attn.qkv_proj.weight", "q"),

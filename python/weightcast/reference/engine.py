@@ -1,0 +1,200 @@
+"""The reference engine's front: its state (session, pause, weight version) and the operations
+its routes call, each relayed to every worker.
+
+Lifetime: one Engine per process; it starts the workers (Workers) and the session watchdog.
+Threading: the HTTP front calls it from one thread per request. `sessions.mu` guards the session
+(session.py); `model_lock` serializes what runs collectives across the workers (generate,
+commit, the probes), while bucket requests of an open session run concurrently.
+"""
+
+import json
+import threading
+import time
+
+from . import worker
+from .session import Sessions
+from .workers import WorkerError, Workers
+
+
+class Engine:
+    """The control plane's state: session ownership, pause, and the relays."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.workers = Workers(cfg)
+        self.model_lock = threading.Lock()  # collectives across workers: one at a time
+        self.sessions = Sessions(cfg["session_timeout"])
+        self.paused = threading.Event()
+        self.weight_version = "default"
+        self.fail_bucket = None  # test hook: the bucket (sequence) refused once received
+        self._counts = None
+        self.sessions.start_watchdog(lambda reason: self.workers.call_all("abort", reason), self.paused)
+
+    def touch(self):
+        self.sessions.touch()
+
+    def runners(self):
+        runners = [
+            {
+                "name": "target",
+                "filters": worker.TARGET_FILTER.split(","),
+                "layout": "none",
+                "tensor_count": self.tensor_count("target"),
+                "seed": self.cfg["seed"],
+            }
+        ]
+        if self.cfg["draft"]:
+            runners.append(
+                {
+                    "name": "draft",
+                    "filters": worker.DRAFT_FILTER.split(","),
+                    "layout": "none",
+                    "tensor_count": self.tensor_count("draft"),
+                    "seed": self.cfg["seed"],
+                }
+            )
+        return runners
+
+    def tensor_count(self, runner):
+        if self._counts is None:
+            self._counts = self.workers.call_all("info")[0]["tensor_count"]
+        return self._counts.get(runner, 0)
+
+    # --- groups and sessions -------------------------------------------------------------------
+    def init_group(self, body):
+        self.workers.call_all("join", json.dumps(body), timeout=self.cfg["init_timeout"] + 30)
+        return {"message": f"joined group '{body.get('group_name', 'weight_update_group')}'"}
+
+    def destroy_group(self, body):
+        self.workers.call_all("leave", body.get("group_name", "weight_update_group"))
+        return {"message": "left group"}
+
+    def begin(self, body):
+        selector = body.get("selector", "all")
+        if self.cfg["api"] != "weightcast":
+            body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
+        with self.sessions.mu:
+            self.sessions.check_closed()
+            answers = self.workers.call_all("begin", selector)
+            token = self.sessions.open(selector, body.get("holder"))
+        out = {
+            "message": "session opened",
+            "selector": selector,
+            "session_id": token,
+            "weight_version": answers[0]["weight_version"],
+        }
+        if body.get("holder"):
+            out["holder"] = body["holder"]
+        if answers[0]["runner_digest"]:
+            out["runner_digest"] = answers[0]["runner_digest"]
+        return out
+
+    def update(self, body, implicit_ok=True):
+        # Clients that open no session (SGLang's own, slime) get one per bucket: staged, verified
+        # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
+        # vLLM's routes never do: a bucket outside start/finish (after an abort) is refused.
+        implicit = implicit_ok and not self.sessions.is_open() and body.get("session_id") is None
+        self.sessions.bucket_started(body.get("session_id"), check=not implicit)
+        try:
+            answers = self._receive(body, implicit)
+        except WorkerError:
+            self.abort_all("a bucket failed on a worker")
+            raise
+        finally:
+            self.sessions.bucket_done()
+        message = f"bucket received: {len(body.get('names', []))} tensors ({answers[0]['message']})"
+        if body.get("weight_version") is not None:
+            message += f". Weight version updated to {body['weight_version']}."
+        return {"message": message}
+
+    def _receive(self, body, implicit):
+        # Ownership is checked by the caller; the workers' sessions are this front's own.
+        relayed = {k: v for k, v in body.items() if k != "session_id"}
+        if implicit:
+            with self.model_lock:
+                answers = self.workers.call_all("receive", json.dumps(relayed))
+            self.weight_version = answers[0]["weight_version"]
+        else:
+            answers = self.workers.call_all("receive", json.dumps(relayed))
+        if self.fail_bucket is not None and body.get("sequence") == self.fail_bucket:
+            # Test hook (/debug/fail_bucket): the engine fails this bucket after the broadcast,
+            # as it would a bucket whose bytes do not match their digests.
+            self.fail_bucket = None
+            message = f"injected failure of bucket {body['sequence']} after it was received"
+            raise WorkerError({"status": 500, "message": message})
+        return answers
+
+    def abort_all(self, reason):
+        self.sessions.close()
+        self.workers.call_all("abort", reason)
+
+    def set_version(self, body):
+        if self.sessions.is_open():
+            self.sessions.check_owner(body.get("session_id"))
+        self.workers.call_all("set_version", body["new_version"])
+        if not self.sessions.is_open():
+            self.weight_version = body["new_version"]
+        return {"message": f"weight_version '{body['new_version']}'"}
+
+    def end(self, body):
+        with self.sessions.mu:  # as update(): the watchdog decides under mu
+            selector = self.sessions.close_owned(body.get("session_id"))
+        with self.model_lock:
+            answers = self.workers.call_all("commit", None, selector)
+        versions = {a["weight_version"] for a in answers}
+        if len(versions) != 1:
+            raise WorkerError({"status": 500, "message": f"workers committed different versions: {versions}"})
+        self.weight_version = answers[0]["weight_version"]
+        slowest = max(a.get("seconds", 0) for a in answers)
+        print(
+            f"weightcast.reference: committed version {answers[0]['weight_version']} "
+            f"(load and finish: {slowest:.3f} s on the slowest worker)",
+            flush=True,
+        )
+        out = {
+            "message": f"committed (slowest worker {slowest:.3f} s)",
+            "weight_version": self.weight_version,
+            "runners": answers[0]["runners"],
+        }
+        if answers[0]["runner_digest"]:
+            out["runner_digest"] = answers[0]["runner_digest"]
+        return out
+
+    def abort(self, body):
+        if not self.sessions.is_open():
+            return {"message": "no session was open"}
+        if not body.get("force"):
+            self.sessions.check_owner(body.get("session_id"))
+        self.abort_all("aborted by abort_weight_update")
+        return {"message": "session aborted; staged tensors discarded, previous weights kept"}
+
+    # --- serving -------------------------------------------------------------------------------
+    def generate(self, body):
+        deadline = time.monotonic() + self.cfg["comm_timeout"]
+        while self.paused.is_set():
+            if time.monotonic() > deadline:
+                raise WorkerError({"status": 503, "message": "generation is paused"})
+            time.sleep(0.01)
+        ids = body.get("input_ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            raise WorkerError({"status": 400, "message": "input_ids: a non-empty list of token ids"})
+        n = int(body.get("sampling_params", {}).get("max_new_tokens", 8))
+        with self.model_lock:
+            version = self.weight_version
+            out = self.workers.call_all("generate", ids, n)[0]
+        meta = {"weight_version": version, "prompt_tokens": len(ids), "completion_tokens": n}
+        return {"output_ids": out[len(ids) :], "meta_info": meta}
+
+    def accept_length(self):
+        if not self.cfg["draft"]:
+            raise WorkerError({"status": 409, "message": "this engine holds no draft"})
+        with self.model_lock:
+            value = self.workers.call_all("accept_length")[0]
+        return {"accept_length": value, "draft_tokens": 4, "weight_version": self.weight_version}
+
+    def checksum(self, runner, recompute):
+        if runner not in ("target", "draft") or (runner == "draft" and not self.cfg["draft"]):
+            raise WorkerError({"status": 400, "message": f"runner: no runner '{runner}'"})
+        with self.model_lock:
+            answer = self.workers.call_all("checksum", runner, recompute)[0]
+        return {"runner": runner, "weight_version": self.weight_version, "recomputed": recompute, **answer}

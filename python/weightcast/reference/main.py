@@ -1,0 +1,103 @@
+"""The reference engine's command line: python -m weightcast.reference (see the package's doc)."""
+
+import argparse
+import json
+import os
+
+from . import __doc__ as package_doc
+from .engine import Engine
+from .routes import route_table
+from .server import make_server
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m weightcast.reference", description=package_doc.split("\n\n")[0])
+    p.add_argument("--tp", type=int, default=2, help="tensor-parallel worker processes")
+    p.add_argument("--model", default="tiny", help="weightcast model preset (sync/model/model.h)")
+    p.add_argument("--num-layers", type=int, help="override the preset's num_hidden_layers (as weightcast-train's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the trainer's --seed)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0: an ephemeral port (see --port-file)")
+    p.add_argument("--port-file", help="write the bound port here once serving")
+    p.add_argument("--no-draft", action="store_true", help="serve no EAGLE-style draft")
+    p.add_argument(
+        "--delta", action="store_true", help="keep the last committed tensors on the host so delta buckets apply"
+    )
+    p.add_argument(
+        "--legacy-finalize",
+        action="store_true",
+        help="the old behaviour: post-process every covered runner at the end of a session",
+    )
+    p.add_argument("--bind-address", default="127.0.0.1", help="data-plane address of the workers")
+    p.add_argument("--store-token", default=None)
+    p.add_argument("--init-timeout", type=float, default=60.0)
+    p.add_argument("--comm-timeout", type=float, default=60.0)
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=60.0,
+        help="abort a session (and lift a pause) idle this many seconds",
+    )
+    p.add_argument(
+        "--api",
+        choices=("weightcast", "sglang", "vllm"),
+        default="weightcast",
+        help="control-plane routes: weightcast's (with SGLang's names); sglang: the same "
+        "routes, /server_info in SGLang's shape with the plug-in's announce; vllm: "
+        "vLLM's dev-mode weight-transfer routes",
+    )
+    p.add_argument("--debug-routes", action="store_true", help="test hooks under /debug/")
+    return p.parse_args(argv)
+
+
+def config(a):
+    """The engine's configuration (shared with every worker) from the parsed arguments."""
+    model = a.model
+    if a.num_layers:
+        from .model import model_spec
+
+        spec = model_spec(a.model)
+        spec["num_hidden_layers"] = a.num_layers
+        model = json.dumps(spec)
+    return {
+        "tp": a.tp,
+        "model": model,
+        "seed": a.seed,
+        "draft": not a.no_draft,
+        "delta": a.delta,
+        "legacy_finalize": a.legacy_finalize,
+        "bind_address": a.bind_address,
+        "tp_host": "127.0.0.1",
+        "store_token": a.store_token,
+        "init_timeout": a.init_timeout,
+        "comm_timeout": a.comm_timeout,
+        "session_timeout": a.session_timeout,
+        "debug_routes": a.debug_routes,
+        "api": a.api,
+    }
+
+
+def write_port_file(path, port):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(port))
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    engine = Engine(config(a))
+    server = make_server(engine, route_table(engine), a.host, a.port)
+    port = server.server_address[1]
+    if a.port_file:
+        write_port_file(a.port_file, port)
+    print(
+        f"weightcast.reference: serving on http://{a.host}:{port} (tp {a.tp}, model {a.model}, api {a.api})",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.workers.close()
