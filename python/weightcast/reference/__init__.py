@@ -27,6 +27,11 @@ the plug-in's announce in ``internal_states``. Every API adds a ``weightcast`` k
 /server_info (version, receiver, runners, whether our native routes are served), as the SGLang
 plug-in adds it to SGLang's; under --api sglang and vllm sessions have no owners.
 
+Deployed as weightcast-engine is (docs/security.md): --token makes every route but /health
+need "Authorization: Bearer <token>", and without one the engine refuses to listen beyond
+loopback; bodies over --max-body-bytes are refused before they are read (413), and a request that
+does not arrive whole within --http-timeout-ms is dropped.
+
 --debug-routes adds test hooks (/debug/save_params, /debug/fail_load, /debug/fail_bucket,
 /debug/info).
 Sessions are owned as in weightcast-engine: a begin that names a holder gets a session_id every
@@ -36,6 +41,7 @@ The modules, in the order a request meets them:
 
     main.py     the command line: parses it, builds the Engine, serves
     server.py   the HTTP front: reads a request, dispatches it from the route table, answers JSON
+    guard.py    weightcast-engine's deployment guards: bearer token, body limit, bind refusal
     routes.py   the route tables of the three APIs (weightcast, sglang, vllm) and the test hooks
     info.py     /server_info in each API's shape
     engine.py   the front's state (pause, weight version) and the operations, relayed to workers

@@ -3,25 +3,48 @@
 import argparse
 import json
 import os
+import sys
 
 from . import __doc__ as package_doc
+from . import guard
 from .engine import Engine
 from .routes import route_table
 from .server import make_server
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m weightcast.reference", description=package_doc.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m weightcast.reference", description=package_doc.split("\n\n")[0]
+    )
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel worker processes")
     p.add_argument("--model", default="tiny", help="weightcast model preset (sync/model/model.h)")
-    p.add_argument("--num-layers", type=int, help="override the preset's num_hidden_layers (as weightcast-train's)")
+    p.add_argument(
+        "--num-layers", type=int, help="override the preset's num_hidden_layers (as weightcast-train's)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the trainer's --seed)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (beyond loopback: needs --token)"
+    )
     p.add_argument("--port", type=int, default=0, help="0: an ephemeral port (see --port-file)")
     p.add_argument("--port-file", help="write the bound port here once serving")
+    p.add_argument("--token", default="", help="bearer token required on every route but /health")
+    p.add_argument(
+        "--max-body-bytes",
+        type=guard.parse_bytes,
+        default="64M",
+        help="largest HTTP body accepted (K/M/G suffixes)",
+    )
+    p.add_argument(
+        "--http-timeout-ms",
+        type=guard.positive_int,
+        default=30000,
+        help="HTTP socket read/write timeout, and the most one request (head and body) may take to arrive",
+    )
     p.add_argument("--no-draft", action="store_true", help="serve no EAGLE-style draft")
     p.add_argument(
-        "--delta", action="store_true", help="keep the last committed tensors on the host so delta buckets apply"
+        "--delta",
+        action="store_true",
+        help="keep the last committed tensors on the host so delta buckets apply",
     )
     p.add_argument(
         "--legacy-finalize",
@@ -86,8 +109,13 @@ def write_port_file(path, port):
 
 def main(argv=None):
     a = parse_args(argv)
+    refusal = guard.bind_refusal(a.host, a.token)
+    if refusal:
+        print(f"weightcast.reference: {refusal}", file=sys.stderr, flush=True)
+        return 2
     engine = Engine(config(a))
-    server = make_server(engine, route_table(engine), a.host, a.port)
+    guards = {"token": a.token, "max_body_bytes": a.max_body_bytes, "read_timeout": a.http_timeout_ms / 1000}
+    server = make_server(engine, route_table(engine), a.host, a.port, **guards)
     port = server.server_address[1]
     if a.port_file:
         write_port_file(a.port_file, port)

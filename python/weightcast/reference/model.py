@@ -70,10 +70,15 @@ class Layer(torch.nn.Module):
     def __init__(self, spec, tp, dtype):
         super().__init__()
         h, hd = spec["hidden_size"], spec["head_dim"]
-        self.heads, self.kv_heads = spec["num_attention_heads"] // tp.size, spec["num_key_value_heads"] // tp.size
+        self.heads, self.kv_heads = (
+            spec["num_attention_heads"] // tp.size,
+            spec["num_key_value_heads"] // tp.size,
+        )
         self.hd, self.tp = hd, tp
         ff = spec["intermediate_size"] // tp.size
-        p = lambda *shape: torch.nn.Parameter(torch.zeros(*shape, dtype=dtype), requires_grad=False)  # noqa: E731
+        p = lambda *shape: torch.nn.Parameter(
+            torch.zeros(*shape, dtype=dtype), requires_grad=False
+        )  # noqa: E731
         self.input_layernorm = torch.nn.Module()
         self.input_layernorm.weight = p(h)
         self.post_attention_layernorm = torch.nn.Module()
@@ -126,7 +131,9 @@ class Layer(torch.nn.Module):
         x = x + self.tp.all_reduce(out @ self.self_attn.o_proj.weight.to(f).t())
         h = rms_norm(x, self.post_attention_layernorm.weight)
         gate, up = (h @ self.mlp.gate_up_proj.weight.to(f).t()).chunk(2, dim=-1)
-        return x + self.tp.all_reduce((torch.nn.functional.silu(gate) * up) @ self.mlp.down_proj.weight.to(f).t())
+        return x + self.tp.all_reduce(
+            (torch.nn.functional.silu(gate) * up) @ self.mlp.down_proj.weight.to(f).t()
+        )
 
 
 def rms_norm(x, weight, eps=1e-6):
@@ -152,11 +159,15 @@ class TargetModel(torch.nn.Module):
         super().__init__()
         self.spec, self.tp = spec, tp
         v, h = spec["vocab_size"], spec["hidden_size"]
-        p = lambda *shape: torch.nn.Parameter(torch.zeros(*shape, dtype=dtype), requires_grad=False)  # noqa: E731
+        p = lambda *shape: torch.nn.Parameter(
+            torch.zeros(*shape, dtype=dtype), requires_grad=False
+        )  # noqa: E731
         self.model = torch.nn.Module()
         self.model.embed_tokens = torch.nn.Module()
         self.model.embed_tokens.weight = p(v // tp.size, h)
-        self.model.layers = torch.nn.ModuleList(Layer(spec, tp, dtype) for _ in range(spec["num_hidden_layers"]))
+        self.model.layers = torch.nn.ModuleList(
+            Layer(spec, tp, dtype) for _ in range(spec["num_hidden_layers"])
+        )
         self.model.norm = torch.nn.Module()
         self.model.norm.weight = p(h)
         self.lm_head = torch.nn.Module()
@@ -167,7 +178,7 @@ class TargetModel(torch.nn.Module):
         loaded = []
         for name, full in weights:
             if name.startswith("model.layers."):
-                index, suffix = name[len("model.layers."):].split(".", 1)
+                index, suffix = name[len("model.layers.") :].split(".", 1)
                 self.model.layers[int(index)].weight_loader(suffix, full)
             elif name in ("model.embed_tokens.weight", "lm_head.weight"):
                 self.get_parameter(name).data.copy_(_narrow(full, 0, self.tp))
@@ -206,7 +217,9 @@ class TargetModel(torch.nn.Module):
         """Every full HF tensor rebuilt from the shards (all ranks call it together): the
         inverse of load_weights, for checksums recomputed from what the engine really holds."""
         tp, out = self.tp, {}
-        gather = lambda t, dim: tp.all_gather_cat(t.contiguous().view(torch.uint8), dim).view(t.dtype)  # noqa: E731
+        gather = lambda t, dim: tp.all_gather_cat(t.contiguous().view(torch.uint8), dim).view(
+            t.dtype
+        )  # noqa: E731
         out["model.embed_tokens.weight"] = gather(self.model.embed_tokens.weight.data, 0)
         for i, layer in enumerate(self.model.layers):
             p = f"model.layers.{i}."
@@ -255,7 +268,7 @@ class DraftModel(torch.nn.Module):
         loaded = []
         for name, full in weights:
             if name.startswith("draft.layers.0."):
-                self.draft.layers[0].weight_loader(name[len("draft.layers.0."):], full)
+                self.draft.layers[0].weight_loader(name[len("draft.layers.0.") :], full)
             else:
                 self.get_parameter(name).data.copy_(full)
             loaded.append(name)
@@ -263,8 +276,9 @@ class DraftModel(torch.nn.Module):
 
     def _layout(self, tensor, undo):
         raw = tensor.view(-1).view(torch.uint8).numpy()
-        _weightcast._layout_in_place(self.LAYOUT, undo, str(tensor.dtype).replace("torch.", ""),
-                                     list(tensor.shape), raw)
+        _weightcast._layout_in_place(
+            self.LAYOUT, undo, str(tensor.dtype).replace("torch.", ""), list(tensor.shape), raw
+        )
 
     def process_weights_after_loading(self):
         """The non-idempotent post-processing: every draft matrix into the tiled layout."""
@@ -286,7 +300,10 @@ class DraftModel(torch.nn.Module):
                     out[hf.replace("QKV", f"self_attn.{n}_proj")] = part
             elif "GATEUP" in hf:
                 gate, up = t.chunk(2, dim=0)
-                out[hf.replace("GATEUP", "mlp.gate_proj")], out[hf.replace("GATEUP", "mlp.up_proj")] = gate, up
+                out[hf.replace("GATEUP", "mlp.gate_proj")], out[hf.replace("GATEUP", "mlp.up_proj")] = (
+                    gate,
+                    up,
+                )
             else:
                 out[hf] = t
         return out

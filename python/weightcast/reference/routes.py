@@ -151,12 +151,20 @@ def _add_debug(table, engine):
     call_all = engine.workers.call_all
     table.posts["/debug/save_params"] = lambda b: (call_all("save", b["path"]), {"message": "saved"})[1]
     table.posts["/debug/reset_peak"] = lambda b: (call_all("reset_peak"), {"message": "reset"})[1]
-    table.posts["/debug/fail_load"] = lambda b: (call_all("fail_load", b.get("tensor")), {"message": "set"})[1]
+    table.posts["/debug/fail_load"] = lambda b: (call_all("fail_load", b.get("tensor")), {"message": "set"})[
+        1
+    ]
     table.posts["/debug/fail_bucket"] = lambda b: (
         setattr(engine, "fail_bucket", b.get("sequence")),
         {"message": "set"},
     )[1]
-    table.gets["/debug/info"] = lambda q: {"workers": call_all("info")}
+    table.gets["/debug/info"] = lambda q: {
+        "workers": call_all("info"),
+        "paused": engine.paused.is_set(),
+        "session_open": engine.sessions.is_open(),
+        "weight_version": engine.weight_version,
+        "fail_bucket": engine.fail_bucket,
+    }
     table.ours |= {path for path in table.paths() if path.startswith("/debug/")}
 
 

@@ -47,10 +47,16 @@ class Worker:
             finish = None if cfg["legacy_finalize"] else self.draft.process_weights_after_loading
             runners.append(Runner("draft", self._loader(self.draft), filter=DRAFT_FILTER, finish=finish))
         # The plug-ins' core (weightcast.engine_rank), so the torch engine tests it too.
-        self.core = EngineRank(runners=runners, engine_rank=rank, rank_count=cfg["tp"],
-                               keep_delta_base=cfg["delta"], bind_address=cfg["bind_address"],
-                               store_token=cfg.get("store_token"), init_timeout=cfg["init_timeout"],
-                               comm_timeout=cfg["comm_timeout"])
+        self.core = EngineRank(
+            runners=runners,
+            engine_rank=rank,
+            rank_count=cfg["tp"],
+            keep_delta_base=cfg["delta"],
+            bind_address=cfg["bind_address"],
+            store_token=cfg.get("store_token"),
+            init_timeout=cfg["init_timeout"],
+            comm_timeout=cfg["comm_timeout"],
+        )
         self.rx = self.core.receiver
         for runner in ["target"] + (["draft"] if self.draft is not None else []):
             tensors = []
@@ -118,8 +124,14 @@ class Worker:
         head = self.target.full_tensor("lm_head.weight")
         fc = self.draft.logical("draft.fc.weight")
         raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
-        return _weightcast._spec_accept_length(str(fc.dtype).replace("torch.", ""), self.spec["vocab_size"],
-                                               self.spec["hidden_size"], raw(embed), raw(head), raw(fc))
+        return _weightcast._spec_accept_length(
+            str(fc.dtype).replace("torch.", ""),
+            self.spec["vocab_size"],
+            self.spec["hidden_size"],
+            raw(embed),
+            raw(head),
+            raw(fc),
+        )
 
     def op_checksum(self, runner, recompute):
         """Per-tensor digests: as received (the Receiver's record), or with `recompute` of the
@@ -129,8 +141,10 @@ class Worker:
             model = self.target if runner == "target" else self.draft
             raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
             digests = {n: _weightcast._tensor_digest(raw(t)) for n, t in model.hf_tensors().items()}
-        tensors = [{"name": n, "digest": d, "dtype": self.metas[n][0], "shape": self.metas[n][1]}
-                   for n, d in sorted(digests.items())]
+        tensors = [
+            {"name": n, "digest": d, "dtype": self.metas[n][0], "shape": self.metas[n][1]}
+            for n, d in sorted(digests.items())
+        ]
         return {"digest": _weightcast._combined_digest(sorted(digests.items())), "tensors": tensors}
 
     def op_reset_peak(self):
@@ -141,19 +155,30 @@ class Worker:
     def op_info(self):
         status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
         kib = lambda key: int(status[key].split()[0]) * 1024  # noqa: E731
-        return {"rss": kib("VmRSS"), "peak_rss": kib("VmHWM"), "weight_version": self.rx.weight_version, "delta_base_bytes": self.rx.delta_base_bytes,
-                "in_session": self.rx.in_session, "bytes_received": self.rx.bytes_received,
-                "staging_pool_bytes": self.rx.staging_pool_bytes, "draft_processed": self.draft.processed if self.draft else 0,
-                "pid": os.getpid(), "tensor_count": {r: len(self.rx.digests(r)) for r in self.runner_names()}}
+        return {
+            "rss": kib("VmRSS"),
+            "peak_rss": kib("VmHWM"),
+            "weight_version": self.rx.weight_version,
+            "delta_base_bytes": self.rx.delta_base_bytes,
+            "in_session": self.rx.in_session,
+            "bytes_received": self.rx.bytes_received,
+            "staging_pool_bytes": self.rx.staging_pool_bytes,
+            "draft_processed": self.draft.processed if self.draft else 0,
+            "pid": os.getpid(),
+            "fail_on": self.fail_on,
+            "tensor_count": {r: len(self.rx.digests(r)) for r in self.runner_names()},
+        }
 
     def runner_names(self):
         return ["target"] + (["draft"] if self.draft is not None else [])
 
     def op_save(self, path):
         """Test hook: this worker's parameters (its shards, as held) to `path`/rank<r>.pt."""
-        state = {"target": {k: v.clone() for k, v in self.target.state_dict().items()},
-                 "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
-                 "loaded_order": list(self.loaded_order)}
+        state = {
+            "target": {k: v.clone() for k, v in self.target.state_dict().items()},
+            "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
+            "loaded_order": list(self.loaded_order),
+        }
         torch.save(state, os.path.join(path, f"rank{self.rank}.pt"))
 
     def op_fail_load(self, name):
@@ -171,8 +196,13 @@ def _error(e):
 def main(rank, cfg, conn, store_port):
     """Process entry: forms the TP group, builds the worker, serves the front's requests."""
     torch.set_num_threads(1)
-    store = dist.TCPStore(cfg["tp_host"], store_port, cfg["tp"], False,
-                          timeout=__import__("datetime").timedelta(seconds=cfg["init_timeout"]))
+    store = dist.TCPStore(
+        cfg["tp_host"],
+        store_port,
+        cfg["tp"],
+        False,
+        timeout=__import__("datetime").timedelta(seconds=cfg["init_timeout"]),
+    )
     dist.init_process_group("gloo", store=store, rank=rank, world_size=cfg["tp"])
     send_lock = threading.Lock()
 
