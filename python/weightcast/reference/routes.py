@@ -67,43 +67,77 @@ def sglang_routes(engine):
 
 
 class VllmDialect:
-    """vLLM's weight-transfer calls onto the engine's sessions. The bodies are read with the vLLM
-    plug-in's own parsers (weightcast.engine_rank.parse_init_info / parse_update_info)."""
+    """vLLM's weight-transfer calls onto the engine's sessions, behind vLLM's worker state machine
+    (the weight-update part of vllm/v1/worker/gpu_worker.py, upstream main) as weightcast's backend
+    meets it inside vLLM (python/weightcast/vllm.py), so this engine is never kinder than vLLM:
+    a start while an update is active, an update or a finish without one are refused (500, vLLM's
+    messages); the update ends only when update_weights raises (a failed bucket, or the trainer's
+    abort, which the backend answers by raising) or when finish succeeds (a finish that raises
+    leaves it open). A round updates one model: /start_weight_update the target (vLLM ignores the
+    body), /start_draft_weight_update the draft; buckets whose selector is "all" load into it, a
+    bucket for the other model is refused. As the backend does, a start or a join drops staging left
+    by a round vLLM had already ended. The bodies are read with the plug-in's own parsers
+    (weightcast.engine_rank.parse_init_info / parse_update_info)."""
 
     def __init__(self, engine):
         self.engine = engine
+        self.active = False  # the worker's _weight_update_active
+        self.model = "target"
+
+    @staticmethod
+    def _raise(message):
+        raise WorkerError({"status": 500, "message": message})
 
     def init(self, body):
         group, _ = parse_init_info(body.get("init_info"))  # keep_delta_base: this engine's --delta
+        if self.engine.sessions.is_open() and not self.active:
+            self.engine.abort_all("the trainer joined again before the previous round ended")
         self.engine.init_group(group)
         return {"message": "Weight transfer initialized"}
 
-    def start(self, selector):
-        if self.engine.sessions.is_open():  # as the plug-in's backend: a new start drops a stale round
+    def start(self, model):
+        if self.active:
+            self._raise(
+                "start_weight_update called while a weight update is already active. "
+                "Call finish_weight_update first."
+            )
+        if self.engine.sessions.is_open():
             self.engine.abort_all("a new update started before the previous one finished")
-        self.engine.begin({"selector": selector})
-        return {"message": "Weight update started"}
+        self.engine.begin({"selector": model})
+        self.active, self.model = True, model
+        return {"message": "Draft weight update started" if model == "draft" else "Weight update started"}
 
     def update(self, body):
         if "update_info" not in body:
             raise WorkerError({"status": 400, "message": "Missing 'update_info' in request body"})
-        kind, payload = parse_update_info(body["update_info"])
-        if kind == "abort":
-            if self.engine.sessions.is_open():
-                self.engine.abort_all(payload)
-            return {"message": f"Weight update aborted: {payload}"}
-        if not self.engine.sessions.is_open():
-            raise WorkerError({"status": 409, "message": "update_weights without start_weight_update"})
-        self.engine.update(payload, implicit_ok=False)
+        if not self.active:
+            self._raise("start_weight_update must be called before update_weights.")
+        try:
+            kind, payload = parse_update_info(body["update_info"])
+            if kind == "abort":
+                if self.engine.sessions.is_open():
+                    self.engine.abort_all(payload)
+                self._raise(f"weightcast: round aborted ({payload}); no weights changed")
+            selector = payload.get("selector") or self.model
+            if selector not in ("all", self.model):
+                self.engine.abort_all(f"a '{selector}' bucket in a {self.model} round")
+                self._raise(
+                    f"update_info.selector: '{selector}' in a round that updates the {self.model} model"
+                )
+            self.engine.update(dict(payload, selector=self.model), implicit_ok=False)
+        except BaseException:
+            self.active = False  # vLLM's worker leaves the update when the backend raises
+            raise
         return {"message": "Weights updated"}
 
     def finish(self, body):
+        if not self.active:
+            self._raise("finish_weight_update called without a matching start_weight_update.")
         version = body.get("weight_version")
-        if not self.engine.sessions.is_open():
-            raise WorkerError({"status": 409, "message": "finish_weight_update without start_weight_update"})
-        if version is not None:
+        if version is not None:  # vLLM records any string, "" included
             self.engine.set_version({"new_version": str(version)})
-        self.engine.end({})
+        self.engine.end({})  # raising leaves the update active, as vLLM's worker does
+        self.active = False
         return {"message": "Weight update finished"}
 
     def pause(self, mode):
@@ -118,7 +152,7 @@ def vllm_routes(engine):
     vllm = VllmDialect(engine)
     posts = {
         "/init_weight_transfer_engine": vllm.init,
-        "/start_weight_update": lambda b: vllm.start(b.get("selector") or "target"),
+        "/start_weight_update": lambda b: vllm.start("target"),
         "/start_draft_weight_update": lambda b: vllm.start("draft"),
         "/update_weights": vllm.update,
         "/finish_weight_update": vllm.finish,
