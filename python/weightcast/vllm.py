@@ -73,10 +73,12 @@ def backend_unsupported():
             refused = "its WeightTransferEngine has no start/finish_weight_update lifecycle"
     if refused is None:
         return None
-    return (f"weightcast: vLLM {getattr(vllm, '__version__', '?')} cannot host the '{BACKEND}' "
-            f"weight-transfer backend: {refused}. The backend needs vLLM >= {MIN_BACKEND_VLLM}; on "
-            f"this version start vLLM with --worker-extension-cls {EXTENSION} (weightcast-train "
-            "drives it through /collective_rpc).")
+    return (
+        f"weightcast: vLLM {getattr(vllm, '__version__', '?')} cannot host the '{BACKEND}' "
+        f"weight-transfer backend: {refused}. The backend needs vLLM >= {MIN_BACKEND_VLLM}; on "
+        f"this version start vLLM with --worker-extension-cls {EXTENSION} (weightcast-train "
+        "drives it through /collective_rpc)."
+    )
 
 
 def register():
@@ -101,9 +103,11 @@ def _tp_place(parallel_config, device):
     if getattr(parallel_config, "pipeline_parallel_size", 1) != 1:
         raise ValueError("weightcast: the backend receives on TP-only engines (pipeline_parallel_size 1)")
 
-    return {"engine_rank": get_tensor_model_parallel_rank(),
-            "rank_count": parallel_config.tensor_parallel_size,
-            "device": device.index if getattr(device, "type", "cpu") == "cuda" else None}
+    return {
+        "engine_rank": get_tensor_model_parallel_rank(),
+        "rank_count": parallel_config.tensor_parallel_size,
+        "device": device.index if getattr(device, "type", "cpu") == "cuda" else None,
+    }
 
 
 class _ModelSlot:
@@ -167,8 +171,10 @@ class _ModelSlot:
 def _layerwise():
     """(initialize_layerwise_reload, finalize_layerwise_reload) where this vLLM has them."""
     try:
-        from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
-                                                              initialize_layerwise_reload)
+        from vllm.model_executor.model_loader.reload import (
+            finalize_layerwise_reload,
+            initialize_layerwise_reload,
+        )
     except ImportError:
         return None
     return initialize_layerwise_reload, finalize_layerwise_reload
@@ -196,12 +202,12 @@ def _make_engine_class():
 
     @dataclass
     class WeightcastInitInfo:
-        body: dict = field(default_factory=dict)      # the init_weights_update_group body
-        options: dict = field(default_factory=dict)   # keep_delta_base
+        body: dict = field(default_factory=dict)  # the init_weights_update_group body
+        options: dict = field(default_factory=dict)  # keep_delta_base
 
     @dataclass
     class WeightcastUpdateInfo:
-        info: dict = field(default_factory=dict)      # the update_info dict, parsed in the rank
+        info: dict = field(default_factory=dict)  # the update_info dict, parsed in the rank
 
     class WeightcastTransferEngine(WeightTransferEngine):
         init_info_cls = WeightcastInitInfo
@@ -240,9 +246,11 @@ def _make_engine_class():
 
         def init_transfer_engine(self, init_info):
             if self.rank is None:
-                self.rank = EngineRank(runners=_runners(self.slots),
-                                       keep_delta_base=init_info.options["keep_delta_base"],
-                                       **_tp_place(self.parallel_config, self.device))
+                self.rank = EngineRank(
+                    runners=_runners(self.slots),
+                    keep_delta_base=init_info.options["keep_delta_base"],
+                    **_tp_place(self.parallel_config, self.device),
+                )
             _drop_stale_round(self.rank)
             self.rank.init_group(init_info.body)  # a group of the same name is replaced
 
@@ -270,8 +278,10 @@ def _make_engine_class():
         def trainer_send_weights(iterator, trainer_args):
             # Abstract in vLLM's base up to at least 0.26. weightcast's sender is weightcast-train
             # (or DistributedUpdater): buckets, digests and the rendezvous are its protocol.
-            raise NotImplementedError("weightcast: weights are sent by weightcast-train / "
-                                      "weightcast.DistributedUpdater, not from vLLM's trainer API")
+            raise NotImplementedError(
+                "weightcast: weights are sent by weightcast-train / "
+                "weightcast.DistributedUpdater, not from vLLM's trainer API"
+            )
 
     return WeightcastTransferEngine
 
@@ -315,8 +325,11 @@ class WeightcastWorkerExtension:
                 slots["draft"] = _ModelSlot(self.device)
                 spec = getattr(self.vllm_config, "speculative_config", None)
                 slots["draft"].bind(drafter, getattr(spec, "draft_model_config", None))
-            rank = EngineRank(runners=_runners(slots), keep_delta_base=bool(_json(keep_delta_base)),
-                              **_tp_place(self.vllm_config.parallel_config, self.device))
+            rank = EngineRank(
+                runners=_runners(slots),
+                keep_delta_base=bool(_json(keep_delta_base)),
+                **_tp_place(self.vllm_config.parallel_config, self.device),
+            )
             self._weightcast = rank
         _drop_stale_round(rank)
         return _answer(rank.init_group(_json(body))[1], rank)
@@ -338,7 +351,9 @@ class WeightcastWorkerExtension:
         body = _json(body)
         model = getattr(self, "_weightcast_round", "target")
         if body.get("selector", "all") not in ("all", model):
-            raise ValueError(f"update: selector '{body['selector']}' in a round that updates the {model} model")
+            raise ValueError(
+                f"update: selector '{body['selector']}' in a round that updates the {model} model"
+            )
         return _answer(rank.update(dict(body, selector=model))[1], rank)
 
     def weightcast_commit(self, version=None):

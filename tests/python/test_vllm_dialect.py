@@ -11,14 +11,18 @@ from weightcast.engine_rank import EngineRank, VllmRoundAborted, parse_init_info
 from weightcast.receiver import Runner
 
 # As weightcast-train writes them (vllm_init_body / vllm_update_body / vllm_abort_body).
-INIT = json.loads('{"init_info": {"backend": "gloo", "group_name": "weightcast-pp_0", '
-                  '"master_address": "127.0.0.1", "master_port": 29500, "rank_offset": 1, '
-                  '"world_size": 3, "rendezvous": {"protocol": "weightcast", "prefix": "g"}}}')
-BUCKET = json.loads('{"update_info": {"names": ["model.norm.weight"], "dtypes": ["bfloat16"], '
-                    '"shapes": [[8]], "group_name": "weightcast-pp_0", "selector": "target", '
-                    '"sequence": 3, "load_format": "weightcast_bucket", "flush_cache": true, '
-                    '"abort_all_requests": false, "weight_version": null, "torch_empty_cache": false, '
-                    '"digests": ["0123456789abcdef0123456789abcdef"]}}')
+INIT = json.loads(
+    '{"init_info": {"backend": "gloo", "group_name": "weightcast-pp_0", '
+    '"master_address": "127.0.0.1", "master_port": 29500, "rank_offset": 1, '
+    '"world_size": 3, "rendezvous": {"protocol": "weightcast", "prefix": "g"}}}'
+)
+BUCKET = json.loads(
+    '{"update_info": {"names": ["model.norm.weight"], "dtypes": ["bfloat16"], '
+    '"shapes": [[8]], "group_name": "weightcast-pp_0", "selector": "target", '
+    '"sequence": 3, "load_format": "weightcast_bucket", "flush_cache": true, '
+    '"abort_all_requests": false, "weight_version": null, "torch_empty_cache": false, '
+    '"digests": ["0123456789abcdef0123456789abcdef"]}}'
+)
 ABORT = {"update_info": {"abort": True, "reason": "aborted by the trainer"}}
 
 
@@ -94,6 +98,7 @@ class VllmDialect(unittest.TestCase):
         result = rank.vllm_finish("7")  # an update of no bucket still commits its version
         self.assertEqual(result["weight_version"], "7")
         self.assertEqual(rank.receiver.weight_version, "7")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

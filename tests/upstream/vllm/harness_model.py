@@ -49,7 +49,8 @@ class Drafter(torch.nn.Module):
         self.head = DraftModel(spec)
         self.lm_head = torch.nn.Module()
         self.lm_head.weight = torch.nn.Parameter(
-            torch.zeros(spec["vocab_size"], spec["hidden_size"], dtype=torch.bfloat16), requires_grad=False)
+            torch.zeros(spec["vocab_size"], spec["hidden_size"], dtype=torch.bfloat16), requires_grad=False
+        )
         self.pending = set()
 
     def load_weights(self, weights):
@@ -106,6 +107,7 @@ def build(config, rank):
 
 # Test hooks, run in a worker as fn(worker, *args).
 
+
 def report(worker, path):
     """Saves what the worker's models hold (target parameters, the draft's logical tensors) and
     answers the counters and the worker's update state."""
@@ -116,9 +118,11 @@ def report(worker, path):
         saved["draft"] = runner.drafter.model.logical()
         models["draft"] = runner.drafter.model
     torch.save(saved, os.path.join(path, f"rank{worker.rank}.pt"))
-    return {"processed": {k: getattr(m, "standin_processed", 0) for k, m in models.items()},
-            "reloading": [k for k, m in models.items() if getattr(m, "standin_reloading", False)],
-            "active": worker._weight_update_active}
+    return {
+        "processed": {k: getattr(m, "standin_processed", 0) for k, m in models.items()},
+        "reloading": [k for k, m in models.items() if getattr(m, "standin_reloading", False)],
+        "active": worker._weight_update_active,
+    }
 
 
 def fault(worker, kind, way):

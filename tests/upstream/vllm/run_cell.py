@@ -49,6 +49,7 @@ def _die_with_parent():
     """In each child: its own process group, and SIGKILL when this driver dies (a ctest timeout
     included), so no engine or trainer outlives the test."""
     import ctypes
+
     os.setsid()
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -72,9 +73,23 @@ class StandinVllm:
         self.log_path = self.port_file + ".log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.api_server", "--tensor-parallel-size", str(TP),
-             "--port-file", self.port_file, "--speculative-config", SPECULATIVE, *flags],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            [
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.api_server",
+                "--tensor-parallel-size",
+                str(TP),
+                "--port-file",
+                self.port_file,
+                "--speculative-config",
+                SPECULATIVE,
+                *flags,
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
         self.url = None
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and self.proc.poll() is None and not os.path.exists(self.port_file):
@@ -110,8 +125,13 @@ class StandinVllm:
     def status_of(self, route, body):
         import urllib.error
         import urllib.request
-        req = urllib.request.Request(self.url + route, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+
+        req = urllib.request.Request(
+            self.url + route,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
                 return r.status, json.load(r)
@@ -120,13 +140,34 @@ class StandinVllm:
 
 
 def train(engine, seed, steps, *extra):
-    mpirun = [os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun",
-              *os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", "").split()]
-    argv = [*mpirun, "-np", "1", os.environ["WEIGHTCAST_TRAIN"], "--tp", "1", "--pp", "1",
-            "--engines", engine.url, "--seed", str(seed), "--steps", str(steps),
-            "--update-timeout-ms", "60000", "--group-timeout-ms", "60000", *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_die_with_parent)
+    mpirun = [
+        os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun",
+        *os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", "").split(),
+    ]
+    argv = [
+        *mpirun,
+        "-np",
+        "1",
+        os.environ["WEIGHTCAST_TRAIN"],
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--engines",
+        engine.url,
+        "--seed",
+        str(seed),
+        "--steps",
+        str(steps),
+        "--update-timeout-ms",
+        "60000",
+        "--group-timeout-ms",
+        "60000",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent
+    )
     try:
         out, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -151,17 +192,20 @@ def check(engine, tmp, expect, what):
         where = f"{what}: worker {rank}"
         assert not answer["active"], f"{where} is left inside a weight update (the engine is locked)"
         assert not answer["reloading"], f"{where}: {answer['reloading']} left mid layerwise reload (on meta)"
-        assert answer["processed"] == expect.processed, \
-            f"{where}: post-processing runs {answer['processed']}, expected {expect.processed}"
+        assert (
+            answer["processed"] == expect.processed
+        ), f"{where}: post-processing runs {answer['processed']}, expected {expect.processed}"
         held = torch.load(os.path.join(tmp, f"rank{rank}.pt"))
         model = harness_model.new_target(rank, TP)
         model.load_weights(harness_model.generator_tensors("target", *expect.target))
         for name, param in model.named_parameters():
-            assert torch.equal(held["target"][name].view(torch.uint8), param.detach().view(torch.uint8)), \
-                f"{where}: target {name} is not (seed, step) {expect.target}"
+            assert torch.equal(
+                held["target"][name].view(torch.uint8), param.detach().view(torch.uint8)
+            ), f"{where}: target {name} is not (seed, step) {expect.target}"
         for name, tensor in full_draft.items():
-            assert torch.equal(held["draft"][name].view(torch.uint8), tensor.view(torch.uint8)), \
-                f"{where}: draft {name} is not (seed, step) {expect.draft}; it is {which(held['draft'], name)}"
+            assert torch.equal(
+                held["draft"][name].view(torch.uint8), tensor.view(torch.uint8)
+            ), f"{where}: draft {name} is not (seed, step) {expect.draft}; it is {which(held['draft'], name)}"
     print(f"ok  {what}: target {expect.target}, draft {expect.draft}, processed {expect.processed}")
 
 
@@ -192,6 +236,7 @@ def must_fail(code_out, what, *needles):
 def refusals(engine):
     """vLLM's worker refusals, straight through the routes, and the plug-in's abort ending a
     started update (after a round: the backend has joined the trainer's group)."""
+
     def refused(route, body, needle):
         status, answer = engine.status_of(route, body)
         assert status == 500 and needle in answer["detail"], f"{route}: HTTP {status}: {answer}"
@@ -247,9 +292,13 @@ def collision_refused():
     from types import SimpleNamespace
 
     from vllm.v1.worker.worker_base import WorkerWrapperBase
-    config = SimpleNamespace(parallel_config=SimpleNamespace(
-        worker_extension_cls="harness_model.CollidingExtension", tensor_parallel_size=1),
-        weight_transfer_config=None)
+
+    config = SimpleNamespace(
+        parallel_config=SimpleNamespace(
+            worker_extension_cls="harness_model.CollidingExtension", tensor_parallel_size=1
+        ),
+        weight_transfer_config=None,
+    )
     try:
         WorkerWrapperBase(config, 0).init_worker(None)
     except ValueError as e:
@@ -262,12 +311,23 @@ def collision_refused():
 def main():
     collision_refused()
     with tempfile.TemporaryDirectory(prefix="wc-vllm-") as tmp:
-        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_PLUGINS="weightcast",
-                   WEIGHTCAST_STANDIN_MODEL="harness_model.build", WEIGHTCAST_STANDIN_HOOKS="harness_model",
-                   WEIGHTCAST_STANDIN_SEED=str(SEED), PYTHONDONTWRITEBYTECODE="1")
+        env = dict(
+            os.environ,
+            VLLM_SERVER_DEV_MODE="1",
+            VLLM_PLUGINS="weightcast",
+            WEIGHTCAST_STANDIN_MODEL="harness_model.build",
+            WEIGHTCAST_STANDIN_HOOKS="harness_model",
+            WEIGHTCAST_STANDIN_SEED=str(SEED),
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.join(HERE, "standin"), plugin_site(os.path.join(tmp, "site")), HERE,
-             env.get("PYTHONPATH", "")])
+            [
+                os.path.join(HERE, "standin"),
+                plugin_site(os.path.join(tmp, "site")),
+                HERE,
+                env.get("PYTHONPATH", ""),
+            ]
+        )
         backend = ["--weight-transfer-config", json.dumps({"backend": "weightcast"})]
         for way, flags in (("backend", backend), ("extension", ["--worker-extension-cls", EXTENSION])):
             engine = StandinVllm(tmp, env, *flags)
@@ -276,8 +336,11 @@ def main():
                     code = engine.exit_code()
                     out = engine.output()
                     assert code not in (None, 0), f"vLLM {VERSION} started with backend weightcast:\n{out}"
-                    for needle in ("needs vLLM >= 0.25", f"--worker-extension-cls {EXTENSION}",
-                                   "literal_error"):
+                    for needle in (
+                        "needs vLLM >= 0.25",
+                        f"--worker-extension-cls {EXTENSION}",
+                        "literal_error",
+                    ):
                         assert needle in out, f"'{needle}' not in vLLM {VERSION}'s start failure:\n{out}"
                     print(f"ok  backend: vLLM {VERSION} refuses it at start, naming vLLM >= 0.25")
                     continue

@@ -27,22 +27,46 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Version:
     name: str
-    free_backend: bool         # WeightTransferConfig.backend accepts any string
-    engine_lifecycle: bool     # start/finish_weight_update are the engine's (abstract) methods
-    new_constructor: bool      # (config, vllm_config, device, model), else (config, parallel_config)
+    free_backend: bool  # WeightTransferConfig.backend accepts any string
+    engine_lifecycle: bool  # start/finish_weight_update are the engine's (abstract) methods
+    new_constructor: bool  # (config, vllm_config, device, model), else (config, parallel_config)
     trainer_send_abstract: bool
-    draft_target: bool         # set/reset_weight_update_target, /start_draft_weight_update
-    weight_info: bool          # GET /weight_info, finish takes weight_version
-    layerwise: bool            # model_loader.reload.initialize/finalize_layerwise_reload
+    draft_target: bool  # set/reset_weight_update_target, /start_draft_weight_update
+    weight_info: bool  # GET /weight_info, finish takes weight_version
+    layerwise: bool  # model_loader.reload.initialize/finalize_layerwise_reload
 
 
 VERSIONS = {
-    "0.16.0": Version("0.16.0", free_backend=False, engine_lifecycle=False, new_constructor=False,
-                      trainer_send_abstract=True, draft_target=False, weight_info=False, layerwise=True),
-    "0.25.0": Version("0.25.0", free_backend=True, engine_lifecycle=True, new_constructor=True,
-                      trainer_send_abstract=True, draft_target=False, weight_info=False, layerwise=True),
-    "main": Version("main", free_backend=True, engine_lifecycle=True, new_constructor=True,
-                    trainer_send_abstract=False, draft_target=True, weight_info=True, layerwise=True),
+    "0.16.0": Version(
+        "0.16.0",
+        free_backend=False,
+        engine_lifecycle=False,
+        new_constructor=False,
+        trainer_send_abstract=True,
+        draft_target=False,
+        weight_info=False,
+        layerwise=True,
+    ),
+    "0.25.0": Version(
+        "0.25.0",
+        free_backend=True,
+        engine_lifecycle=True,
+        new_constructor=True,
+        trainer_send_abstract=True,
+        draft_target=False,
+        weight_info=False,
+        layerwise=True,
+    ),
+    "main": Version(
+        "main",
+        free_backend=True,
+        engine_lifecycle=True,
+        new_constructor=True,
+        trainer_send_abstract=False,
+        draft_target=True,
+        weight_info=True,
+        layerwise=True,
+    ),
 }
 
 _name = os.environ.get("WEIGHTCAST_STANDIN_VLLM", "main")

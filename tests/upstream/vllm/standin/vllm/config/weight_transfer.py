@@ -18,8 +18,12 @@ class WeightTransferConfig:
 
     def __post_init__(self):
         if not isinstance(self.backend, str):
-            raise ValueError(f"1 validation error for WeightTransferConfig\nbackend: Input should be a string "
-                             f"[input_value={self.backend!r}]")
+            raise ValueError(
+                f"1 validation error for WeightTransferConfig\nbackend: Input should be a string "
+                f"[input_value={self.backend!r}]"
+            )
         if not VERSION.free_backend and self.backend not in KNOWN:
-            raise ValueError("1 validation error for WeightTransferConfig\nbackend: Input should be 'nccl' or "
-                             f"'ipc' [type=literal_error, input_value={self.backend!r}]")
+            raise ValueError(
+                "1 validation error for WeightTransferConfig\nbackend: Input should be 'nccl' or "
+                f"'ipc' [type=literal_error, input_value={self.backend!r}]"
+            )

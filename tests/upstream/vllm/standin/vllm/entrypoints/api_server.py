@@ -43,26 +43,40 @@ class VllmConfig:
 
     def as_json(self):
         spec = self.speculative_config
-        return {"model_config": {"model": self.model_config.model},
-                "parallel_config": {"tensor_parallel_size": self.parallel_config.tensor_parallel_size,
-                                    "pipeline_parallel_size": 1,
-                                    "worker_extension_cls": self.parallel_config.worker_extension_cls},
-                "speculative_config": None if spec is None else {"method": spec.method},
-                "weight_transfer_config": None if self.weight_transfer_config is None
-                else {"backend": self.weight_transfer_config.backend}}
+        return {
+            "model_config": {"model": self.model_config.model},
+            "parallel_config": {
+                "tensor_parallel_size": self.parallel_config.tensor_parallel_size,
+                "pipeline_parallel_size": 1,
+                "worker_extension_cls": self.parallel_config.worker_extension_cls,
+            },
+            "speculative_config": None if spec is None else {"method": spec.method},
+            "weight_transfer_config": None
+            if self.weight_transfer_config is None
+            else {"backend": self.weight_transfer_config.backend},
+        }
 
 
 def engine_config(args):
     """EngineArgs.create_engine_config: plugins first (EngineArgs.__post_init__), then validation."""
     load_general_plugins()
-    wt = None if args.weight_transfer_config is None else WeightTransferConfig(**json.loads(args.weight_transfer_config))
+    wt = (
+        None
+        if args.weight_transfer_config is None
+        else WeightTransferConfig(**json.loads(args.weight_transfer_config))
+    )
     spec = None
     if args.speculative_config:
         s = json.loads(args.speculative_config)
-        spec = SimpleNamespace(method=s["method"], draft_model_config=SimpleNamespace(model=s.get("model", "draft")))
-    parallel = SimpleNamespace(tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=1,
-                               world_size=args.tensor_parallel_size,
-                               worker_extension_cls=args.worker_extension_cls or "")
+        spec = SimpleNamespace(
+            method=s["method"], draft_model_config=SimpleNamespace(model=s.get("model", "draft"))
+        )
+    parallel = SimpleNamespace(
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=1,
+        world_size=args.tensor_parallel_size,
+        worker_extension_cls=args.worker_extension_cls or "",
+    )
     return VllmConfig(SimpleNamespace(model=args.model), parallel, wt, spec)
 
 
@@ -71,9 +85,11 @@ def worker_main(config, rank, conn):
     dies with the front (PR_SET_PDEATHSIG), as vLLM's workers do when their engine goes."""
     import ctypes
     import signal
+
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     try:
         from ..v1.worker.worker_base import WorkerWrapperBase, resolve
+
         runner = resolve(os.environ["WEIGHTCAST_STANDIN_MODEL"])(config, rank)
         worker = WorkerWrapperBase(config, rank).init_worker(runner)
         conn.send(("ok", None))
@@ -87,7 +103,7 @@ def worker_main(config, rank, conn):
             return
         try:
             if method.startswith("standin:"):
-                fn = resolve(os.environ["WEIGHTCAST_STANDIN_HOOKS"] + "." + method[len("standin:"):])
+                fn = resolve(os.environ["WEIGHTCAST_STANDIN_HOOKS"] + "." + method[len("standin:") :])
                 result = fn(worker, *args, **kwargs)
             else:
                 result = getattr(worker, method)(*args, **kwargs)
@@ -171,8 +187,9 @@ def routes(engine):
 
     def rpc(body):
         method = need(body, "method")
-        results = engine.collective_rpc(method, body.get("args", []), body.get("kwargs", {}),
-                                        timeout=body.get("timeout"))
+        results = engine.collective_rpc(
+            method, body.get("args", []), body.get("kwargs", {}), timeout=body.get("timeout")
+        )
         return {"results": [r if r is None or isinstance(r, (dict, list)) else str(r) for r in results]}
 
     def update_version(body):
@@ -180,16 +197,22 @@ def routes(engine):
         return {"success": True, "new_version": engine.weight_version}
 
     def hook(body):
-        return {"results": engine.collective_rpc("standin:" + body["method"], body.get("args", []),
-                                                 ranks=body.get("ranks"))}
+        return {
+            "results": engine.collective_rpc(
+                "standin:" + body["method"], body.get("args", []), ranks=body.get("ranks")
+            )
+        }
 
     post = {
-        "/init_weight_transfer_engine": lambda b: (engine.collective_rpc(
-            "init_weight_transfer_engine", kwargs={"init_info": need(b, "init_info")}),
-            {"message": "Weight transfer initialized"})[1],
+        "/init_weight_transfer_engine": lambda b: (
+            engine.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": need(b, "init_info")}),
+            {"message": "Weight transfer initialized"},
+        )[1],
         "/start_weight_update": start,
-        "/update_weights": lambda b: (engine.collective_rpc(
-            "update_weights", kwargs={"update_info": need(b, "update_info")}), {"message": "Weights updated"})[1],
+        "/update_weights": lambda b: (
+            engine.collective_rpc("update_weights", kwargs={"update_info": need(b, "update_info")}),
+            {"message": "Weights updated"},
+        )[1],
         "/finish_weight_update": finish,
         "/pause": lambda b: (setattr(engine, "paused", True), {"status": "paused"})[1],
         "/resume": lambda b: (setattr(engine, "paused", False), {"status": "resumed"})[1],
@@ -203,8 +226,10 @@ def routes(engine):
         "/get_world_size": lambda: {"world_size": engine.config.parallel_config.tensor_parallel_size},
     }
     if VERSION.draft_target:
-        post["/start_draft_weight_update"] = lambda b: (engine.collective_rpc("start_draft_weight_update"),
-                                                        {"message": "Draft weight update started"})[1]
+        post["/start_draft_weight_update"] = lambda b: (
+            engine.collective_rpc("start_draft_weight_update"),
+            {"message": "Draft weight update started"},
+        )[1]
     if VERSION.weight_info:
         post["/update_weight_version"] = update_version
         get["/weight_info"] = lambda: {"weight_version": engine.weight_version}

@@ -36,6 +36,7 @@ class WeightTransferEngine(ABC):
 
 
 if VERSION.new_constructor:
+
     class _Constructed(WeightTransferEngine):
         def __init__(self, config, vllm_config, device, model):
             self.config = config
@@ -47,7 +48,9 @@ if VERSION.new_constructor:
             if VERSION.draft_target:
                 self._default_model_config = self.model_config
                 self._default_model = model
+
 else:
+
     class _Constructed(WeightTransferEngine):
         def __init__(self, config, parallel_config):
             self.config = config
@@ -55,6 +58,7 @@ else:
 
 
 if VERSION.engine_lifecycle:
+
     class _Lifecycle(_Constructed):
         @abstractmethod
         def start_weight_update(self):
@@ -71,7 +75,9 @@ if VERSION.engine_lifecycle:
         @abstractmethod
         def receive_weights(self, update_info):
             raise NotImplementedError
+
 else:
+
     class _Lifecycle(_Constructed):
         @abstractmethod
         def receive_weights(self, update_info, load_weights):
@@ -79,6 +85,7 @@ else:
 
 
 if VERSION.draft_target:
+
     class _Targeted(_Lifecycle):
         supports_draft_weight_update = True
         defers_processing = False
@@ -90,16 +97,20 @@ if VERSION.draft_target:
         def reset_weight_update_target(self):
             self.model = self._default_model
             self.model_config = self._default_model_config
+
 else:
     _Targeted = _Lifecycle
 
 
 if VERSION.trainer_send_abstract:
+
     class WeightTransferEngine(_Targeted):  # noqa: F811 (the public name, per version)
         @staticmethod
         @abstractmethod
         def trainer_send_weights(iterator, trainer_args):
             raise NotImplementedError
+
 else:
+
     class WeightTransferEngine(_Targeted):  # noqa: F811
         pass

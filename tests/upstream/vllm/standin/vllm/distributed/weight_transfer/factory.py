@@ -26,8 +26,10 @@ class WeightTransferEngineFactory:
     @classmethod
     def create_engine(cls, config, vllm_config, device=None, model=None):
         if config.backend not in cls._registry:
-            raise ValueError(f"Invalid weight transfer backend: {config.backend}. "
-                             f"Available engines: {sorted(cls._registry)}")
+            raise ValueError(
+                f"Invalid weight transfer backend: {config.backend}. "
+                f"Available engines: {sorted(cls._registry)}"
+            )
         engine_cls = cls._registry[config.backend]()
         if VERSION.new_constructor:
             return engine_cls(config, vllm_config, device, model)
@@ -35,6 +37,8 @@ class WeightTransferEngineFactory:
 
 
 WeightTransferEngineFactory.register_engine(
-    "nccl", "vllm.distributed.weight_transfer.nccl_engine", "NCCLWeightTransferEngine")
+    "nccl", "vllm.distributed.weight_transfer.nccl_engine", "NCCLWeightTransferEngine"
+)
 WeightTransferEngineFactory.register_engine(
-    "ipc", "vllm.distributed.weight_transfer.ipc_engine", "IPCWeightTransferEngine")
+    "ipc", "vllm.distributed.weight_transfer.ipc_engine", "IPCWeightTransferEngine"
+)

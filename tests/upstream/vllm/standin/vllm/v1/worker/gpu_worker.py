@@ -36,12 +36,15 @@ class Worker:
         distributed._tp_rank = rank
         if vllm_config.weight_transfer_config is not None:
             self.weight_transfer_engine = WeightTransferEngineFactory.create_engine(
-                vllm_config.weight_transfer_config, vllm_config, self.device, model_runner.model)
+                vllm_config.weight_transfer_config, vllm_config, self.device, model_runner.model
+            )
 
     def _check_weight_transfer_engine(self):
         if self.weight_transfer_engine is None:
-            raise RuntimeError("Weight transfer not configured. "
-                               "Please set weight_transfer_config to enable weight transfer.")
+            raise RuntimeError(
+                "Weight transfer not configured. "
+                "Please set weight_transfer_config to enable weight transfer."
+            )
 
     def init_weight_transfer_engine(self, init_info):
         self._check_weight_transfer_engine()
@@ -50,14 +53,18 @@ class Worker:
 
     def _refuse_active(self):
         if self._weight_update_active:
-            raise RuntimeError("start_weight_update called while a weight update is already "
-                               "active. Call finish_weight_update first.")
+            raise RuntimeError(
+                "start_weight_update called while a weight update is already "
+                "active. Call finish_weight_update first."
+            )
 
     if VERSION.engine_lifecycle:
+
         def start_weight_update(self, is_checkpoint_format=True):
             self._start_weight_update()
 
         if VERSION.draft_target:
+
             def start_draft_weight_update(self):
                 self._start_weight_update(is_draft=True)
 
@@ -105,12 +112,15 @@ class Worker:
             if VERSION.draft_target:
                 self.weight_transfer_engine.reset_weight_update_target()
             self._weight_update_active = False
+
     else:
+
         def start_weight_update(self, is_checkpoint_format=True):
             self._check_weight_transfer_engine()
             self._refuse_active()
             if is_checkpoint_format:
                 from ...model_executor.model_loader.reload import initialize_layerwise_reload
+
                 initialize_layerwise_reload(self.model_runner.model)
             self._is_checkpoint_format = is_checkpoint_format
             self._weight_update_active = True
@@ -122,7 +132,8 @@ class Worker:
             typed = self.weight_transfer_engine.parse_update_info(update_info)
             try:
                 self.weight_transfer_engine.receive_weights(
-                    typed, load_weights=self.model_runner.model.load_weights)
+                    typed, load_weights=self.model_runner.model.load_weights
+                )
             except BaseException:
                 self._weight_update_active = False
                 raise
@@ -133,5 +144,6 @@ class Worker:
                 raise RuntimeError("finish_weight_update called without a matching start_weight_update.")
             if self._is_checkpoint_format:
                 from ...model_executor.model_loader.reload import finalize_layerwise_reload
+
                 finalize_layerwise_reload(self.model_runner.model, self.vllm_config.model_config)
             self._weight_update_active = False

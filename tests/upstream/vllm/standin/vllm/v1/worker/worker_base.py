@@ -31,8 +31,10 @@ class WorkerWrapperBase:
                 if attr.startswith("__"):
                     continue
                 if hasattr(worker_class, attr):
-                    raise ValueError(f"Worker class {worker_class} already has an attribute {attr}, which "
-                                     f"conflicts with the worker extension class {extension}.")
+                    raise ValueError(
+                        f"Worker class {worker_class} already has an attribute {attr}, which "
+                        f"conflicts with the worker extension class {extension}."
+                    )
             worker_class = type(worker_class.__name__, (worker_class, extension), {})
         self.worker = worker_class(self.vllm_config, self.rank, model_runner)
         return self.worker
