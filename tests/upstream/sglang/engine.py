@@ -47,10 +47,7 @@ def _initial(model, runner, seed):
 
 
 def _models(rank, tp, seed):
-    try:
-        from weightcast.reference.torch_model import DraftModel, Parallel, TargetModel, model_spec
-    except ImportError:
-        from weightcast.torch_model import DraftModel, Parallel, TargetModel, model_spec
+    from weightcast.reference.model import DraftModel, Parallel, TargetModel, model_spec
     spec = model_spec("tiny")
     target, draft = TargetModel(spec, Parallel(rank, tp)), DraftModel(spec)
     target.load_weights(iter(_initial("tiny", "target", seed)))

@@ -6,10 +6,7 @@ what the engine's ranks report (GET /stand_in/state)."""
 
 import torch
 
-try:
-    from weightcast.reference.torch_model import DraftModel, Parallel, TargetModel, model_spec
-except ImportError:
-    from weightcast.torch_model import DraftModel, Parallel, TargetModel, model_spec
+from weightcast.reference.model import DraftModel, Parallel, TargetModel, model_spec
 from weightcast import _weightcast
 
 

@@ -15,10 +15,7 @@ import torch
 
 from weightcast import _weightcast
 
-try:  # the reference engine's model, as weightcast.reference lays it out
-    from weightcast.reference.model import DraftModel, Parallel, TargetModel, model_spec
-except ImportError:
-    from weightcast.torch_model import DraftModel, Parallel, TargetModel, model_spec
+from weightcast.reference.model import DraftModel, Parallel, TargetModel, model_spec
 
 PRESET = "tiny"
 
