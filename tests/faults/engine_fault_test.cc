@@ -73,138 +73,180 @@ void expect_within(Fault fault, double ms, Millis deadline, const std::string& w
   }
 }
 
-class EngineFault : public ::testing::TestWithParam<Param> {};
+// What the survivors saw of the fault, timed from the signal.
+struct FaultOutcome {
+  sync::trainer::UpdateReport report;
+  double trainer_ms = 0;
+  double survivor_ms = 0;
+  std::string reason;  // the survivor's abort_reason
+};
 
-TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdateRestoresAll) {
-  const Param p = GetParam();
-  const std::size_t survivor = 1 - p.victim;
-  const std::string fault_name = p.fault == Fault::kKill ? "SIGKILL" : "SIGSTOP";
-  std::vector<EngineConfig> configs(2);
-  configs[1].ranks = 2;
-  TrainerConfig tc;
-  tc.bucket_delay = 80ms;
-  if (p.fault == Fault::kKill) {
-    // "Without waiting for a deadline" is told apart from waiting for it, under load, only against
-    // a long deadline; a passing run does not wait for it.
-    for (auto& c : configs) c.comm_timeout = testing::kFastFailureDeadline;
-    tc.data_timeout = testing::kFastFailureDeadline;
+class EngineFault : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    p_ = GetParam();
+    survivor_ = 1 - p_.victim;
+    configs_[1].ranks = 2;
+    tc_.bucket_delay = 80ms;
+    if (p_.fault == Fault::kKill) {
+      // "Without waiting for a deadline" is told apart from waiting for it, under load, only
+      // against a long deadline; a passing run does not wait for it.
+      for (auto& c : configs_) c.comm_timeout = testing::kFastFailureDeadline;
+      tc_.data_timeout = testing::kFastFailureDeadline;
+    }
+    for (const auto& c : configs_) engines_.push_back(std::make_unique<EnginePeer>(c));
   }
-  std::vector<std::unique_ptr<EnginePeer>> engines;
-  for (const auto& c : configs) engines.push_back(std::make_unique<EnginePeer>(c));
-  auto urls = [&] { return std::vector<std::string>{engines[0]->url(), engines[1]->url()}; };
-  const Millis engine_deadline = configs[survivor].comm_timeout;
 
-  auto updater = make_updater(urls(), tc);
-  const auto first = updater->update(views_at(1));
-  ASSERT_TRUE(first.ok) << sync::trainer::summary(first);
-  for (const auto& e : engines) expect_engine_at(e->url(), 1, "after the first update");
+  std::vector<std::string> urls() const { return {engines_[0]->url(), engines_[1]->url()}; }
+  Millis engine_deadline() const { return configs_[survivor_].comm_timeout; }
+  std::string victim_name() const { return p_.victim == 0 ? "chain_middle" : "chain_end"; }
 
-  EnginePeer& victim = *engines[p.victim];
-  const std::string victim_url = victim.url();
-  const std::string survivor_url = engines[survivor]->url();
-  const auto before = http_get(victim_url, "/server_info");
-  ASSERT_EQ(before.status, 200);
-  const std::uint64_t base = buckets_received(before.body, kGroup);
+  // Starts version 2, signals the victim at its fourth bucket, and waits for the trainer and the
+  // survivor to fail.
+  void interrupt_update(FaultOutcome& out) {
+    EnginePeer& victim = *engines_[p_.victim];
+    const std::string survivor_url = engines_[survivor_]->url();
+    const auto before = http_get(victim.url(), "/server_info");
+    ASSERT_EQ(before.status, 200);
+    const std::uint64_t base = buckets_received(before.body, kGroup);
 
-  auto pending = std::async(std::launch::async, [&] { return updater->update(views_at(2)); });
-  ASSERT_TRUE(wait_engine(
-      victim_url, [&](const nlohmann::json& j) { return buckets_received(j, kGroup) >= base + 3; },
-      20s))
-      << "the update never reached its fourth bucket";
-  const auto t0 = Clock::now();
-  victim.signal(p.fault == Fault::kKill ? SIGKILL : SIGSTOP);
+    auto pending = std::async(std::launch::async, [&] { return updater_->update(views_at(2)); });
+    ASSERT_TRUE(wait_engine(
+        victim.url(),
+        [&](const nlohmann::json& j) { return buckets_received(j, kGroup) >= base + 3; }, 20s))
+        << "the update never reached its fourth bucket";
+    const auto t0 = Clock::now();
+    victim.signal(p_.fault == Fault::kKill ? SIGKILL : SIGSTOP);
 
-  auto survivor_failed = watch_engine(
-      survivor_url,
-      [](const nlohmann::json& j) {
-        return !j.value("in_session", true) || group_of(j).value("aborted", false);
-      },
-      4 * engine_deadline);
-  ASSERT_EQ(pending.wait_for(4 * tc.data_timeout), std::future_status::ready)
-      << "the trainer did not return within 4x its deadline";
-  const auto report = pending.get();
-  const double trainer_ms = ms_between(t0, Clock::now());
-  const auto survivor_at = survivor_failed.get();
-  ASSERT_TRUE(survivor_at.has_value()) << "the surviving engine never left the session";
-  const double survivor_ms = ms_between(t0, *survivor_at);
-  const auto survivor_info = http_get(survivor_url, "/server_info");
-  const std::string reason = group_of(survivor_info.body).value("abort_reason", "");
+    auto survivor_failed = watch_engine(
+        survivor_url,
+        [](const nlohmann::json& j) {
+          return !j.value("in_session", true) || group_of(j).value("aborted", false);
+        },
+        4 * engine_deadline());
+    ASSERT_EQ(pending.wait_for(4 * tc_.data_timeout), std::future_status::ready)
+        << "the trainer did not return within 4x its deadline";
+    out.report = pending.get();
+    out.trainer_ms = ms_between(t0, Clock::now());
+    const auto survivor_at = survivor_failed.get();
+    ASSERT_TRUE(survivor_at.has_value()) << "the surviving engine never left the session";
+    out.survivor_ms = ms_between(t0, *survivor_at);
+    out.reason = group_of(http_get(survivor_url, "/server_info").body).value("abort_reason", "");
+  }
 
   // The trainer: a failed report naming the victim, typed by how the victim's calls failed.
-  EXPECT_FALSE(report.ok);
-  EXPECT_EQ(report.failed_engine, victim_url) << report_text(report);
-  bool victim_unreachable = false;
-  bool victim_timed_out = false;
-  for (const auto& f : report.failures) {
-    if (f.engine != victim_url) continue;
-    victim_unreachable = victim_unreachable || f.unreachable;
-    victim_timed_out = victim_timed_out || f.timed_out;
+  void check_trainer(const FaultOutcome& out) const {
+    const std::string victim_url = engines_[p_.victim]->url();
+    const auto& report = out.report;
+    EXPECT_FALSE(report.ok);
+    EXPECT_EQ(report.failed_engine, victim_url) << report_text(report);
+    bool victim_unreachable = false;
+    bool victim_timed_out = false;
+    for (const auto& f : report.failures) {
+      if (f.engine != victim_url) continue;
+      victim_unreachable = victim_unreachable || f.unreachable;
+      victim_timed_out = victim_timed_out || f.timed_out;
+    }
+    if (p_.fault == Fault::kKill) {
+      EXPECT_TRUE(victim_unreachable) << report_text(report);
+    } else {
+      EXPECT_TRUE(victim_timed_out) << report_text(report);
+    }
+    expect_within(p_.fault, out.trainer_ms, tc_.data_timeout, "trainer");
   }
-  if (p.fault == Fault::kKill) {
-    EXPECT_TRUE(victim_unreachable) << report_text(report);
-  } else {
-    EXPECT_TRUE(victim_timed_out) << report_text(report);
+
+  // The survivor: its own data-plane error (or, after a crash, the trainer's abort); it kept
+  // version 1, bit for bit, and serves again (the trainer resumed it).
+  void check_survivor(const FaultOutcome& out) const {
+    const std::string type = failure_type(out.reason);
+    if (p_.fault == Fault::kStop) {
+      EXPECT_EQ(type, "timeout") << out.reason;
+    } else {
+      EXPECT_NE(type, "timeout") << out.reason;
+    }
+    expect_within(p_.fault, out.survivor_ms, engine_deadline(), "surviving engine");
+    const double trainer_deadline = static_cast<double>(tc_.data_timeout.count());
+    const double engine_deadline_ms = static_cast<double>(engine_deadline().count());
+    std::ostringstream fig;
+    fig.precision(3);
+    fig << "case=" << (p_.fault == Fault::kKill ? 1 : 2)
+        << " fault=" << (p_.fault == Fault::kKill ? "SIGKILL" : "SIGSTOP")
+        << " victim=" << victim_name() << " trainer_error_ms=" << out.trainer_ms
+        << " trainer_deadline_ms=" << tc_.data_timeout.count()
+        << " trainer_ratio=" << out.trainer_ms / trainer_deadline
+        << " engine_error_ms=" << out.survivor_ms
+        << " engine_deadline_ms=" << engine_deadline().count()
+        << " engine_ratio=" << out.survivor_ms / engine_deadline_ms << " engine_error=" << type;
+    figure(fig.str());
+
+    const std::string survivor_url = engines_[survivor_]->url();
+    expect_engine_at(survivor_url, 1, "survivor");
+    const EngineState s = engine_state(survivor_url);
+    EXPECT_FALSE(s.in_session);
+    EXPECT_FALSE(s.paused);
   }
-  expect_within(p.fault, trainer_ms, tc.data_timeout, "trainer");
 
-  // The survivor: its own data-plane error (or, after a crash, the trainer's abort).
-  const std::string type = failure_type(reason);
-  if (p.fault == Fault::kStop) {
-    EXPECT_EQ(type, "timeout") << reason;
-  } else {
-    EXPECT_NE(type, "timeout") << reason;
-  }
-  expect_within(p.fault, survivor_ms, engine_deadline, "surviving engine");
-  std::ostringstream fig;
-  fig.precision(3);
-  fig << "case=" << (p.fault == Fault::kKill ? 1 : 2) << " fault=" << fault_name
-      << " victim=" << (p.victim == 0 ? "chain_middle" : "chain_end")
-      << " trainer_error_ms=" << trainer_ms << " trainer_deadline_ms=" << tc.data_timeout.count()
-      << " trainer_ratio=" << trainer_ms / static_cast<double>(tc.data_timeout.count())
-      << " engine_error_ms=" << survivor_ms << " engine_deadline_ms=" << engine_deadline.count()
-      << " engine_ratio=" << survivor_ms / static_cast<double>(engine_deadline.count())
-      << " engine_error=" << type;
-  figure(fig.str());
-
-  // The survivor kept version 1, bit for bit, and serves again (the trainer resumed it).
-  expect_engine_at(survivor_url, 1, "survivor");
-  const EngineState s = engine_state(survivor_url);
-  EXPECT_FALSE(s.in_session);
-  EXPECT_FALSE(s.paused);
-
-  if (p.fault == Fault::kStop) {
-    // Alive again: the session must be gone, its staging dropped, generation not left paused.
+  // A stopped victim, alive again: the session must be gone, its staging dropped, generation not
+  // left paused; the same updater recovers (it sees its group broken and forms a new one).
+  void recover_stopped() {
+    EnginePeer& victim = *engines_[p_.victim];
     const auto t_cont = Clock::now();
     victim.signal(SIGCONT);
     const Millis bound = 2 * victim.config().session_timeout;
     const bool clean = wait_engine(
-        victim_url,
+        victim.url(),
         [](const nlohmann::json& j) {
           return !j.value("in_session", true) && !j.value("paused", true);
         },
         bound);
     const double clean_ms = ms_between(t_cont, Clock::now());
     EXPECT_TRUE(clean) << "after SIGCONT the engine stayed in its session or paused for "
-                       << bound.count() << " ms: " << http_get(victim_url, "/health").body.dump();
-    figure(
-        "case=2 fault=SIGCONT victim=" + std::string(p.victim == 0 ? "chain_middle" : "chain_end") +
-        " clean_state_ms=" + std::to_string(static_cast<long>(clean_ms)) +
-        " bound_ms=" + std::to_string(bound.count()));
-    expect_engine_at(victim_url, 1, "resumed victim");
-    // The same updater recovers: it sees its group broken and forms a new one.
-    const auto again = updater->update(views_at(2));
+                       << bound.count() << " ms: " << http_get(victim.url(), "/health").body.dump();
+    figure("case=2 fault=SIGCONT victim=" + victim_name() +
+           " clean_state_ms=" + std::to_string(static_cast<long>(clean_ms)) +
+           " bound_ms=" + std::to_string(bound.count()));
+    expect_engine_at(victim.url(), 1, "resumed victim");
+    const auto again = updater_->update(views_at(2));
     ASSERT_TRUE(again.ok) << sync::trainer::summary(again);
-  } else {
-    // A crashed engine comes back as a new process (a new port); a new updater includes it.
-    updater.reset();
-    engines[p.victim] = std::make_unique<EnginePeer>(configs[p.victim]);
-    expect_engine_at(engines[p.victim]->url(), 0, "restarted engine");
-    auto fresh = make_updater(urls(), tc);
+  }
+
+  // A crashed engine comes back as a new process (a new port); a new updater includes it.
+  void recover_killed() {
+    updater_.reset();
+    engines_[p_.victim] = std::make_unique<EnginePeer>(configs_[p_.victim]);
+    expect_engine_at(engines_[p_.victim]->url(), 0, "restarted engine");
+    auto fresh = make_updater(urls(), tc_);
     const auto again = fresh->update(views_at(2));
     ASSERT_TRUE(again.ok) << sync::trainer::summary(again);
     EXPECT_EQ(again.version, "2");
   }
-  for (const auto& e : engines) expect_engine_at(e->url(), 2, "after the recovery update");
+
+  Param p_{};
+  std::size_t survivor_ = 0;
+  std::vector<EngineConfig> configs_ = std::vector<EngineConfig>(2);
+  TrainerConfig tc_;
+  std::vector<std::unique_ptr<EnginePeer>> engines_;
+  std::unique_ptr<sync::trainer::DistributedUpdater> updater_;
+};
+
+TEST_P(EngineFault, SurvivorsFailTypedInBoundedTimeKeepTheirWeightsAndANewUpdateRestoresAll) {
+  updater_ = make_updater(urls(), tc_);
+  const auto first = updater_->update(views_at(1));
+  ASSERT_TRUE(first.ok) << sync::trainer::summary(first);
+  for (const auto& e : engines_) expect_engine_at(e->url(), 1, "after the first update");
+
+  FaultOutcome out;
+  interrupt_update(out);
+  if (HasFatalFailure()) return;
+  check_trainer(out);
+  check_survivor(out);
+  if (p_.fault == Fault::kStop) {
+    recover_stopped();
+  } else {
+    recover_killed();
+  }
+  if (HasFatalFailure()) return;
+  for (const auto& e : engines_) expect_engine_at(e->url(), 2, "after the recovery update");
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, EngineFault,
