@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -79,6 +80,108 @@ std::optional<std::uint64_t> read_version(const std::string& url, Violations& v,
   return version;
 }
 
+// What the readers saw, shared by their threads.
+struct ReaderTallies {
+  Violations violations;
+  std::atomic<long> checksum_polls{0}, info_polls{0}, in_session_seen{0}, cross_checks{0};
+  std::mutex seen_mu;
+  std::set<std::uint64_t> versions_seen;
+};
+
+// Per-engine readers: the digest must match the version, and the version only grows (on
+// /weights_checksum and on /server_info).
+void start_engine_readers(Readers& readers, const std::string& url, ReaderTallies& t) {
+  const std::atomic<bool>& stop = readers.stop;
+  readers.threads.emplace_back([&stop, &t, url] {
+    std::uint64_t last = 0;
+    while (!stop) {
+      const auto v = read_version(url, t.violations, t.checksum_polls);
+      if (!v) continue;
+      if (*v < last) t.violations.add(url + ": version went back from " + std::to_string(last));
+      last = std::max(last, *v);
+      std::lock_guard lock(t.seen_mu);
+      t.versions_seen.insert(*v);
+    }
+  });
+  readers.threads.emplace_back([&stop, &t, url] {
+    std::uint64_t last = 0;
+    while (!stop) {
+      const auto a = http_get(url, "/server_info");
+      if (a.status != 200) continue;
+      t.info_polls += 1;
+      if (a.body.value("in_session", false)) t.in_session_seen += 1;
+      const auto v = version_number(a.body.value("weight_version", ""));
+      if (!v || *v > kCommits || *v < last) {
+        t.violations.add(url + ": /server_info weight_version " + a.body.dump().substr(0, 200));
+        continue;
+      }
+      last = *v;
+    }
+  });
+}
+
+// Cross-engine reader: A, then B, then A again. B may lag A's first read by one version and
+// lead A's second read by one, never more: an update starts only after the previous one
+// committed on every engine.
+void start_cross_reader(Readers& readers, const std::vector<std::string>& urls, ReaderTallies& t) {
+  const std::atomic<bool>& stop = readers.stop;
+  readers.threads.emplace_back([&stop, &t, urls] {
+    while (!stop) {
+      const auto a1 = read_version(urls[0], t.violations, t.checksum_polls);
+      const auto b = read_version(urls[1], t.violations, t.checksum_polls);
+      const auto a2 = read_version(urls[0], t.violations, t.checksum_polls);
+      if (!a1 || !b || !a2) continue;
+      t.cross_checks += 1;
+      if (*b + 1 < *a1 || *b > *a2 + 1) {
+        t.violations.add("engine versions apart by more than one update: A " + std::to_string(*a1) +
+                         ", B " + std::to_string(*b) + ", A " + std::to_string(*a2));
+      }
+    }
+  });
+}
+
+// The trainer's loop: kCommits versions, every fourth attempt failed on engine B (its commit
+// phase, or every eighth its fourth bucket) while carrying other bytes than the version's.
+struct UpdateLoop {
+  std::uint64_t committed = 0;
+  int attempts = 0, failed = 0;
+  double seconds = 0;
+
+  void run(const std::vector<std::string>& urls) {
+    const auto options = updater_options(TrainerConfig{});
+    auto [faulty, apis] = faulty_clients(urls, options);
+    std::atomic<int> arm{0};  // 0: none, 1: commit, 2: data phase
+    std::atomic<int> bucket_calls{0};
+    faulty[1]->before = [&arm, &bucket_calls, url = urls[1]](const std::string& route) {
+      if (arm == 1 && route == "POST /update_weight_version") {
+        throw comm::PeerError(url, "injected: trainer lost engine B before commit");
+      }
+      if (arm == 2 && route == "POST /update_weights_from_distributed" && ++bucket_calls == 4) {
+        throw comm::PeerError(url, "injected: trainer lost engine B mid-data");
+      }
+    };
+    sync::trainer::DistributedUpdater updater(std::move(apis), options);
+    const auto start = Clock::now();
+    while (committed < kCommits && attempts < 3 * static_cast<int>(kCommits)) {
+      ++attempts;
+      const bool inject = attempts % 4 == 0;
+      arm = inject ? (attempts % 8 == 0 ? 2 : 1) : 0;
+      bucket_calls = 0;
+      const auto report =
+          updater.update(views_at(inject ? kWrongStep + committed + 1 : committed + 1));
+      if (inject) {
+        EXPECT_FALSE(report.ok) << "attempt " << attempts << " should have failed";
+        ++failed;
+        continue;
+      }
+      ASSERT_TRUE(report.ok) << report_text(report);
+      EXPECT_EQ(report.version, std::to_string(committed + 1));
+      ++committed;
+    }
+    seconds = ms_between(start, Clock::now()) / 1000;
+  }
+};
+
 TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead) {
   std::vector<std::unique_ptr<EnginePeer>> engines;
   engines.push_back(std::make_unique<EnginePeer>(EngineConfig{}));
@@ -86,109 +189,31 @@ TEST(VersionAtomicity, ReadersNeverSeeAVersionWithoutItsDigestsNorAnEngineAhead)
   const std::vector<std::string> urls = {engines[0]->url(), engines[1]->url()};
   for (std::uint64_t v = 0; v <= kCommits; ++v) target_digest_at(v);  // precomputed
 
-  Violations violations;
-  std::atomic<long> checksum_polls{0}, info_polls{0}, in_session_seen{0}, cross_checks{0};
-  std::mutex seen_mu;
-  std::set<std::uint64_t> versions_seen;
+  ReaderTallies t;
   Readers readers;
-  const std::atomic<bool>& stop = readers.stop;
-  // Per-engine readers: the digest must match the version, and the version only grows.
-  for (const auto& url : urls) {
-    readers.threads.emplace_back([&, url] {
-      std::uint64_t last = 0;
-      while (!stop) {
-        const auto v = read_version(url, violations, checksum_polls);
-        if (!v) continue;
-        if (*v < last) violations.add(url + ": version went back from " + std::to_string(last));
-        last = std::max(last, *v);
-        std::lock_guard lock(seen_mu);
-        versions_seen.insert(*v);
-      }
-    });
-    readers.threads.emplace_back([&, url] {
-      std::uint64_t last = 0;
-      while (!stop) {
-        const auto a = http_get(url, "/server_info");
-        if (a.status != 200) continue;
-        info_polls += 1;
-        if (a.body.value("in_session", false)) in_session_seen += 1;
-        const auto v = version_number(a.body.value("weight_version", ""));
-        if (!v || *v > kCommits || *v < last) {
-          violations.add(url + ": /server_info weight_version " + a.body.dump().substr(0, 200));
-          continue;
-        }
-        last = *v;
-      }
-    });
-  }
-  // Cross-engine reader: A, then B, then A again. B may lag A's first read by one version and
-  // lead A's second read by one, never more: an update starts only after the previous one
-  // committed on every engine.
-  readers.threads.emplace_back([&] {
-    while (!stop) {
-      const auto a1 = read_version(urls[0], violations, checksum_polls);
-      const auto b = read_version(urls[1], violations, checksum_polls);
-      const auto a2 = read_version(urls[0], violations, checksum_polls);
-      if (!a1 || !b || !a2) continue;
-      cross_checks += 1;
-      if (*b + 1 < *a1 || *b > *a2 + 1) {
-        violations.add("engine versions apart by more than one update: A " + std::to_string(*a1) +
-                       ", B " + std::to_string(*b) + ", A " + std::to_string(*a2));
-      }
-    }
-  });
+  for (const auto& url : urls) start_engine_readers(readers, url, t);
+  start_cross_reader(readers, urls, t);
 
-  const auto options = updater_options(TrainerConfig{});
-  auto [faulty, apis] = faulty_clients(urls, options);
-  // Engine B's faults, armed per attempt: fail the commit phase, or its fourth bucket.
-  std::atomic<int> arm{0};  // 0: none, 1: commit, 2: data phase
-  std::atomic<int> bucket_calls{0};
-  faulty[1]->before = [&](const std::string& route) {
-    if (arm == 1 && route == "POST /update_weight_version") {
-      throw comm::PeerError(urls[1], "injected: trainer lost engine B before commit");
-    }
-    if (arm == 2 && route == "POST /update_weights_from_distributed" && ++bucket_calls == 4) {
-      throw comm::PeerError(urls[1], "injected: trainer lost engine B mid-data");
-    }
-  };
-  sync::trainer::DistributedUpdater updater(std::move(apis), options);
-
-  std::uint64_t committed = 0;
-  int attempts = 0, failed = 0;
-  const auto start = Clock::now();
-  while (committed < kCommits && attempts < 3 * static_cast<int>(kCommits)) {
-    ++attempts;
-    const bool inject = attempts % 4 == 0;
-    arm = inject ? (attempts % 8 == 0 ? 2 : 1) : 0;
-    bucket_calls = 0;
-    const auto report =
-        updater.update(views_at(inject ? kWrongStep + committed + 1 : committed + 1));
-    if (inject) {
-      EXPECT_FALSE(report.ok) << "attempt " << attempts << " should have failed";
-      ++failed;
-      continue;
-    }
-    ASSERT_TRUE(report.ok) << report_text(report);
-    EXPECT_EQ(report.version, std::to_string(committed + 1));
-    ++committed;
-  }
-  const double seconds = ms_between(start, Clock::now()) / 1000;
+  UpdateLoop loop;
+  loop.run(urls);
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(50ms);
   readers.join();
 
-  for (const auto& v : violations.list) ADD_FAILURE() << v;
-  EXPECT_EQ(committed, kCommits);
+  for (const auto& v : t.violations.list) ADD_FAILURE() << v;
+  EXPECT_EQ(loop.committed, kCommits);
   for (const auto& url : urls) expect_engine_at(url, kCommits, "after the loop");
   // Not vacuous: the readers ran during sessions and saw the versions move.
-  EXPECT_GT(in_session_seen.load(), 0) << "no reader ever overlapped an update";
-  EXPECT_GE(versions_seen.size(), kCommits / 2) << "readers saw too few versions";
-  EXPECT_GT(cross_checks.load(), 10);
+  EXPECT_GT(t.in_session_seen.load(), 0) << "no reader ever overlapped an update";
+  EXPECT_GE(t.versions_seen.size(), kCommits / 2) << "readers saw too few versions";
+  EXPECT_GT(t.cross_checks.load(), 10);
   std::ostringstream fig;
-  fig << "case=6 commits=" << committed << " failed_attempts=" << failed << " seconds=" << seconds
-      << " checksum_polls=" << checksum_polls.load() << " server_info_polls=" << info_polls.load()
-      << " polls_in_session=" << in_session_seen.load()
-      << " cross_engine_checks=" << cross_checks.load() << " versions_seen=" << versions_seen.size()
-      << " violations=" << violations.count.load();
+  fig << "case=6 commits=" << loop.committed << " failed_attempts=" << loop.failed
+      << " seconds=" << loop.seconds << " checksum_polls=" << t.checksum_polls.load()
+      << " server_info_polls=" << t.info_polls.load()
+      << " polls_in_session=" << t.in_session_seen.load()
+      << " cross_engine_checks=" << t.cross_checks.load()
+      << " versions_seen=" << t.versions_seen.size() << " violations=" << t.violations.count.load();
   figure(fig.str());
 }
 

@@ -110,6 +110,74 @@ bool is(const Kind& a, const Kind& b) {
   return std::string(a.name) == b.name;
 }
 
+// Rewrites the first engine's init for the kinds that fault it there.
+void arm_init_fault(const Kind& kind, FaultyEngine& engine, RefusingPort& refusing) {
+  if (is(kind, kWrongWorldSize)) {
+    engine.rewrite_init = [](sync::InitWeightsUpdateGroupRequest& r) { r.world_size += 1; };
+  } else if (is(kind, kUnreachableStore)) {
+    engine.rewrite_init = [&refusing](sync::InitWeightsUpdateGroupRequest& r) {
+      r.master_port = refusing.port();
+    };
+  }
+}
+
+// Forms stage 0's group and returns the type of error the trainer got ("none": it formed).
+std::string group_error_type(sync::trainer::DistributedUpdater& updater) {
+  try {
+    updater.ensure_group(0);
+  } catch (const sync::trainer::EngineCallError&) {
+    return "EngineCallError";  // a PeerError naming the engine
+  } catch (const comm::TimeoutError&) {
+    return "TimeoutError";
+  } catch (const comm::PeerError&) {
+    return "PeerError";
+  }
+  return "none";
+}
+
+// How the trainer failed and against which deadline.
+struct TrainerFailure {
+  std::string type;
+  double ms = 0;
+  Millis deadline{0};
+};
+
+// The case's figure line: who failed how, when, and when the ports were released.
+std::string figure_line(const Kind& kind, const TrainerFailure& trainer, const CallRecord& init,
+                        double engine_ms, Millis engine_deadline, long engine_release_ms,
+                        long missing_release_ms) {
+  std::ostringstream fig;
+  fig.precision(3);
+  fig << "case=4 kind=" << kind.name << " trainer_error=" << trainer.type
+      << " trainer_error_ms=" << static_cast<long>(trainer.ms)
+      << " trainer_deadline_ms=" << trainer.deadline.count()
+      << " trainer_ratio=" << trainer.ms / static_cast<double>(trainer.deadline.count())
+      << " engine_error=\"" << init.error_type
+      << "\" engine_error_ms=" << static_cast<long>(engine_ms)
+      << " engine_deadline_ms=" << engine_deadline.count()
+      << " engine_ratio=" << engine_ms / static_cast<double>(engine_deadline.count())
+      << " engine_ports_released_ms=" << engine_release_ms;
+  if (is(kind, kRankMissing)) fig << " stopped_engine_released_ms=" << missing_release_ms;
+  return fig.str();
+}
+
+// Nothing stuck: a correct group and update go through (for the mismatch, a trainer that cuts
+// the engine's chunk size).
+void expect_recovery(const Kind& kind, const std::vector<std::string>& urls,
+                     sync::trainer::UpdaterOptions options) {
+  if (is(kind, kChunkSizeMismatch)) {
+    options.communicator_factory = [](std::string_view backend, const comm::CommOptions& o) {
+      comm::CommOptions same = o;
+      same.chunk_bytes = 64 << 10;
+      return comm::create_communicator(backend, same);
+    };
+  }
+  sync::trainer::DistributedUpdater healthy(urls, options);
+  const auto report = healthy.update(views_at(1));
+  ASSERT_TRUE(report.ok) << report_text(report);
+  for (const auto& url : urls) expect_engine_at(url, 1, "after the failed rendezvous");
+}
+
 class RendezvousFault : public ::testing::TestWithParam<Kind> {};
 
 TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngineRecovers) {
@@ -137,28 +205,13 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
   auto options = updater_options(tc);
   RefusingPort refusing;
   auto [faulty, apis] = faulty_clients(urls, options);
-  if (is(kind, kWrongWorldSize)) {
-    faulty[0]->rewrite_init = [](sync::InitWeightsUpdateGroupRequest& r) { r.world_size += 1; };
-  } else if (is(kind, kUnreachableStore)) {
-    faulty[0]->rewrite_init = [&](sync::InitWeightsUpdateGroupRequest& r) {
-      r.master_port = refusing.port();
-    };
-  }
+  arm_init_fault(kind, *faulty[0], refusing);
   auto updater = std::make_unique<sync::trainer::DistributedUpdater>(std::move(apis), options);
   updater->connect();
   if (is(kind, kRankMissing)) engines[1]->signal(SIGSTOP);
 
   const auto t0 = Clock::now();
-  std::string trainer_type = "none";
-  try {
-    updater->ensure_group(0);
-  } catch (const sync::trainer::EngineCallError&) {
-    trainer_type = "EngineCallError";  // a PeerError naming the engine
-  } catch (const comm::TimeoutError&) {
-    trainer_type = "TimeoutError";
-  } catch (const comm::PeerError&) {
-    trainer_type = "PeerError";
-  }
+  const std::string trainer_type = group_error_type(*updater);
   const double trainer_ms = ms_between(t0, Clock::now());
   EXPECT_NE(trainer_type, "none") << "the group formed";
   expect_bounded(kind.by_deadline, trainer_ms, tc.group_timeout, "trainer");
@@ -189,34 +242,11 @@ TEST_P(RendezvousFault, EverySideFailsTypedInBoundedTimeReleasesPortsAndTheEngin
     missing_release_ms = wait_released(engines[1]->pid(), {engines[1]->port()}, base[1],
                                        2 * config.init_timeout + 2000ms);
   }
-  std::ostringstream fig;
-  fig.precision(3);
-  fig << "case=4 kind=" << kind.name << " trainer_error=" << trainer_type
-      << " trainer_error_ms=" << static_cast<long>(trainer_ms)
-      << " trainer_deadline_ms=" << tc.group_timeout.count()
-      << " trainer_ratio=" << trainer_ms / static_cast<double>(tc.group_timeout.count())
-      << " engine_error=\"" << init.error_type
-      << "\" engine_error_ms=" << static_cast<long>(engine_ms)
-      << " engine_deadline_ms=" << config.init_timeout.count()
-      << " engine_ratio=" << engine_ms / static_cast<double>(config.init_timeout.count())
-      << " engine_ports_released_ms=" << engine_release_ms;
-  if (is(kind, kRankMissing)) fig << " stopped_engine_released_ms=" << missing_release_ms;
-  figure(fig.str());
+  figure(figure_line(kind, {trainer_type, trainer_ms, tc.group_timeout}, init, engine_ms,
+                     config.init_timeout, engine_release_ms, missing_release_ms));
 
-  // Nothing stuck: a correct group and update go through (for the mismatch, a trainer that cuts
-  // the engine's chunk size).
   updater.reset();
-  if (is(kind, kChunkSizeMismatch)) {
-    options.communicator_factory = [](std::string_view backend, const comm::CommOptions& o) {
-      comm::CommOptions same = o;
-      same.chunk_bytes = 64 << 10;
-      return comm::create_communicator(backend, same);
-    };
-  }
-  sync::trainer::DistributedUpdater healthy(urls, options);
-  const auto report = healthy.update(views_at(1));
-  ASSERT_TRUE(report.ok) << report_text(report);
-  for (const auto& url : urls) expect_engine_at(url, 1, "after the failed rendezvous");
+  expect_recovery(kind, urls, options);
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, RendezvousFault,

@@ -46,6 +46,49 @@ void PrintTo(const TrainerSignal& s, std::ostream* os) {
   *os << (s.sig == SIGKILL ? "SIGKILL" : "SIGSTOP");
 }
 
+// When engine `e` dropped the dead trainer's session and lifted its pause, from the signal.
+struct DropTiming {
+  Clock::time_point signalled;
+  std::optional<Clock::time_point> dropped;
+  std::optional<Clock::time_point> resumed;
+};
+
+// Engine `e` ended the session by its deadline (or at once, when the trainer's sockets closed),
+// unpaused within its session timeout after that, and kept version 1.
+void check_engine_after_trainer_died(std::size_t e, const std::string& url,
+                                     const EngineConfig& config, int sig, Millis deadline,
+                                     const DropTiming& timing) {
+  ASSERT_TRUE(timing.dropped.has_value()) << "engine " << e << " kept the dead trainer's session";
+  ASSERT_TRUE(timing.resumed.has_value()) << "engine " << e << " stayed paused";
+  const double drop_ms = ms_between(timing.signalled, *timing.dropped);
+  const double resume_ms = ms_between(timing.signalled, *timing.resumed);
+  const double d = static_cast<double>(deadline.count());
+  if (sig == SIGSTOP) {
+    EXPECT_GE(drop_ms, 0.5 * d) << "engine " << e << ": not ended by its deadline";
+    EXPECT_LE(drop_ms, testing::late_bound_ms(d)) << "engine " << e;
+  } else {
+    EXPECT_LT(drop_ms, 0.5 * d) << "engine " << e << " waited although the trainer's sockets "
+                                << "closed";
+  }
+  // The pause is lifted once nothing was heard for the session timeout after the drop.
+  EXPECT_LE(resume_ms,
+            drop_ms + testing::late_bound_ms(static_cast<double>(config.session_timeout.count())))
+      << "engine " << e;
+  const auto g = http_get(url, "/server_info").body;
+  std::string reason;
+  for (const auto& group : g.value("groups", nlohmann::json::array())) {
+    reason = group.value("abort_reason", "");
+  }
+  std::ostringstream fig;
+  fig << "case=3 fault=trainer_" << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP") << " engine=" << e
+      << " session_dropped_ms=" << static_cast<long>(drop_ms) << " deadline_ms=" << deadline.count()
+      << " ratio=" << drop_ms / d << " unpaused_ms=" << static_cast<long>(resume_ms)
+      << " session_timeout_ms=" << config.session_timeout.count()
+      << " error=" << (reason.find("timed out") != std::string::npos ? "timeout" : "peer");
+  figure(fig.str());
+  expect_engine_at(url, 1, "engine " + std::to_string(e) + " after the trainer died");
+}
+
 class TrainerFault : public ::testing::TestWithParam<TrainerSignal> {};
 
 TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunRecovers) {
@@ -88,38 +131,9 @@ TEST_P(TrainerFault, EnginesDropTheSessionInTimeKeepWeightsUnpauseAndTheNextRunR
         4 * configs[0].session_timeout + 4 * deadline));
   }
   for (std::size_t e = 0; e < urls.size(); ++e) {
-    const auto drop_at = dropped[e].get();
-    const auto resume_at = resumed[e].get();
-    ASSERT_TRUE(drop_at.has_value()) << "engine " << e << " kept the dead trainer's session";
-    ASSERT_TRUE(resume_at.has_value()) << "engine " << e << " stayed paused";
-    const double drop_ms = ms_between(t0, *drop_at);
-    const double resume_ms = ms_between(t0, *resume_at);
-    const double d = static_cast<double>(deadline.count());
-    if (sig == SIGSTOP) {
-      EXPECT_GE(drop_ms, 0.5 * d) << "engine " << e << ": not ended by its deadline";
-      EXPECT_LE(drop_ms, testing::late_bound_ms(d)) << "engine " << e;
-    } else {
-      EXPECT_LT(drop_ms, 0.5 * d) << "engine " << e << " waited although the trainer's sockets "
-                                  << "closed";
-    }
-    // The pause is lifted once nothing was heard for the session timeout after the drop.
-    EXPECT_LE(resume_ms, drop_ms + testing::late_bound_ms(
-                                       static_cast<double>(configs[e].session_timeout.count())))
-        << "engine " << e;
-    const auto g = http_get(urls[e], "/server_info").body;
-    std::string reason;
-    for (const auto& group : g.value("groups", nlohmann::json::array())) {
-      reason = group.value("abort_reason", "");
-    }
-    std::ostringstream fig;
-    fig << "case=3 fault=trainer_" << (sig == SIGKILL ? "SIGKILL" : "SIGSTOP") << " engine=" << e
-        << " session_dropped_ms=" << static_cast<long>(drop_ms)
-        << " deadline_ms=" << deadline.count() << " ratio=" << drop_ms / d
-        << " unpaused_ms=" << static_cast<long>(resume_ms)
-        << " session_timeout_ms=" << configs[e].session_timeout.count()
-        << " error=" << (reason.find("timed out") != std::string::npos ? "timeout" : "peer");
-    figure(fig.str());
-    expect_engine_at(urls[e], 1, "engine " + std::to_string(e) + " after the trainer died");
+    const DropTiming timing{t0, dropped[e].get(), resumed[e].get()};
+    check_engine_after_trainer_died(e, urls[e], configs[e], sig, deadline, timing);
+    if (HasFatalFailure()) return;
   }
   trainer.reset();  // SIGKILLs a stopped trainer too
 
