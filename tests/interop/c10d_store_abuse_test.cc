@@ -151,17 +151,10 @@ class C10dStoreAbuse : public ::testing::Test {
         << rss_base_ / kMiB << " MiB, cap " << rss_cap() / kMiB << " MiB";
   }
 
-  C10dStoreServer server_{capped()};
-  std::unique_ptr<C10dStore> wc_;
-  std::unique_ptr<Subprocess> worker_;
-  std::size_t rss_base_ = 0;
-};
-
-TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
-  const std::string big(8 * kMiB, 'v');
-  {
+  // Seeds the 8 MiB value "big" and waits until the server holds it.
+  void put_big_value() {
     net::Fd setter = raw_connection(server_.port());
-    ASSERT_TRUE(net::send_all(setter.get(), encode(request(proto::Query::kSet, {"big"}, {big})),
+    ASSERT_TRUE(net::send_all(setter.get(), encode(request(proto::Query::kSet, {"big"}, {big_})),
                               deadline_after(10s))
                     .ok());
     proto::Request ping;
@@ -171,11 +164,9 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
     char echo[4];
     ASSERT_TRUE(net::recv_exact(setter.get(), echo, 4, deadline_after(10s)).ok());  // SET is in
   }
-  rss_base_ = resident_bytes();
-  int round = 0;
-  expect_torch_round(round++, "setup");
 
-  {  // MULTI_GET amplification: refused as soon as its reply passes the request cap.
+  // MULTI_GET amplification: refused as soon as its reply passes the request cap.
+  void abuse_multi_get() {
     const auto before = server_.stats().dropped_over_cap;
     net::Fd fd = raw_connection(server_.port());
     const std::string multi =
@@ -185,9 +176,11 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
     EXPECT_TRUE(dropped_over_cap(before, 1, testing::late_bound(capped().io_timeout)));
     EXPECT_TRUE(closed_within(fd.get(), 10s));
     expect_rss_under_cap("MULTI_GET amplification");
-    expect_torch_round(round++, "MULTI_GET amplification");
+    expect_torch_round(round_++, "MULTI_GET amplification");
   }
-  {  // Pipelined GETs in one read, replies never read: not read further, then dropped.
+
+  // Pipelined GETs in one read, replies never read: not read further, then dropped.
+  void abuse_pipelined_gets() {
     const auto before = server_.stats().dropped_over_cap;
     net::Fd fd = raw_connection(server_.port());
     std::string gets;
@@ -198,9 +191,11 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
         << "a client that takes none of " << gets.size() / one.size() << " replies of 8 MiB";
     EXPECT_TRUE(closed_within(fd.get(), 10s));
     expect_rss_under_cap("pipelined GETs");
-    expect_torch_round(round++, "pipelined GETs");
+    expect_torch_round(round_++, "pipelined GETs");
   }
-  {  // APPEND growth: refused at the value cap, and the value stays within it.
+
+  // APPEND growth: refused at the value cap, and the value stays within it.
+  void abuse_append() {
     const auto before = server_.stats().dropped_over_cap;
     net::Fd fd = raw_connection(server_.port());
     const std::string chunk(kMiB, 'a');
@@ -214,14 +209,16 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
     EXPECT_TRUE(dropped_over_cap(before, 1, 10s));
     EXPECT_TRUE(closed_within(fd.get(), 10s));
     EXPECT_EQ(wc_->get("grown", 5s).size(), capped().max_value_bytes);
-    expect_torch_round(round++, "APPEND growth");
+    expect_torch_round(round_++, "APPEND growth");
   }
-  {  // The store's byte cap, then its key cap.
+
+  // The store's byte cap, then its key cap.
+  void abuse_store_caps() {
     const auto before = server_.stats().dropped_over_cap;
     net::Fd bytes = raw_connection(server_.port());
     for (int i = 0; i < 8; ++i) {
       const std::string key = "/fill" + std::to_string(i);
-      if (!net::send_all(bytes.get(), encode(request(proto::Query::kSet, {key}, {big})),
+      if (!net::send_all(bytes.get(), encode(request(proto::Query::kSet, {key}, {big_})),
                          deadline_after(5s))
                .ok()) {
         break;
@@ -245,11 +242,13 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
     // The store is full, so torch's round needs room: a well-behaved client frees it.
     for (int i = 0; i < 5000; ++i) (void)wc_->delete_key("k" + std::to_string(i), 5s);
     expect_rss_under_cap("the store's caps");
-    expect_torch_round(round++, "the store's caps");
+    expect_torch_round(round_++, "the store's caps");
   }
-  {  // 512 connections, each holding a partial SET that claims an 8 MiB value.
+
+  // 512 connections, each holding a partial SET that claims an 8 MiB value.
+  void abuse_partial_requests() {
     const auto before = server_.stats();
-    std::string partial = encode(request(proto::Query::kSet, {"/partial"}, {big}));
+    std::string partial = encode(request(proto::Query::kSet, {"/partial"}, {big_}));
     partial.resize(512u << 10);
     std::vector<net::Fd> held;
     for (int i = 0; i < 512; ++i) {
@@ -257,7 +256,7 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
       if (held.back()) (void)net::send_all(held.back().get(), partial, deadline_after(200ms));
     }
     expect_rss_under_cap("512 partial requests");
-    expect_torch_round(round++, "512 partial requests");
+    expect_torch_round(round_++, "512 partial requests");
     // Past the shared buffer budget some were dropped at once; the rest stall out at io_timeout.
     EXPECT_GT(server_.stats().dropped_over_cap, before.dropped_over_cap);
     const Deadline deadline = deadline_after(testing::late_bound(capped().io_timeout));
@@ -271,6 +270,31 @@ TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
     EXPECT_GT(server_.stats().dropped_stalled, before.dropped_stalled);
     EXPECT_EQ(server_.stats().buffered_bytes, 0u);
   }
+
+  const std::string big_ = std::string(8 * kMiB, 'v');
+  int round_ = 0;  // torch rounds so far
+  C10dStoreServer server_{capped()};
+  std::unique_ptr<C10dStore> wc_;
+  std::unique_ptr<Subprocess> worker_;
+  std::size_t rss_base_ = 0;
+};
+
+TEST_F(C10dStoreAbuse, EachAbuseDropsOnlyItsConnectionWhileTorchKeepsWorking) {
+  put_big_value();
+  if (HasFatalFailure()) return;
+  rss_base_ = resident_bytes();
+  expect_torch_round(round_++, "setup");
+
+  abuse_multi_get();
+  if (HasFatalFailure()) return;
+  abuse_pipelined_gets();
+  if (HasFatalFailure()) return;
+  abuse_append();
+  if (HasFatalFailure()) return;
+  abuse_store_caps();
+  if (HasFatalFailure()) return;
+  abuse_partial_requests();
+  if (HasFatalFailure()) return;
   EXPECT_EQ(worker_->wait(kLine), 0) << worker_->output();
   std::printf("resident %zu MiB (peak %zu MiB) from %zu MiB; cap %zu MiB\n",
               resident_bytes() / kMiB, status_kib("VmHWM:") / 1024, rss_base_ / kMiB,

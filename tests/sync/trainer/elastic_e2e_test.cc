@@ -116,72 +116,47 @@ struct Resume {
   }
 };
 
-TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoesOn) {
-  std::vector<TestEngine> engines;
-  engines.push_back(start_engine(1));
-  engines.push_back(start_engine(2));
-  engines.push_back(start_engine(1));
-  const std::string b = engines[1].url, c = engines[2].url;
-  auto trainer = start_trainer(2, {engines[0].url, b, c},
-                               {"--tp",
-                                "1",
-                                "--pp",
-                                "2",
-                                "--steps",
-                                std::to_string(kSteps),
-                                "--on-engine-failure",
-                                "drop",
-                                "--verify",
-                                "--bucket-bytes",
-                                "256K",
-                                "--step-interval-ms",
-                                "600",
-                                "--connect-timeout-ms",
-                                "1000",
-                                "--request-timeout-ms",
-                                "2000",
-                                "--update-timeout-ms",
-                                "4000",
-                                "--group-timeout-ms",
-                                "4000",
-                                "--probe-timeout-ms",
-                                "1000",
-                                "--probe-backoff-max-steps",
-                                "4",
-                                "--mpi-timeout-ms",
-                                "30000"});
-  StepLog log(*trainer);
-  Resume resume;
+// The trainer's flags: drop failed engines, probe them back quickly, verify every step.
+std::vector<std::string> elastic_trainer_flags() {
+  return {"--tp",
+          "1",
+          "--pp",
+          "2",
+          "--steps",
+          std::to_string(kSteps),
+          "--on-engine-failure",
+          "drop",
+          "--verify",
+          "--bucket-bytes",
+          "256K",
+          "--step-interval-ms",
+          "600",
+          "--connect-timeout-ms",
+          "1000",
+          "--request-timeout-ms",
+          "2000",
+          "--update-timeout-ms",
+          "4000",
+          "--group-timeout-ms",
+          "4000",
+          "--probe-timeout-ms",
+          "1000",
+          "--probe-backoff-max-steps",
+          "4",
+          "--mpi-timeout-ms",
+          "30000"};
+}
 
-  ASSERT_TRUE(log.until_step(5, milliseconds(60000))) << trainer->output();
-  ASSERT_TRUE(wait_for_session(c, milliseconds(10000))) << trainer->output();
-  engines[2].process->signal(SIGKILL);
-  engines[2].process->wait(seconds(10));
-  const double killed = log.now();
+// When each fault happened, in seconds since the trainer started.
+struct Timeline {
+  double killed = 0, restarted = 0, stopped = 0, resumed = 0;
+  int port = 0;
+};
 
-  ASSERT_TRUE(log.until_step(10, milliseconds(60000))) << trainer->output();
-  // The same port: the URL the trainer knows. The port is the one this engine bound first.
-  const int port = weightcast::testing::url_port(c);
-  engines[2] = start_engine(1, {}, 5, port);
-  ASSERT_EQ(engines[2].url, c);
-  const double restarted = log.now();
-
-  ASSERT_TRUE(log.until_step(15, milliseconds(60000))) << trainer->output();
-  ASSERT_TRUE(wait_for_session(b, milliseconds(10000))) << trainer->output();
-  engines[1].process->signal(SIGSTOP);
-  resume.process = engines[1].process.get();
-  const double stopped = log.now();
-  log.read_until(Clock::now() + seconds(10));  // the fault lasts 10 s; training goes on
-  engines[1].process->signal(SIGCONT);
-  resume.process = nullptr;
-  const double resumed = log.now();
-
-  ASSERT_TRUE(log.until_step(kSteps, milliseconds(90000))) << trainer->output();
-  const auto code = trainer->wait(seconds(30));
-  const std::string out = trainer->drain(seconds(5));
-  ASSERT_EQ(code, std::optional<int>(0)) << out;
-
-  // Every step committed and verified on the engines of its set.
+// Every step committed and verified on the engines of its set; c and b left and came back after
+// their faults; step 30 had all three.
+void expect_membership(const std::string& out, const StepLog& log, const std::string& b,
+                       const std::string& c, const Timeline& tl) {
   for (int step = 1; step <= kSteps; ++step) {
     const std::string s = std::to_string(step);
     EXPECT_EQ(count_matches(out, "step " + s + "/30 version " + s +
@@ -200,8 +175,21 @@ TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoes
   EXPECT_GT(b_left->first, 15);
   EXPECT_GT(b_back->first, b_left->first);
   EXPECT_EQ(count_matches(out, "step 30/30 .*engines current 3/3 dropped 0"), 1) << out;
+  std::printf(
+      "elastic timeline (seconds since the trainer started):\n"
+      "  c SIGKILLed in step 6 at %.1f s; left the set at step %d (%.1f s)\n"
+      "  c restarted on port %d at %.1f s; re-admitted at step %d (%.1f s): %.1f s after restart\n"
+      "  b SIGSTOPped in step 16 at %.1f s; left the set at step %d (%.1f s)\n"
+      "  b SIGCONTed at %.1f s; re-admitted at step %d (%.1f s): %.1f s after SIGCONT\n"
+      "  step 30 at %.1f s\n",
+      tl.killed, c_left->first, c_left->second, tl.port, tl.restarted, c_back->first,
+      c_back->second, c_back->second - tl.restarted, tl.stopped, b_left->first, b_left->second,
+      tl.resumed, b_back->first, b_back->second, b_back->second - tl.resumed,
+      log.first("^step 30/30 ")->second);
+}
 
-  // All three at the final version, bit-identical.
+// All engines at the final version, bit-identical, target and draft.
+void expect_all_identical(const std::vector<TestEngine>& engines) {
   std::vector<std::string> target, draft;
   for (const auto& e : engines) {
     EngineClient client = test_client(e.url);
@@ -214,17 +202,49 @@ TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoes
   EXPECT_EQ(target[0], target[2]);
   EXPECT_EQ(draft[0], draft[1]);
   EXPECT_EQ(draft[0], draft[2]);
+}
 
-  std::printf(
-      "elastic timeline (seconds since the trainer started):\n"
-      "  c SIGKILLed in step 6 at %.1f s; left the set at step %d (%.1f s)\n"
-      "  c restarted on port %d at %.1f s; re-admitted at step %d (%.1f s): %.1f s after restart\n"
-      "  b SIGSTOPped in step 16 at %.1f s; left the set at step %d (%.1f s)\n"
-      "  b SIGCONTed at %.1f s; re-admitted at step %d (%.1f s): %.1f s after SIGCONT\n"
-      "  step 30 at %.1f s\n",
-      killed, c_left->first, c_left->second, port, restarted, c_back->first, c_back->second,
-      c_back->second - restarted, stopped, b_left->first, b_left->second, resumed, b_back->first,
-      b_back->second, b_back->second - resumed, log.first("^step 30/30 ")->second);
+TEST(ElasticE2E, KilledRestartedAndStoppedEnginesLeaveAndRejoinWhileTrainingGoesOn) {
+  std::vector<TestEngine> engines;
+  engines.push_back(start_engine(1));
+  engines.push_back(start_engine(2));
+  engines.push_back(start_engine(1));
+  const std::string b = engines[1].url, c = engines[2].url;
+  auto trainer = start_trainer(2, {engines[0].url, b, c}, elastic_trainer_flags());
+  StepLog log(*trainer);
+  Resume resume;
+  Timeline tl;
+
+  ASSERT_TRUE(log.until_step(5, milliseconds(60000))) << trainer->output();
+  ASSERT_TRUE(wait_for_session(c, milliseconds(10000))) << trainer->output();
+  engines[2].process->signal(SIGKILL);
+  engines[2].process->wait(seconds(10));
+  tl.killed = log.now();
+
+  ASSERT_TRUE(log.until_step(10, milliseconds(60000))) << trainer->output();
+  // The same port: the URL the trainer knows. The port is the one this engine bound first.
+  tl.port = weightcast::testing::url_port(c);
+  engines[2] = start_engine(1, {}, 5, tl.port);
+  ASSERT_EQ(engines[2].url, c);
+  tl.restarted = log.now();
+
+  ASSERT_TRUE(log.until_step(15, milliseconds(60000))) << trainer->output();
+  ASSERT_TRUE(wait_for_session(b, milliseconds(10000))) << trainer->output();
+  engines[1].process->signal(SIGSTOP);
+  resume.process = engines[1].process.get();
+  tl.stopped = log.now();
+  log.read_until(Clock::now() + seconds(10));  // the fault lasts 10 s; training goes on
+  engines[1].process->signal(SIGCONT);
+  resume.process = nullptr;
+  tl.resumed = log.now();
+
+  ASSERT_TRUE(log.until_step(kSteps, milliseconds(90000))) << trainer->output();
+  const auto code = trainer->wait(seconds(30));
+  const std::string out = trainer->drain(seconds(5));
+  ASSERT_EQ(code, std::optional<int>(0)) << out;
+
+  expect_membership(out, log, b, c, tl);
+  expect_all_identical(engines);
   log.print();
 }
 
