@@ -227,59 +227,11 @@ std::vector<std::string> lines_until(Subprocess& p, const std::string& until,
   return out;
 }
 
-TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
-  if (auto why = netns_unavailable_reason()) GTEST_SKIP() << *why;
-  NetnsTopology net(3);  // destroyed last: every process in it is gone by then
-  Engine a = start_engine(net, 1);
-  Engine b = start_engine(net, 2);
-  // 13 buckets of "tiny", each followed by a short pause; the deadlines of the header.
-  const std::vector<std::string> driver_args = {
-      WEIGHTCAST_LINK_CUT_DRIVER_BIN,
-      "--engines=" + a.url + "," + b.url,
-      "--bind=" + net.host_address(0),
-      "--seed=" + std::to_string(kSeed),
-      "--bucket-bytes=262144",
-      "--bucket-delay-ms=100",
-      "--cut-before-bucket=" + std::to_string(kCutBucket),
-      "--data-timeout-ms=" + std::to_string(kSenderDeadline.count()),
-      "--group-timeout-ms=" + std::to_string(kSenderDeadline.count()),
-      "--request-timeout-ms=2000",
-      "--connect-timeout-ms=1000",
-      "--failure-grace-ms=500"};
-  Subprocess driver(net.exec_argv(0, driver_args));
-
-  // Update 1 commits on both engines.
-  auto line = driver.wait_for_line("update 1 ", 30s);
-  ASSERT_TRUE(line && line->rfind("version 1 ", 0) == 0) << driver.output();
-  ASSERT_TRUE(driver.wait_for_line("verify 1 ok", 10s)) << driver.output();
-  ASSERT_TRUE(driver.wait_for_line("waiting before update 2", 10s)) << driver.output();
-  const std::string step1 = expected_target_digest(1);
-  ASSERT_TRUE(expect_committed({&a, &b}, "1", step1));
-
-  // Update 2, held before bucket kCutBucket: cut A's link, then let it go on.
-  EngineWatch watch_a(a), watch_b(b);
-  driver.signal(SIGUSR1);
-  ASSERT_TRUE(driver.wait_for_line("cut-point bucket", 30s)) << driver.output();
-  net.set_link(1, false);
-  const auto cut = Clock::now();
-  driver.signal(SIGUSR1);
-
-  line = driver.wait_for_line("update 2 ", 3 * kSenderDeadline);
-  const auto returned = Clock::now();
-  ASSERT_TRUE(line) << driver.output();
-  EXPECT_NE(line->find("FAILED version 2"), std::string::npos) << *line;
-  const auto details = lines_until(driver, "waiting before update 3", 10s);
-  ASSERT_FALSE(details.empty()) << driver.output();
-  double data_seconds = -1;
-  char failed_engine[256] = {0};
-  ASSERT_EQ(std::sscanf(details[0].c_str(), "data_seconds %lf failed_engine %255s", &data_seconds,
-                        failed_engine),
-            2)
-      << details[0];
-  EXPECT_EQ(std::string(failed_engine), a.url) << driver.output();
-  // Every failure the trainer saw is typed: A's call timed out or found no one (A is silent),
-  // B answered 504 (its own TimeoutError) or, for a later bucket, 409 (its session was already
-  // over). Each side's own failure must be among them.
+// Every failure the trainer saw is typed: A's call timed out or found no one (A is silent), B
+// answered 504 (its own TimeoutError) or, for a later bucket, 409 (its session was already over).
+// Each side's own failure must be among them.
+void expect_typed_failures(const std::vector<std::string>& details, const std::string& a_url,
+                           const std::string& b_url, const std::string& output) {
   bool a_timed_out = false, b_504 = false;
   for (std::size_t i = 1; i < details.size(); ++i) {
     const std::string& f = details[i];
@@ -289,75 +241,158 @@ TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
     const bool answered =
         f.find(": HTTP 504: ") != std::string::npos || f.find(": HTTP 409: ") != std::string::npos;
     EXPECT_TRUE(silent || answered) << "untyped failure: " << f;
-    a_timed_out = a_timed_out || (f.rfind("failure engine=" + a.url + " ", 0) == 0 && silent);
-    b_504 = b_504 || (f.rfind("failure engine=" + b.url + " ", 0) == 0 &&
+    a_timed_out = a_timed_out || (f.rfind("failure engine=" + a_url + " ", 0) == 0 && silent);
+    b_504 = b_504 || (f.rfind("failure engine=" + b_url + " ", 0) == 0 &&
                       f.find(": HTTP 504: ") != std::string::npos);
   }
-  EXPECT_TRUE(a_timed_out) << driver.output();
-  EXPECT_TRUE(b_504) << driver.output();
+  EXPECT_TRUE(a_timed_out) << output;
+  EXPECT_TRUE(b_504) << output;
+}
 
-  // Both engines fail on their own collective deadline; wait for the slower one (bounded).
-  const auto watch_deadline = cut + late_bound(kEngineDeadline) + 2s;
-  while ((!watch_a.aborted() || !watch_b.aborted()) && Clock::now() < watch_deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  const auto seen_a = watch_a.aborted(), seen_b = watch_b.aborted();
-  ASSERT_TRUE(seen_a) << "engine A never failed its group; " << server_info_text(a) << "\n"
-                      << driver.output();
-  ASSERT_TRUE(seen_b) << "engine B never failed its group; " << server_info_text(b) << "\n"
-                      << driver.output();
-  const double a_fail = seconds(seen_a->at - cut), b_fail = seconds(seen_b->at - cut);
-  const double engine_deadline = seconds(kEngineDeadline),
-               sender_deadline = seconds(kSenderDeadline);
-  for (const auto& [who, took, reason] :
-       {std::tuple{"A", a_fail, seen_a->reason}, std::tuple{"B", b_fail, seen_b->reason}}) {
-    EXPECT_GE(took, 0.5 * engine_deadline) << who << ": " << reason;
-    EXPECT_LE(took, late_bound_s(engine_deadline)) << who << ": " << reason;
-    EXPECT_NE(reason.find("timed out"), std::string::npos) << who << ": " << reason;
-  }
-  EXPECT_GE(data_seconds, 0.5 * sender_deadline) << driver.output();
-  EXPECT_LE(data_seconds, late_bound_s(sender_deadline)) << driver.output();
-  const double returned_after = seconds(returned - cut);
-  EXPECT_LE(returned_after, late_bound_s(sender_deadline)) << driver.output();
+// One run of the case: two engines and the driver in a three-host topology; the steps below
+// are the test's phases, in order. The topology is declared first, so it is destroyed last:
+// every process in it is gone by then.
+class LinkCutRun {
+ public:
+  NetnsTopology net{3};
+  Engine a = start_engine(net, 1);
+  Engine b = start_engine(net, 2);
+  // 13 buckets of "tiny", each followed by a short pause; the deadlines of the header.
+  Subprocess driver{net.exec_argv(
+      0,
+      {WEIGHTCAST_LINK_CUT_DRIVER_BIN, "--engines=" + a.url + "," + b.url,
+       "--bind=" + net.host_address(0), "--seed=" + std::to_string(kSeed), "--bucket-bytes=262144",
+       "--bucket-delay-ms=100", "--cut-before-bucket=" + std::to_string(kCutBucket),
+       "--data-timeout-ms=" + std::to_string(kSenderDeadline.count()),
+       "--group-timeout-ms=" + std::to_string(kSenderDeadline.count()), "--request-timeout-ms=2000",
+       "--connect-timeout-ms=1000", "--failure-grace-ms=500"})};
 
-  // Nothing committed anywhere: both keep version 1 and its digest, no session is open.
-  const bool nothing_committed =
-      expect_committed({&a, &b}, "1", step1, [](const Engine& e, const Committed& c) {
-        EXPECT_FALSE(c.in_session) << e.url;
-        EXPECT_EQ(c.failed_updates, "1") << e.url;
-      });
-  // The trainer's abort path resumed B on its previous weights, within the trainer's bound; A,
-  // cut off, stays paused.
-  const auto b_resumed = watch_b.resumed();
-  ASSERT_TRUE(b_resumed) << driver.output();
-  const double b_resume = seconds(*b_resumed - cut);
-  EXPECT_LE(b_resume, late_bound_s(sender_deadline));
-  EXPECT_TRUE(read_committed(a).paused);
+  // Update 1 commits on both engines.
+  void first_update() {
+    auto line = driver.wait_for_line("update 1 ", 30s);
+    ASSERT_TRUE(line && line->rfind("version 1 ", 0) == 0) << driver.output();
+    ASSERT_TRUE(driver.wait_for_line("verify 1 ok", 10s)) << driver.output();
+    ASSERT_TRUE(driver.wait_for_line("waiting before update 2", 10s)) << driver.output();
+    ASSERT_TRUE(expect_committed({&a, &b}, "1", step1));
+  }
+
+  // Update 2, held before bucket kCutBucket: cut A's link, then let it go on; the trainer fails
+  // it within its deadline, naming A.
+  void cut_second_update() {
+    driver.signal(SIGUSR1);
+    ASSERT_TRUE(driver.wait_for_line("cut-point bucket", 30s)) << driver.output();
+    net.set_link(1, false);
+    cut = Clock::now();
+    driver.signal(SIGUSR1);
+
+    auto line = driver.wait_for_line("update 2 ", 3 * kSenderDeadline);
+    returned_after = seconds(Clock::now() - cut);
+    ASSERT_TRUE(line) << driver.output();
+    EXPECT_NE(line->find("FAILED version 2"), std::string::npos) << *line;
+    const auto details = lines_until(driver, "waiting before update 3", 10s);
+    ASSERT_FALSE(details.empty()) << driver.output();
+    char failed_engine[256] = {0};
+    ASSERT_EQ(std::sscanf(details[0].c_str(), "data_seconds %lf failed_engine %255s", &data_seconds,
+                          failed_engine),
+              2)
+        << details[0];
+    EXPECT_EQ(std::string(failed_engine), a.url) << driver.output();
+    expect_typed_failures(details, a.url, b.url, driver.output());
+  }
+
+  // Both engines fail on their own collective deadline; waits for the slower one (bounded).
+  void expect_engines_timed_out(EngineWatch& watch_a, EngineWatch& watch_b) {
+    const auto watch_deadline = cut + late_bound(kEngineDeadline) + 2s;
+    while ((!watch_a.aborted() || !watch_b.aborted()) && Clock::now() < watch_deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    const auto seen_a = watch_a.aborted(), seen_b = watch_b.aborted();
+    ASSERT_TRUE(seen_a) << "engine A never failed its group; " << server_info_text(a) << "\n"
+                        << driver.output();
+    ASSERT_TRUE(seen_b) << "engine B never failed its group; " << server_info_text(b) << "\n"
+                        << driver.output();
+    a_fail = seconds(seen_a->at - cut);
+    b_fail = seconds(seen_b->at - cut);
+    for (const auto& [who, took, reason] :
+         {std::tuple{"A", a_fail, seen_a->reason}, std::tuple{"B", b_fail, seen_b->reason}}) {
+      EXPECT_GE(took, 0.5 * engine_deadline) << who << ": " << reason;
+      EXPECT_LE(took, late_bound_s(engine_deadline)) << who << ": " << reason;
+      EXPECT_NE(reason.find("timed out"), std::string::npos) << who << ": " << reason;
+    }
+    EXPECT_GE(data_seconds, 0.5 * sender_deadline) << driver.output();
+    EXPECT_LE(data_seconds, late_bound_s(sender_deadline)) << driver.output();
+    EXPECT_LE(returned_after, late_bound_s(sender_deadline)) << driver.output();
+  }
+
+  // Nothing committed anywhere: both keep version 1 and its digest, no session is open. The
+  // trainer's abort path resumed B on its previous weights, within the trainer's bound; A, cut
+  // off, stays paused.
+  void expect_nothing_committed(EngineWatch& watch_b) {
+    nothing_committed =
+        expect_committed({&a, &b}, "1", step1, [](const Engine& e, const Committed& c) {
+          EXPECT_FALSE(c.in_session) << e.url;
+          EXPECT_EQ(c.failed_updates, "1") << e.url;
+        });
+    const auto b_resumed = watch_b.resumed();
+    ASSERT_TRUE(b_resumed) << driver.output();
+    b_resume = seconds(*b_resumed - cut);
+    EXPECT_LE(b_resume, late_bound_s(sender_deadline));
+    EXPECT_TRUE(read_committed(a).paused);
+  }
 
   // Link back: the same trainer builds a new group and a full update commits everywhere.
-  net.set_link(1, true);
-  const auto restored = Clock::now();
-  driver.signal(SIGUSR1);
-  line = driver.wait_for_line("update 3 ", 30s);
-  const double recovery = seconds(Clock::now() - restored);
-  ASSERT_TRUE(line && line->rfind("version 2 ", 0) == 0) << driver.output();
-  bool recovered = driver.wait_for_line("verify 3 ok", 10s).has_value();
-  EXPECT_TRUE(recovered) << driver.output();
-  EXPECT_EQ(driver.wait(10s), std::optional<int>(0)) << driver.output();
-  const std::string step3 = expected_target_digest(3);
-  recovered = expect_committed(
-                  {&a, &b}, "2", step3,
-                  [](const Engine& e, const Committed& c) { EXPECT_FALSE(c.paused) << e.url; }) &&
-              recovered;
+  void restore_and_recover() {
+    net.set_link(1, true);
+    const auto restored = Clock::now();
+    driver.signal(SIGUSR1);
+    auto line = driver.wait_for_line("update 3 ", 30s);
+    recovery = seconds(Clock::now() - restored);
+    ASSERT_TRUE(line && line->rfind("version 2 ", 0) == 0) << driver.output();
+    recovered = driver.wait_for_line("verify 3 ok", 10s).has_value();
+    EXPECT_TRUE(recovered) << driver.output();
+    EXPECT_EQ(driver.wait(10s), std::optional<int>(0)) << driver.output();
+    const std::string step3 = expected_target_digest(3);
+    recovered = expect_committed(
+                    {&a, &b}, "2", step3,
+                    [](const Engine& e, const Committed& c) { EXPECT_FALSE(c.paused) << e.url; }) &&
+                recovered;
+  }
 
-  std::printf(
-      "FIGURE case=5 engine_deadline_s=%.3f sender_deadline_s=%.3f cut_engine_fail_s=%.3f "
-      "other_engine_fail_s=%.3f other_engine_resumed_s=%.3f sender_data_phase_s=%.3f "
-      "sender_return_after_cut_s=%.3f "
-      "recovery_update_s=%.3f committed_during_cut=%s recovered=%s\n",
-      engine_deadline, sender_deadline, a_fail, b_fail, b_resume, data_seconds, returned_after,
-      recovery, nothing_committed ? "no" : "yes", recovered ? "yes" : "no");
-  std::fflush(stdout);
+  void print_figure() const {
+    std::printf(
+        "FIGURE case=5 engine_deadline_s=%.3f sender_deadline_s=%.3f cut_engine_fail_s=%.3f "
+        "other_engine_fail_s=%.3f other_engine_resumed_s=%.3f sender_data_phase_s=%.3f "
+        "sender_return_after_cut_s=%.3f "
+        "recovery_update_s=%.3f committed_during_cut=%s recovered=%s\n",
+        engine_deadline, sender_deadline, a_fail, b_fail, b_resume, data_seconds, returned_after,
+        recovery, nothing_committed ? "no" : "yes", recovered ? "yes" : "no");
+    std::fflush(stdout);
+  }
+
+ private:
+  const std::string step1 = expected_target_digest(1);
+  const double engine_deadline = seconds(kEngineDeadline);
+  const double sender_deadline = seconds(kSenderDeadline);
+  Clock::time_point cut;
+  double data_seconds = -1, returned_after = 0, a_fail = 0, b_fail = 0, b_resume = 0;
+  double recovery = 0;
+  bool nothing_committed = false, recovered = false;
+};
+
+TEST(NetnsLinkCut, CutMidUpdateFailsInBoundedTimeCommitsNothingAndRecovers) {
+  if (auto why = netns_unavailable_reason()) GTEST_SKIP() << *why;
+  LinkCutRun run;
+  run.first_update();
+  if (HasFatalFailure()) return;
+  EngineWatch watch_a(run.a), watch_b(run.b);
+  run.cut_second_update();
+  if (HasFatalFailure()) return;
+  run.expect_engines_timed_out(watch_a, watch_b);
+  if (HasFatalFailure()) return;
+  run.expect_nothing_committed(watch_b);
+  if (HasFatalFailure()) return;
+  run.restore_and_recover();
+  run.print_figure();
 }
 
 }  // namespace
