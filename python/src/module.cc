@@ -15,6 +15,7 @@
 #include "comm/errors.h"
 #include "errors.h"
 #include "py_receiver.h"
+#include "py_shard_plan.h"
 #include "py_updater.h"
 #include "report_binding.h"
 #include "stage_result.h"
@@ -198,4 +199,5 @@ PYBIND11_MODULE(_weightcast, m) {
         "The selector of every update session: 'target' when a speculative algorithm is on, no "
         "MTP layers are trained and the conversion is not 'bridge'; 'all' otherwise.");
   wp::bind_updater(m);
+  wp::bind_shard_plan(m);
 }

@@ -70,10 +70,12 @@ class Layer(torch.nn.Module):
     def __init__(self, spec, tp, dtype):
         super().__init__()
         h, hd = spec["hidden_size"], spec["head_dim"]
-        self.heads, self.kv_heads = (
-            spec["num_attention_heads"] // tp.size,
-            spec["num_key_value_heads"] // tp.size,
-        )
+        kv = spec["num_key_value_heads"]
+        if kv % tp.size and tp.size % kv:
+            raise ValueError(f"{kv} KV heads over {tp.size} TP ranks: one must divide the other")
+        # With fewer KV heads than ranks, each group of tp / kv ranks keeps one KV head.
+        self.heads, self.kv_heads = spec["num_attention_heads"] // tp.size, max(1, kv // tp.size)
+        self.kv_total = kv
         self.hd, self.tp = hd, tp
         ff = spec["intermediate_size"] // tp.size
         p = lambda *shape: torch.nn.Parameter(
@@ -106,11 +108,21 @@ class Layer(torch.nn.Module):
             else:
                 size = param.shape[0] // 2
                 start = shard * size
-            param.data.narrow(0, start, size).copy_(_narrow(full, 0, tp))
+            part = self._kv_narrow(full) if shard in ("k", "v") else _narrow(full, 0, tp)
+            param.data.narrow(0, start, size).copy_(part)
         elif suffix in ROW_PARALLEL:
             self.get_parameter(suffix).data.copy_(_narrow(full, 1, tp))
         else:
             self.get_parameter(suffix).data.copy_(full)
+
+    def _kv_narrow(self, full):
+        """This rank's KV heads of a full k_proj/v_proj: its block, or the one head its group of
+        tp / kv ranks shares."""
+        tp = self.tp
+        if self.kv_total >= tp.size:
+            return _narrow(full, 0, tp)
+        head = tp.rank // (tp.size // self.kv_total)
+        return full.narrow(0, head * self.hd, self.hd)
 
     def forward(self, x, cos, sin):
         f = torch.float64
@@ -226,7 +238,11 @@ class TargetModel(torch.nn.Module):
             q, kv = layer.heads * layer.hd, layer.kv_heads * layer.hd
             qkv = layer.self_attn.qkv_proj.weight.data
             for name, part in zip("qkv", qkv.split([q, kv, kv], dim=0)):
-                out[p + f"self_attn.{name}_proj.weight"] = gather(part, 0)
+                full = gather(part, 0)
+                if name != "q" and layer.kv_total < tp.size:  # one copy of each shared head
+                    step = tp.size // layer.kv_total
+                    full = full.view(tp.size, layer.hd, -1)[::step].reshape(-1, full.shape[-1])
+                out[p + f"self_attn.{name}_proj.weight"] = full
             gate, up = layer.mlp.gate_up_proj.weight.data.chunk(2, dim=0)
             out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gather(gate, 0), gather(up, 0)
             out[p + "self_attn.o_proj.weight"] = gather(layer.self_attn.o_proj.weight.data, 1)
