@@ -1,4 +1,4 @@
-#include "launcher/process_stats.h"
+#include "launcher/bench/process_stats.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

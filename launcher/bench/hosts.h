@@ -12,7 +12,7 @@
 #include <string>
 
 #include <vector>
-#include "launcher/bench_table.h"
+#include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
 
@@ -33,7 +33,7 @@ struct HostsBenchOptions {
   std::string update_drift = "jump";
   // > 0: also weightcast-train's expert-parallel stage with this many EP ranks, one per host,
   // feeding `trainer_engines` engines in hosts of their own, once per --tp-gather mode
-  // (launcher/bench_hosts_ep.h).
+  // (launcher/bench/hosts_ep.h).
   int trainer_ep = 0;
   std::string trainer_model = "moe-small";
   std::uint64_t trainer_bucket_bytes = 8u << 20;
@@ -64,7 +64,7 @@ struct HostsWorkerOptions {
 int run_hosts_worker(const HostsWorkerOptions& opts);
 
 // The command line that starts `self` (weightcast-bench) as the hosts worker `w` describes: the
-// one place that mirrors the hosts-worker flags (bench_main.cc parses them back).
+// one place that mirrors the hosts-worker flags (launcher/bench/main.cc parses them back).
 std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsWorkerOptions& w);
 
 }  // namespace weightcast::launcher

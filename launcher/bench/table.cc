@@ -1,4 +1,4 @@
-#include "launcher/bench_table.h"
+#include "launcher/bench/table.h"
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "launcher/bench_broadcast.h"
+#include "launcher/bench/broadcast.h"
 
 #include <mpi.h>
 
@@ -20,8 +20,8 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
-#include "launcher/bench_broadcast_summary.h"
-#include "launcher/bench_table.h"
+#include "launcher/bench/broadcast_summary.h"
+#include "launcher/bench/table.h"
 #include "launcher/cli_util.h"
 
 namespace weightcast::launcher {

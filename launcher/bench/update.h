@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/bench_table.h"
-#include "launcher/child_process.h"
+#include "launcher/bench/engines.h"
+#include "launcher/bench/table.h"
 #include "sync/model/model.h"
 
 namespace weightcast::launcher {
@@ -65,37 +65,10 @@ struct UpdateBenchOptions {
 // the bench as raw-broadcast workers.
 int run_update_bench(const UpdateBenchOptions& opts, const std::string& self_exe);
 
-// A file under /tmp holding `text`, removed when this goes out of scope (the model spec engines
-// load, the JSON a child bench writes). Throws std::runtime_error when it cannot be written.
-class TempFile {
- public:
-  TempFile(const std::string& prefix, const std::string& text);
-  ~TempFile();
-  TempFile(TempFile&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  TempFile& operator=(TempFile&&) = delete;
-  const std::string& path() const { return path_; }
-  // Stops owning the file (someone else removes it) and returns its path.
-  std::string release() { return std::exchange(path_, std::string()); }
-
- private:
-  std::string path_;
-};
-
-// Pieces the hosts mode shares: the model spec file engines load, an engine's argv, and the URL
-// an engine prints when it listens.
-TempFile write_model_spec(std::uint64_t model_bytes);
-TempFile write_model_spec(const sync::ModelSpec& spec);
-// The program at `relative` from the folder of `self` (this benchmark's path), as the build tree
-// lays them out ("engine/weightcast-engine", "train/weightcast-train").
-std::string beside_self(const std::string& self, const std::string& relative);
+// An engine's argv for the update and hosts modes: the engine binary beside this bench, loading
+// `spec_path`, with buckets and timeouts from `o`.
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host);
-std::string engine_url(ChildProcess& engine, std::chrono::milliseconds timeout);
-// How the benches start their engines: killed with the bench, even by a signal that skips its
-// destructors (a bench piped into `head`, or killed), so no engine outlives it holding memory.
-ChildOptions engine_child();
 
 }  // namespace weightcast::launcher

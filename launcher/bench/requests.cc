@@ -1,4 +1,4 @@
-#include "launcher/bench_requests.h"
+#include "launcher/bench/requests.h"
 
 #include <chrono>
 #include <cstdio>

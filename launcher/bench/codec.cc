@@ -1,4 +1,4 @@
-#include "launcher/bench_codec.h"
+#include "launcher/bench/codec.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
-// The broadcast table's closing notes (launcher/bench_broadcast_summary.h).
-#include "launcher/bench_broadcast_summary.h"
+// The broadcast table's closing notes (launcher/bench/broadcast_summary.h).
+#include "launcher/bench/broadcast_summary.h"
 
 #include <cmath>
 #include <cstdint>

@@ -17,12 +17,13 @@
 
 #include "comm/communicator.h"
 #include "comm/errors.h"
-#include "launcher/bench_broadcast.h"
-#include "launcher/bench_codec.h"
-#include "launcher/bench_hosts.h"
-#include "launcher/bench_hosts_ep.h"
-#include "launcher/bench_requests.h"
-#include "launcher/bench_update.h"
+#include "launcher/bench/broadcast.h"
+#include "launcher/bench/codec.h"
+#include "launcher/bench/engines.h"
+#include "launcher/bench/hosts.h"
+#include "launcher/bench/hosts_ep.h"
+#include "launcher/bench/requests.h"
+#include "launcher/bench/update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_options.h"
 #include "launcher/cli_util.h"
@@ -165,7 +166,7 @@ CLI::App* add_hosts_worker(CLI::App& app, HostsWorkerOptions& wo) {
   return hw;
 }
 
-// mpirun's rsh agent for the hosts mode's trainer ranks (launcher/bench_hosts_ep.h).
+// mpirun's rsh agent for the hosts mode's trainer ranks (launcher/bench/hosts_ep.h).
 CLI::App* add_netns_agent(CLI::App& app) {
   auto* na =
       app.add_subcommand("netns-agent", "run a command in a hosts-mode namespace (internal)");

@@ -1,12 +1,10 @@
-// The pieces of the update bench (bench_update.h) that the hosts mode shares: temporary files,
-// the model spec engines load, an engine's command line, and the URL an engine prints.
+#include "launcher/bench/engines.h"
+
 #include <unistd.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "launcher/bench_update.h"
 #include "sync/model/model.h"
 
 namespace weightcast::launcher {
@@ -37,30 +35,6 @@ std::string beside_self(const std::string& self, const std::string& relative) {
   const auto slash = self.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : self.substr(0, slash);
   return dir + "/" + relative;
-}
-
-std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
-                                            const std::string& spec_path, std::uint64_t model_bytes,
-                                            const std::string& host) {
-  return {beside_self(self, "engine/weightcast-engine"),
-          "--host",
-          host,
-          "--port",
-          "0",
-          "--ranks",
-          std::to_string(o.ranks_per_engine),
-          "--model",
-          spec_path,
-          "--seed",
-          "1",
-          "--max-bucket-bytes",
-          std::to_string(std::max(o.bucket_bytes, model_bytes)),
-          "--chunk-bytes",
-          std::to_string(o.chunk_bytes),
-          "--comm-timeout-ms",
-          std::to_string(o.timeout_ms),
-          "--session-timeout-ms",
-          std::to_string(o.timeout_ms)};
 }
 
 ChildOptions engine_child() {

@@ -1,5 +1,5 @@
 // The hosts mode's network: host i is network namespace host_ns(i) with address host_addr(i) on
-// a bridge, every host's link shaped (launcher/bench_hosts.cc builds and removes them).
+// a bridge, every host's link shaped (launcher/bench/hosts.cc builds and removes them).
 #pragma once
 
 #include <string>

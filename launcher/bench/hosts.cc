@@ -1,4 +1,4 @@
-#include "launcher/bench_hosts.h"
+#include "launcher/bench/hosts.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -15,9 +15,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "launcher/bench_hosts_ep.h"
-#include "launcher/bench_hosts_net.h"
-#include "launcher/bench_update.h"
+#include "launcher/bench/engines.h"
+#include "launcher/bench/hosts_ep.h"
+#include "launcher/bench/hosts_net.h"
+#include "launcher/bench/update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
 #include "sync/model/model.h"

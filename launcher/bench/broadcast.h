@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/bench_table.h"
+#include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
 
@@ -26,10 +26,10 @@ struct BroadcastBenchOptions {
   std::string bind_address = "127.0.0.1";
   int timeout_ms = 120000;
   BenchOutput output;  // --csv / --json
-  // MPI_Bcast over both of Open MPI's transports in one run (bench_main.cc starts two jobs): the
-  // TCP job times mpi-bcast alone and writes "bytes time_us wrong" lines to `mpi_tcp_rows_out`;
-  // the shared-memory job names its own MPI_Bcast mpi-bcast-shm, reads those rows from
-  // `mpi_tcp_rows_in` (and removes the file) and shows them as mpi-bcast beside its own.
+  // MPI_Bcast over both of Open MPI's transports in one run (launcher/bench/main.cc starts two
+  // jobs): the TCP job times mpi-bcast alone and writes "bytes time_us wrong" lines to
+  // `mpi_tcp_rows_out`; the shared-memory job names its own MPI_Bcast mpi-bcast-shm, reads those
+  // rows from `mpi_tcp_rows_in` (and removes the file) and shows them as mpi-bcast beside its own.
   std::string mpi_tcp_rows_out;
   std::string mpi_tcp_rows_in;
 };

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/bench_table.h"
+#include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
 

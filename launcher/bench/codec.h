@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "launcher/bench_table.h"
+#include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
 

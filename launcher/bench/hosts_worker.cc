@@ -1,6 +1,6 @@
-// weightcast-bench hosts-worker: one host's process of the hosts mode (bench_hosts.h), started
-// inside its namespace. Rank 0 hosts the store; every rank times the chain and the stock gloo
-// broadcast and checks the bytes, and rank 0 prints one "result" line per backend.
+// weightcast-bench hosts-worker: one host's process of the hosts mode (launcher/bench/hosts.h),
+// started inside its namespace. Rank 0 hosts the store; every rank times the chain and the stock
+// gloo broadcast and checks the bytes, and rank 0 prints one "result" line per backend.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +16,7 @@
 #include "comm/huge_pages.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
-#include "launcher/bench_hosts.h"
+#include "launcher/bench/hosts.h"
 
 namespace weightcast::launcher {
 

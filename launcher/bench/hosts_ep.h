@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/bench_hosts.h"
-#include "launcher/bench_table.h"
+#include "launcher/bench/hosts.h"
+#include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/bench_hosts_ep.h"
+#include "launcher/bench/hosts_ep.h"
 
 #include <unistd.h>
 
@@ -14,8 +14,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "launcher/bench_hosts_net.h"
-#include "launcher/bench_update.h"
+#include "launcher/bench/engines.h"
+#include "launcher/bench/hosts_net.h"
+#include "launcher/bench/update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
 
