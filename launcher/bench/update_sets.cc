@@ -12,7 +12,7 @@
 #include "launcher/bench/process_stats.h"
 #include "launcher/cli_util.h"
 #include "sync/model/checksum.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 
 namespace weightcast::launcher {
 

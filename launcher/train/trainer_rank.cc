@@ -17,7 +17,7 @@
 #include "launcher/train/step_line.h"
 #include "sync/model/drift.h"
 #include "sync/trainer/engine_calls.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "sync/trainer/megatron.h"
 #include "sync/trainer/stage_outcome.h"
 #include "sync/trainer/updater.h"

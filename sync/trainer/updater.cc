@@ -9,7 +9,7 @@
 #include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "sync/trainer/updater_detail.h"
 
 namespace weightcast::sync::trainer {

@@ -1,4 +1,4 @@
-#include "sync/trainer/sglang_answers.h"
+#include "sync/trainer/http/sglang_answers.h"
 
 #include <nlohmann/json.hpp>
 

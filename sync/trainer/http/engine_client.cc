@@ -1,4 +1,4 @@
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 
 #include <httplib.h>
 
@@ -8,9 +8,9 @@
 
 #include "comm/enum_names.h"
 #include "sync/protocol/protocol_text.h"
-#include "sync/trainer/server_info_answers.h"
-#include "sync/trainer/sglang_answers.h"
-#include "sync/trainer/vllm_client.h"
+#include "sync/trainer/http/server_info_answers.h"
+#include "sync/trainer/http/sglang_answers.h"
+#include "sync/trainer/http/vllm_client.h"
 
 namespace weightcast::sync::trainer {
 

@@ -114,7 +114,7 @@ class VllmDialect {
   comm::Millis data_timeout_;
   Call call_;
   std::mutex mu_;
-  std::string pending_version_;  // from update_weight_version, sent with the finish
+  std::string pending_version_;             // from update_weight_version, sent with the finish
   VllmWayIn way_in_ = VllmWayIn::kBackend;  // set by server_info()
 };
 

@@ -22,7 +22,7 @@
 
 namespace weightcast::sync::trainer {
 
-class VllmDialect;  // sync/trainer/vllm_client.h
+class VllmDialect;  // sync/trainer/http/vllm_client.h
 
 struct EngineClientOptions {
   std::string token;                    // bearer token; empty: none sent

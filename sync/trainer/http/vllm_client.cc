@@ -1,11 +1,11 @@
-#include "sync/trainer/vllm_client.h"
+#include "sync/trainer/http/vllm_client.h"
 
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "comm/errors.h"
-#include "sync/trainer/server_info_answers.h"
-#include "sync/trainer/sglang_answers.h"
+#include "sync/trainer/http/server_info_answers.h"
+#include "sync/trainer/http/sglang_answers.h"
 
 namespace weightcast::sync::trainer {
 
@@ -219,9 +219,9 @@ BasicResponse VllmDialect::flush_cache() {
 BeginWeightUpdateResponse VllmDialect::begin(const BeginWeightUpdateRequest& req) {
   BeginWeightUpdateResponse out;
   if (way_in_ == VllmWayIn::kWorkerExtension) {
-    out.message = rpc_answer("weightcast_begin", {std::string(to_string(req.selector))},
-                             request_timeout_)
-                      .message;
+    out.message =
+        rpc_answer("weightcast_begin", {std::string(to_string(req.selector))}, request_timeout_)
+            .message;
   } else {
     out.message =
         post(vllm_start_route(req.selector), vllm_start_body(req.selector), request_timeout_)
@@ -240,8 +240,8 @@ BeginWeightUpdateResponse VllmDialect::begin(const BeginWeightUpdateRequest& req
 
 BasicResponse VllmDialect::update(const UpdateWeightsFromDistributedRequest& req) {
   if (way_in_ == VllmWayIn::kWorkerExtension) {
-    return rpc_answer("weightcast_update", {Json::parse(vllm_update_body(req))["update_info"].dump()},
-                      data_timeout_);
+    return rpc_answer("weightcast_update",
+                      {Json::parse(vllm_update_body(req))["update_info"].dump()}, data_timeout_);
   }
   return post("/update_weights", vllm_update_body(req), data_timeout_);
 }
@@ -313,7 +313,8 @@ BasicResponse VllmDialect::rpc_answer(const std::string& method,
   for (const auto& a : answers) {
     const Json r = object_of(a);
     const Json* message = member(r, "message");
-    const std::string text = message != nullptr && message->is_string() ? message->get<std::string>() : "";
+    const std::string text =
+        message != nullptr && message->is_string() ? message->get<std::string>() : "";
     if (const Json* ok = member(r, "success"); ok != nullptr && *ok == false) {
       throw EngineError(url_, "POST /collective_rpc " + method, 200, text);
     }

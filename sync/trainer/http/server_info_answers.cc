@@ -1,4 +1,4 @@
-#include "sync/trainer/server_info_answers.h"
+#include "sync/trainer/http/server_info_answers.h"
 
 #include "comm/errors.h"
 #include "sync/protocol/protocol_json.h"
