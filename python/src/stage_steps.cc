@@ -1,5 +1,5 @@
-// The steps of one update across pipeline stages, as launcher/train/trainer_rank.cc runs them
-// over MPI; here the user's own collective moves the token and the results between processes.
+#include "stage_steps.h"
+
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 
 #include "comm/errors.h"
 #include "errors.h"
-#include "py_updater.h"
+#include "sync/protocol/tensor.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace py = pybind11;
@@ -70,18 +70,33 @@ class AwaitOnce {
 
 }  // namespace
 
-std::string PyUpdater::open_session(py::handle version) {
-  live();
+std::optional<std::string> version_text(py::handle version) {
+  if (version.is_none()) return std::nullopt;
+  if (py::isinstance<py::bool_>(version) ||
+      !(py::isinstance<py::int_>(version) || py::isinstance<py::str>(version))) {
+    throw InputFailure("version must be None, an int or a str");
+  }
+  std::string text = py::str(version);
+  try {
+    sync::validate_tensor_name(text, "version", 256);  // printable, no whitespace, as a token
+  } catch (const comm::BadRequestError& e) {
+    throw InputFailure(e.what());
+  }
+  return text;
+}
+
+std::string StageSteps::open_session(py::handle version) {
+  live_();
   if (session_) {
     throw comm::ConfigError("open_session(): a session is open (token '" + session_token_ +
                             "'); finish() or abort() it first");
   }
   const auto text = version_text(version);
-  Outcome out;
+  UpdateOutcome out;
   std::optional<wt::UpdateSession> opened;
-  run_on_worker([&] {
+  worker_.run([&] {
     try {
-      opened = updater_->open_session(out.report.base, text);
+      opened = live_().open_session(out.report.base, text);
     } catch (...) {
       out.error = std::current_exception();
     }
@@ -94,22 +109,22 @@ std::string PyUpdater::open_session(py::handle version) {
   return session_token_;
 }
 
-StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
-                                       CapturedTensors& tensors, py::handle await_tensor) {
+StageResult StageSteps::stage_on_worker(const std::string& token, int stage,
+                                        CapturedTensors& tensors, py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
   try {
     const wt::UpdateSession session = wt::join_session(token);
-    if (session.selector() != updater_->selector()) {
+    if (session.selector() != live_().selector()) {
       throw comm::ConfigError(
           "the session's selector is '" + std::string(sync::to_string(session.selector())) +
-          "', this updater's '" + std::string(sync::to_string(updater_->selector())) +
+          "', this updater's '" + std::string(sync::to_string(live_().selector())) +
           "': every stage source must be created with the same selector");
     }
-    updater_->adopt(session);  // the coordinator's engine set for this session
-    updater_->ensure_group(stage);
-    phase_ = Phase::kData;
+    live_().adopt(session);  // the coordinator's engine set for this session
+    live_().ensure_group(stage);
+    worker_.set_phase(SignalWorker::Phase::kData);
     std::function<void(const std::string&, comm::Deadline)> await;
     std::optional<AwaitOnce> once;
     if (!await_tensor.is_none()) {
@@ -118,8 +133,8 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
         (*once)(name, deadline);
       };
     }
-    r.result = updater_->send_stage(session, stage, tensors.views(), std::move(await));
-    phase_ = Phase::kIdle;
+    r.result = live_().send_stage(session, stage, tensors.views(), std::move(await));
+    worker_.set_phase(SignalWorker::Phase::kIdle);
     r.sent = true;
   } catch (const wt::EngineCallError& e) {
     r.local = StageResult::Local::kOther;
@@ -132,20 +147,20 @@ StageResult PyUpdater::stage_on_worker(const std::string& token, int stage,
     r.local = StageResult::Local::kOther;
     r.error = e.what();
   }
-  phase_ = Phase::kIdle;
+  worker_.set_phase(SignalWorker::Phase::kIdle);
   r.result.ok = r.result.ok && r.local == StageResult::Local::kNone;
   return r;
 }
 
-StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors,
-                                  py::handle await_tensor) {
+StageResult StageSteps::send_stage(const std::string& token, int stage, py::handle named_tensors,
+                                   py::handle await_tensor) {
   StageResult r;
   r.stage = stage;
   r.token = token;
   r.result.ok = false;
   CapturedTensors tensors;
   try {
-    live();
+    live_();
     if (stage < 0) throw comm::ConfigError("stage must be >= 0");
     if (!await_tensor.is_none() && !PyCallable_Check(await_tensor.ptr())) {
       throw comm::ConfigError("await_tensor must be None or a callable taking a tensor name");
@@ -160,7 +175,7 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
     r.error = e.what();
     return r;
   }
-  run_on_worker([&] { r = stage_on_worker(token, stage, tensors, await_tensor); });
+  worker_.run([&] { r = stage_on_worker(token, stage, tensors, await_tensor); });
   if (r.ok()) {
     if (const auto changed = tensors.changed()) {
       r.local = StageResult::Local::kInput;
@@ -174,26 +189,26 @@ StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handl
   return r;
 }
 
-void PyUpdater::finish_on_worker(const std::vector<StageResult>& results, Outcome& out) {
+void StageSteps::finish_on_worker(const std::vector<StageResult>& results, UpdateOutcome& out) {
   wt::UpdateReport& report = out.report.base;
   for (const StageResult& r : results) {
     if (r.local != StageResult::Local::kNone || !r.sent) {
       report.failures.insert(report.failures.end(), r.result.failures.begin(),
                              r.result.failures.end());
-      updater_->abort(report, r.failure());
+      live_().abort(report, r.failure());
       return;
     }
-    updater_->record(r.result, report);
+    live_().record(r.result, report);
     if (!report.error.empty()) return;
   }
-  if (interrupted_) return updater_->abort(report, "interrupted");
-  updater_->finish(*session_, report);
+  if (worker_.interrupted()) return live_().abort(report, "interrupted");
+  live_().finish(*session_, report);
   if (!report.ok || !verify_each_) return;
   std::vector<wt::SentDigest> digests;
   for (const StageResult& r : results)
     digests.insert(digests.end(), r.digests.begin(), r.digests.end());
-  sent_.record(updater_->selector(), report.version, std::move(digests));
-  out.problems = sent_.check(updater_->engines(), updater_->connect());
+  sent_.record(live_().selector(), report.version, std::move(digests));
+  out.problems = sent_.check(live_().engines(), live_().connect());
   out.report.verified = out.problems.empty();
 }
 
@@ -228,21 +243,21 @@ std::vector<StageResult> stage_results(py::handle results, const std::string& to
 
 }  // namespace
 
-py::object PyUpdater::finish(const std::string& token, py::handle results) {
-  live();
+py::object StageSteps::finish(const std::string& token, py::handle results) {
+  live_();
   if (!session_ || token != session_token_) {
     throw comm::ConfigError("finish(): no open session has token '" + token + "'" +
                             (session_ ? "; the open one is '" + session_token_ + "'" : ""));
   }
   std::string why;
   const std::vector<StageResult> stages = stage_results(results, token, why);
-  Outcome out;
+  UpdateOutcome out;
   out.report.base = std::move(session_report_);
   bool input_failed = false;
   for (const auto& r : stages) input_failed = input_failed || r.local == StageResult::Local::kInput;
-  run_on_worker([&] {
+  worker_.run([&] {
     try {
-      if (!why.empty()) return updater_->abort(out.report.base, why);
+      if (!why.empty()) return live_().abort(out.report.base, why);
       finish_on_worker(stages, out);
     } catch (...) {
       out.error = std::current_exception();
@@ -260,13 +275,13 @@ py::object PyUpdater::finish(const std::string& token, py::handle results) {
   return to_python(std::move(out.report));
 }
 
-void PyUpdater::abort(const std::string& why) {
-  live();
+void StageSteps::abort(const std::string& why) {
+  live_();
   if (!session_) return;
   wt::UpdateReport report = std::move(session_report_);
-  run_on_worker([&] {
+  worker_.run([&] {
     try {
-      updater_->abort(report, why);
+      live_().abort(report, why);
     } catch (...) {  // best effort: the engines' session timeout is the backstop
     }
   });

@@ -1,52 +1,45 @@
-// DistributedUpdater, the elastic engine set (EngineFailurePolicy::kDrop): the whole update with
-// its attempts, probing and re-admitting dropped engines, and choosing whom to drop. The
-// bookkeeping (membership, epochs, backoff) is EngineSet's; this file does the engine calls, each
-// bounded by the probe timeout or the client timeouts.
+#include "sync/trainer/elastic_members.h"
+
 #include <algorithm>
 
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
-#include "sync/trainer/updater.h"
 
 namespace weightcast::sync::trainer {
 
-UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors,
-                                        std::optional<std::string> version) {
-  prepare_update();
-  std::vector<UpdateReport::Dropped> dropped;
-  // Each attempt that fails drops at least one engine, so there are at most as many as engines.
-  for (std::size_t attempt = 0;; ++attempt) {
-    UpdateReport report = update_once(tensors, version);
-    report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
-    if (report.ok || attempt + 1 >= engines_.size() || !drop_failed(report)) {
-      note_membership(report);
-      return report;
-    }
-    dropped = std::move(report.dropped);
-  }
+ElasticMembers::ElasticMembers(std::span<EngineApi* const> engines, EngineFailurePolicy policy,
+                               int max_backoff_updates)
+    : engines_(engines.begin(), engines.end()),
+      policy_(policy),
+      set_(engines_.size(), max_backoff_updates),
+      last_ids_(engines_.size()) {
+  use_members(set_.members(), set_.epoch());
 }
 
-void DistributedUpdater::use_members(std::vector<std::size_t> members, std::uint64_t epoch) {
+void ElasticMembers::use_members(std::vector<std::size_t> members, std::uint64_t epoch) {
   for (std::size_t e : members) WC_ENFORCE_LT(e, engines_.size(), "session member");
   members_ = std::move(members);
   epoch_ = epoch;
   member_ptrs_.clear();
-  for (std::size_t e : members_) member_ptrs_.push_back(engine_ptrs_[e]);
+  for (std::size_t e : members_) member_ptrs_.push_back(engines_[e]);
 }
 
-void DistributedUpdater::adopt(const UpdateSession& session) {
+void ElasticMembers::adopt(const UpdateSession& session) {
   if (session.members().empty()) return;
   use_members(session.members(), session.epoch());
 }
 
-EngineApi& DistributedUpdater::prober(std::size_t engine) const {
+bool ElasticMembers::is_member(std::size_t e) const {
+  return std::find(members_.begin(), members_.end(), e) != members_.end();
+}
+
+EngineApi& ElasticMembers::prober(std::size_t engine) const {
   return probes_.empty() ? *engines_[engine] : *probes_[engine];
 }
 
 // Asks /health (and, with_info, /server_info) of `engines` concurrently, each bounded by the
 // probe clients' timeouts. Returns per engine whether it answered.
-std::vector<char> DistributedUpdater::probe(const std::vector<std::size_t>& engines,
-                                            bool with_info) {
+std::vector<char> ElasticMembers::probe(const std::vector<std::size_t>& engines, bool with_info) {
   std::vector<EngineApi*> targets;
   for (std::size_t e : engines) targets.push_back(&prober(e));
   std::vector<ServerInfoResponse> infos(engines.size());
@@ -63,9 +56,9 @@ std::vector<char> DistributedUpdater::probe(const std::vector<std::size_t>& engi
   return alive;
 }
 
-std::vector<std::string> DistributedUpdater::prepare_update() {
+std::vector<std::string> ElasticMembers::prepare_update(const std::function<void()>& connect) {
   updates_ += 1;
-  if (options_.on_engine_failure != EngineFailurePolicy::kDrop) return {};
+  if (policy_ != EngineFailurePolicy::kDrop) return {};
   connect();
   const std::vector<std::size_t> due = set_.due(updates_);
   if (due.empty()) return {};
@@ -83,7 +76,7 @@ std::vector<std::string> DistributedUpdater::prepare_update() {
   return back;
 }
 
-void DistributedUpdater::readmit(std::size_t engine) {
+void ElasticMembers::readmit(std::size_t engine) {
   const std::string stale = set_.readmit(engine);
   last_ids_[engine].clear();
   if (stale.empty()) return;
@@ -96,8 +89,8 @@ void DistributedUpdater::readmit(std::size_t engine) {
   }
 }
 
-bool DistributedUpdater::drop_failed(UpdateReport& report) {
-  if (options_.on_engine_failure != EngineFailurePolicy::kDrop || report.ok) return false;
+bool ElasticMembers::drop_failed(UpdateReport& report) {
+  if (policy_ != EngineFailurePolicy::kDrop || report.ok) return false;
   // Blame only with evidence. The engines that are gone: no answer to /health within the probe
   // timeout. When all answer, the one the report blames: its error answer, its missing answer or
   // its dead connection failed the update. A failure that began on the trainer's side (its packer,
@@ -123,7 +116,7 @@ bool DistributedUpdater::drop_failed(UpdateReport& report) {
   return true;
 }
 
-void DistributedUpdater::note_membership(UpdateReport& report) const {
+void ElasticMembers::note_membership(UpdateReport& report) const {
   report.engines_current = 0;
   report.out.clear();
   for (std::size_t e = 0; e < engines_.size(); ++e) {
