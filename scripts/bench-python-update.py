@@ -67,7 +67,7 @@ def cpp_row(args):
 
 
 def start_engines(args, spec_path, model_bytes):
-    """The engines weightcast-bench update starts (launcher/bench_update.cc update_engine_argv)."""
+    """The engines weightcast-bench update starts (launcher/bench/update.cc update_engine_argv)."""
     engine = os.path.join(os.path.dirname(args.bench), "engine", "weightcast-engine")
     procs, urls = [], []
     for _ in range(args.engines):

@@ -6,7 +6,7 @@
 
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 
 namespace weightcast::launcher::train {
 

@@ -8,9 +8,14 @@
 
 #include <mpi.h>
 
+#include <exception>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "comm/deadline.h"
+#include "comm/errors.h"
+#include "launcher/train/trainer_rank.h"
 #include "sync/trainer/stage_outcome.h"
 
 namespace weightcast::launcher::train {
@@ -38,5 +43,27 @@ AttemptNext broadcast_next(MPI_Comm comm, int root, AttemptNext value, comm::Dea
 sync::trainer::StageOutcome broadcast_outcome(MPI_Comm comm, int root,
                                               const sync::trainer::StageOutcome& value,
                                               comm::Deadline deadline);
+
+// A status message between ranks.
+inline RankStatus rank_status(int code, std::string text) {
+  return RankStatus{code, std::move(text)};
+}
+
+// Runs `fn` (returning a RankStatus), turning exceptions into status messages with the exit code
+// they stand for (trainer_rank.h).
+template <typename F>
+RankStatus guarded(F&& fn) {
+  try {
+    return fn();
+  } catch (const comm::ConfigError& e) {
+    return rank_status(kExitConfig, e.what());
+  } catch (const comm::EnforceError& e) {
+    return rank_status(kExitInternal, e.what());
+  } catch (const std::invalid_argument& e) {
+    return rank_status(kExitConfig, e.what());
+  } catch (const std::exception& e) {
+    return rank_status(kExitUpdateFailed, e.what());
+  }
+}
 
 }  // namespace weightcast::launcher::train

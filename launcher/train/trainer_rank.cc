@@ -13,11 +13,11 @@
 #include "launcher/cli_util.h"
 #include "launcher/train/engine_queries.h"
 #include "launcher/train/rank_messages.h"
+#include "launcher/train/rank_weights.h"
+#include "launcher/train/stage_attempt.h"
 #include "launcher/train/stage_gather.h"
 #include "launcher/train/step_line.h"
-#include "sync/model/drift.h"
-#include "sync/trainer/engine_calls.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "sync/trainer/megatron.h"
 #include "sync/trainer/stage_outcome.h"
 #include "sync/trainer/updater.h"
@@ -31,11 +31,6 @@ using comm::Millis;
 using namespace sync::trainer;
 namespace mpi = comm::mpi;
 
-// A status message between ranks (launcher/train/rank_messages.h).
-RankStatus status(int code, std::string text) {
-  return RankStatus{code, std::move(text)};
-}
-
 class Rank {
  public:
   Rank(const TrainOptions& o, std::FILE* out)
@@ -45,7 +40,8 @@ class Rank {
         topo_(world_rank(), world_size(), o.tp, o.pp),
         params_(stage_params(spec_, topo_.pp_rank(), o.pp, expert_parallel(o))),
         // The first `ep` data-parallel replicas are the EP ranks; the others hold copies.
-        ep_rank_(topo_.dp_rank() < o.ep ? topo_.dp_rank() : -1) {
+        ep_rank_(topo_.dp_rank() < o.ep ? topo_.dp_rank() : -1),
+        weights_(o, spec_, params_, topo_.tp_rank(), ep_rank_) {
     // Every rank checks every stage, so a bad split fails all ranks alike instead of leaving
     // some waiting in a collective for the others.
     check_model_layout(o, spec_);
@@ -121,10 +117,7 @@ class Rank {
     return comm::deadline_after(Millis(o_.mpi_timeout_ms) + extra);
   }
   // The longest a source may spend on one stage's data phase, group setup included.
-  Millis stage_budget() const {
-    return Millis(o_.update_timeout_ms) + Millis(o_.group_timeout_ms) +
-           Millis(4 * o_.request_timeout_ms);
-  }
+  Millis stage_budget() const { return train::stage_budget(o_); }
   Millis step_budget() const { return stage_budget() * (o_.pp + 1); }
 
   // Sets up what the sources need, and tells every rank whether it worked.
@@ -174,7 +167,7 @@ class Rank {
           if (coordinator()) {
             checker_ = std::make_unique<StepChecker>(o_, spec_, *updater_, has_draft_);
           }
-          return status(kExitOk, "");
+          return rank_status(kExitOk, "");
         });
       }
       mine = broadcast_status(sources_comm_.get(), s, mine, mpi_deadline(stage_budget()));
@@ -202,51 +195,20 @@ class Rank {
         std::fprintf(out_, "selector %s (explicit)\n", o_.selector.c_str());
       }
       std::fflush(out_);
-      return status(kExitOk, std::string(sync::to_string(selector)));
+      return rank_status(kExitOk, std::string(sync::to_string(selector)));
     });
-  }
-
-  // Runs `fn`, turning exceptions into status messages.
-  template <typename F>
-  RankStatus guarded(F&& fn) {
-    try {
-      return fn();
-    } catch (const comm::ConfigError& e) {
-      return status(kExitConfig, e.what());
-    } catch (const comm::EnforceError& e) {
-      return status(kExitInternal, e.what());
-    } catch (const std::invalid_argument& e) {
-      return status(kExitConfig, e.what());
-    } catch (const std::exception& e) {
-      return status(kExitUpdateFailed, e.what());
-    }
   }
 
   int run_step(int step);
   // This rank's shards at `step`: the generator's step (--drift jump), or the fp32 masters moved
   // one more optimizer-like step from the initial weights (--drift realistic).
   std::vector<std::byte> shards_at(int step) {
-    const auto k = static_cast<std::uint64_t>(step);
-    if (o_.drift != "realistic") {
-      return rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, k, ep_rank_);
-    }
-    if (!drift_) {
-      drifted_ = rank_shards(params_, o_.tp, topo_.tp_rank(), o_.seed, 0, ep_rank_);
-      const double lr = o_.drift_lr > 0 ? o_.drift_lr : sync::kRealisticLr;
-      drift_ = std::make_unique<sync::Drift>(spec_.dtype, drifted_, o_.seed, lr);
-    }
-    const std::size_t changed = drift_->step(k, drifted_);
-    if (checker_) {
-      const auto n = static_cast<double>(std::max<std::size_t>(drift_->elements(), 1));
-      checker_->set_changed(static_cast<double>(changed) / n);
-    }
-    return drifted_;
+    std::optional<double> changed;
+    std::vector<std::byte> shards = weights_.at(step, changed);
+    if (checker_ && changed) checker_->set_changed(*changed);
+    return shards;
   }
   RankStatus run_sources(int step, const std::vector<NamedTensor>& tensors);
-  // One attempt at the step's update: open (coordinator), every stage, commit (coordinator).
-  // Returns the coordinator's "opened" status; `report` and `digests` are the coordinator's.
-  RankStatus attempt(const std::vector<NamedTensor>& tensors, UpdateReport& report,
-                     std::vector<SentDigest>& digests);
   RankStatus step_line(int step, const RankStatus& opened, UpdateReport& report,
                        const std::vector<SentDigest>& digests);
 
@@ -254,10 +216,6 @@ class Rank {
   std::string probe_accept_lengths() {
     return o_.probe_accept_length ? accept_lengths(updater_->engines()) : std::string();
   }
-  StageOutcome send_own_stage(const std::optional<UpdateSession>& session,
-                              const std::vector<NamedTensor>& tensors);
-  // --verify: every stage's sent digests to the coordinator (`digests`), after the commit.
-  void exchange_digests(const std::vector<NamedTensor>& tensors, std::vector<SentDigest>& digests);
 
   const TrainOptions& o_;
   std::FILE* out_;
@@ -269,9 +227,7 @@ class Rank {
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
   std::unique_ptr<StepChecker> checker_;  // coordinator only
-  // --drift realistic: this rank's shards as fp32 masters, and their bytes at the last step.
-  std::unique_ptr<sync::Drift> drift_;
-  std::vector<std::byte> drifted_;
+  RankWeights weights_;                   // this rank's shards at each step
   std::unique_ptr<StageGather> gather_;
   std::string gather_mode_;  // whole | overlap (auto resolved)
   bool threaded_gather_ = false;
@@ -306,29 +262,6 @@ int Rank::run_step(int step) {
   return line.code;
 }
 
-StageOutcome Rank::send_own_stage(const std::optional<UpdateSession>& session,
-                                  const std::vector<NamedTensor>& tensors) {
-  StageOutcome outcome;
-  try {
-    updater_->adopt(*session);  // the coordinator's engine set for this attempt
-    updater_->ensure_group(topo_.pp_rank());
-    outcome.result = updater_->send_stage(*session, topo_.pp_rank(), tensors,
-                                          [this](const std::string& name, comm::Deadline deadline) {
-                                            gather_->await(name, deadline);
-                                          });
-    outcome.sent = true;
-  } catch (const EngineCallError& e) {
-    // Which engine failed the group setup: the coordinator's drop decision needs it.
-    outcome.error = "stage " + std::to_string(topo_.pp_rank()) + ": " + e.what();
-    outcome.result.failures = e.failures();
-    outcome.result.ok = false;
-  } catch (const std::exception& e) {
-    outcome.error = "stage " + std::to_string(topo_.pp_rank()) + ": " + e.what();
-    outcome.result.ok = false;
-  }
-  return outcome;
-}
-
 RankStatus Rank::run_sources(int step, const std::vector<NamedTensor>& tensors) {
   if (coordinator()) {
     try {
@@ -348,7 +281,8 @@ RankStatus Rank::run_sources(int step, const std::vector<NamedTensor>& tensors) 
   for (std::size_t attempts = 1;; ++attempts) {
     report = UpdateReport{};
     digests.clear();
-    opened = attempt(tensors, report, digests);
+    opened = StageAttempt(o_, topo_, sources_comm_.get(), *updater_, *gather_)
+                 .run(tensors, report, digests, times_.verify);
     AttemptNext next = AttemptNext::kDone;
     if (coordinator()) {
       report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
@@ -365,63 +299,6 @@ RankStatus Rank::run_sources(int step, const std::vector<NamedTensor>& tensors) 
   return step_line(step, opened, report, digests);
 }
 
-RankStatus Rank::attempt(const std::vector<NamedTensor>& tensors, UpdateReport& report,
-                         std::vector<SentDigest>& digests) {
-  std::optional<UpdateSession> session;
-  RankStatus opened = status(kExitUpdateFailed, "");
-  if (coordinator()) {
-    opened = guarded([&] {
-      session = updater_->open_session(report);
-      return session ? status(kExitOk, session->token()) : status(kExitUpdateFailed, report.error);
-    });
-  }
-  opened = broadcast_status(sources_comm_.get(), 0, opened, mpi_deadline(stage_budget()));
-  if (opened.ok() && !coordinator()) session = join_session(opened.text);
-
-  bool failed = !opened.ok();
-  for (int s = 0; s < o_.pp; ++s) {
-    StageOutcome own;
-    if (s == topo_.pp_rank() && !failed) own = send_own_stage(session, tensors);
-    // Stage s+1 starts only once this returns: the explicit serialization of the stages.
-    const StageOutcome outcome =
-        broadcast_outcome(sources_comm_.get(), s, own, mpi_deadline(stage_budget()));
-    if (failed) continue;
-    if (coordinator()) {
-      if (outcome.error.empty()) {
-        updater_->record(outcome.result, report);
-      } else {
-        report.failures = outcome.result.failures;
-        updater_->abort(report, outcome.error);
-      }
-      digests.insert(digests.end(), outcome.digests.begin(), outcome.digests.end());
-    }
-    failed = !outcome.sent || !outcome.result.ok;
-  }
-  if (coordinator() && opened.ok() && report.error.empty()) {
-    updater_->finish(*session, report);
-  }
-  // The digests --verify compares are taken after the commit, outside the timed update: the
-  // other sources hash while the coordinator commits.
-  if (o_.verify && !failed) exchange_digests(tensors, digests);
-  return opened;
-}
-
-void Rank::exchange_digests(const std::vector<NamedTensor>& tensors,
-                            std::vector<SentDigest>& digests) {
-  const auto start = comm::Clock::now();
-  for (int s = 0; s < o_.pp; ++s) {
-    std::string text;
-    if (s == topo_.pp_rank()) text = to_text(sent_digests(tensors));
-    text = mpi::broadcast_string(sources_comm_.get(), s, std::move(text),
-                                 mpi_deadline(stage_budget()));
-    if (coordinator()) {
-      const auto stage = parse_sent_digests(text);
-      digests.insert(digests.end(), stage.begin(), stage.end());
-    }
-  }
-  times_.verify = comm::seconds_since(start);
-}
-
 RankStatus Rank::step_line(int step, const RankStatus& opened, UpdateReport& report,
                            const std::vector<SentDigest>& digests) {
   char head[64];
@@ -429,11 +306,12 @@ RankStatus Rank::step_line(int step, const RankStatus& opened, UpdateReport& rep
   const std::string members = checker_->membership(report);
   if (!opened.ok()) {
     // The report's summary also names engines left needing a reload (SGLang ones).
-    if (!report.error.empty()) return status(kExitUpdateFailed, head + summary(report) + members);
-    return status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version + ": " +
-                                         opened.text + members);
+    if (!report.error.empty())
+      return rank_status(kExitUpdateFailed, head + summary(report) + members);
+    return rank_status(kExitUpdateFailed, head + std::string("FAILED version ") + report.version +
+                                              ": " + opened.text + members);
   }
-  if (!report.ok) return status(kExitUpdateFailed, head + summary(report) + members);
+  if (!report.ok) return rank_status(kExitUpdateFailed, head + summary(report) + members);
   if (threaded_gather_) {
     const auto g = gather_->seconds();
     times_.gather = g.gather;
@@ -441,7 +319,7 @@ RankStatus Rank::step_line(int step, const RankStatus& opened, UpdateReport& rep
   }
   const auto [code, line] =
       checker_->committed(step, report, digests, probe_accept_lengths(), times_);
-  return status(code, line);
+  return rank_status(code, line);
 }
 
 }  // namespace

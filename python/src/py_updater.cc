@@ -1,15 +1,10 @@
 #include "py_updater.h"
 
 #include <chrono>
-#include <functional>
-#include <future>
-#include <thread>
 #include <utility>
 
 #include "comm/errors.h"
-#include "comm/stop_signals.h"
 #include "errors.h"
-#include "sync/protocol/tensor.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace py = pybind11;
@@ -17,34 +12,15 @@ namespace wt = weightcast::sync::trainer;
 
 namespace weightcast::python {
 
-namespace {
-
-constexpr auto kSignalPoll = std::chrono::milliseconds(50);
-
-}  // namespace
-
-std::optional<std::string> version_text(py::handle version) {
-  if (version.is_none()) return std::nullopt;
-  if (py::isinstance<py::bool_>(version) ||
-      !(py::isinstance<py::int_>(version) || py::isinstance<py::str>(version))) {
-    throw InputFailure("version must be None, an int or a str");
-  }
-  std::string text = py::str(version);
-  try {
-    sync::validate_tensor_name(text, "version", 256);  // printable, no whitespace, as a token
-  } catch (const comm::BadRequestError& e) {
-    throw InputFailure(e.what());
-  }
-  return text;
-}
-
 PyUpdater::PyUpdater(std::vector<std::string> engines, wt::UpdaterOptions options, bool verify)
-    : urls_(engines), verify_each_(verify) {
+    : urls_(engines),
+      verify_each_(verify),
+      steps_([this]() -> wt::DistributedUpdater& { return live(); }, worker_, sent_, verify) {
   auto factory = options.communicator_factory;
   options.communicator_factory = [this, factory](std::string_view backend,
                                                  const comm::CommOptions& opts) {
     auto comm = factory ? factory(backend, opts) : comm::create_communicator(backend, opts);
-    comm_.store(comm.get());
+    worker_.set_communicator(comm.get());
     return comm;
   };
   updater_ = std::make_unique<wt::DistributedUpdater>(std::move(engines), std::move(options));
@@ -76,46 +52,7 @@ void PyUpdater::close() {
   if (!updater_) return;
   py::gil_scoped_release release;
   updater_.reset();
-  comm_.store(nullptr);
-}
-
-void PyUpdater::interrupt() {
-  interrupted_ = true;
-  // The communicator is alive while the data phase runs (groups are replaced only between
-  // updates, on the worker), and abort() may be called from any thread.
-  if (phase_ == Phase::kData) {
-    if (comm::Communicator* comm = comm_.load()) comm->abort();
-  }
-}
-
-void PyUpdater::run_on_worker(const std::function<void()>& fn) {
-  std::promise<void> done;
-  auto finished = done.get_future();
-  interrupted_ = false;
-  std::exception_ptr pending;
-  {
-    py::gil_scoped_release release;
-    std::thread worker([&fn, &done] {
-      // Signals stay with the interpreter's thread, so the worker and every thread it starts (the
-      // data plane's, the HTTP calls') never see an EINTR from a Ctrl-C meant for Python.
-      comm::block_stop_signals();
-      fn();
-      done.set_value();
-    });
-    while (finished.wait_for(kSignalPoll) != std::future_status::ready) {
-      py::gil_scoped_acquire gil;
-      if (!pending && PyErr_CheckSignals() != 0) {
-        try {
-          throw py::error_already_set();
-        } catch (...) {
-          pending = std::current_exception();
-        }
-        interrupt();
-      }
-    }
-    worker.join();
-  }
-  if (pending) std::rethrow_exception(pending);
+  worker_.set_communicator(nullptr);
 }
 
 bool PyUpdater::prepare(wt::UpdateReport& report) {
@@ -154,7 +91,7 @@ void PyUpdater::run_update(const Job& job, Outcome& out) {
     run_attempt(job, out);
     wt::UpdateReport& report = out.report.base;
     report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
-    if (report.ok || interrupted_ || out.changed || attempt + 1 >= u.engines().size() ||
+    if (report.ok || worker_.interrupted() || out.changed || attempt + 1 >= u.engines().size() ||
         !u.drop_failed(report)) {
       u.note_membership(report);
       return;
@@ -169,7 +106,7 @@ void PyUpdater::run_attempt(const Job& job, Outcome& out) {
   const auto start = std::chrono::steady_clock::now();
   if (!prepare(report)) return;
   const std::chrono::duration<double> prepared = std::chrono::steady_clock::now() - start;
-  if (interrupted_) {
+  if (worker_.interrupted()) {
     report.fail("interrupted before the session opened");
     return;
   }
@@ -177,10 +114,10 @@ void PyUpdater::run_attempt(const Job& job, Outcome& out) {
   auto session = u.open_session(report, job.version);
   report.phases.prepare = prepared.count();
   if (!session) return;
-  if (interrupted_) return u.abort(report, "interrupted");
-  phase_ = Phase::kData;
+  if (worker_.interrupted()) return u.abort(report, "interrupted");
+  worker_.set_phase(SignalWorker::Phase::kData);
   const wt::BucketSendResult sent = u.send_stage(*session, 0, job.tensors->views());
-  phase_ = Phase::kIdle;
+  worker_.set_phase(SignalWorker::Phase::kIdle);
   u.record(sent, report);
   if (!report.error.empty()) return;
   {
@@ -189,7 +126,7 @@ void PyUpdater::run_attempt(const Job& job, Outcome& out) {
   }
   if (out.changed)
     return u.abort(report, "tensor '" + *out.changed + "' changed during the update");
-  if (interrupted_) return u.abort(report, "interrupted");
+  if (worker_.interrupted()) return u.abort(report, "interrupted");
   u.finish(*session, report);
   if (!report.ok || !job.verify) return;
   sent_.record(u.selector(), report.version, job.tensors->views());
@@ -204,7 +141,7 @@ PyUpdater::Outcome PyUpdater::run(const Job& job) {
   } catch (...) {
     out.error = std::current_exception();
   }
-  phase_ = Phase::kIdle;
+  worker_.set_phase(SignalWorker::Phase::kIdle);
   return out;
 }
 
@@ -216,7 +153,7 @@ py::object PyUpdater::update(py::handle named_tensors, py::handle version) {
   CapturedTensors tensors = CapturedTensors::capture(named_tensors);
   job.tensors = &tensors;
   Outcome out;
-  run_on_worker([&] { out = run(job); });
+  worker_.run([&] { out = run(job); });
   if (out.error) std::rethrow_exception(out.error);
   if (out.changed) {
     throw InputFailure("tensor '" + *out.changed +
@@ -241,6 +178,23 @@ void PyUpdater::verify() {
     problems = sent_.check(u.engines(), u.connect());
   }
   if (!problems.empty()) throw VerifyFailure(std::move(problems));
+}
+
+std::string PyUpdater::open_session(py::handle version) {
+  return steps_.open_session(version);
+}
+
+StageResult PyUpdater::send_stage(const std::string& token, int stage, py::handle named_tensors,
+                                  py::handle await_tensor) {
+  return steps_.send_stage(token, stage, named_tensors, await_tensor);
+}
+
+py::object PyUpdater::finish(const std::string& token, py::handle results) {
+  return steps_.finish(token, results);
+}
+
+void PyUpdater::abort(const std::string& why) {
+  steps_.abort(why);
 }
 
 }  // namespace weightcast::python

@@ -9,33 +9,31 @@
 // the worker can still read them. A tensor read in place that was resized, re-pointed or
 // modified during the data phase is detected before commit and the update aborted (InputError).
 // Failures raise the exceptions of errors.h; a success returns the report.
-// Pipeline-parallel trainers use the steps one by one (py_stages.cc): the coordinator (stage 0's
-// source) open_session()s and hands the token to the other stage sources, each source
+// Pipeline-parallel trainers use the steps one by one (StageSteps, stage_steps.h): the coordinator
+// (stage 0's source) open_session()s and hands the token to the other stage sources, each source
 // send_stage()s its own stage's tensors (stages one after another) and returns a StageResult,
-// and the coordinator finish()es with every stage's result, committing or aborting.
+// and the coordinator finish()es with every stage's result, committing or aborting. The worker
+// thread and its signal handling are SignalWorker's (signal_worker.h).
 // Lifetime: owns the C++ updater; close() (or leaving a `with` block) asks the engines to leave
 // its groups. Threading: one caller at a time, as the C++ updater; methods need the GIL.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "report_binding.h"
+#include "signal_worker.h"
 #include "stage_result.h"
+#include "stage_steps.h"
 #include "sync/trainer/updater.h"
 #include "tensor_capture.h"
 #include "verify_sent.h"
 
 namespace weightcast::python {
-
-// update()'s and open_session()'s `version`: None, an int or a str without whitespace.
-std::optional<std::string> version_text(pybind11::handle version);
 
 class PyUpdater {
  public:
@@ -49,7 +47,7 @@ class PyUpdater {
   void verify();
   void close();
 
-  // --- the steps of one update across pipeline stages (py_stages.cc) ---
+  // --- the steps of one update across pipeline stages (StageSteps) ---
   // Coordinator: opens the session; returns its token. Raises as update() does.
   std::string open_session(pybind11::handle version);
   // Any stage source: sends `named_tensors` as stage `stage` of the session `token` names. Never
@@ -71,18 +69,12 @@ class PyUpdater {
   std::vector<std::string> engines() const { return urls_; }
 
  private:
-  enum class Phase { kIdle, kData };
   struct Job {
     const CapturedTensors* tensors = nullptr;
     std::optional<std::string> version;
     bool verify = false;
   };
-  struct Outcome {
-    Report report;
-    std::exception_ptr error;
-    std::optional<std::string> changed;  // a tensor changed during the data phase
-    std::vector<std::string> problems;   // verification
-  };
+  using Outcome = UpdateOutcome;
 
   sync::trainer::DistributedUpdater& live();
   // On the worker thread, without the GIL.
@@ -91,24 +83,13 @@ class PyUpdater {
   // One attempt: open, send, commit (and verify), or the abort path.
   void run_attempt(const Job& job, Outcome& out);
   bool prepare(sync::trainer::UpdateReport& report);
-  // Runs `fn` on a worker thread (SIGINT blocked there) and waits, handling signals.
-  void run_on_worker(const std::function<void()>& fn);
-  void interrupt();
-  StageResult stage_on_worker(const std::string& token, int stage, CapturedTensors& tensors,
-                              pybind11::handle await_tensor);
-  void finish_on_worker(const std::vector<StageResult>& results, Outcome& out);
 
   std::vector<std::string> urls_;
   std::unique_ptr<sync::trainer::DistributedUpdater> updater_;
   bool verify_each_ = false;
   SentRecord sent_;
-  // The coordinator's open session (open_session .. finish/abort) and its report so far.
-  std::optional<sync::trainer::UpdateSession> session_;
-  std::string session_token_;
-  sync::trainer::UpdateReport session_report_;
-  std::atomic<comm::Communicator*> comm_{nullptr};
-  std::atomic<Phase> phase_{Phase::kIdle};
-  std::atomic<bool> interrupted_{false};
+  SignalWorker worker_;  // runs the C++ work off the interpreter's thread, handling Ctrl-C
+  StageSteps steps_;     // the coordinator's open session and the stage steps
 };
 
 }  // namespace weightcast::python

@@ -97,7 +97,7 @@ def register():
 
 def _tp_place(parallel_config, device):
     """Each worker joins as its TP rank; PP stages would collide on ranks (the trainer refuses
-    such engines too: sync/trainer/vllm_client.h)."""
+    such engines too: sync/trainer/http/vllm_client.h)."""
     from vllm.distributed import get_tensor_model_parallel_rank
 
     if getattr(parallel_config, "pipeline_parallel_size", 1) != 1:

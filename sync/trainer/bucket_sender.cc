@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
+#include "sync/trainer/bucket_broadcast.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/packer.h"
 
@@ -22,20 +22,16 @@ namespace {
 
 using comm::seconds_since;
 
-// A device buffer for the NCCL path, freed on scope exit.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) : ptr(bytes > 0 ? comm::cuda_alloc(bytes) : nullptr) {}
-  ~DeviceBuffer() { comm::cuda_free(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
 class Sender {
  public:
   Sender(const UpdateSession& session, const std::string& group, comm::Communicator& comm,
          std::span<EngineApi* const> engines, const BucketSendOptions& options)
-      : session_(session), group_(group), comm_(comm), engines_(engines), options_(options) {}
+      : session_(session),
+        group_(group),
+        comm_(comm),
+        engines_(engines),
+        options_(options),
+        broadcaster_(comm, options.memory, options.load_format, result_.broadcast_seconds) {}
 
   BucketSendResult run(std::span<const NamedTensor> tensors);
 
@@ -60,14 +56,6 @@ class Sender {
                      const std::optional<BucketDelta>& delta);
   // Collects the answers of the oldest bucket in flight, waiting until `deadline`.
   void collect_oldest(comm::Deadline deadline);
-  void broadcast(const BucketPlan& plan, std::span<std::byte> bucket, comm::Deadline deadline);
-  // Where the communicator reads `bytes`: in place (host), or copied into the device buffer.
-  std::byte* on_device(std::span<std::byte> bytes);
-  // A delta payload: one broadcast of its bytes.
-  void broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline);
-  // Per-tensor format in host memory: each tensor from the caller's bytes, nothing packed.
-  void broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline);
-  void broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline);
   // A planned tensor (its bytes and any producer's digest), once options_.await_tensor says
   // they are there.
   const NamedTensor& awaited(const BucketEntry& entry) const;
@@ -90,8 +78,7 @@ class Sender {
   std::atomic<bool> failed_{false};
   std::mutex mu_;  // guards result_.failures against the request threads
   BucketSendResult result_;
-  std::unique_ptr<DeviceBuffer> device_;
-  bool data_plane_failed_ = false;  // the exception being handled came out of a broadcast
+  BucketBroadcaster broadcaster_;  // the data plane
   // hash_ahead()'s results, one per bucket; empty when requests carry no digests.
   std::vector<std::promise<std::vector<std::string>>> digests_promised_;
   std::vector<std::future<std::vector<std::string>>> digests_;
@@ -216,27 +203,6 @@ void Sender::collect_oldest(comm::Deadline deadline) {
   result_.http_wait_seconds += seconds_since(start);
 }
 
-std::byte* Sender::on_device(std::span<std::byte> bytes) {
-  if (options_.memory != comm::MemoryKind::kCuda) return bytes.data();
-  comm::cuda_copy_to_device(device_->ptr, bytes.data(), bytes.size());
-  return static_cast<std::byte*>(device_->ptr);
-}
-
-void Sender::broadcast(const BucketPlan& plan, std::span<std::byte> bucket,
-                       comm::Deadline deadline) {
-  std::byte* data = on_device(bucket);
-  const auto start = comm::Clock::now();
-  if (options_.load_format == LoadFormat::kPerTensor) {
-    // One collective per tensor, as a torch trainer's dist.broadcast per tensor.
-    for (const BucketEntry& entry : plan.entries) {
-      broadcast_bytes(data + entry.offset, entry.bytes, deadline);
-    }
-  } else {
-    broadcast_bytes(data, bucket.size(), deadline);
-  }
-  result_.broadcast_seconds += seconds_since(start);
-}
-
 bool Sender::issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline deadline,
                            const std::optional<BucketDelta>& delta) {
   while (next_ <= last && !failed_) {
@@ -252,41 +218,9 @@ bool Sender::issue_through(std::uint64_t last, std::uint64_t k, comm::Deadline d
   return !failed_;
 }
 
-void Sender::broadcast_payload(std::span<std::byte> payload, comm::Deadline deadline) {
-  std::byte* data = on_device(payload);
-  const auto start = comm::Clock::now();
-  broadcast_bytes(data, payload.size(), deadline);
-  result_.broadcast_seconds += seconds_since(start);
-}
-
-void Sender::broadcast_tensors(const BucketPlan& plan, comm::Deadline deadline) {
-  const auto start = comm::Clock::now();
-  for (const BucketEntry& entry : plan.entries) {
-    const auto bytes = tensor_bytes(entry);
-    // The root only reads its buffer.
-    broadcast_bytes(const_cast<std::byte*>(bytes.data()), bytes.size(), deadline);
-  }
-  result_.broadcast_seconds += seconds_since(start);
-}
-
 const NamedTensor& Sender::awaited(const BucketEntry& entry) const {
   if (options_.await_tensor) options_.await_tensor(entry.meta.name, deadline_);
   return *tensor_of_.at(entry.meta.name);
-}
-
-void Sender::broadcast_bytes(std::byte* data, std::size_t bytes, comm::Deadline deadline) {
-  comm::BroadcastOptions opts;
-  opts.buffer = data;
-  opts.bytes = bytes;
-  opts.root = 0;
-  opts.timeout = std::max(comm::Millis(1), comm::remaining(deadline));
-  opts.memory = options_.memory;
-  try {
-    comm_.broadcast(opts);
-  } catch (...) {
-    data_plane_failed_ = true;
-    throw;
-  }
 }
 
 void Sender::plan(std::span<const NamedTensor> tensors) {
@@ -299,9 +233,7 @@ void Sender::plan(std::span<const NamedTensor> tensors) {
   }
   result_.tensors = metas.size();
   plans_ = plan_send(metas, options_);
-  if (options_.memory == comm::MemoryKind::kCuda) {
-    device_ = std::make_unique<DeviceBuffer>(max_total_bytes(plans_));
-  }
+  if (options_.memory == comm::MemoryKind::kCuda) broadcaster_.reserve(max_total_bytes(plans_));
 }
 
 std::optional<Sender::Ready> Sender::acquire(BucketPacker& packer, std::uint64_t k) {
@@ -318,12 +250,12 @@ bool Sender::send_packed(BucketPacker& packer, std::uint64_t k) {
   if (!r) return false;
   if (r->encoded) {
     auto& payload = payloads_[k % 2];
-    broadcast_payload({payload.data(), payload.size()}, deadline_);
+    broadcaster_.payload({payload.data(), payload.size()}, deadline_);
     result_.wire_bytes += payload.size();
     result_.delta_buckets += 1;
   } else {
     const auto sent = comm::Clock::now();
-    broadcast(plans_[k], r->bucket, deadline_);
+    broadcaster_.bucket(plans_[k], r->bucket, deadline_);
     result_.wire_bytes += r->bucket.size();
     if (delta_ != nullptr) delta_->note_full_broadcast(r->bucket.size(), seconds_since(sent));
   }
@@ -359,7 +291,8 @@ void Sender::send_all() {
         if (!issue_through(ahead ? k + 1 : k, k, deadline_, std::nullopt)) break;
       }
       if (unpacked) {
-        broadcast_tensors(plans_[k], deadline_);
+        broadcaster_.tensors(
+            plans_[k], [this](const BucketEntry& e) { return tensor_bytes(e); }, deadline_);
         result_.wire_bytes += plans_[k].total_bytes;
       } else if (!send_packed(packer, k)) {
         break;
@@ -372,7 +305,7 @@ void Sender::send_all() {
     } catch (const std::exception& e) {
       if (result_.error.empty()) {
         result_.error = "bucket " + std::to_string(k) + " on group " + group_ + ": " + e.what();
-        result_.source_fault = !data_plane_failed_;
+        result_.source_fault = !broadcaster_.failed();
       }
       fail();
     }

@@ -1,6 +1,6 @@
 // EngineApi: the trainer's view of one rollout engine, one method per route of the engine HTTP
-// API. EngineClient (sync/trainer/engine_client.h) is the HTTP implementation; tests substitute
-// in-process fakes so the updater's orchestration runs without sockets.
+// API. EngineClient (sync/trainer/http/engine_client.h) is the HTTP implementation; tests
+// substitute in-process fakes so the updater's orchestration runs without sockets.
 //
 // Bodies are the shared schemas of sync/protocol/protocol.h, written and read with the same
 // functions the engine uses. Every method either returns a success response or throws:
@@ -31,7 +31,7 @@ namespace weightcast::sync::trainer {
 // weight-transfer backend (python/weightcast/vllm.py): vLLM's routes (/init_weight_transfer_engine,
 // /start_weight_update, /update_weights, /finish_weight_update, /pause, /resume) carrying our
 // bodies inside init_info / update_info, so the data plane is ours (native groups, our buckets);
-// sync/trainer/vllm_client.h maps each call.
+// sync/trainer/http/vllm_client.h maps each call.
 enum class EngineFlavor { kWeightcast, kSglang, kVllm };
 std::string_view to_string(EngineFlavor flavor);
 // "weightcast", "sglang" or "vllm"; comm::ConfigError otherwise.

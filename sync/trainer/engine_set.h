@@ -9,7 +9,7 @@
 // every step. One that answers is re-admitted (epoch grows again) but counts as current only once
 // an update committed on it: a re-admitted engine starts from whatever it holds, and only a full
 // update brings it to the trainer's version.
-// No I/O here: DistributedUpdater (updater_elastic.cc) probes, aborts and re-forms groups and
+// No I/O here: ElasticMembers (elastic_members.h) probes, aborts and re-forms groups and
 // tells this object what happened. Lifetime/threading: a plain value, one owner thread.
 #pragma once
 

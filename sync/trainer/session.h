@@ -57,7 +57,7 @@ class UpdateSession {
   std::string token() const;
 
  private:
-  friend class DistributedUpdater;
+  friend class SessionDriver;
   friend UpdateSession join_session(std::string_view token);
   friend UpdateSession join_session_without_base(std::string_view token);
   std::string token_without_base() const;

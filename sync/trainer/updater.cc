@@ -3,26 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/trainer/engine_calls.h"
-#include "sync/trainer/engine_client.h"
-#include "sync/trainer/updater_detail.h"
+#include "sync/trainer/http/engine_client.h"
 
 namespace weightcast::sync::trainer {
-
-namespace detail {
-
-std::uint64_t numeric_version(const std::string& text) {
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return ec == std::errc() && end == text.data() + text.size() ? value : 0;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -54,6 +42,17 @@ bool contains(const List& list, const Value& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// The engines as plain pointers, in order; refuses none or a null one.
+std::vector<EngineApi*> pointers(const std::vector<std::unique_ptr<EngineApi>>& engines) {
+  if (engines.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
+  std::vector<EngineApi*> out;
+  for (const auto& e : engines) {
+    WC_ENFORCE(e != nullptr, "null engine");
+    out.push_back(e.get());
+  }
+  return out;
+}
+
 }  // namespace
 
 DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls, UpdaterOptions options)
@@ -62,7 +61,7 @@ DistributedUpdater::DistributedUpdater(std::vector<std::string> engine_urls, Upd
   UpdaterOptions probe = options_;
   probe.connect_timeout = std::min(options_.connect_timeout, options_.probe_timeout);
   probe.request_timeout = options_.probe_timeout;
-  probes_ = make_clients(engine_urls, probe);
+  elastic_.set_probes(make_clients(engine_urls, probe));
 }
 
 DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> engines,
@@ -71,17 +70,10 @@ DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> e
       selector_(options_.selector ? *options_.selector
                                   : weight_update_selector(options_.selector_config)),
       engines_(std::move(engines)),
-      set_(engines_.size(), options_.max_backoff_updates) {
-  if (engines_.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
-  holder_ = options_.holder.empty() ? default_holder(options_.group_prefix) : options_.holder;
-  for (const auto& e : engines_) {
-    WC_ENFORCE(e != nullptr, "null engine");
-    engine_ptrs_.push_back(e.get());
-  }
-  last_ids_.resize(engines_.size());
-  lease_ids_.resize(engines_.size());
-  use_members(set_.members(), set_.epoch());
-}
+      engine_ptrs_(pointers(engines_)),
+      holder_(options_.holder.empty() ? default_holder(options_.group_prefix) : options_.holder),
+      elastic_(engine_ptrs_, options_.on_engine_failure, options_.max_backoff_updates),
+      sessions_(options_, selector_, holder_, engine_ptrs_, elastic_) {}
 
 DistributedUpdater::~DistributedUpdater() {
   release_leases();
@@ -90,7 +82,7 @@ DistributedUpdater::~DistributedUpdater() {
     // Engines that left the set are not asked: one that is gone would only cost a timeout.
     std::vector<EngineApi*> live;
     for (std::size_t e : group_members_[stage]) {
-      if (contains(members_, e)) live.push_back(engine_ptrs_[e]);
+      if (elastic_.is_member(e)) live.push_back(engine_ptrs_[e]);
     }
     groups_[stage]->destroy(live);
   }
@@ -128,8 +120,8 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   common_ = std::any_of(engines_.begin(), engines_.end(),
                         [](const auto& e) { return e->flavor() == EngineFlavor::kSglang; });
   check_capabilities();
-  rank_counts_ = std::move(counts);
-  committed_version_ = version;
+  elastic_.set_rank_counts(std::move(counts));
+  sessions_.set_engines(common_, version);
   infos_ = std::move(infos);
   return infos_;
 }
@@ -160,11 +152,12 @@ void DistributedUpdater::ensure_group(int stage) {
     group_members_.resize(index + 1);
   }
   auto& group = groups_[index];
-  if (group && !group->broken() && group_epochs_[index] == epoch_) return;
+  const std::uint64_t epoch = elastic_.epoch();
+  if (group && !group->broken() && group_epochs_[index] == epoch) return;
   if (group) {
     std::vector<EngineApi*> live;  // a dropped engine is not asked to leave (it may be gone)
     for (std::size_t e : group_members_[index]) {
-      if (contains(members_, e)) live.push_back(engine_ptrs_[e]);
+      if (elastic_.is_member(e)) live.push_back(engine_ptrs_[e]);
     }
     group->destroy(live);
     group.reset();
@@ -172,7 +165,7 @@ void DistributedUpdater::ensure_group(int stage) {
   GroupOptions opts;
   // A new epoch, a new name: an engine still holding a group of an older set cannot join.
   opts.name = group_name(options_.group_prefix, stage);
-  if (epoch_ > 0) opts.name += "-e" + std::to_string(epoch_);
+  if (epoch > 0) opts.name += "-e" + std::to_string(epoch);
   opts.backend = options_.backend;
   opts.bind_address = options_.bind_address;
   opts.token = options_.store_token;
@@ -183,19 +176,13 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
   std::vector<int> counts;
-  for (std::size_t e : members_) {
+  for (std::size_t e : elastic_.members()) {
     opts.name_rendezvous.push_back(engines_[e]->flavor() != EngineFlavor::kSglang);
-    counts.push_back(rank_counts_[e]);
+    counts.push_back(elastic_.rank_counts()[e]);
   }
-  group = WeightGroup::create(member_ptrs_, counts, opts);
-  group_epochs_[index] = epoch_;
-  group_members_[index] = members_;
-}
-
-void DistributedUpdater::start_report(UpdateReport& report,
-                                      const std::optional<std::string>& version) const {
-  report.selector = selector_;
-  report.version = version ? *version : std::to_string(committed_version_ + 1);
+  group = WeightGroup::create(elastic_.member_ptrs(), counts, opts);
+  group_epochs_[index] = epoch;
+  group_members_[index] = elastic_.members();
 }
 
 BucketSendResult DistributedUpdater::send_stage(
@@ -225,7 +212,7 @@ BucketSendResult DistributedUpdater::send_stage(
     opts.delta = delta_sources_[index].get();
   }
   BucketSendResult result =
-      send_buckets(session, group.name(), group.comm(), member_ptrs_, tensors, opts);
+      send_buckets(session, group.name(), group.comm(), elastic_.member_ptrs(), tensors, opts);
   result.data_path = std::string(group.comm().data_path());
   return result;
 }
@@ -262,6 +249,56 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
   }
 }
 
+UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors,
+                                        std::optional<std::string> version) {
+  prepare_update();
+  std::vector<UpdateReport::Dropped> dropped;
+  // Each attempt that fails drops at least one engine, so there are at most as many as engines.
+  for (std::size_t attempt = 0;; ++attempt) {
+    UpdateReport report = update_once(tensors, version);
+    report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
+    if (report.ok || attempt + 1 >= engines_.size() || !drop_failed(report)) {
+      note_membership(report);
+      return report;
+    }
+    dropped = std::move(report.dropped);
+  }
+}
+
+std::vector<std::string> DistributedUpdater::prepare_update() {
+  return elastic_.prepare_update([this] { connect(); });
+}
+
+bool DistributedUpdater::drop_failed(UpdateReport& report) {
+  return elastic_.drop_failed(report);
+}
+
+void DistributedUpdater::adopt(const UpdateSession& session) {
+  elastic_.adopt(session);
+}
+
+void DistributedUpdater::note_membership(UpdateReport& report) const {
+  elastic_.note_membership(report);
+}
+
+std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report,
+                                                              std::optional<std::string> version) {
+  connect();
+  return sessions_.open(report, std::move(version));
+}
+
+void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& report) {
+  sessions_.finish(session, report);
+}
+
+void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
+  sessions_.abort(report, why);
+}
+
+void DistributedUpdater::release_leases() {
+  sessions_.release_leases();
+}
+
 UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensors,
                                              const std::optional<std::string>& version) {
   UpdateReport report;
@@ -269,7 +306,7 @@ UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensor
   try {
     ensure_group(0);
   } catch (const EngineCallError& e) {
-    start_report(report, version);
+    sessions_.start_report(report, version);
     report.failures = e.failures();
     report.fail("preparing the update failed");
     return report;
@@ -278,7 +315,7 @@ UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensor
   } catch (const comm::EnforceError&) {
     throw;
   } catch (const comm::Error& e) {
-    start_report(report, version);
+    sessions_.start_report(report, version);
     report.fail(std::string("preparing the update failed: ") + e.what());
     return report;
   }

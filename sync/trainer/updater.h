@@ -13,22 +13,22 @@
 // report carries the error; an SGLang engine, which has no abort, is told to end its session
 // instead and is listed in report.needs_reload. With UpdaterOptions::on_engine_failure = kDrop
 // the failing engine then leaves the set and the update is redone on the others (the elastic
-// engine set: sync/trainer/engine_set.h, updater_elastic.cc). Before the first update, /server_info
-// of every engine is read: an engine that does not support the selector or backend is refused with
-// a ConfigError rather than trusted to honour it; its rank count sizes the group. Pipeline-parallel
-// trainers use the same steps one by one (launcher/train does): the stage-0 source opens the
-// session, hands session.token() to the other stage sources, each stage source sends its tensors on
-// its own group (send_stage), stages one after another, and the coordinator finishes or aborts.
-// update() is exactly prepare_update, then per attempt ensure_group(0) + open_session +
-// send_stage(0) + finish, with drop_failed between attempts. Lifetime: owns the engine clients and
-// the groups it created; destroying it asks every engine to leave those groups (best effort,
-// bounded by the client timeouts) and stops their stores. Threading: one caller at a time.
+// engine set: sync/trainer/engine_set.h, sync/trainer/elastic_members.h). Before the first update,
+// /server_info of every engine is read: an engine that does not support the selector or backend is
+// refused with a ConfigError rather than trusted to honour it; its rank count sizes the group.
+// Pipeline-parallel trainers use the same steps one by one (launcher/train does): the stage-0
+// source opens the session, hands session.token() to the other stage sources, each stage source
+// sends its tensors on its own group (send_stage), stages one after another, and the coordinator
+// finishes or aborts. update() is exactly prepare_update, then per attempt ensure_group(0) +
+// open_session + send_stage(0) + finish, with drop_failed between attempts. Lifetime: owns the
+// engine clients and the groups it created; destroying it asks every engine to leave those groups
+// (best effort, bounded by the client timeouts) and stops their stores. Threading: one caller at a
+// time.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,11 +39,13 @@
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/bucket_sender.h"
 #include "sync/trainer/delta_source.h"
+#include "sync/trainer/elastic_members.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/engine_set.h"
 #include "sync/trainer/group.h"
 #include "sync/trainer/report.h"
 #include "sync/trainer/session.h"
+#include "sync/trainer/session_driver.h"
 #include "sync/trainer/tensors.h"
 
 namespace weightcast::sync::trainer {
@@ -161,8 +163,8 @@ class DistributedUpdater {
   // Fills report.engines_current and report.out from the set.
   void note_membership(UpdateReport& report) const;
   // The engines the next update goes to (all of them under kFail).
-  std::span<EngineApi* const> members() const { return member_ptrs_; }
-  const EngineSet& engine_set() const { return set_; }
+  std::span<EngineApi* const> members() const { return elastic_.member_ptrs(); }
+  const EngineSet& engine_set() const { return elastic_.engine_set(); }
 
   // --- building blocks, for trainers with several pipeline stages ---
 
@@ -199,61 +201,24 @@ class DistributedUpdater {
   void release_leases();
 
  private:
-  void start_report(UpdateReport& report, const std::optional<std::string>& version) const;
   void check_capabilities() const;
   UpdateReport update_once(std::span<const NamedTensor> tensors,
                            const std::optional<std::string>& version);
-  void use_members(std::vector<std::size_t> members, std::uint64_t epoch);
-  EngineApi& prober(std::size_t engine) const;
-  std::vector<char> probe(const std::vector<std::size_t>& engines, bool with_info);
-  void readmit(std::size_t engine);
-  // flush_cache, retried while the engine answers non-200 (UpdaterOptions::flush_attempts).
-  void flush_with_retries(EngineApi& engine) const;
-  // An SGLang engine holding part of a failed update: reloaded and resumed, or left paused and
-  // listed in report.needs_reload (UpdaterOptions::sglang_reload_path).
-  void recover_sglang(EngineApi& engine, UpdateReport& report);
 
   UpdaterOptions options_;
   Selector selector_;
   std::vector<std::unique_ptr<EngineApi>> engines_;
   std::vector<EngineApi*> engine_ptrs_;
+  std::string holder_;
   std::vector<ServerInfoResponse> infos_;
-  std::vector<int> rank_counts_;
-  std::uint64_t committed_version_ = 0;
   bool common_ = false;
   std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
   std::vector<std::uint64_t> group_epochs_;           // index: stage
   std::vector<std::vector<std::size_t>> group_members_;
-  // The elastic set: the coordinator decides (set_); every source forms groups of members_.
-  EngineSet set_;
-  std::vector<std::size_t> members_;
-  std::uint64_t epoch_ = 0;
-  std::vector<EngineApi*> member_ptrs_;
-  std::vector<std::unique_ptr<EngineApi>> probes_;  // short-timeout clients (URL engines)
-  std::vector<std::string> last_ids_;               // per engine: our last session id there
-  int updates_ = 0;                                 // prepare_update() calls: the backoff clock
-  comm::Clock::time_point update_start_{};
-  std::string holder_;
-  // The update in progress, per member: the session id it answered ("" = none yet), and whether
-  // it refused our begin because someone else holds a session there.
-  std::vector<std::string> session_ids_;
-  std::vector<char> busy_;
-  std::vector<char> begun_;  // per member: its begin succeeded
-  // Whether the update in progress got past begin (buckets may have reached the engines).
-  bool data_started_ = false;
-  std::mutex report_mu_;  // the abort path's concurrent writes to the report
-  // Per engine: the lease it granted this updater ("" = none).
-  std::vector<std::string> lease_ids_;
-  // Delta updates: per stage, the base of what this process sent; and the last update committed
-  // on every member, with the runner digest each member's end_weight_update answered.
+  // Delta updates: per stage, the base of what this process sent.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
-  struct Commit {
-    std::string version;
-    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, runner digest
-  };
-  std::optional<Commit> last_commit_;
-  // Whether every member's begin answer shows the last commit still in place.
-  bool members_hold_last_commit(const std::vector<BeginWeightUpdateResponse>& answers) const;
+  ElasticMembers elastic_;  // which engines the update goes to; probes, drops, re-admissions
+  SessionDriver sessions_;  // open, commit and abort on the members; leases
 };
 
 }  // namespace weightcast::sync::trainer

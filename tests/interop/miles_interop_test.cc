@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "tests/interop/torch_python.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"

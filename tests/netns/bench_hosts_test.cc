@@ -1,5 +1,5 @@
 // weightcast-bench hosts with the trainer's expert-parallel stage across hosts
-// (launcher/bench_hosts_ep.h): mpirun reaches the EP ranks' namespaces through the bench's netns
+// (launcher/bench/hosts_ep.h): mpirun reaches the EP ranks' namespaces through the bench's netns
 // agent, the expert gather crosses the shaped links, and every --tp-gather mode updates engines in
 // hosts of their own with every step verified; auto picks the overlap, since the stage spans hosts.
 // Needs network namespaces (skipped otherwise).

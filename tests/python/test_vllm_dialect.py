@@ -1,6 +1,6 @@
 """The shared readers of vLLM's init_info / update_info (weightcast.engine_rank), which the vLLM
 plug-in's backend and the torch engine's --api vllm routes both use, on the bodies weightcast-train
-writes (sync/trainer/vllm_client.cc: our init_weights_update_group and bucket requests inside
+writes (sync/trainer/http/vllm_client.cc: our init_weights_update_group and bucket requests inside
 vLLM's dicts), and the vLLM lifecycle of one engine rank. No torch needed.
 """
 

@@ -4,10 +4,10 @@
 // the typed reads parse with the shared schemas (sync/protocol/protocol.h). Each call uses its
 // own connection, so one EngineHttp may be used from several threads.
 //
-// Tests that act as a trainer use sync/trainer/engine_client.h instead. Raw httplib stays where a
-// test must send what no client would, on purpose: tests/sync/engine/http_input_test.cc (wrong
-// methods, oversized bodies, missing and wrong tokens, the Allow header), tests/security/ (any
-// method, crafted headers and bodies, raw bytes) and tests/sync/engine/http_fixture.h's
+// Tests that act as a trainer use sync/trainer/http/engine_client.h instead. Raw httplib stays
+// where a test must send what no client would, on purpose: tests/sync/engine/http_input_test.cc
+// (wrong methods, oversized bodies, missing and wrong tokens, the Allow header), tests/security/
+// (any method, crafted headers and bodies, raw bytes) and tests/sync/engine/http_fixture.h's
 // make_client() for those and for the route table's header checks.
 #pragma once
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/trainer/train_launch.h"
 

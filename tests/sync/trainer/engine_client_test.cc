@@ -1,7 +1,7 @@
 // EngineClient against an in-process HTTP server: routes and bodies from the shared schemas,
 // the bearer token, and errors that name the engine and the route (engine message included),
 // timeouts as TimeoutError, a closed port as an unreachable engine.
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

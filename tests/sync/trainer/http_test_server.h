@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 
 namespace weightcast::sync::trainer::testing {
 

@@ -16,7 +16,7 @@
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
 #include "sync/model/model.h"
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "tests/support/engine_http.h"
 #include "tests/support/engine_launch.h"
 #include "tests/support/subprocess.h"

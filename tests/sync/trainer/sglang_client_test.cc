@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "sync/trainer/engine_client.h"
-#include "sync/trainer/sglang_answers.h"
+#include "sync/trainer/http/engine_client.h"
+#include "sync/trainer/http/sglang_answers.h"
 #include "tests/sync/trainer/http_test_server.h"
 
 namespace weightcast::sync::trainer {

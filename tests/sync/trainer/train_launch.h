@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/trainer/engine_client.h"
+#include "sync/trainer/http/engine_client.h"
 #include "tests/support/subprocess.h"
 
 namespace weightcast::sync::trainer::testing {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/trainer/engine_client.h"
-#include "sync/trainer/server_info_answers.h"
-#include "sync/trainer/vllm_client.h"
+#include "sync/trainer/http/engine_client.h"
+#include "sync/trainer/http/server_info_answers.h"
+#include "sync/trainer/http/vllm_client.h"
 #include "tests/sync/trainer/http_test_server.h"
 
 namespace weightcast::sync::trainer {
@@ -395,7 +395,7 @@ TEST(VllmClient, TheWorkerExtensionIsDrivenThroughCollectiveRpc) {
     calls.push_back(bodies.back()["method"]);
   }
   const std::vector<std::string> expected = {
-      "weightcast_version", "weightcast_init",   "weightcast_begin",  "weightcast_update",
+      "weightcast_version", "weightcast_init",    "weightcast_begin", "weightcast_update",
       "weightcast_commit",  "weightcast_version", "weightcast_begin", "weightcast_abort"};
   EXPECT_EQ(calls, expected);
   // vLLM passes string arguments only: our bodies travel as JSON text.

@@ -1,0 +1,35 @@
+// weightcast-bench hosts --trainer-ep N: weightcast-train's expert-parallel stage between the
+// hosts. EP rank k runs in host k (rank 0, the stage source, in host 0) and one engine in each of
+// the next --trainer-engines hosts, every link shaped as for the broadcast. Each --tp-gather mode
+// (whole: the expert shards gathered to the source before the update opens; overlap: gathered in
+// groups of about a bucket while the source broadcasts the groups it has) runs the same steps
+// against fresh engines, and the rows give what a step costs the user: gather plus update for
+// whole, the update (its gather inside) for overlap.
+//
+// mpirun runs in host 0 and reaches the other hosts as it would remote nodes: its rsh agent is
+// `weightcast-bench netns-agent`, which runs the daemon's command inside the host's namespace.
+// So MPI's gather crosses the shaped links (btl tcp on the hosts' subnet) instead of shared
+// memory, and every MPI process talks to a daemon in its own namespace.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/bench/hosts.h"
+#include "launcher/bench/table.h"
+
+namespace weightcast::launcher {
+
+// Hosts the trainer measurement uses (EP ranks and engines); 0 when off.
+int trainer_ep_hosts(const HostsBenchOptions& o);
+
+// Adds the rows of every gather mode and the overlap-vs-whole note. Throws std::runtime_error
+// when a trainer run fails or a step does not verify.
+void measure_trainer_ep(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
+                        double link_bytes_per_s);
+
+// The rsh agent mpirun calls as `AGENT [options] HOST COMMAND...`: runs COMMAND with /bin/sh
+// inside HOST's namespace (HOST must be a hosts-mode namespace). Returns only on failure.
+int run_netns_agent(const std::vector<std::string>& args);
+
+}  // namespace weightcast::launcher
