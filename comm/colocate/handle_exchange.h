@@ -1,0 +1,28 @@
+// Colocated transport: passing a segment's descriptor to a same-host engine rank.
+//
+// send_handle() writes one message on a connected AF_UNIX stream socket: the session token and
+// the segment size as text ("<token> <size>"), with the read-only descriptor attached as
+// SCM_RIGHTS. receive_handle() waits at most `timeout` for it, refuses a peer whose uid
+// (SO_PEERCRED) differs from ours, a message without exactly one descriptor, or a token that is
+// not the session's, and closes any descriptor it refuses. Nothing is deserialized as code.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace weightcast::comm::colocate {
+
+struct ReceivedHandle {
+  int fd = -1;  // owned by the caller
+  std::size_t size = 0;
+};
+
+// Throws comm::Error if the send fails.
+void send_handle(int socket_fd, const std::string& token, int segment_fd, std::size_t size);
+
+// Throws comm::TimeoutError past `timeout`, comm::Error on a refused or malformed message.
+ReceivedHandle receive_handle(int socket_fd, const std::string& expected_token,
+                              std::chrono::milliseconds timeout);
+
+}  // namespace weightcast::comm::colocate
