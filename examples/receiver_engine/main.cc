@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "sync/engine/receiver.h"
+#include "sync/engine/commit/receiver.h"
 
 namespace engine = weightcast::sync::engine;
 

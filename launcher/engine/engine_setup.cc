@@ -6,7 +6,7 @@
 
 #include "comm/errors.h"
 #include "launcher/cli_util.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/model.h"
 
 namespace weightcast::launcher {

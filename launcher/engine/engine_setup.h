@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/engine/engine.h"
+#include "sync/engine/control/engine.h"
 #include "sync/engine/http/server.h"
 
 namespace weightcast::launcher {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/engine/receiver.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/commit/receiver.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/layout.h"
 #include "sync/model/model.h"
 #include "sync/model/spec_probe.h"

@@ -79,7 +79,7 @@ struct FlushCacheRequest {
 // `holder` (optional) describes the client ("host:pid group name"); a client that names itself
 // owns the session: every later session call must carry the session_id the answer returns, and
 // calls without it are refused while the session is open (docs/protocol.md, "Session owners").
-// A holder also takes a lease on the engine (sync/engine/lease.h): later begins carry the
+// A holder also takes a lease on the engine (sync/engine/control/lease.h): later begins carry the
 // lease_id the first answer returned; lease_ttl_s asks for a time to live (absent: the engine's
 // --lease-ttl-s).
 struct BeginWeightUpdateRequest {
@@ -158,9 +158,9 @@ struct AbortWeightUpdateRequest {
   bool operator==(const AbortWeightUpdateRequest&) const = default;
 };
 
-// POST /release_weight_update_lease (ours): ends the engine's lease (sync/engine/lease.h), by its
-// id, or with `force` whatever its holder (an operator's tool: the engine's token where one is
-// configured).
+// POST /release_weight_update_lease (ours): ends the engine's lease (sync/engine/control/lease.h),
+// by its id, or with `force` whatever its holder (an operator's tool: the engine's token where one
+// is configured).
 struct ReleaseLeaseRequest {
   std::optional<std::string> lease_id = std::nullopt;
   bool force = false;

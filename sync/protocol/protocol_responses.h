@@ -46,8 +46,9 @@ struct BeginWeightUpdateResponse {
   // committed from one that restarted or was written behind its back (delta updates). Empty: not
   // sent (engines that are not ours).
   std::string runner_digest;
-  // Ours: the lease this begin took or renewed (a client that named a holder; sync/engine/lease.h)
-  // and its time to live. Empty / 0: no lease (id-less clients, engines that are not ours).
+  // Ours: the lease this begin took or renewed (a client that named a holder;
+  // sync/engine/control/lease.h) and its time to live. Empty / 0: no lease (id-less clients,
+  // engines that are not ours).
   std::string lease_id;
   std::uint64_t lease_ttl_s = 0;
   bool operator==(const BeginWeightUpdateResponse&) const = default;

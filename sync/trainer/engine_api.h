@@ -82,7 +82,7 @@ class EngineApi {
   virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;
   // Drops the open session and its staging (idempotent on the engine).
   virtual BasicResponse abort_weight_update(const AbortWeightUpdateRequest& req) = 0;
-  // Ends this trainer's lease on the engine (sync/engine/lease.h); an engine without leases
+  // Ends this trainer's lease on the engine (sync/engine/control/lease.h); an engine without leases
   // (SGLang) answers that it holds none.
   virtual BasicResponse release_lease(const ReleaseLeaseRequest& req) = 0;
   // SGLang's POST /update_weights_from_disk {model_path}: reloads every weight from a checkpoint

@@ -78,8 +78,8 @@ struct UpdaterOptions {
   // discard them) stays paused and is listed in report.needs_reload; with this set, it is
   // reloaded from this checkpoint (POST /update_weights_from_disk) and then resumed.
   std::string sglang_reload_path;
-  // The lease taken on each weightcast engine (sync/engine/lease.h): its time to live; unset:
-  // the engine's default. Released when the updater is destroyed.
+  // The lease taken on each weightcast engine (sync/engine/control/lease.h): its time to live;
+  // unset: the engine's default. Released when the updater is destroyed.
   std::optional<std::uint64_t> lease_ttl_s;
 
   BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout

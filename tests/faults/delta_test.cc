@@ -1,5 +1,5 @@
-// Delta updates end to end (sync/trainer/delta_source.h, sync/engine/delta_base.h), with real
-// engine processes and drifted weights (sync/model/drift.h): once every engine confirmed a
+// Delta updates end to end (sync/trainer/delta_source.h, sync/engine/runners/delta_base.h), with
+// real engine processes and drifted weights (sync/model/drift.h): once every engine confirmed a
 // version, buckets travel as deltas a fraction of their size; an engine that restarted makes the
 // next update full, the one after is delta again; an engine whose weights were changed behind the
 // trainer's back (same version text, other bytes) answers begin with another runner digest, so

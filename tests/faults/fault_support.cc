@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
 #include "sync/model/model.h"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <set>
 
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/model.h"
 #include "tests/security/engine_process.h"
 #include "tests/security/net_probe.h"

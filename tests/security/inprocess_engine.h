@@ -8,8 +8,8 @@
 #include <memory>
 #include <utility>
 
-#include "sync/engine/engine.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/control/engine.h"
+#include "sync/engine/runners/weights.h"
 
 namespace weightcast::security {
 

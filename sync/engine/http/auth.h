@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "sync/engine/secret.h"  // constant_time_equal
+#include "sync/engine/control/secret.h"  // constant_time_equal
 
 namespace weightcast::sync::engine {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "comm/errors.h"
-#include "sync/engine/engine.h"
+#include "sync/engine/control/engine.h"
 
 namespace weightcast::sync::engine {
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sync/engine/reply.h"
+#include "sync/engine/control/reply.h"
 
 namespace weightcast::sync::engine {
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <map>
 
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/model.h"
 #include "tests/support/engine_http.h"
 #include "tests/support/engine_launch.h"

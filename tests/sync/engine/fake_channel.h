@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/errors.h"
-#include "sync/engine/channel.h"
+#include "sync/engine/receive/channel.h"
 
 namespace weightcast::sync::engine::testing {
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "sync/engine/group.h"
+#include "sync/engine/receive/receive_pipeline.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"
 

@@ -1,13 +1,13 @@
 // Digests of the new bytes (docs/protocol.md, "Digests of the new bytes"): a bucket request may
 // carry each tensor's digest, and the engine checks it once the bucket is decoded, before
 // staging. A decoder bug is made on purpose here: this binary defines the engine's weak test hook
-// (sync/engine/group.h, test_hooks::after_delta_decode), which flips a byte of one tensor right
-// after a delta is decoded. The bucket must fail naming that tensor, and nothing may commit.
-// This is its own test binary so the hook exists nowhere else.
+// (sync/engine/receive/receive_pipeline.h, test_hooks::after_delta_decode), which flips a byte of
+// one tensor right after a delta is decoded. The bucket must fail naming that tensor, and nothing
+// may commit. This is its own test binary so the hook exists nowhere else.
 #include <atomic>
 #include <mutex>
 
-#include "sync/engine/group.h"
+#include "sync/engine/receive/receive_pipeline.h"
 #include "sync/model/delta.h"
 #include "tests/sync/engine/http_fixture.h"
 

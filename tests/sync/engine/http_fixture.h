@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sync/engine/engine.h"
+#include "sync/engine/control/engine.h"
 #include "sync/engine/http/server.h"
 #include "tests/support/engine_http.h"
 #include "tests/sync/engine/fake_channel.h"

@@ -3,8 +3,8 @@
 // by the next update. Fake channels, no sockets.
 #include <gtest/gtest.h>
 
-#include "sync/engine/block_pool.h"
-#include "sync/engine/group.h"
+#include "sync/engine/receive/receive_pipeline.h"
+#include "sync/engine/stage/block_pool.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"
 

@@ -16,7 +16,7 @@
 
 #include "comm/communicator.h"
 #include "comm/store/tcp_store.h"
-#include "sync/engine/runner.h"
+#include "sync/engine/runners/runner.h"
 #include "sync/protocol/selector.h"
 #include "tests/support/engine_http.h"
 

@@ -1,6 +1,6 @@
 // ReceiveDigests: digests made piece by piece as a bucket lands equal those of the whole tensors,
 // whatever the pieces; anything it cannot digest in order is left to the caller (nullopt).
-#include "sync/engine/receive_digests.h"
+#include "sync/engine/receive/receive_digests.h"
 
 #include <gtest/gtest.h>
 

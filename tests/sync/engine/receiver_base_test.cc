@@ -1,7 +1,7 @@
 // ReceiverBase: recording a commit's tensors in name order (each lookup starting where the last
 // one ended) keeps exactly what recording them one by one keeps, whatever the maps held before:
 // a full update, a partial one, new names among old ones.
-#include "sync/engine/receiver_base.h"
+#include "sync/engine/commit/receiver_base.h"
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <set>
 
-#include "sync/engine/receiver.h"
-#include "sync/engine/receiver_order.h"
+#include "sync/engine/commit/receiver.h"
+#include "sync/engine/commit/receiver_order.h"
 #include "sync/model/delta.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sync/engine/engine.h"
-#include "sync/engine/runner.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/control/engine.h"
+#include "sync/engine/runners/runner.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/checksum.h"
 #include "sync/model/model.h"
 #include "tests/sync/engine/test_util.h"

@@ -7,8 +7,8 @@
 
 #include "comm/errors.h"
 #include "sync/engine/http/auth.h"
-#include "sync/engine/runner.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/runner.h"
+#include "sync/engine/runners/weights.h"
 #include "tests/sync/engine/test_util.h"
 
 namespace weightcast::sync::engine {

@@ -4,7 +4,7 @@
 #include <string>
 #include <tuple>
 
-#include "sync/engine/session.h"
+#include "sync/engine/control/session.h"
 
 namespace weightcast::sync::engine {
 namespace {

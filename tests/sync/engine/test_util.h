@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "sync/engine/runner.h"
-#include "sync/engine/weights.h"
+#include "sync/engine/runners/runner.h"
+#include "sync/engine/runners/weights.h"
 #include "sync/model/bucket.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"

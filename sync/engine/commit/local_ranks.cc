@@ -1,0 +1,142 @@
+#include "sync/engine/commit/local_ranks.h"
+
+#include "comm/errors.h"
+#include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/receive/rendezvous.h"
+#include "sync/model/checksum.h"
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+int join_status(const std::exception& e) {
+  if (dynamic_cast<const comm::TimeoutError*>(&e)) return 504;
+  if (dynamic_cast<const comm::ConfigError*>(&e)) return 400;
+  return 500;
+}
+
+}  // namespace
+
+std::unique_ptr<BucketChannel> connect_rank(const GroupSpec& spec, const ConnectOptions& opts,
+                                            int engine_rank) {
+  const comm::Deadline deadline = comm::deadline_after(opts.init_timeout);
+  const RendezvousPlan plan = detect_rendezvous(spec, opts, deadline);
+  return make_comm_channel(join_rank(spec, opts, plan, engine_rank, deadline));
+}
+
+LocalRanks::LocalRanks(LocalRanksOptions opts) : opts_(std::move(opts)) {
+  const ReceiverPlace& p = opts_.place;
+  WC_ENFORCE_GT(p.rank_count, 0, "engine rank count");
+  WC_ENFORCE(p.engine_rank >= 0 && p.engine_rank < p.rank_count, "engine rank ", p.engine_rank,
+             " of ", p.rank_count);
+  WC_ENFORCE(p.local_ranks >= 1 && p.engine_rank + p.local_ranks <= p.rank_count, "local ranks ",
+             p.local_ranks, " from engine rank ", p.engine_rank, " of ", p.rank_count);
+  WC_ENFORCE(p.local_ranks == 1 || static_cast<bool>(opts_.group_connector),
+             "several local ranks are joined by a group connector");
+  WC_ENFORCE(!opts_.group_connector || (p.engine_rank == 0 && p.local_ranks == p.rank_count),
+             "a group connector joins every engine rank: engine_rank 0, local_ranks ", p.rank_count,
+             " (got ", p.engine_rank, ", ", p.local_ranks, ")");
+  WC_ENFORCE(p.cuda_device >= -1, "cuda_device: -1 (host) or a CUDA ordinal");
+  WC_ENFORCE_GT(opts_.comm_timeout.count(), 0);
+  WC_ENFORCE_GT(opts_.init_timeout.count(), 0);
+  WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
+  WC_ENFORCE(opts_.connector || opts_.group_connector, "a rank connector is required");
+  WC_ENFORCE(opts_.pool != nullptr, "a receive pool is required");
+  const ExpertParallel& ep = opts_.experts;
+  if (ep.ep_size > 1) {
+    if (ep.num_experts < ep.ep_size) {
+      throw comm::ConfigError("ep_size " + std::to_string(ep.ep_size) +
+                              " needs a model with at least as many routed experts (it has " +
+                              std::to_string(ep.num_experts) + ")");
+    }
+    for (int r = p.engine_rank; r < p.engine_rank + p.local_ranks; ++r) {
+      placements_.emplace_back(ep.num_experts, ep.ep_size,
+                               ep_rank_of_tp_rank(r, p.rank_count, ep.ep_size), ep.strategy);
+    }
+  } else {
+    WC_ENFORCE_EQ(ep.ep_size, 1, "ep_size");
+  }
+}
+
+bool LocalRanks::drops(std::string_view name) const {
+  return placements_.size() == 1 && !placements_[0].accepts(name);
+}
+
+std::string LocalRanks::describe() const {
+  const ReceiverPlace& p = opts_.place;
+  if (p.local_ranks == 1) return "engine rank " + std::to_string(p.engine_rank);
+  return "engine ranks " + std::to_string(p.engine_rank) + ".." +
+         std::to_string(p.engine_rank + p.local_ranks - 1);
+}
+
+std::vector<std::unique_ptr<BucketChannel>> LocalRanks::connect(const GroupSpec& spec) const {
+  const ReceiverPlace& p = opts_.place;
+  ConnectOptions connect = opts_.connect;
+  connect.rank_count = p.rank_count;
+  connect.init_timeout = opts_.init_timeout;
+  if (opts_.group_connector) return opts_.group_connector(spec, connect);
+  // join_rank() drives device base_gpu_id + engine rank.
+  connect.base_gpu_id = p.cuda_device >= 0 ? p.cuda_device - p.engine_rank : 0;
+  std::vector<std::unique_ptr<BucketChannel>> channels;
+  channels.push_back(opts_.connector(spec, connect, p.engine_rank));
+  return channels;
+}
+
+std::shared_ptr<Group> LocalRanks::form(const GroupSpec& spec) const {
+  const ReceiverPlace& p = opts_.place;
+  if (spec.rank_offset < 1) {
+    throw ReceiverError(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
+                                 std::to_string(spec.rank_offset) + ")");
+  }
+  if (static_cast<std::int64_t>(spec.rank_offset) + p.rank_count > spec.world_size) {
+    throw ReceiverError(400, "world_size: " + std::to_string(spec.world_size) +
+                                 " leaves no room for this engine's " +
+                                 std::to_string(p.rank_count) + " ranks at rank_offset " +
+                                 std::to_string(spec.rank_offset));
+  }
+  try {
+    GroupOptions gopts;
+    gopts.comm_timeout = opts_.comm_timeout;
+    gopts.max_ahead = opts_.max_buckets_ahead;
+    gopts.pool = opts_.pool;
+    return std::make_shared<Group>(spec, connect(spec), gopts);
+  } catch (const std::exception& e) {
+    const int status = join_status(e);
+    throw ReceiverError(status,
+                        "group '" + spec.group_name + "' " +
+                            (status == 504 ? "did not form within " +
+                                                 std::to_string(opts_.init_timeout.count()) + " ms"
+                                           : "could not be joined") +
+                            " as " + describe() + ": " + e.what());
+  }
+}
+
+void LocalRanks::verify(const std::map<Runner, std::map<std::string, StagedTensor>>& staged,
+                        bool rehash) const {
+  const int first_rank = opts_.place.engine_rank;
+  const std::size_t ranks = static_cast<std::size_t>(count());
+  for (const auto& [id, tensors] : staged) {
+    for (const auto& [name, t] : tensors) {
+      const auto& first = t.rank_digests.empty() ? std::nullopt : t.rank_digests[0];
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const auto& d = r < t.rank_digests.size() ? t.rank_digests[r] : std::nullopt;
+        if (!d || !first || *d != *first) {
+          throw ReceiverError(
+              500, "engine rank " + std::to_string(first_rank + static_cast<int>(r)) +
+                       ": runner '" + std::string(to_string(id)) + "': tensor '" + name +
+                       (d ? "' differs from engine rank " + std::to_string(first_rank) + "'s copy"
+                          : "' was not received by this rank") +
+                       "; nothing loaded, weight_version unchanged");
+        }
+      }
+      if (rehash && tensor_digest(t.bytes) != *first) {
+        throw ReceiverError(500, "commit: staged bytes of tensor '" + name + "' for runner '" +
+                                     std::string(to_string(id)) +
+                                     "' no longer match their digest at receive; nothing loaded, "
+                                     "weight_version unchanged");
+      }
+    }
+  }
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,437 @@
+#include "sync/engine/commit/receiver.h"
+
+#include <algorithm>
+#include <variant>
+
+namespace weightcast::sync::engine {
+
+namespace {
+
+[[noreturn]] void refuse(const Refusal& refusal) {
+  throw ReceiverError(refusal.status, refusal.message);
+}
+
+}  // namespace
+
+namespace {
+
+LocalRanksOptions local_ranks_options(const ReceiverOptions& opts,
+                                      std::shared_ptr<BlockPool> pool) {
+  return {.place = opts.place,
+          .init_timeout = opts.init_timeout,
+          .comm_timeout = opts.comm_timeout,
+          .max_buckets_ahead = opts.max_buckets_ahead,
+          .connect = opts.connect,
+          .connector = opts.connector,
+          .group_connector = opts.group_connector,
+          .pool = std::move(pool),
+          .experts = opts.experts};
+}
+
+}  // namespace
+
+Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
+    : opts_(std::move(opts)),
+      runners_(std::move(runners)),
+      pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
+      ranks_(local_ranks_options(opts_, pool_)),
+      base_(opts_.keep_delta_base),
+      version_(opts_.initial_version) {
+  WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
+             "a delta base source and a kept delta base exclude each other");
+  WC_ENFORCE(!runners_.empty(), "a receiver needs at least one runner");
+  for (std::size_t i = 0; i < runners_.size(); ++i) {
+    WC_ENFORCE(static_cast<bool>(runners_[i].load), "runner '", to_string(runners_[i].id),
+               "' has no load callback");
+    for (std::size_t j = 0; j < i; ++j) {
+      WC_ENFORCE(runners_[i].id != runners_[j].id, "runner '", to_string(runners_[i].id),
+                 "' given twice");
+    }
+  }
+}
+
+Receiver::~Receiver() {
+  GroupTable::Groups groups;
+  {
+    std::lock_guard lock(mu_);
+    groups = groups_.take_all();
+    if (staging_) staging_->discard();
+  }
+  groups.clear();  // each Group aborts and joins its threads, without our lock
+}
+
+const ReceiverRunner* Receiver::find(Runner id) const {
+  for (const auto& r : runners_) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+std::vector<Runner> Receiver::runners() const {
+  std::vector<Runner> out;
+  for (Runner id : kAllRunners) {
+    if (find(id)) out.push_back(id);
+  }
+  return out;
+}
+
+const NameFilter& Receiver::filter(Runner runner) const {
+  const ReceiverRunner* r = find(runner);
+  WC_ENFORCE(r != nullptr, "no runner '", to_string(runner), "'");
+  return r->filter;
+}
+
+void Receiver::join(const GroupSpec& spec) {
+  std::shared_ptr<Group> old;
+  {
+    std::lock_guard lock(mu_);
+    if (groups_.joining(spec.group_name)) {
+      throw ReceiverError(409,
+                          "group_name: group '" + spec.group_name + "' is already being joined");
+    }
+    // Re-init replaces a group (the recovery path), but not one the open session relies on.
+    if (auto g = groups_.find(spec.group_name);
+        g && (g->busy() || (session_.in_session() && g->used_in(session_.session_id())))) {
+      throw ReceiverError(409, "group_name: group '" + spec.group_name +
+                                   "' is in use by the open session; abort it first");
+    }
+    old = groups_.begin_join(spec.group_name);
+  }
+  old.reset();  // aborts and joins the replaced group's threads
+  std::shared_ptr<Group> group;
+  try {
+    group = ranks_.form(spec);
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    groups_.end_join(spec.group_name, nullptr);
+    throw;
+  }
+  std::lock_guard lock(mu_);
+  groups_.end_join(spec.group_name, std::move(group));
+}
+
+void Receiver::leave(const std::string& group_name) {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard lock(mu_);
+    group = groups_.find(group_name);
+    if (!group) throw ReceiverError(400, "The group to be destroyed does not exist.");
+    if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
+      fail_session_locked(session_.session_id(), false, 409,
+                          "group '" + group_name + "' left during the session");
+    }
+    groups_.remove(group_name);
+  }
+  group->abort(409, "group '" + group_name + "' left");
+}
+
+std::vector<std::string> Receiver::groups() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, group] : groups_.all()) out.push_back(name);
+  return out;
+}
+
+ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder) {
+  std::lock_guard lock(mu_);
+  if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
+  if (auto refusal = session_.begin(selector, std::move(holder))) refuse(*refusal);
+  staging_ = std::make_shared<Staging>(ranks_.count());
+  session_names_.clear();
+  return {session_.token(), version_, base_.held_digest(selector)};
+}
+
+void Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
+                                   const std::string& reason, bool abort_used_groups) {
+  if (!session_.in_session() || session_.session_id() != session_id) return;
+  if (staging_) staging_->discard();
+  staging_.reset();
+  session_names_.clear();
+  session_.close();
+  // A group left half-way through a broadcast cannot be reused: its peers are out of step.
+  for (auto& [name, group] : groups_.all()) {
+    if ((abort_busy_groups && group->busy()) || (abort_used_groups && group->used_in(session_id))) {
+      group->abort(status, "session failed: " + reason);
+    }
+  }
+}
+
+void Receiver::abort(const std::string& reason, int status, bool abort_used_groups) {
+  std::lock_guard lock(mu_);
+  if (session_.in_session()) {
+    fail_session_locked(session_.session_id(), true, status, reason, abort_used_groups);
+  }
+}
+
+void Receiver::abort_groups(int status, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  for (auto& [name, group] : groups_.all()) group->abort(status, reason);
+}
+
+bool Receiver::busy() const {
+  std::lock_guard lock(mu_);
+  return groups_.any_busy();
+}
+
+GroupTable::Groups Receiver::joined() const {
+  std::lock_guard lock(mu_);
+  return groups_.all();
+}
+
+Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
+  // A request without a selector (SGLang's body) takes the session's.
+  const Selector selector = request.selector.value_or(session_.selector().value_or(Selector::kAll));
+  if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
+  if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
+    refuse(*refusal);
+  }
+  if (!session_.in_session()) {
+    throw ReceiverError(
+        409, request.session_id
+                 ? "update_weights_from_distributed: session_id '" + *request.session_id +
+                       "' is not open (ended, aborted or timed out)"
+                 : std::string("update_weights_from_distributed: no session is open; call "
+                               "begin_weight_update first"));
+  }
+  Ticket out{nullptr, groups_.find(request.group_name), session_.session_id()};
+  if (!out.group) {
+    throw ReceiverError(409, "group_name: no group '" + request.group_name +
+                                 "' is joined; call init_weights_update_group first");
+  }
+  std::vector<std::vector<Runner>> destinations;
+  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
+    const TensorMeta& meta = request.tensors[i];
+    if (session_names_.count(meta.name)) {
+      throw ReceiverError(400, "names[" + std::to_string(i) + "]: '" + meta.name +
+                                   "' was already sent in this session");
+    }
+    std::vector<Runner> dest;
+    for (const auto& r : runners_) {
+      if (!covers(selector, r.id) || !r.filter.accepts(meta.name)) continue;
+      if (ranks_.drops(meta.name)) {
+        ++experts_dropped_;
+        break;  // another rank's expert: no runner of this rank loads it
+      }
+      if (r.check) {
+        if (auto why = r.check(meta)) {
+          throw ReceiverError(400, "names[" + std::to_string(i) + "]: " + *why);
+        }
+      }
+      dest.push_back(r.id);
+    }
+    destinations.push_back(std::move(dest));
+  }
+  const std::uint64_t sequence =
+      groups_.sequence(request.group_name, out.session_id, request.sequence);
+  auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
+  if (auto* refusal = std::get_if<Refusal>(&planned)) throw ReceiverError(400, refusal->message);
+  BucketPlan plan = std::get<BucketPlan>(std::move(planned));
+  std::shared_ptr<const DeltaSpec> delta;
+  if (request.delta) {
+    // The engine's own base (base_source), or the kept copy of the last committed tensors.
+    DeltaBaseSource source = opts_.base_source;
+    if (!source) {
+      source = [this](const BucketPlan& bucket_plan, const std::vector<std::vector<Runner>>& dest,
+                      const std::vector<Digest>& expected, const std::string&,
+                      std::span<std::byte> bytes) {
+        std::lock_guard lock(mu_);
+        return base_.fill(bucket_plan, dest, expected, bytes);
+      };
+    }
+    auto made = make_delta_spec(*request.delta, version_, opts_.base_source || base_.has_base(),
+                                opts_.max_bucket_bytes, std::move(source));
+    if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
+    delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
+  }
+  std::vector<Digest> expected;
+  try {
+    for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
+  } catch (const comm::BadRequestError& e) {
+    throw ReceiverError(400, e.what());
+  }
+  out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
+                                        staging_, request.load_format == LoadFormat::kPerTensor,
+                                        std::move(delta), std::move(expected));
+  if (auto refusal = out.group->submit(out.job)) refuse(*refusal);
+  groups_.queued(request.group_name, sequence);
+  for (const auto& meta : request.tensors) session_names_.insert(meta.name);
+  if (request.weight_version) session_.set_version(*request.weight_version);
+  return out;
+}
+
+std::size_t Receiver::receive(const UpdateWeightsFromDistributedRequest& request) {
+  ReceiveOutcome outcome = wait(submit(request));
+  if (!outcome.failure) return outcome.bytes;
+  if (outcome.failure->stale) throw ReceiverError(409, outcome.failure->reason);
+  throw ReceiverError(outcome.failure->status, "receive: " + outcome.failure->reason +
+                                                   "; session aborted, previous weights kept");
+}
+
+Receiver::Ticket Receiver::submit(const UpdateWeightsFromDistributedRequest& request) {
+  std::lock_guard lock(mu_);
+  return submit_locked(request);
+}
+
+ReceiveOutcome Receiver::wait(const Ticket& s) {
+  ReceiveOutcome out;
+  out.sequence = s.job->sequence();
+  out.bytes = s.job->plan().total_bytes;
+  // Bounded backstop: every step inside is bounded by the collective timeout per bucket.
+  const auto budget = opts_.comm_timeout * static_cast<int>(opts_.max_buckets_ahead + 2);
+  auto result = s.job->wait(comm::deadline_after(budget));
+  if (!result) {
+    result = JobResult{504, "bucket " + std::to_string(s.job->sequence()) +
+                                " not received within " + std::to_string(budget.count()) + " ms"};
+  }
+  if (result->status == 200) return out;
+  ReceiveFailure failure{result->status, result->message};
+  // 409 without session_failed: the session was aborted meanwhile; the group is fine. A bucket
+  // received but not applicable (session_failed) leaves the group fine too.
+  failure.stale = !result->session_failed && result->status == 409;
+  failure.group_failed = !result->session_failed && !failure.stale;
+  if (failure.group_failed) s.group->abort(result->status, result->message);
+  if (!failure.stale) {
+    std::lock_guard lock(mu_);
+    fail_session_locked(s.session_id, false, result->status, result->message);
+  }
+  out.failure = std::move(failure);
+  return out;
+}
+
+void Receiver::set_version(const std::string& version,
+                           const std::optional<std::string>& session_id) {
+  std::lock_guard lock(mu_);
+  if (auto refusal = session_.check_owner(session_id, "update_weight_version")) refuse(*refusal);
+  if (session_.set_version(version)) version_ = version;
+}
+
+ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
+                                const std::optional<std::string>& session_id) {
+  std::lock_guard commit_lock(commit_mu_);
+  std::map<Runner, std::map<std::string, StagedTensor>> staged;
+  Selector selector = Selector::kAll;
+  std::optional<std::string> next_version;
+  {
+    std::lock_guard lock(mu_);
+    if (auto refusal = session_.check_end()) refuse(*refusal);
+    if (auto refusal = session_.check_owner(session_id, "end_weight_update")) refuse(*refusal);
+    for (const auto& [name, group] : groups_.all()) {
+      if (group->busy()) {
+        throw ReceiverError(409, "commit: buckets of group '" + name + "' are still in flight");
+      }
+    }
+    selector = *session_.selector();
+    next_version = version ? version : session_.pending_version();
+    for (const auto& r : runners_) {
+      if (covers(selector, r.id)) staged[r.id] = staging_->take(r.id);
+    }
+    staging_.reset();
+    session_names_.clear();
+    session_.close();
+    committing_ = true;
+  }
+  struct Done {
+    Receiver* self;
+    ~Done() {
+      std::lock_guard lock(self->mu_);
+      self->committing_ = false;
+    }
+  } done{this};
+  ranks_.verify(staged, opts_.verify_at_commit);
+  ReceiverCommit out;
+  out.runners = load_staged(runners_, staged, base_);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, tensors] : staged) {
+      out.bytes_loaded += base_.record_in_order(id, tensors, [](const auto& entry) {
+        const StagedTensor& t = entry.second;
+        return std::tie(t.meta, t.bytes, *t.rank_digests[0]);
+      });
+    }
+    if (next_version) version_ = *next_version;
+    out.weight_version = version_;
+    out.runner_digest = base_.held_digest(selector);
+  }
+  // Last, since it cannot fail: runners that keep what they are handed take it whole.
+  hand_over(runners_, staged);
+  return out;
+}
+
+void Receiver::install(Runner id, const std::vector<TensorMeta>& metas,
+                       const std::vector<std::span<const std::byte>>& bytes) {
+  WC_ENFORCE_EQ(metas.size(), bytes.size(), "install: one byte span per tensor");
+  const ReceiverRunner* runner = find(id);
+  WC_ENFORCE(runner != nullptr, "install: no runner '", to_string(id), "'");
+  std::lock_guard commit_lock(commit_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (session_.in_session()) throw ReceiverError(409, "install: a session is open");
+  }
+  std::vector<TensorView> views;
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    WC_ENFORCE_EQ(bytes[i].size(), metas[i].byte_count(), "install: bytes of '", metas[i].name,
+                  "'");
+    views.push_back({&metas[i], bytes[i]});
+  }
+  load_views(*runner, views);
+  // The staging pool, pre-faulted for one full update of what was installed (as
+  // weightcast-engine does at start): no update then pays page faults for fresh memory.
+  std::size_t total = 0;
+  for (const auto& b : bytes)
+    total += (b.size() + kDefaultBucketAlignment - 1) / kDefaultBucketAlignment *
+             kDefaultBucketAlignment;
+  pool_->reserve(total + total / 64 + (std::size_t{4} << 20));
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    const SharedBytes held = base_.keeps_bytes() ? SharedBytes::copy_of(bytes[i]) : SharedBytes();
+    base_.record(id, metas[i], held, tensor_digest(bytes[i]));
+  }
+}
+
+bool Receiver::in_session() const {
+  std::lock_guard lock(mu_);
+  return session_.in_session();
+}
+
+std::optional<Selector> Receiver::session_selector() const {
+  std::lock_guard lock(mu_);
+  return session_.selector();
+}
+
+std::string Receiver::weight_version() const {
+  std::lock_guard lock(mu_);
+  return version_;
+}
+
+void Receiver::set_keep_delta_base(bool keep) {
+  std::lock_guard commit_lock(commit_mu_);
+  std::lock_guard lock(mu_);
+  base_.set_keep_bytes(keep);
+}
+
+bool Receiver::keeps_delta_base() const {
+  std::lock_guard lock(mu_);
+  return base_.keeps_bytes();
+}
+
+std::size_t Receiver::delta_base_bytes() const {
+  std::lock_guard lock(mu_);
+  return base_.bytes();
+}
+
+std::map<std::string, Digest> Receiver::digests(Runner runner) const {
+  std::lock_guard lock(mu_);
+  return base_.digests(runner);
+}
+
+std::uint64_t Receiver::experts_dropped() const {
+  std::lock_guard lock(mu_);
+  return experts_dropped_;
+}
+
+std::uint64_t Receiver::bytes_received() const {
+  std::lock_guard lock(mu_);
+  return groups_.bytes_received();
+}
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,215 @@
+// Receiver: one engine rank's side of weight updates (or several ranks of one process), as a
+// library — no HTTP server, no model.
+//
+// An inference engine embeds one Receiver per rank (per TP worker process) and forwards the
+// control plane's calls to it; weightcast-engine's control plane (sync/engine/control/engine.h) is
+// built on one Receiver serving all of its ranks. The calls: join/leave a group (our store or
+// torch's c10d store; Gloo chain, same-host single copy or NCCL, as
+// sync/engine/receive/rendezvous.h decides), begin a session (selector, holder), receive bucket
+// requests in every format (weightcast buckets, delta buckets, SGLang's per-tensor and flattened
+// buckets), commit, abort. Buckets go through one receive pipeline
+// (sync/engine/receive/receive_pipeline.h: pool blocks, double buffering, digests while the next
+// bucket is on the wire) into this receiver's own Staging; nothing reaches the engine's weights
+// before commit.
+//
+// Commit: every local rank's digest of every staged tensor must equal the first's, and (unless
+// verify_at_commit is off) its bytes are hashed again and checked against the digest taken at
+// receive, before the first `load`. Then each covered runner that received tensors gets `begin`,
+// `load(views)` once per layer in layer order (sync/engine/commit/receiver_order.h), and `finish`
+// (where an engine runs its post-load processing). The version changes only when every `load` and
+// `finish` returned. A `load` or `finish` that throws fails the commit with a LoadError naming
+// the runner and tensor; when deltas are on, the tensors already loaded in that commit are loaded
+// again from the kept base (the previous version's bytes), so the engine's weights return to the
+// previous version; either way the version does not change.
+// Views passed to `load` point into staged pool blocks (host memory): zero copy, valid only
+// during the call; a runner that keeps bytes copies them (param.copy_ does).
+// Delta bases: with deltas on, the receiver keeps the raw bytes of the last committed tensors
+// (sync/engine/commit/receiver_base.h) and reports their size: delta_base_bytes().
+// Errors: misuse throws comm::EnforceError; refused or failed operations throw ReceiverError
+// with the HTTP status the control plane would answer (409 state, 400 input, 504 timeout, 500).
+// A failed receive or commit ends the session and discards staging; the previous weights stay.
+// Lifetime: create with the rank's place and runners; destruction aborts groups and joins threads.
+// Threading: every method is thread-safe; receive() blocks until its bucket is staged and several
+// may wait at once; callbacks run on the thread that called commit() or install().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "comm/errors.h"
+#include "sync/engine/commit/local_ranks.h"
+#include "sync/engine/commit/receiver_base.h"
+#include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/control/group_table.h"
+#include "sync/engine/control/session.h"
+#include "sync/engine/receive/channel.h"
+#include "sync/engine/receive/receive_pipeline.h"
+#include "sync/engine/runners/delta_base.h"
+#include "sync/engine/stage/staging.h"
+#include "sync/model/name_filter.h"
+#include "sync/protocol/protocol.h"
+
+namespace weightcast::sync::engine {
+
+struct ReceiverOptions {
+  ReceiverPlace place;
+  comm::Millis init_timeout{60000};
+  comm::Millis comm_timeout{60000};  // each bucket's broadcast
+  std::size_t max_bucket_bytes = std::size_t{4} << 30;
+  std::uint64_t max_buckets_ahead = 8;
+  ConnectOptions connect;        // rank_count, init_timeout and base_gpu_id come from above
+  bool keep_delta_base = false;  // deltas on: keep the last committed tensors' bytes
+  std::string initial_version = "default";
+  RankConnector connector = connect_rank;
+  // Forms every local rank's channel at once (place.engine_rank 0, local_ranks == rank_count):
+  // used instead of `connector` when set. weightcast-engine passes connect_group.
+  GroupConnector group_connector;
+  // Where buckets are received; null: the receiver's own pool. An in-process engine that keeps
+  // staged blocks as its weights passes its pool, so replaced weights return their blocks.
+  std::shared_ptr<BlockPool> pool;
+  // Deltas against the engine's own weights instead of a kept copy (see DeltaBaseSource).
+  DeltaBaseSource base_source;
+  // Expert parallelism: a receiver of one rank drops the routed experts its EP rank does not hold
+  // (not staged, not loaded), as vLLM's and SGLang's MoE loaders do
+  // (sync/engine/commit/local_ranks.h).
+  ExpertParallel experts;
+  // Commit hashes every staged byte again before the first load (memory that changed between
+  // receive and commit is caught). Off: the digests taken while each bucket was hot, and checked
+  // against the trainer's, stand; an engine that keeps the staged blocks themselves as its
+  // weights (and can recompute their digests on request) saves a pass over every byte.
+  bool verify_at_commit = true;
+};
+
+// A bucket request that was not received and staged: the status the control plane answers, the
+// reason, and what failed. `group_failed`: the group was aborted (the trainer re-initializes it);
+// `stale`: the session was aborted by another request meanwhile (409, the group is fine).
+struct ReceiveFailure {
+  int status = 500;
+  std::string reason;
+  bool group_failed = false;
+  bool stale = false;
+};
+
+struct ReceiveOutcome {
+  std::uint64_t sequence = 0;
+  std::size_t bytes = 0;  // staged (the whole bucket, also for a delta)
+  std::optional<ReceiveFailure> failure;
+};
+
+struct ReceiverBegin {
+  std::string session_id;      // the session's token
+  std::string weight_version;  // committed before this session
+  std::string runner_digest;   // of the kept base; empty without one (no deltas then)
+};
+
+struct ReceiverCommit {
+  std::string weight_version;
+  std::vector<RunnerUpdateStats> runners;
+  std::string runner_digest;
+  std::size_t bytes_loaded = 0;
+};
+
+class Receiver {
+ public:
+  Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  const ReceiverPlace& place() const { return ranks_.place(); }
+
+  // Joins `spec`'s group as engine rank place().engine_rank (group rank rank_offset + it),
+  // replacing an idle group of that name; bounded by init_timeout.
+  void join(const GroupSpec& spec);
+  void leave(const std::string& group_name);
+  std::vector<std::string> groups() const;
+
+  ReceiverBegin begin(Selector selector, std::optional<std::string> holder = std::nullopt);
+  // Receives one bucket request's data and stages it; returns the bytes staged.
+  std::size_t receive(const UpdateWeightsFromDistributedRequest& request);
+  // receive() in two steps, for a control plane that checks and words its own answers: submit()
+  // queues the request on its group (a refusal throws ReceiverError and changes nothing); wait()
+  // blocks until it is staged. A failure after submit ends the session (and, for a broken group,
+  // aborts the group) and is returned instead of thrown.
+  struct Ticket {
+    std::shared_ptr<BucketJob> job;
+    std::shared_ptr<Group> group;
+    std::uint64_t session_id = 0;
+  };
+  Ticket submit(const UpdateWeightsFromDistributedRequest& request);
+  ReceiveOutcome wait(const Ticket& ticket);
+  // update_weight_version: staged for commit inside a session, applied at once outside one.
+  void set_version(const std::string& version, const std::optional<std::string>& session_id = {});
+  ReceiverCommit commit(const std::optional<std::string>& version = std::nullopt,
+                        const std::optional<std::string>& session_id = std::nullopt);
+  // Ends the open session without loading anything (no-op without one). Groups with a bucket in
+  // flight are aborted with `status` (their peers are out of step); `abort_used_groups`: every
+  // group that took a bucket of the session as well (its trainer is gone).
+  void abort(const std::string& reason = "aborted", int status = 409,
+             bool abort_used_groups = false);
+  // Aborts every group with `status` (the engine is shutting down); the groups stay joined.
+  void abort_groups(int status, const std::string& reason);
+  // Whether any group has buckets queued or in flight.
+  bool busy() const;
+  // The joined groups, for readers (server info, metrics).
+  GroupTable::Groups joined() const;
+
+  // Initial weights of `runner`, through the same begin/load/finish path (outside a session);
+  // recorded as committed (digests, and the delta base when kept). Also reserves (pre-faults)
+  // staging memory for one full update of these tensors.
+  void install(Runner runner, const std::vector<TensorMeta>& metas,
+               const std::vector<std::span<const std::byte>>& bytes);
+
+  bool in_session() const;
+  std::optional<Selector> session_selector() const;
+  std::string weight_version() const;
+  void set_keep_delta_base(bool keep);
+  bool keeps_delta_base() const;
+  std::size_t delta_base_bytes() const;
+  // Name -> digest of the raw tensors `runner` last loaded (initial or committed).
+  std::map<std::string, Digest> digests(Runner runner) const;
+  std::vector<Runner> runners() const;
+  const NameFilter& filter(Runner runner) const;
+  std::uint64_t bytes_received() const;
+  // Expert parallelism: each local rank's experts (empty without), and the routed expert tensors
+  // this receiver dropped as not its rank's since it started.
+  const std::vector<ExpertPlacement>& expert_placements() const { return ranks_.placements(); }
+  std::uint64_t experts_dropped() const;
+  // Host memory of the staging pool (blocks in use and pooled), sync/engine/stage/block_pool.h.
+  std::size_t staging_pool_bytes() const { return pool_->stats().allocated_bytes; }
+  const std::shared_ptr<BlockPool>& pool() const { return pool_; }
+
+ private:
+  Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
+  void fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
+                           const std::string& reason, bool abort_used_groups = false);
+  const ReceiverRunner* find(Runner id) const;
+
+  const ReceiverOptions opts_;
+  const std::vector<ReceiverRunner> runners_;
+  const std::shared_ptr<BlockPool> pool_;
+  const LocalRanks ranks_;
+  mutable std::mutex mu_;
+  std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)
+  SessionMachine session_;
+  std::shared_ptr<Staging> staging_;
+  // Names sent in this session (a hash set: every bucket request looks up each of its names).
+  std::unordered_set<std::string> session_names_;
+  GroupTable groups_;
+  ReceiverBase base_;
+  std::string version_;
+  bool committing_ = false;
+  std::uint64_t experts_dropped_ = 0;  // a commit is loading: no new session may begin
+};
+
+}  // namespace weightcast::sync::engine

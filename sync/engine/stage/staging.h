@@ -1,0 +1,69 @@
+// Staging: what one update session has received so far, per runner, not yet visible to readers.
+//
+// Rank 0 of the engine keeps each tensor's bytes (they become the runner's tensors at commit):
+// on the data path a view of the pool block the bucket was received into, not a copy. Every
+// rank, rank 0 included, records the digest of the bytes it received, so commit can check that
+// all ranks staged identical data without holding a copy per rank. A discarded staging
+// (abort, failure, timeout) drops its bytes and ignores later writes from buckets still in
+// flight, so a stale receive can never leak into the next session.
+// Lifetime: one per session, shared (std::shared_ptr) by the session and its in-flight buckets.
+// Threading: stage() is called concurrently by the unpack threads of every rank and group; the
+// rest is called by the Engine under its lock once no bucket is in flight.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sync/engine/stage/block_pool.h"
+#include "sync/model/checksum.h"
+#include "sync/protocol/selector.h"
+#include "sync/protocol/tensor.h"
+
+namespace weightcast::sync::engine {
+
+struct StagedTensor {
+  TensorMeta meta;
+  SharedBytes bytes;                                // rank 0's bytes, raw (no layout applied)
+  std::vector<std::optional<Digest>> rank_digests;  // index = engine rank
+};
+
+class Staging {
+ public:
+  explicit Staging(int rank_count);
+
+  // Stages `bytes` (exactly meta.byte_count() long) received by engine rank `rank` for `runner`.
+  // Rank 0 keeps a private copy; for tests and callers whose buffer does not outlive the call.
+  void stage(Runner runner, int rank, const TensorMeta& meta, std::span<const std::byte> bytes);
+  // The data path: `digest` is that of `bytes`, computed by the caller while the bytes are hot;
+  // rank 0 keeps `bytes` itself (a view sharing ownership of its block), other ranks drop it.
+  void stage(Runner runner, int rank, const TensorMeta& meta, SharedBytes bytes, Digest digest);
+
+  void discard();
+  bool discarded() const;
+
+  int rank_count() const { return rank_count_; }
+  std::size_t tensor_count(Runner runner) const;
+  std::size_t staged_bytes() const;
+
+  // Moves the runner's staged tensors out (name -> tensor).
+  std::map<std::string, StagedTensor> take(Runner runner);
+
+ private:
+  using Map = std::map<std::string, StagedTensor>;
+  Map& map_for(Runner runner) { return runner == Runner::kTarget ? target_ : draft_; }
+  const Map& map_for(Runner runner) const { return runner == Runner::kTarget ? target_ : draft_; }
+
+  const int rank_count_;
+  mutable std::mutex mu_;
+  bool discarded_ = false;
+  std::size_t staged_bytes_ = 0;
+  Map target_;
+  Map draft_;
+};
+
+}  // namespace weightcast::sync::engine
