@@ -66,12 +66,12 @@ struct CommOptions {
   // Gloo, eager ring on: when every member runs on one host (same boot, network and PID
   // namespace, user), receivers copy broadcasts of at least single_copy_min_bytes, of any size,
   // straight out of a ring neighbour's memory with process_vm_readv instead of through sockets or
-  // Gloo (comm/gloo/single_copy.h). The group agrees: one member with false, or one the kernel will
-  // not let the others read, keeps the whole group on sockets and Gloo. Smaller broadcasts stay on
-  // the ring's sockets, which have the lower latency below it. Every member must use the same
-  // single_copy_min_bytes. The default is the measured crossover (docs/performance.md, "Same-host
-  // single copy as a pipelined chain"): at 64 KiB the two paths are even, from 128 KiB single copy
-  // won every run by 1.8x or more.
+  // Gloo (comm/transport/single_copy.h). The group agrees: one member with false, or one the kernel
+  // will not let the others read, keeps the whole group on sockets and Gloo. Smaller broadcasts
+  // stay on the ring's sockets, which have the lower latency below it. Every member must use the
+  // same single_copy_min_bytes. The default is the measured crossover (docs/performance.md,
+  // "Same-host single copy as a pipelined chain"): at 64 KiB the two paths are even, from 128 KiB
+  // single copy won every run by 1.8x or more.
   bool single_copy = true;
   std::size_t single_copy_min_bytes = 128u << 10;
   // Gloo, single copy on: declare every process of this user a permitted reader of this one's

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/chain.h"
+#include "comm/algorithms/eager_ring.h"
 #include "comm/errors.h"
-#include "comm/gloo/eager_ring.h"
-#include "comm/gloo/gloo_chain.h"
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
 #include "comm/gloo/gloo_watchdog.h"

@@ -12,7 +12,7 @@
 #include "comm/errors.h"
 #include "comm/store/c10d_protocol.h"
 #include "comm/store/c10d_store.h"
-#include "comm/store/socket_io.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm {
 

@@ -26,8 +26,8 @@
 #include "comm/store/c10d_store.h"
 #include "comm/store/c10d_store_state.h"
 #include "comm/store/connection_server.h"
-#include "comm/store/socket_io.h"
 #include "comm/store/store_quota.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm {
 

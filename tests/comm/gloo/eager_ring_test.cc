@@ -1,7 +1,7 @@
-// The Gloo chain's eager ring (comm/gloo/eager_ring.h): broadcasts up to eager_max_bytes go down
-// one TCP connection per rank, larger ones over Gloo unbound buffers. Both must give the root's
-// bytes in any order of sizes and roots; members that disagree must fail with a message naming
-// both sides, never hang or mix streams.
+// The Gloo chain's eager ring (comm/algorithms/eager_ring.h): broadcasts up to eager_max_bytes go
+// down one TCP connection per rank, larger ones over Gloo unbound buffers. Both must give the
+// root's bytes in any order of sizes and roots; members that disagree must fail with a message
+// naming both sides, never hang or mix streams.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -24,7 +24,7 @@ weightcast::testing::BackendSpec gloo_unbound_spec() {
 
 // The same suite with every non-empty broadcast copied out of the root's memory (the suite's ranks
 // are threads of one process, so the group agrees on single copy): its sizes, roots, misuse,
-// abort and timeout cases then all run through comm/gloo/single_copy.h.
+// abort and timeout cases then all run through comm/transport/single_copy.h.
 weightcast::testing::BackendSpec gloo_single_copy_spec() {
   return weightcast::testing::host_backend("gloo_copy", [](weightcast::comm::CommOptions o) {
     o.single_copy_min_bytes = 1;
