@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "comm/store/c10d_store_server.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
 #include "comm/torch_group.h"
