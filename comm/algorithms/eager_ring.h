@@ -39,6 +39,7 @@
 #include "comm/communicator.h"
 #include "comm/deadline.h"
 #include "comm/transport/peer_memory.h"
+#include "comm/transport/single_copy_options.h"
 #include "comm/transport/socket_io.h"
 
 namespace weightcast::comm::gloo_backend {
@@ -51,10 +52,6 @@ class EagerRing {
   // ConfigError when bind_address cannot be bound, TimeoutError when a neighbour does not show up.
   // With copy.enabled, the members also probe whether they can read one another's memory
   // (comm/transport/single_copy.h) and agree on it.
-  struct SingleCopyOptions {
-    bool enabled = true;
-    std::size_t min_bytes = 0;  // smaller broadcasts go through the sockets
-  };
   static std::unique_ptr<EagerRing> connect(GlooStoreAdapter& store, int rank, int size,
                                             const std::string& bind_address,
                                             const SingleCopyOptions& copy, Deadline deadline);
