@@ -36,8 +36,8 @@ void check_comm_options(const CommOptions& opts) {
   WC_ENFORCE_GE(opts.rank, 0, "rank");
   WC_ENFORCE_LT(opts.rank, opts.size, "rank must be below the group size");
   WC_ENFORCE_GT(opts.timeout.count(), 0, "timeout (ms)");
-  WC_ENFORCE_GT(opts.chunk_bytes, std::size_t{0}, "chunk_bytes");
-  WC_ENFORCE_GT(opts.chunks_in_flight, 0, "chunks_in_flight");
+  WC_ENFORCE_GT(opts.gloo.chain.chunk_bytes, std::size_t{0}, "chunk_bytes");
+  WC_ENFORCE_GT(opts.gloo.chain.chunks_in_flight, 0, "chunks_in_flight");
 }
 
 void check_broadcast_options(const Communicator& comm, const BroadcastOptions& opts) {

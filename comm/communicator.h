@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "comm/gloo/gloo_options.h"
+#include "comm/nccl/nccl_options.h"
 #include "comm/store.h"
 
 namespace weightcast::comm {
@@ -47,48 +49,21 @@ inline void report_received_whole(const BroadcastOptions& opts, int rank) {
   if (opts.on_received && rank != opts.root && opts.bytes > 0) opts.on_received(0, opts.bytes);
 }
 
-// What every backend needs to form a group, plus backend tuning knobs with safe defaults.
+// What every backend needs to form a group, plus each backend's options with safe defaults.
 struct CommOptions {
   std::shared_ptr<Store> store;  // rendezvous; scope it with a PrefixStore per group
   int rank = -1;
   int size = 0;
   Millis timeout{30000};  // default for rendezvous and every collective
 
-  // Gloo: the address the TCP transport binds and advertises to peers.
-  std::string bind_address = "127.0.0.1";
-  // Gloo chain broadcast: bytes per chunk and chunks kept in flight on each link.
-  std::size_t chunk_bytes = 4u << 20;
-  int chunks_in_flight = 4;
-  // Gloo: broadcasts of at most this many bytes skip Gloo and go down the chain's eager ring (one
-  // TCP connection per rank to the next, progressed in the calling thread); 0 turns it off. Every
-  // member must use the same value, like chunk_bytes.
-  std::size_t eager_max_bytes = 16u << 20;
-  // Gloo, eager ring on: when every member runs on one host (same boot, network and PID
-  // namespace, user), receivers copy broadcasts of at least single_copy_min_bytes, of any size,
-  // straight out of a ring neighbour's memory with process_vm_readv instead of through sockets or
-  // Gloo (comm/gloo/single_copy.h). The group agrees: one member with false, or one the kernel will
-  // not let the others read, keeps the whole group on sockets and Gloo. Smaller broadcasts stay on
-  // the ring's sockets, which have the lower latency below it. Every member must use the same
-  // single_copy_min_bytes. The default is the measured crossover (docs/performance.md, "Same-host
-  // single copy as a pipelined chain"): at 64 KiB the two paths are even, from 128 KiB single copy
-  // won every run by 1.8x or more.
-  bool single_copy = true;
-  std::size_t single_copy_min_bytes = 128u << 10;
-  // Gloo, single copy on: declare every process of this user a permitted reader of this one's
-  // memory (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)) before the group probes, so single copy
-  // works under Yama ptrace_scope 1 without lowering it system-wide. Every member of the group
-  // must set it (each reads the others' tokens; receivers read the root's buffers). What it
-  // exposes: docs/security.md, "Same-host single copy".
-  bool allow_same_user_reads = false;
-
-  // NCCL: CUDA device ordinal to use (-1: the calling thread's current device).
-  int cuda_device = -1;
+  GlooOptions gloo;  // the Gloo backend's algorithms (comm/gloo/gloo_options.h)
+  NcclOptions nccl;  // the NCCL backend (comm/nccl/nccl_options.h)
 
   // The group has torch.distributed members (comm/torch_group.h): rendezvous under the keys
   // ProcessGroupGloo / ProcessGroupNCCL use (opts.store must already carry torch's prefix chain)
   // and run the collectives they run, one broadcast() per dist.broadcast() of a torch member.
   // Gloo then uses gloo::broadcast (a binomial tree) instead of the pipelined chain, and
-  // chunk_bytes / chunks_in_flight are unused.
+  // gloo.chain is unused.
   bool torch_compatible = false;
 };
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/chain.h"
+#include "comm/algorithms/eager_ring.h"
 #include "comm/errors.h"
-#include "comm/gloo/eager_ring.h"
-#include "comm/gloo/gloo_chain.h"
 #include "comm/gloo/gloo_errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
 #include "comm/gloo/gloo_watchdog.h"
@@ -122,11 +122,11 @@ class GlooCommunicatorImpl final : public GlooCommunicator {
     args.data = static_cast<std::uint8_t*>(opts.buffer);
     args.bytes = opts.bytes;
     args.root = opts.root;
-    args.chunk_bytes = opts_.chunk_bytes;
-    args.in_flight = opts_.chunks_in_flight;
+    args.chunk_bytes = opts_.gloo.chain.chunk_bytes;
+    args.in_flight = opts_.gloo.chain.chunks_in_flight;
     args.deadline = deadline_after(timeout);
     if (opts.bytes == 0 || opts_.size == 1) return;
-    if (ring_ && (opts.bytes <= opts_.eager_max_bytes || ring_->copies(opts.bytes))) {
+    if (ring_ && (opts.bytes <= opts_.gloo.eager_ring.max_bytes || ring_->copies(opts.bytes))) {
       run_collective("gloo broadcast", timeout, [&] {
         ring_->broadcast(args.data, args.bytes, args.root, args.deadline, opts.on_received);
       });
@@ -353,7 +353,7 @@ std::unique_ptr<GlooCommunicator> connect_torch_compatible(
   return std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), context, nullptr);
 }
 
-// CommOptions::allow_same_user_reads. EINVAL means the kernel has no Yama (nothing to allow:
+// SingleCopyOptions::allow_same_user_reads. EINVAL means the kernel has no Yama (nothing to allow:
 // same-user reads are already permitted); any other refusal leaves the group to find out at its
 // probe, which then keeps it on sockets.
 void allow_same_user_reads() {
@@ -370,22 +370,22 @@ std::unique_ptr<GlooCommunicator> create_gloo_communicator(const CommOptions& op
   using namespace gloo_backend;
   check_comm_options(opts);
   ignore_sigpipe_if_default();
-  auto device = make_device(opts.bind_address);
+  auto device = make_device(opts.gloo.bind_address);
   auto context = std::make_shared<::gloo::rendezvous::Context>(opts.rank, opts.size);
   context->setTimeout(opts.timeout);
   const std::string who = detail::concat("rank ", opts.rank, " of ", opts.size);
   if (opts.torch_compatible) return connect_torch_compatible(opts, std::move(device), context, who);
-  if (opts.single_copy && opts.allow_same_user_reads) allow_same_user_reads();
+  if (opts.gloo.single_copy.enabled && opts.gloo.single_copy.allow_same_user_reads)
+    allow_same_user_reads();
   GlooStoreAdapter store(opts.store, opts.timeout, who);
   try {
     if (opts.rank == 0) publish_group_settings(store, opts);
     context->connectFullMesh(store, device);
     if (opts.rank != 0) check_group_settings(store, opts);
     std::unique_ptr<EagerRing> ring;
-    if (opts.size > 1 && opts.eager_max_bytes > 0) {
-      ring = EagerRing::connect(store, opts.rank, opts.size, opts.bind_address,
-                                {opts.single_copy, opts.single_copy_min_bytes},
-                                deadline_after(opts.timeout));
+    if (opts.size > 1 && opts.gloo.eager_ring.max_bytes > 0) {
+      ring = EagerRing::connect(store, opts.rank, opts.size, opts.gloo.bind_address,
+                                opts.gloo.single_copy, deadline_after(opts.timeout));
     }
     auto comm = std::make_unique<GlooCommunicatorImpl>(opts, std::move(device), std::move(context),
                                                        std::move(ring));

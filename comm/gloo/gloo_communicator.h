@@ -30,7 +30,7 @@ class GlooCommunicator : public Communicator {
   // Stock gloo::broadcast (one-to-all) on the same group, for benchmarks only.
   virtual void broadcast_stock(const BroadcastOptions& opts) = 0;
   // Whether the group agreed on same-host single copy for its eager broadcasts
-  // (CommOptions::single_copy).
+  // (SingleCopyOptions::enabled).
   virtual bool single_copy() const = 0;
 };
 

@@ -11,7 +11,7 @@
 //
 // A closed connection is not by itself an error: a peer that finished the collective may close
 // its communicator while this rank still drains data it already received. The collective decides
-// (see gloo_chain.cc): it fails only if it still needs something from that peer.
+// (see comm/algorithms/chain.cc): it fails only if it still needs something from that peer.
 //
 // Lifetime: owned by the communicator, created right after rendezvous and destroyed before the
 // Gloo context. Threading: FailedPeers is thread-safe; PeerWatch::begin()/end() are called from

@@ -19,19 +19,22 @@ namespace {
 struct GroupSetting {
   const char* key;
   const char* name;
-  std::size_t CommOptions::*field;
+  std::size_t (*field)(const CommOptions&);
 };
 constexpr std::array<GroupSetting, 3> kGroupSettings = {{
-    {"chain/chunk_bytes", "chunk_bytes", &CommOptions::chunk_bytes},
-    {"chain/eager_max_bytes", "eager_max_bytes", &CommOptions::eager_max_bytes},
-    {"chain/single_copy_min_bytes", "single_copy_min_bytes", &CommOptions::single_copy_min_bytes},
+    {"chain/chunk_bytes", "chunk_bytes",
+     [](const CommOptions& o) { return o.gloo.chain.chunk_bytes; }},
+    {"chain/eager_max_bytes", "eager_max_bytes",
+     [](const CommOptions& o) { return o.gloo.eager_ring.max_bytes; }},
+    {"chain/single_copy_min_bytes", "single_copy_min_bytes",
+     [](const CommOptions& o) { return o.gloo.single_copy.min_bytes; }},
 }};
 
 }  // namespace
 
 void publish_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
   for (const auto& s : kGroupSettings) {
-    const std::string text = std::to_string(opts.*s.field);
+    const std::string text = std::to_string(s.field(opts));
     store.set(s.key, std::vector<char>(text.begin(), text.end()));
   }
 }
@@ -40,9 +43,9 @@ void check_group_settings(GlooStoreAdapter& store, const CommOptions& opts) {
   for (const auto& s : kGroupSettings) {
     const std::vector<char> value = store.get(s.key);
     const std::string root(value.begin(), value.end());
-    if (root != std::to_string(opts.*s.field)) {
+    if (root != std::to_string(s.field(opts))) {
       throw ConfigError(detail::concat("gloo: rank 0 of the group uses ", s.name, " ", root,
-                                       ", rank ", opts.rank, " uses ", opts.*s.field,
+                                       ", rank ", opts.rank, " uses ", s.field(opts),
                                        "; every member must use the same value"));
     }
   }

@@ -315,7 +315,7 @@ std::unique_ptr<Communicator> create_nccl_communicator(const CommOptions& opts) 
   const Deadline deadline = deadline_after(opts.timeout);
   // The device is checked before the rendezvous, so a rank without a GPU fails fast with
   // ConfigError instead of leaving its peers to time out on a half-formed group.
-  const int device = nccl_detail::resolve_cuda_device(opts.cuda_device);
+  const int device = nccl_detail::resolve_cuda_device(opts.nccl.cuda_device);
   ScopedDevice scoped(device);
   auto comm = std::make_unique<NcclCommunicator>(opts, device);
   // A group with torch members exchanges the id where ProcessGroupNCCL does: the key of the

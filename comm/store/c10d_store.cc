@@ -1,61 +1,32 @@
-// C10dStore: one connection, calls serialized by a timed mutex (waiting for it counts against the
-// call's timeout). Every exchange is a request and, for most queries, a reply read under the
-// call's deadline; any failure mid-exchange closes the connection (the byte stream may be out of
-// step) and the next call reconnects, redoing VALIDATE and PING for 2.x.
-//
-// Protocol detection (kAuto), done once when constructed:
-//   1. Send the 1.x GETNUMKEYS query (the single byte 6, no arguments). A 1.x server answers with
-//      8 bytes. A 2.x server sees a first query that is not VALIDATE: the legacy backend drops the
-//      connection, the libuv one leaves it unanswered (byte 6 is 2.x WAIT, waiting for a key count
-//      that never comes). Either way nothing is stored or allocated on the server.
-//   2. On EOF or after kProbeBudget of silence, connect again and speak 2.x: VALIDATE, then PING,
-//      which must echo the nonce. A 1.x server too slow for step 1 drops this connection (it reads
-//      VALIDATE as a SET with an impossible key length), and the detection starts over, until
-//      connect_timeout.
-// The probe is never sent to 2.x first because a 2.x handshake read by a 1.x server is that
-// impossible SET. A weightcast server answers the 1.x probe, so kAuto speaks 1.x to it; ask for
-// kTorch2 to use the 2.x-only calls.
-#include <unistd.h>
+// C10dStore: calls serialized on one C10dConnection (comm/store/c10d_connection.h). Each call
+// checks its arguments, then sends its request (and reads the reply) under its timeout through
+// C10dConnection::run.
+#include "comm/store/c10d_store.h"
 
-#include <mutex>
+#include <string>
+#include <vector>
 
 #include "comm/enum_names.h"
 #include "comm/errors.h"
-#include "comm/store/c10d_protocol.h"
-#include "comm/store/c10d_store.h"
-#include "comm/store/c10d_store_impl.h"
-#include "comm/store/socket_io.h"
+#include "comm/store/c10d_connection.h"
 
 namespace weightcast::comm {
 
 namespace proto = c10d_protocol;
 using c10d_client::kCancelBudget;
 using c10d_client::request;
-using proto::Generation;
 using proto::Query;
 
 namespace {
 
-constexpr Millis kProbeBudget{1000};
-constexpr Millis kNamingBudget{1000};  // after a timeout, to find out which keys are missing
-constexpr std::size_t kMaxKeysNamed = 64;
+const std::string kInitKey = "init/";
 
-std::string join(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "'" : ", '") + k + "'";
-  return out;
+std::string wire_key(const std::string& key) {
+  check_key(key);
+  return "/" + key;  // torch's client prefixes every user key
 }
 
 }  // namespace
-
-proto::Request c10d_client::request(Query q, std::vector<std::string> keys,
-                                    std::vector<std::string> values) {
-  proto::Request r;
-  r.query = q;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  return r;
-}
 
 std::string_view to_string(C10dProtocol protocol) {
   static constexpr auto kNames =
@@ -65,153 +36,126 @@ std::string_view to_string(C10dProtocol protocol) {
   return kNames.name_or(protocol, "unknown");
 }
 
-C10dStore::C10dStore(C10dStoreOptions opts) : impl_(std::make_unique<Impl>()) {
-  if (opts.port == 0) throw ConfigError("c10d store client needs a port (got 0)");
-  if (opts.protocol == C10dProtocol::kTorch1) impl_->gen = Generation::kTorch1;
-  if (opts.protocol == C10dProtocol::kTorch2) impl_->gen = Generation::kTorch2;
-  impl_->opts = std::move(opts);
-  impl_->peer = net::endpoint(impl_->opts.host, impl_->opts.port);
-  impl_->connect(deadline_after(impl_->opts.connect_timeout), /*retry=*/true);
-}
+C10dStore::C10dStore(C10dStoreOptions opts)
+    : conn_(std::make_unique<C10dConnection>(std::move(opts))) {}
 
 C10dStore::~C10dStore() = default;
 
 C10dProtocol C10dStore::protocol() const {
-  return impl_->gen == Generation::kTorch1 ? C10dProtocol::kTorch1 : C10dProtocol::kTorch2;
+  return conn_->protocol();
 }
 
 std::size_t C10dStore::max_value_bytes() const {
-  return impl_->opts.max_value_bytes;
+  return conn_->options().max_value_bytes;
 }
 
-void C10dStore::Impl::connect(Deadline deadline, bool retry) {
-  net::ConnectRetry pacing(peer, "c10d store", "c10d store", opts.connect_timeout, deadline, retry);
-  while (true) {
-    bool timed_out = false;
-    std::string attempt;
-    net::Fd conn = net::connect_once(opts.host, opts.port, deadline, &attempt, &timed_out);
-    if (conn && try_generation(conn, deadline, &attempt)) {
-      fd = std::move(conn);
-      return;
+std::int64_t C10dStore::join_as_worker(Millis timeout) {
+  return conn_->run(timeout, "ADD", [&](Deadline d) {
+    proto::Request req = request(Query::kAdd, {kInitKey});
+    req.delta = 1;
+    return conn_->exchange_i64(req, d);
+  });
+}
+
+void C10dStore::set(const std::string& key, std::string_view value, Millis timeout) {
+  auto req = request(Query::kSet, {wire_key(key)}, {std::string(value)});
+  check_value(value, conn_->options().max_value_bytes);
+  conn_->run(timeout, "SET", [&](Deadline d) { conn_->send(req, d); });
+}
+
+std::string C10dStore::get(const std::string& key, Millis timeout) {
+  const std::string wire = wire_key(key);
+  return conn_->run(timeout, "GET", [&](Deadline d) {
+    if (!conn_->wait_wire({wire}, d)) conn_->wait_timed_out({key}, timeout);
+    conn_->send(request(Query::kGet, {wire}), deadline_after(kCancelBudget));
+    return conn_->recv_bytes(deadline_after(kCancelBudget), "GET");
+  });
+}
+
+void C10dStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  std::vector<std::string> wire;
+  for (const auto& k : keys) wire.push_back(wire_key(k));
+  if (wire.empty()) return;
+  conn_->run(timeout, "WAIT", [&](Deadline d) {
+    if (!conn_->wait_wire(wire, d)) conn_->wait_timed_out(keys, timeout);
+  });
+}
+
+std::int64_t C10dStore::add(const std::string& key, std::int64_t delta, Millis timeout) {
+  proto::Request req = request(Query::kAdd, {wire_key(key)});
+  req.delta = delta;
+  return conn_->run(timeout, "ADD", [&](Deadline d) { return conn_->exchange_i64(req, d); });
+}
+
+bool C10dStore::check(const std::string& key, Millis timeout) {
+  const auto req = request(Query::kCheck, {wire_key(key)});
+  return conn_->run(timeout, "CHECK", [&](Deadline d) {
+    conn_->send(req, d);
+    const std::uint8_t b = conn_->recv_u8(d, "CHECK");
+    if (b != proto::kCheckReady && b != proto::kCheckNotReady) {
+      throw PeerError(conn_->peer(), detail::concat("c10d store CHECK answered ", int{b}));
     }
-    pacing.failed(attempt);
-  }
+    return b == proto::kCheckReady;
+  });
 }
 
-// Readies a fresh connection for the generation in use, resolving it first under kAuto (see the
-// file comment). May replace `conn` by a second connection.
-bool C10dStore::Impl::try_generation(net::Fd& conn, Deadline deadline, std::string* why) {
-  if (gen == Generation::kTorch1) return true;
-  if (gen == Generation::kTorch2) return handshake_torch2(conn.get(), deadline, why);
-  bool definitive = false;
-  if (probe_torch1(conn.get(), std::min(deadline, deadline_after(kProbeBudget)), &definitive)) {
-    gen = Generation::kTorch1;
-    return true;
-  }
-  bool timed_out = false;
-  conn = net::connect_once(opts.host, opts.port, deadline, why, &timed_out);
-  if (!conn || !handshake_torch2(conn.get(), deadline, why)) {
-    if (!definitive) *why += " (and no torch 1.x answer to GETNUMKEYS either)";
-    return false;
-  }
-  gen = Generation::kTorch2;
-  return true;
+std::string C10dStore::compare_set(const std::string& key, std::string_view expected,
+                                   std::string_view desired, Millis timeout) {
+  check_value(expected, conn_->options().max_value_bytes);
+  check_value(desired, conn_->options().max_value_bytes);
+  const auto req =
+      request(Query::kCompareSet, {wire_key(key)}, {std::string(expected), std::string(desired)});
+  return conn_->run(timeout, "COMPARE_SET", [&](Deadline d) {
+    conn_->send(req, d);
+    return conn_->recv_bytes(d, "COMPARE_SET");
+  });
 }
 
-bool C10dStore::Impl::probe_torch1(int conn, Deadline deadline, bool* definitive) {
-  const std::string probe = proto::encode_request(Generation::kTorch1, request(Query::kGetNumKeys));
-  char reply[8];
-  *definitive = false;
-  if (!net::send_all(conn, probe, deadline).ok()) return false;
-  const auto r = net::recv_exact(conn, reply, sizeof(reply), deadline);
-  *definitive = r.io == net::Io::kClosed;  // dropped: a 2.x legacy server
-  return r.ok();
+bool C10dStore::delete_key(const std::string& key, Millis timeout) {
+  const auto req = request(Query::kDeleteKey, {wire_key(key)});
+  return conn_->run(timeout, "DELETE_KEY",
+                    [&](Deadline d) { return conn_->exchange_i64(req, d) == 1; });
 }
 
-bool C10dStore::Impl::handshake_torch2(int conn, Deadline deadline, std::string* why) {
-  proto::Request validate = request(Query::kValidate);
-  validate.word = proto::kValidateMagic;
-  proto::Request ping = request(Query::kPing);
-  ping.word = static_cast<std::uint32_t>(::getpid());
-  const std::string bytes = proto::encode_request(Generation::kTorch2, validate) +
-                            proto::encode_request(Generation::kTorch2, ping);
-  char echo[4];
-  auto r = net::send_all(conn, bytes, deadline);
-  if (r.ok()) r = net::recv_exact(conn, echo, sizeof(echo), deadline);
-  if (!r.ok()) {
-    *why = detail::concat("torch 2.x handshake (VALIDATE, PING): ", r.describe());
-    return false;
-  }
-  if (proto::read_u32(echo) != ping.word) {
-    throw PeerError(peer, detail::concat("c10d store PING echoed ", proto::read_u32(echo),
-                                         " instead of ", ping.word, ": not a torch 2.x store"));
-  }
-  return true;
+std::int64_t C10dStore::num_keys(Millis timeout) {
+  return conn_->run(timeout, "GETNUMKEYS", [&](Deadline d) {
+    return conn_->exchange_i64(request(Query::kGetNumKeys), d);
+  });
 }
 
-std::string C10dStore::Impl::recv_bytes(Deadline deadline, const char* what) {
-  char header[8];
-  recv(header, sizeof(header), deadline, what);
-  const std::uint64_t n = proto::read_u64(header);
-  if (n > opts.max_value_bytes) {
-    throw PeerError(peer, detail::concat("c10d store reply to ", what, " claims ", n,
-                                         " bytes, over the limit of ", opts.max_value_bytes));
-  }
-  std::string out;
-  const auto r = net::recv_append(fd.get(), &out, static_cast<std::size_t>(n), deadline);
-  if (!r.ok()) io_failed(r, what);
-  return out;
+void C10dStore::append(const std::string& key, std::string_view value, Millis timeout) {
+  conn_->require_torch2("APPEND");
+  check_value(value, conn_->options().max_value_bytes);
+  const auto req = request(Query::kAppend, {wire_key(key)}, {std::string(value)});
+  conn_->run(timeout, "APPEND", [&](Deadline d) { conn_->send(req, d); });
 }
 
-bool C10dStore::Impl::wait_wire(const std::vector<std::string>& keys, Deadline deadline) {
-  send(request(Query::kWait, keys), deadline);
-  char b = 0;
-  const auto r = net::recv_exact(fd.get(), &b, 1, deadline);
-  if (r.ok()) {
-    if (b != proto::kStopWaiting) {
-      throw PeerError(peer, detail::concat("c10d store WAIT answered ", static_cast<int>(b)));
-    }
-    return true;
-  }
-  if (r.io != net::Io::kTimeout) io_failed(r, "WAIT");
-  if (gen == Generation::kTorch1) {
-    fd.reset();  // 1.x cannot cancel: a STOP_WAITING may still arrive on this connection
-    return false;
-  }
-  const Deadline cancel_deadline = deadline_after(kCancelBudget);
-  send(request(Query::kCancelWait), cancel_deadline);
-  std::uint8_t reply = recv_u8(cancel_deadline, "CANCEL_WAIT");
-  const bool raced = reply == proto::kStopWaiting;  // the keys came just before the cancel
-  if (raced) reply = recv_u8(cancel_deadline, "CANCEL_WAIT");
-  if (reply != proto::kWaitCanceled) {
-    throw PeerError(peer, detail::concat("c10d store CANCEL_WAIT answered ",
-                                         static_cast<int>(reply), ", not WAIT_CANCELED"));
-  }
-  return raced;
+std::vector<std::string> C10dStore::multi_get(const std::vector<std::string>& keys,
+                                              Millis timeout) {
+  conn_->require_torch2("MULTI_GET");
+  std::vector<std::string> wire;
+  for (const auto& k : keys) wire.push_back(wire_key(k));
+  if (wire.empty()) return {};
+  return conn_->run(timeout, "MULTI_GET", [&](Deadline d) {
+    if (!conn_->wait_wire(wire, d)) conn_->wait_timed_out(keys, timeout);  // as torch's multiGet
+    const Deadline io = deadline_after(kCancelBudget);
+    conn_->send(request(Query::kMultiGet, wire), io);
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < wire.size(); ++i) out.push_back(conn_->recv_bytes(io, "MULTI_GET"));
+    return out;
+  });
 }
 
-// Which of `user_keys` are missing, asked one CHECK each on a connection in step (reconnecting
-// if needed), within kNamingBudget; all of them when that fails.
-std::vector<std::string> C10dStore::Impl::missing(const std::vector<std::string>& user_keys) {
-  if (user_keys.size() == 1 || user_keys.size() > kMaxKeysNamed) return user_keys;
-  const Deadline deadline = deadline_after(kNamingBudget);
-  std::vector<std::string> out;
-  try {
-    if (!fd) connect(deadline, /*retry=*/false);
-    for (const auto& k : user_keys) {
-      send(request(Query::kCheck, {"/" + k}), deadline);
-      if (recv_u8(deadline, "CHECK") != proto::kCheckReady) out.push_back(k);
-    }
-  } catch (const Error&) {
-    fd.reset();
-    return user_keys;
-  }
-  return out.empty() ? user_keys : out;
-}
-
-void C10dStore::Impl::wait_timed_out(const std::vector<std::string>& user_keys, Millis timeout) {
-  throw TimeoutError(detail::concat("c10d store at ", peer, ": key(s) ", join(missing(user_keys)),
-                                    " not set within ", timeout.count(), " ms"));
+void C10dStore::multi_set(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values, Millis timeout) {
+  conn_->require_torch2("MULTI_SET");
+  WC_ENFORCE_EQ(keys.size(), values.size(), "multi_set needs one value per key");
+  std::vector<std::string> wire;
+  for (const auto& k : keys) wire.push_back(wire_key(k));
+  for (const auto& v : values) check_value(v, conn_->options().max_value_bytes);
+  if (wire.empty()) return;
+  const auto req = request(Query::kMultiSet, std::move(wire), values);
+  conn_->run(timeout, "MULTI_SET", [&](Deadline d) { conn_->send(req, d); });
 }
 
 }  // namespace weightcast::comm

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "comm/store/socket_io.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm {
 

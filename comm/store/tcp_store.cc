@@ -5,9 +5,9 @@
 #include <mutex>
 
 #include "comm/errors.h"
-#include "comm/store/socket_io.h"
 #include "comm/store/store_protocol.h"
 #include "comm/store/tcp_store.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm {
 

@@ -15,10 +15,10 @@
 #include "comm/errors.h"
 #include "comm/store/connection_server.h"
 #include "comm/store/counter.h"
-#include "comm/store/socket_io.h"
 #include "comm/store/store_protocol.h"
 #include "comm/store/store_quota.h"
 #include "comm/store/tcp_store.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm {
 

@@ -144,11 +144,11 @@ std::shared_ptr<comm::Store> connect_store(const BroadcastBenchOptions& o, int r
 comm::CommOptions comm_options(const BroadcastBenchOptions& o, std::shared_ptr<comm::Store> store,
                                int rank, int size) {
   comm::CommOptions co = comm::member_options(std::move(store), rank, size, Millis(o.timeout_ms));
-  co.bind_address = o.bind_address;
-  co.chunk_bytes = o.chunk_bytes;
-  co.chunks_in_flight = o.chunks_in_flight;
-  co.eager_max_bytes = o.eager_max_bytes;
-  co.single_copy_min_bytes = o.single_copy_min_bytes;
+  co.gloo.bind_address = o.bind_address;
+  co.gloo.chain.chunk_bytes = o.chunk_bytes;
+  co.gloo.chain.chunks_in_flight = o.chunks_in_flight;
+  co.gloo.eager_ring.max_bytes = o.eager_max_bytes;
+  co.gloo.single_copy.min_bytes = o.single_copy_min_bytes;
   return co;
 }
 
@@ -165,18 +165,18 @@ Backend gloo_backend(const std::string& name, std::shared_ptr<comm::GlooCommunic
 
 // Which transport carries gloo-chain's small broadcasts, so a table can be read without guessing.
 void print_eager_path(const comm::GlooCommunicator& gloo, const comm::CommOptions& co) {
-  if (co.eager_max_bytes == 0) {
+  if (co.gloo.eager_ring.max_bytes == 0) {
     std::printf("# gloo-chain: eager ring off, every size over Gloo\n");
   } else if (gloo.single_copy()) {
     std::printf(
         "# gloo-chain: single copy from %zu bytes, any size (all ranks on one host); smaller "
         "broadcasts on the eager ring's sockets\n",
-        co.single_copy_min_bytes);
+        co.gloo.single_copy.min_bytes);
   } else {
     std::printf(
         "# gloo-chain: up to %zu bytes on the eager ring's sockets (single copy off or "
         "not possible)\n",
-        co.eager_max_bytes);
+        co.gloo.eager_ring.max_bytes);
   }
 }
 
@@ -205,7 +205,7 @@ std::optional<Backend> nccl_backend(const std::string& name, const comm::CommOpt
   }
   auto nco = co;
   nco.store = std::make_shared<comm::PrefixStore>("nccl", co.store);
-  nco.cuda_device = rank % devices;
+  nco.nccl.cuda_device = rank % devices;
   std::shared_ptr<comm::Communicator> nccl = comm::create_communicator("nccl", nco);
   return Backend{name, true, [c = nccl](void* p, std::size_t n, int root) {
                    c->broadcast({p, n, root, comm::MemoryKind::kCuda, {}, {}});
@@ -232,10 +232,10 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
       if (rank == 0 && name == "gloo-chain") print_eager_path(*gloo, co);
     } else if (name == "gloo-unbound") {
       // The chain with its eager ring off: every size over Gloo unbound buffers.
-      backends.push_back(variant(name, [](auto& v) { v.eager_max_bytes = 0; }));
+      backends.push_back(variant(name, [](auto& v) { v.gloo.eager_ring.max_bytes = 0; }));
     } else if (name == "gloo-sockets") {
       // The chain with single copy off: eager sizes through the ring's sockets.
-      backends.push_back(variant(name, [](auto& v) { v.single_copy = false; }));
+      backends.push_back(variant(name, [](auto& v) { v.gloo.single_copy.enabled = false; }));
     } else if (name == "mpi-bcast") {
       // Beside the rows of the TCP job, this job's own MPI_Bcast runs over shared memory.
       backends.push_back(mpi_backend(o.mpi_tcp_rows_in.empty() ? name : "mpi-bcast-shm"));

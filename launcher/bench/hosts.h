@@ -58,7 +58,7 @@ struct HostsWorkerOptions {
   int chunks_in_flight = 4;
   int timeout_ms = 300000;
   std::vector<std::string> backends = {"gloo-chain", "gloo-stock"};
-  bool single_copy = true;  // CommOptions::single_copy (ranks of one host and namespace only)
+  bool single_copy = true;  // SingleCopyOptions::enabled (ranks of one host and namespace only)
 };
 
 int run_hosts_worker(const HostsWorkerOptions& opts);

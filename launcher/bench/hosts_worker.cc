@@ -45,10 +45,10 @@ std::unique_ptr<comm::GlooCommunicator> worker_communicator(const HostsWorkerOpt
                                                             std::shared_ptr<comm::Store> store) {
   comm::CommOptions opts =
       comm::member_options(std::move(store), o.rank, o.size, comm::Millis(o.timeout_ms));
-  opts.bind_address = o.bind_address;
-  opts.chunk_bytes = o.chunk_bytes;
-  opts.chunks_in_flight = o.chunks_in_flight;
-  opts.single_copy = o.single_copy;
+  opts.gloo.bind_address = o.bind_address;
+  opts.gloo.chain.chunk_bytes = o.chunk_bytes;
+  opts.gloo.chain.chunks_in_flight = o.chunks_in_flight;
+  opts.gloo.single_copy.enabled = o.single_copy;
   return comm::create_gloo_communicator(opts);
 }
 

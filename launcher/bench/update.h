@@ -40,7 +40,7 @@ struct UpdateBenchOptions {
   std::vector<std::string> engine_urls;
   std::string bind_address = "127.0.0.1";  // the source's store and data-plane address
   bool raw = true;                         // also time the raw chain broadcast on loopback
-  // CommOptions::single_copy for the source and the raw chain: off keeps one host's processes on
+  // SingleCopyOptions::enabled for the source and the raw chain: off keeps one host's processes on
   // sockets and Gloo, as if they were on different hosts (the engines need not be told: one
   // member off turns it off for the group).
   bool single_copy = true;

@@ -102,8 +102,8 @@ sync::trainer::UpdaterOptions updater_options(const UpdateBenchOptions& o) {
   uo.communicator_factory = [chunk = o.chunk_bytes, copy = o.single_copy](
                                 std::string_view backend, const comm::CommOptions& options) {
     comm::CommOptions with_chunk = options;
-    with_chunk.chunk_bytes = chunk;
-    with_chunk.single_copy = copy;
+    with_chunk.gloo.chain.chunk_bytes = chunk;
+    with_chunk.gloo.single_copy.enabled = copy;
     return comm::create_communicator(backend, with_chunk);
   };
   return uo;

@@ -47,8 +47,8 @@ struct EngineArgs {
   std::string comm_address;  // empty: --host
   std::string store_token;
   std::string chunk_bytes = "4M";
-  bool single_copy = true;  // Gloo: same-host single copy (comm::CommOptions::single_copy)
-  bool allow_same_user_reads = false;  // comm::CommOptions::allow_same_user_reads
+  bool single_copy = true;  // Gloo: same-host single copy (comm::SingleCopyOptions::enabled)
+  bool allow_same_user_reads = false;  // comm::SingleCopyOptions::allow_same_user_reads
   int base_gpu_id = 0;                 // NCCL: engine rank i uses CUDA device base_gpu_id + i
   int ep_size = 1;                     // expert parallelism over the engine's ranks
   std::string expert_placement = "linear";

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/errors.h"
+#include "comm/store/c10d_store_server.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
 #include "comm/torch_group.h"
@@ -204,9 +205,9 @@ std::unique_ptr<comm::Communicator> join(std::span<EngineApi* const> engines,
   comm::CommOptions comm_opts =
       comm::member_options(std::move(store), 0, ranks.world_size, options.timeout);
   comm_opts.torch_compatible = options.torch;
-  comm_opts.bind_address = options.bind_address;
-  comm_opts.cuda_device = options.cuda_device;
-  comm_opts.allow_same_user_reads = options.allow_same_user_reads;
+  comm_opts.gloo.bind_address = options.bind_address;
+  comm_opts.nccl.cuda_device = options.cuda_device;
+  comm_opts.gloo.single_copy.allow_same_user_reads = options.allow_same_user_reads;
   const std::string backend(to_string(options.backend));
   return options.factory ? options.factory(backend, comm_opts)
                          : comm::create_communicator(backend, comm_opts);

@@ -51,7 +51,7 @@ struct GroupOptions {
   comm::Millis timeout{60000};  // rendezvous, and the default of every collective
   CommunicatorFactory factory;  // empty: comm::create_communicator
   int cuda_device = -1;         // NCCL: the source's device (-1: the calling thread's current)
-  bool allow_same_user_reads = false;  // comm::CommOptions::allow_same_user_reads
+  bool allow_same_user_reads = false;  // comm::SingleCopyOptions::allow_same_user_reads
   // Common mode (a group with SGLang/torch members): the source hosts a torch c10d store
   // (comm/store/c10d_store.h) instead of ours, joins it as torch rank 0 would, and forms a
   // torch-compatible group under the key chain of `torch_keys`. The token is not used (torch's

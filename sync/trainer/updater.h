@@ -60,8 +60,8 @@ struct UpdaterOptions {
   // calling thread's current device). A trainer and an engine on one machine each take their own.
   int cuda_device = -1;
   // Gloo: let processes of this user read this one's memory (PR_SET_PTRACER_ANY), so same-host
-  // single copy works under Yama ptrace_scope 1 (comm::CommOptions::allow_same_user_reads). The
-  // engines need it too (weightcast-engine --allow-same-user-reads).
+  // single copy works under Yama ptrace_scope 1 (comm::SingleCopyOptions::allow_same_user_reads).
+  // The engines need it too (weightcast-engine --allow-same-user-reads).
   bool allow_same_user_reads = false;
   std::string group_prefix = "weightcast";  // groups are "<prefix>-pp_<stage>"
   // The address this process's store and data-plane endpoint bind; engines must reach it.

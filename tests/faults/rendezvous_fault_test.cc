@@ -168,7 +168,7 @@ void expect_recovery(const Kind& kind, const std::vector<std::string>& urls,
   if (is(kind, kChunkSizeMismatch)) {
     options.communicator_factory = [](std::string_view backend, const comm::CommOptions& o) {
       comm::CommOptions same = o;
-      same.chunk_bytes = 64 << 10;
+      same.gloo.chain.chunk_bytes = 64 << 10;
       return comm::create_communicator(backend, same);
     };
   }

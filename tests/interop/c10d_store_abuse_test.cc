@@ -23,7 +23,8 @@
 
 #include "comm/store/c10d_protocol.h"
 #include "comm/store/c10d_store.h"
-#include "comm/store/socket_io.h"
+#include "comm/store/c10d_store_server.h"
+#include "comm/transport/socket_io.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/time_bounds.h"
 

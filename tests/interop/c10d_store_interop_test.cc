@@ -14,7 +14,8 @@
 
 #include "comm/errors.h"
 #include "comm/store/c10d_store.h"
-#include "comm/store/socket_io.h"
+#include "comm/store/c10d_store_server.h"
+#include "comm/transport/socket_io.h"
 #include "tests/support/subprocess.h"
 
 namespace weightcast::comm {

@@ -25,6 +25,7 @@
 #include "comm/communicator.h"
 #include "comm/errors.h"
 #include "comm/store/c10d_store.h"
+#include "comm/store/c10d_store_server.h"
 #include "comm/store/prefix_store.h"
 #include "comm/torch_group.h"
 #include "sync/model/checksum.h"

@@ -61,10 +61,10 @@ struct ConnectOptions {
   // Gloo chain tuning (comm::CommOptions).
   std::size_t chunk_bytes = 4u << 20;
   int chunks_in_flight = 4;
-  // Same-host single copy (comm::CommOptions::single_copy); false keeps every group this engine
+  // Same-host single copy (comm::SingleCopyOptions::enabled); false keeps every group this engine
   // joins off it.
   bool single_copy = true;
-  // comm::CommOptions::allow_same_user_reads: single copy under Yama ptrace_scope 1.
+  // comm::SingleCopyOptions::allow_same_user_reads: single copy under Yama ptrace_scope 1.
   bool allow_same_user_reads = false;
 };
 

@@ -20,14 +20,14 @@ comm::CommOptions base_options(std::shared_ptr<comm::Store> store, const GroupSp
                                comm::Deadline deadline) {
   comm::CommOptions comm_opts = comm::member_options(
       std::move(store), spec.rank_offset + engine_rank, spec.world_size, left(deadline));
-  comm_opts.bind_address = opts.bind_address;
-  comm_opts.chunk_bytes = opts.chunk_bytes;
-  comm_opts.chunks_in_flight = opts.chunks_in_flight;
-  comm_opts.single_copy = opts.single_copy;
-  comm_opts.allow_same_user_reads = opts.allow_same_user_reads;
+  comm_opts.gloo.bind_address = opts.bind_address;
+  comm_opts.gloo.chain.chunk_bytes = opts.chunk_bytes;
+  comm_opts.gloo.chain.chunks_in_flight = opts.chunks_in_flight;
+  comm_opts.gloo.single_copy.enabled = opts.single_copy;
+  comm_opts.gloo.single_copy.allow_same_user_reads = opts.allow_same_user_reads;
   // Engine rank i drives GPU base_gpu_id + i, as a TP worker of an engine started at that GPU
   // would.
-  comm_opts.cuda_device = opts.base_gpu_id + engine_rank;
+  comm_opts.nccl.cuda_device = opts.base_gpu_id + engine_rank;
   return comm_opts;
 }
 

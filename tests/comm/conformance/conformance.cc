@@ -74,8 +74,8 @@ std::shared_ptr<comm::Store> case_store(const std::string& label) {
 comm::CommOptions rank_options(const BackendSpec& spec, std::shared_ptr<comm::Store> store,
                                int rank, int world) {
   comm::CommOptions o = comm::member_options(std::move(store), rank, world, kConformanceTimeout);
-  o.chunk_bytes = kConformanceChunkBytes;
-  o.chunks_in_flight = kConformanceChunksInFlight;
+  o.gloo.chain.chunk_bytes = kConformanceChunkBytes;
+  o.gloo.chain.chunks_in_flight = kConformanceChunksInFlight;
   if (spec.configure_rank) spec.configure_rank(rank, o);
   return o;
 }

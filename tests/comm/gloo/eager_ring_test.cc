@@ -1,7 +1,7 @@
-// The Gloo chain's eager ring (comm/gloo/eager_ring.h): broadcasts up to eager_max_bytes go down
-// one TCP connection per rank, larger ones over Gloo unbound buffers. Both must give the root's
-// bytes in any order of sizes and roots; members that disagree must fail with a message naming
-// both sides, never hang or mix streams.
+// The Gloo chain's eager ring (comm/algorithms/eager_ring.h): broadcasts up to eager_max_bytes go
+// down one TCP connection per rank, larger ones over Gloo unbound buffers. Both must give the
+// root's bytes in any order of sizes and roots; members that disagree must fail with a message
+// naming both sides, never hang or mix streams.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,7 +57,7 @@ TEST(EagerRing, SizesAroundTheThresholdArriveWholeFromEveryRoot) {
   with_group(
       kSize, "around",
       [&](int rank, GlooCommunicator& c) { every_size_from_every_root(rank, c, sizes); },
-      [](CommOptions& o) { o.eager_max_bytes = kThreshold; });
+      [](CommOptions& o) { o.gloo.eager_ring.max_bytes = kThreshold; });
 }
 
 // A member with another threshold would wait on the other transport until the deadline; the
@@ -74,7 +74,7 @@ TEST(EagerRing, MemberWithAnotherThresholdIsConfigErrorNamingBothValues) {
     }
   });
   auto o = options(store, 1, 2, milliseconds(2000));
-  o.eager_max_bytes = 1u << 20;
+  o.gloo.eager_ring.max_bytes = 1u << 20;
   try {
     create_gloo_communicator(o);
   } catch (const ConfigError& e) {
@@ -82,7 +82,8 @@ TEST(EagerRing, MemberWithAnotherThresholdIsConfigErrorNamingBothValues) {
   }
   rank0.join();
   EXPECT_NE(rank1_error.find("eager_max_bytes"), std::string::npos) << rank1_error;
-  EXPECT_NE(rank1_error.find(std::to_string(CommOptions{}.eager_max_bytes)), std::string::npos)
+  EXPECT_NE(rank1_error.find(std::to_string(CommOptions{}.gloo.eager_ring.max_bytes)),
+            std::string::npos)
       << rank1_error;
   EXPECT_NE(rank1_error.find("1048576"), std::string::npos) << rank1_error;
   EXPECT_TRUE(rank0_failed);
@@ -128,8 +129,8 @@ TEST(SingleCopy, AgreedOnOneHostAndEveryPathDeliversFromEveryRoot) {
         every_size_from_every_root(rank, c, sizes);
       },
       [](CommOptions& o) {
-        o.eager_max_bytes = kThreshold;
-        o.single_copy_min_bytes = 2 * kThreshold;
+        o.gloo.eager_ring.max_bytes = kThreshold;
+        o.gloo.single_copy.min_bytes = 2 * kThreshold;
       });
 }
 
@@ -177,9 +178,9 @@ TEST(SingleCopy, ReceiversReportEachPieceAsItLands) {
           }
         },
         [&](CommOptions& o) {
-          o.eager_max_bytes = kThreshold;
-          o.single_copy_min_bytes = 2 * kThreshold;
-          o.single_copy = copy;
+          o.gloo.eager_ring.max_bytes = kThreshold;
+          o.gloo.single_copy.min_bytes = 2 * kThreshold;
+          o.gloo.single_copy.enabled = copy;
         });
   }
 }
@@ -201,9 +202,9 @@ TEST(SingleCopy, OneMemberOptingOutKeepsTheWholeGroupOnSockets) {
         }
       },
       [](CommOptions& o) {
-        o.eager_max_bytes = kThreshold;
-        o.single_copy_min_bytes = 2 * kThreshold;
-        if (o.rank == 1) o.single_copy = false;
+        o.gloo.eager_ring.max_bytes = kThreshold;
+        o.gloo.single_copy.min_bytes = 2 * kThreshold;
+        if (o.rank == 1) o.gloo.single_copy.enabled = false;
       });
 }
 
@@ -240,8 +241,8 @@ TEST(SingleCopy, ReceiverRefusesACopyOnceTheRootHasLeft) {
         receiver_done = true;
       },
       [](CommOptions& o) {
-        o.eager_max_bytes = kThreshold;
-        o.single_copy_min_bytes = kThreshold;
+        o.gloo.eager_ring.max_bytes = kThreshold;
+        o.gloo.single_copy.min_bytes = kThreshold;
       });
   EXPECT_FALSE(root_error.empty());
   EXPECT_EQ(receiver_error.rfind("PeerError(rank 0)", 0), 0u) << receiver_error;
@@ -281,8 +282,8 @@ TEST(SingleCopy, ReceiverRefusesACopyOnceItsPredecessorHasLeft) {
         while (!rank2_done.load()) std::this_thread::sleep_for(milliseconds(5));
       },
       [](CommOptions& o) {
-        o.eager_max_bytes = kThreshold;
-        o.single_copy_min_bytes = kThreshold;
+        o.gloo.eager_ring.max_bytes = kThreshold;
+        o.gloo.single_copy.min_bytes = kThreshold;
       });
   EXPECT_TRUE(errors[0].empty()) << errors[0];
   EXPECT_NE(errors[1].find("rank 2"), std::string::npos) << errors[1];

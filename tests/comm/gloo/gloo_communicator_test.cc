@@ -48,9 +48,9 @@ TEST(GlooCommunicator, RefusesCudaMemoryNamingTheKind) {
 
 TEST(GlooCommunicator, UnbindableAddressIsConfigError) {
   auto o = options(fresh_store("bind"), 0, 1);
-  o.bind_address = "192.0.2.1";  // TEST-NET-1: never a local address
+  o.gloo.bind_address = "192.0.2.1";  // TEST-NET-1: never a local address
   EXPECT_THROW(create_gloo_communicator(o), ConfigError);
-  o.bind_address = "";
+  o.gloo.bind_address = "";
   EXPECT_THROW(create_gloo_communicator(o), ConfigError);
 }
 
@@ -60,7 +60,7 @@ TEST(GlooCommunicator, BadOptionsAreEnforceErrors) {
   o = options(nullptr, 0, 1);
   EXPECT_THROW(create_gloo_communicator(o), EnforceError);
   o = options(fresh_store("opts2"), 0, 1);
-  o.chunk_bytes = 0;
+  o.gloo.chain.chunk_bytes = 0;
   EXPECT_THROW(create_gloo_communicator(o), EnforceError);
 }
 

@@ -16,7 +16,7 @@ weightcast::testing::BackendSpec gloo_spec() {
 // every size (with the ring on, the suite's buffers are all small enough for the ring).
 weightcast::testing::BackendSpec gloo_unbound_spec() {
   return weightcast::testing::host_backend("gloo_unbound", [](weightcast::comm::CommOptions o) {
-    o.eager_max_bytes = 0;
+    o.gloo.eager_ring.max_bytes = 0;
     return std::unique_ptr<weightcast::comm::Communicator>(
         weightcast::comm::create_gloo_communicator(o));
   });
@@ -24,10 +24,10 @@ weightcast::testing::BackendSpec gloo_unbound_spec() {
 
 // The same suite with every non-empty broadcast copied out of the root's memory (the suite's ranks
 // are threads of one process, so the group agrees on single copy): its sizes, roots, misuse,
-// abort and timeout cases then all run through comm/gloo/single_copy.h.
+// abort and timeout cases then all run through comm/transport/single_copy.h.
 weightcast::testing::BackendSpec gloo_single_copy_spec() {
   return weightcast::testing::host_backend("gloo_copy", [](weightcast::comm::CommOptions o) {
-    o.single_copy_min_bytes = 1;
+    o.gloo.single_copy.min_bytes = 1;
     return std::unique_ptr<weightcast::comm::Communicator>(
         weightcast::comm::create_gloo_communicator(o));
   });

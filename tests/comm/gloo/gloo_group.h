@@ -25,8 +25,8 @@ inline std::shared_ptr<Store> fresh_store(const std::string& name) {
 inline CommOptions options(std::shared_ptr<Store> store, int rank, int size,
                            std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
   CommOptions o = member_options(std::move(store), rank, size, timeout);
-  o.chunk_bytes = 1000;
-  o.chunks_in_flight = 2;
+  o.gloo.chain.chunk_bytes = 1000;
+  o.gloo.chain.chunks_in_flight = 2;
   return o;
 }
 

@@ -157,9 +157,9 @@ int run(const Args& a) {
   CommOptions o =
       member_options(std::make_shared<PrefixStore>(a.prefix, std::make_shared<TcpStore>(so)),
                      a.rank, a.size, timeout);
-  o.chunk_bytes = a.chunk_bytes;
-  o.chunks_in_flight = a.chunks_in_flight;
-  o.single_copy = a.single_copy;
+  o.gloo.chain.chunk_bytes = a.chunk_bytes;
+  o.gloo.chain.chunks_in_flight = a.chunks_in_flight;
+  o.gloo.single_copy.enabled = a.single_copy;
   auto comm = create_gloo_communicator(o);
   say("joined");
   say(comm->single_copy() ? "path single-copy" : "path sockets");

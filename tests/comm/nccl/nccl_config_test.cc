@@ -72,7 +72,7 @@ TEST(NcclConfig, HostPointerLabelledCudaIsRefused) {
 TEST(NcclConfig, NonexistentDeviceOrdinalIsConfigError) {
   auto store = std::make_shared<MemoryStore>();
   CommOptions opts = single_rank_options(store);
-  opts.cuda_device = 4096;
+  opts.nccl.cuda_device = 4096;
   try {
     create_communicator("nccl", opts);
     FAIL() << "device 4096 was accepted";
@@ -85,7 +85,7 @@ TEST(NcclConfig, NonexistentDeviceOrdinalIsConfigError) {
 
 TEST(NcclConfig, OrdinalBelowMinusOneIsEnforceError) {
   CommOptions opts = single_rank_options(std::make_shared<MemoryStore>());
-  opts.cuda_device = -2;
+  opts.nccl.cuda_device = -2;
   EXPECT_THROW(create_communicator("nccl", opts), EnforceError);
 }
 

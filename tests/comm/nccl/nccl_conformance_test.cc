@@ -16,7 +16,7 @@ weightcast::testing::BackendSpec nccl_spec() {
   s.memory = wc::MemoryKind::kCuda;
   s.skip_reason = [](int world) { return wc::nccl_testing::cuda_skip_reason(world); };
   s.configure_rank = [](int rank, wc::CommOptions& o) {
-    o.cuda_device = rank;
+    o.nccl.cuda_device = rank;
     // The suite allocates after this on the same thread: put the rank's buffers on its GPU.
     (void)cudaSetDevice(rank);
   };

@@ -34,7 +34,7 @@ using std::chrono::milliseconds;
 
 CommOptions options(std::shared_ptr<Store> store, int rank, int size, Millis timeout) {
   CommOptions opts = member_options(std::move(store), rank, size, timeout);
-  opts.cuda_device = rank;
+  opts.nccl.cuda_device = rank;
   return opts;
 }
 
@@ -124,7 +124,7 @@ TEST(NcclDevice, HostBuffersAreRefusedAndLeaveTheGroupUsable) {
 TEST(NcclDevice, RankWithoutRootTimesOutWithinBounds) {
   REQUIRE_CUDA_DEVICES(1);
   CommOptions opts = options(std::make_shared<MemoryStore>(), 1, 2, milliseconds(500));
-  opts.cuda_device = 0;
+  opts.nccl.cuda_device = 0;
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(create_communicator("nccl", opts), TimeoutError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(20000));
@@ -145,7 +145,7 @@ TEST(NcclDevice, TwoRanksOnOneGpuAreRefused) {
   std::atomic<int> config_errors{0};
   const auto errors = run_ranks(2, [&](int rank) {
     CommOptions opts = options(store, rank, 2, milliseconds(20000));
-    opts.cuda_device = 0;
+    opts.nccl.cuda_device = 0;
     try {
       create_communicator("nccl", opts);
     } catch (const ConfigError&) {

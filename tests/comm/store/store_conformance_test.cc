@@ -14,6 +14,7 @@
 
 #include "comm/errors.h"
 #include "comm/store/c10d_store.h"
+#include "comm/store/c10d_store_server.h"
 #include "comm/store/memory_store.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"

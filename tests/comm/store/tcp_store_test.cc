@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "comm/store/socket_io.h"
 #include "comm/store/store_protocol.h"
 #include "comm/store/tcp_store.h"
+#include "comm/transport/socket_io.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/time_bounds.h"
 

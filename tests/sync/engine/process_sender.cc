@@ -69,7 +69,7 @@ std::vector<HttpResult> Sender::init() {
   comm::CommOptions copts = comm::member_options(
       std::make_shared<comm::PrefixStore>(group_, std::make_shared<comm::TcpStore>(sopts)), 0,
       world_size(), timeout_);
-  copts.chunk_bytes = 64 << 10;
+  copts.gloo.chain.chunk_bytes = 64 << 10;
   try {
     comm_ = comm::create_communicator("gloo", copts);
   } catch (const comm::Error&) {

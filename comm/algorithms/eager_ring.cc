@@ -1,4 +1,4 @@
-#include "comm/gloo/eager_ring.h"
+#include "comm/algorithms/eager_ring.h"
 
 #include <netdb.h>
 #include <poll.h>
@@ -13,11 +13,11 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/algorithms/chain.h"
 #include "comm/errors.h"
-#include "comm/gloo/gloo_chain.h"
 #include "comm/gloo/gloo_store_adapter.h"
-#include "comm/gloo/ring_wire.h"
-#include "comm/gloo/single_copy.h"
+#include "comm/transport/ring_wire.h"
+#include "comm/transport/single_copy.h"
 
 namespace weightcast::comm::gloo_backend {
 namespace {

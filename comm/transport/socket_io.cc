@@ -1,4 +1,4 @@
-#include "comm/store/socket_io.h"
+#include "comm/transport/socket_io.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // What the members of an eager ring on one host share for single-copy broadcasts
-// (comm/gloo/single_copy.h): the right to read one another's memory with process_vm_readv(2), and
-// a page of control words per member that its two ring neighbours map.
+// (comm/transport/single_copy.h): the right to read one another's memory with process_vm_readv(2),
+// and a page of control words per member that its two ring neighbours map.
 //
 // When the group forms, every member creates its control page (a memfd), publishes its host
 // identity (boot id, network and PID namespaces, user), its pid, the page's fd number and a random

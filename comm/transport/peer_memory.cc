@@ -1,4 +1,4 @@
-#include "comm/gloo/peer_memory.h"
+#include "comm/transport/peer_memory.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

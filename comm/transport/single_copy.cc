@@ -1,4 +1,4 @@
-#include "comm/gloo/single_copy.h"
+#include "comm/transport/single_copy.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "comm/errors.h"
-#include "comm/gloo/gloo_chain.h"
-#include "comm/gloo/ring_wire.h"
-#include "comm/store/socket_io.h"
+#include "comm/transport/link_failure.h"
+#include "comm/transport/ring_wire.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm::gloo_backend {
 namespace {
@@ -80,7 +80,7 @@ std::size_t piece_bytes(std::size_t bytes) {
   return std::clamp(share, kMinPiece, kMaxPiece);
 }
 
-// The ring's header (comm/gloo/ring_wire.h) under the magic wcbcopy2, then the address of the
+// The ring's header (comm/transport/ring_wire.h) under the magic wcbcopy2, then the address of the
 // sender's buffer (u64): the root's for the first receiver, each receiver's own for the next.
 struct Descriptor {
   RingHeader head;

@@ -1,7 +1,7 @@
-// What the eager ring's two broadcast protocols (comm/gloo/eager_ring.h, comm/gloo/single_copy.h)
-// share: little-endian integer fields written and read byte by byte, so the wire format does not
-// depend on the host's byte order or on struct layout; the header that opens every broadcast; and
-// the bounded wait on the ring's sockets.
+// What the eager ring's two broadcast protocols (comm/algorithms/eager_ring.h,
+// comm/transport/single_copy.h) share: little-endian integer fields written and read byte by byte,
+// so the wire format does not depend on the host's byte order or on struct layout; the header that
+// opens every broadcast; and the bounded wait on the ring's sockets.
 #pragma once
 
 #include <poll.h>
@@ -16,7 +16,7 @@
 
 #include "comm/deadline.h"
 #include "comm/errors.h"
-#include "comm/gloo/gloo_chain.h"
+#include "comm/transport/link_failure.h"
 
 namespace weightcast::comm::gloo_backend {
 

@@ -13,9 +13,9 @@
 // that disagree on a collective fail with a message naming both sides instead of mixing streams.
 //
 // On one host the ring can do better than sockets: when the members agreed on single copy
-// (comm/gloo/single_copy.h), broadcasts of at least SingleCopyOptions::min_bytes, of any size, are
-// copied by every receiver straight out of its predecessor's memory, down the chain, and the ring
-// carries only a descriptor; the communicator then sends those sizes here even above its eager
+// (comm/transport/single_copy.h), broadcasts of at least SingleCopyOptions::min_bytes, of any size,
+// are copied by every receiver straight out of its predecessor's memory, down the chain, and the
+// ring carries only a descriptor; the communicator then sends those sizes here even above its eager
 // threshold.
 //
 // Rendezvous: every rank listens on the group's bind address, publishes "<host>:<port>" under
@@ -38,8 +38,9 @@
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
-#include "comm/gloo/peer_memory.h"
-#include "comm/store/socket_io.h"
+#include "comm/transport/peer_memory.h"
+#include "comm/transport/single_copy_options.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm::gloo_backend {
 
@@ -50,11 +51,7 @@ class EagerRing {
   // Forms the ring over `store` (the group's rendezvous adapter) within `deadline`. Throws
   // ConfigError when bind_address cannot be bound, TimeoutError when a neighbour does not show up.
   // With copy.enabled, the members also probe whether they can read one another's memory
-  // (comm/gloo/single_copy.h) and agree on it.
-  struct SingleCopyOptions {
-    bool enabled = true;
-    std::size_t min_bytes = 0;  // smaller broadcasts go through the sockets
-  };
+  // (comm/transport/single_copy.h) and agree on it.
   static std::unique_ptr<EagerRing> connect(GlooStoreAdapter& store, int rank, int size,
                                             const std::string& bind_address,
                                             const SingleCopyOptions& copy, Deadline deadline);

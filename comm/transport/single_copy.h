@@ -10,7 +10,7 @@
 // of the copies; the root copies nothing.
 //
 // How, as a pipelined chain in ring order from the root: each member publishes in its control page
-// (comm/gloo/peer_memory.h) how much of its buffer holds the broadcast, piece by piece as it
+// (comm/transport/peer_memory.h) how much of its buffer holds the broadcast, piece by piece as it
 // copies, and its successor copies each piece once it is there. A member returns once its
 // successor holds every byte (the last member: once it does), so a member's buffer is read only
 // while it is inside the broadcast, and back-to-back broadcasts overlap down the chain as MPI's
@@ -33,7 +33,7 @@
 
 #include "comm/communicator.h"
 #include "comm/deadline.h"
-#include "comm/gloo/peer_memory.h"
+#include "comm/transport/peer_memory.h"
 
 namespace weightcast::comm::gloo_backend {
 

@@ -1,4 +1,4 @@
-#include "comm/gloo/gloo_chain.h"
+#include "comm/algorithms/chain.h"
 
 #include <algorithm>
 
