@@ -222,9 +222,8 @@ std::string model_spec(const std::string& preset) {
   return sync::to_json(spec_of(preset)).dump();
 }
 
-}  // namespace
-
-void bind_receiver(py::module_& m) {
+// The module's exception types for the Receiver: ReceiverError (.status) and LoadError.
+void register_receiver_errors(py::module_& m) {
   py::object base = m.attr("Error");
   g_receiver_error = PyErr_NewExceptionWithDoc(
       "weightcast._weightcast.ReceiverError",
@@ -237,7 +236,10 @@ void bind_receiver(py::module_& m) {
       g_receiver_error, nullptr);
   m.attr("LoadError") = py::handle(g_load_error);
   py::register_exception_translator(&translate);
+}
 
+// Model helpers the reference engine and the tests share with C++.
+void bind_model_helpers(py::module_& m) {
   m.def("_layout_in_place", &layout_in_place, py::arg("layout"), py::arg("undo"), py::arg("dtype"),
         py::arg("shape"), py::arg("buffer"));
   m.def("_spec_accept_length", &spec_accept_length);
@@ -246,44 +248,65 @@ void bind_receiver(py::module_& m) {
   m.def("_tensor_digest", &digest_of);
   m.def("_model_tensors", &model_tensors, py::arg("preset"), py::arg("runner"), py::arg("seed"),
         py::arg("step") = 0);
+}
 
-  py::class_<se::Receiver>(m, "_Receiver")
-      .def(py::init([](int engine_rank, int rank_count, int cuda_device, const py::list& runners,
-                       bool keep_delta_base, double init_timeout, double comm_timeout,
-                       std::size_t max_bucket_bytes, std::string bind_address,
-                       std::optional<std::string> store_token, bool single_copy,
-                       std::string initial_version, int ep_size, int num_experts,
-                       const std::string& expert_placement) {
-             se::ReceiverOptions o;
-             o.place = {engine_rank, rank_count, cuda_device};
-             o.experts = {ep_size, num_experts, sync::parse_placement_strategy(expert_placement)};
-             o.keep_delta_base = keep_delta_base;
-             o.init_timeout = millis(init_timeout, "init_timeout");
-             o.comm_timeout = millis(comm_timeout, "comm_timeout");
-             o.max_bucket_bytes = max_bucket_bytes;
-             o.connect.bind_address = std::move(bind_address);
-             o.connect.store_token = store_token.value_or("");
-             o.connect.single_copy = single_copy;
-             o.initial_version = std::move(initial_version);
-             std::vector<se::ReceiverRunner> rs;
-             for (const auto& r : runners) rs.push_back(runner_from(r.cast<py::dict>()));
-             return std::make_unique<se::Receiver>(std::move(o), std::move(rs));
-           }),
-           py::kw_only(), py::arg("engine_rank"), py::arg("rank_count"), py::arg("cuda_device"),
-           py::arg("runners"), py::arg("keep_delta_base"), py::arg("init_timeout"),
-           py::arg("comm_timeout"), py::arg("max_bucket_bytes"), py::arg("bind_address"),
-           py::arg("store_token"), py::arg("single_copy"), py::arg("initial_version"),
-           py::arg("ep_size") = 1, py::arg("num_experts") = 0,
-           py::arg("expert_placement") = "linear")
-      .def("join",
-           [](se::Receiver& r, const std::string& body) {
-             const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
-             se::GroupSpec spec{req.group_name,  req.master_address, req.master_port,
-                                req.rank_offset, req.world_size,     req.backend,
-                                req.rendezvous};
-             py::gil_scoped_release nogil;
-             r.join(spec);
-           })
+std::unique_ptr<se::Receiver> make_receiver(int engine_rank, int rank_count, int cuda_device,
+                                            const py::list& runners, bool keep_delta_base,
+                                            double init_timeout, double comm_timeout,
+                                            std::size_t max_bucket_bytes, std::string bind_address,
+                                            std::optional<std::string> store_token,
+                                            bool single_copy, std::string initial_version,
+                                            int ep_size, int num_experts,
+                                            const std::string& expert_placement) {
+  se::ReceiverOptions o;
+  o.place = {engine_rank, rank_count, cuda_device};
+  o.experts = {ep_size, num_experts, sync::parse_placement_strategy(expert_placement)};
+  o.keep_delta_base = keep_delta_base;
+  o.init_timeout = millis(init_timeout, "init_timeout");
+  o.comm_timeout = millis(comm_timeout, "comm_timeout");
+  o.max_bucket_bytes = max_bucket_bytes;
+  o.connect.bind_address = std::move(bind_address);
+  o.connect.store_token = store_token.value_or("");
+  o.connect.single_copy = single_copy;
+  o.initial_version = std::move(initial_version);
+  std::vector<se::ReceiverRunner> rs;
+  for (const auto& r : runners) rs.push_back(runner_from(r.cast<py::dict>()));
+  return std::make_unique<se::Receiver>(std::move(o), std::move(rs));
+}
+
+// Receiver.install(runner, [(name, dtype, shape, bytes-like)]): items read in place through the
+// buffer protocol.
+void install_tensors(se::Receiver& r, const std::string& runner, const py::list& tensors) {
+  std::vector<TensorMeta> metas;
+  std::vector<std::span<const std::byte>> spans;
+  std::vector<py::buffer_info> infos;
+  for (const auto& item : tensors) {
+    auto t = item.cast<py::tuple>();
+    metas.push_back(TensorMeta{t[0].cast<std::string>(),
+                               parsed([&] { return sync::parse_dtype(t[1].cast<std::string>()); }),
+                               t[2].cast<std::vector<std::int64_t>>()});
+    infos.push_back(py::buffer(t[3]).request());
+    spans.emplace_back(static_cast<const std::byte*>(infos.back().ptr),
+                       static_cast<std::size_t>(infos.back().size * infos.back().itemsize));
+  }
+  const Runner id = parse_runner(runner);
+  py::gil_scoped_release nogil;
+  r.install(id, metas, spans);
+}
+
+using ReceiverClass = py::class_<se::Receiver>;
+
+// The session and data-plane calls: join, leave, begin, receive, set_version, commit, abort,
+// install.
+void bind_receiver_calls(ReceiverClass& cls) {
+  cls.def("join",
+        [](se::Receiver& r, const std::string& body) {
+          const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
+          se::GroupSpec spec{req.group_name, req.master_address, req.master_port, req.rank_offset,
+                             req.world_size, req.backend,        req.rendezvous};
+          py::gil_scoped_release nogil;
+          r.join(spec);
+        })
       .def("leave",
            [](se::Receiver& r, const std::string& name) {
              py::gil_scoped_release nogil;
@@ -323,28 +346,12 @@ void bind_receiver(py::module_& m) {
       .def(
           "abort", [](se::Receiver& r, const std::string& reason) { r.abort(reason); },
           py::arg("reason") = "aborted")
-      .def("install",
-           [](se::Receiver& r, const std::string& runner, const py::list& tensors) {
-             // (name, dtype, shape, bytes-like) items, read in place through the buffer protocol.
-             std::vector<TensorMeta> metas;
-             std::vector<std::span<const std::byte>> spans;
-             std::vector<py::buffer_info> infos;
-             for (const auto& item : tensors) {
-               auto t = item.cast<py::tuple>();
-               metas.push_back(TensorMeta{t[0].cast<std::string>(), parsed([&] {
-                                            return sync::parse_dtype(t[1].cast<std::string>());
-                                          }),
-                                          t[2].cast<std::vector<std::int64_t>>()});
-               infos.push_back(py::buffer(t[3]).request());
-               spans.emplace_back(
-                   static_cast<const std::byte*>(infos.back().ptr),
-                   static_cast<std::size_t>(infos.back().size * infos.back().itemsize));
-             }
-             const Runner id = parse_runner(runner);
-             py::gil_scoped_release nogil;
-             r.install(id, metas, spans);
-           })
-      .def_property_readonly("weight_version", &se::Receiver::weight_version)
+      .def("install", &install_tensors);
+}
+
+// The read-only state and the digests.
+void bind_receiver_state(ReceiverClass& cls) {
+  cls.def_property_readonly("weight_version", &se::Receiver::weight_version)
       .def_property_readonly("in_session", &se::Receiver::in_session)
       .def_property_readonly("delta_base_bytes", &se::Receiver::delta_base_bytes)
       .def_property_readonly("bytes_received", &se::Receiver::bytes_received)
@@ -366,6 +373,22 @@ void bind_receiver(py::module_& m) {
           d[py::str(name)] = sync::to_string(digest);
         return d;
       });
+}
+
+}  // namespace
+
+void bind_receiver(py::module_& m) {
+  register_receiver_errors(m);
+  bind_model_helpers(m);
+  ReceiverClass c(m, "_Receiver");
+  c.def(py::init(&make_receiver), py::kw_only(), py::arg("engine_rank"), py::arg("rank_count"),
+        py::arg("cuda_device"), py::arg("runners"), py::arg("keep_delta_base"),
+        py::arg("init_timeout"), py::arg("comm_timeout"), py::arg("max_bucket_bytes"),
+        py::arg("bind_address"), py::arg("store_token"), py::arg("single_copy"),
+        py::arg("initial_version"), py::arg("ep_size") = 1, py::arg("num_experts") = 0,
+        py::arg("expert_placement") = "linear");
+  bind_receiver_calls(c);
+  bind_receiver_state(c);
 }
 
 }  // namespace weightcast::python
