@@ -256,34 +256,40 @@ std::size_t sliced_bytes(const TensorMeta& meta, const TensorSlice& slice) {
   return narrowed.byte_count();
 }
 
-void pack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> full,
-                std::span<std::byte> out) {
-  WC_ENFORCE_EQ(full.size(), meta.byte_count(), meta.name);
-  WC_ENFORCE_EQ(out.size(), sliced_bytes(meta, slice), meta.name);
+namespace {
+
+// Checks the sizes, then calls fn(full_offset, part_offset, bytes) for each contiguous run of
+// the slice: one run for a replicated tensor, none for an absent one.
+template <typename Fn>
+void for_each_run(const TensorMeta& meta, const TensorSlice& slice, std::size_t full_size,
+                  std::size_t part_size, Fn&& fn) {
+  WC_ENFORCE_EQ(full_size, meta.byte_count(), meta.name);
+  WC_ENFORCE_EQ(part_size, sliced_bytes(meta, slice), meta.name);
   if (slice.kind != TensorSlice::Kind::kSlice) {
-    if (!out.empty()) std::memcpy(out.data(), full.data(), out.size());
+    if (part_size > 0) fn(0, 0, part_size);
     return;
   }
   enforce_inside(meta, slice);
   const SliceRuns r = runs_of(meta, slice);
-  for (std::size_t o = 0; o < r.outer; ++o) {
-    std::memcpy(out.data() + o * r.run, full.data() + o * r.full_step + r.first, r.run);
-  }
+  for (std::size_t o = 0; o < r.outer; ++o) fn(o * r.full_step + r.first, o * r.run, r.run);
+}
+
+}  // namespace
+
+void pack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> full,
+                std::span<std::byte> out) {
+  for_each_run(meta, slice, full.size(), out.size(),
+               [&](std::size_t at, std::size_t to, std::size_t n) {
+                 std::memcpy(out.data() + to, full.data() + at, n);
+               });
 }
 
 void unpack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> part,
                   std::span<std::byte> full) {
-  WC_ENFORCE_EQ(full.size(), meta.byte_count(), meta.name);
-  WC_ENFORCE_EQ(part.size(), sliced_bytes(meta, slice), meta.name);
-  if (slice.kind != TensorSlice::Kind::kSlice) {
-    if (!part.empty()) std::memcpy(full.data(), part.data(), part.size());
-    return;
-  }
-  enforce_inside(meta, slice);
-  const SliceRuns r = runs_of(meta, slice);
-  for (std::size_t o = 0; o < r.outer; ++o) {
-    std::memcpy(full.data() + o * r.full_step + r.first, part.data() + o * r.run, r.run);
-  }
+  for_each_run(meta, slice, full.size(), part.size(),
+               [&](std::size_t at, std::size_t from, std::size_t n) {
+                 std::memcpy(full.data() + at, part.data() + from, n);
+               });
 }
 
 }  // namespace weightcast::sync
