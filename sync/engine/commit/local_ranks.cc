@@ -114,22 +114,19 @@ std::shared_ptr<Group> LocalRanks::form(const GroupSpec& spec) const {
 void LocalRanks::verify(const std::map<Runner, std::map<std::string, StagedTensor>>& staged,
                         bool rehash) const {
   const int first_rank = opts_.place.engine_rank;
-  const std::size_t ranks = static_cast<std::size_t>(count());
+  if (auto d = find_rank_disagreement(staged, static_cast<std::size_t>(count()))) {
+    throw ReceiverError(
+        500,
+        "engine rank " + std::to_string(first_rank + static_cast<int>(d->rank)) + ": runner '" +
+            std::string(to_string(d->runner)) + "': tensor '" + d->tensor +
+            (d->missing ? "' was not received by this rank"
+                        : "' differs from engine rank " + std::to_string(first_rank) + "'s copy") +
+            "; nothing loaded, weight_version unchanged");
+  }
+  if (!rehash) return;
   for (const auto& [id, tensors] : staged) {
     for (const auto& [name, t] : tensors) {
-      const auto& first = t.rank_digests.empty() ? std::nullopt : t.rank_digests[0];
-      for (std::size_t r = 0; r < ranks; ++r) {
-        const auto& d = r < t.rank_digests.size() ? t.rank_digests[r] : std::nullopt;
-        if (!d || !first || *d != *first) {
-          throw ReceiverError(
-              500, "engine rank " + std::to_string(first_rank + static_cast<int>(r)) +
-                       ": runner '" + std::string(to_string(id)) + "': tensor '" + name +
-                       (d ? "' differs from engine rank " + std::to_string(first_rank) + "'s copy"
-                          : "' was not received by this rank") +
-                       "; nothing loaded, weight_version unchanged");
-        }
-      }
-      if (rehash && tensor_digest(t.bytes) != *first) {
+      if (tensor_digest(t.bytes) != *t.rank_digests[0]) {
         throw ReceiverError(500, "commit: staged bytes of tensor '" + name + "' for runner '" +
                                      std::string(to_string(id)) +
                                      "' no longer match their digest at receive; nothing loaded, "

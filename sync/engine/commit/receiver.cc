@@ -36,7 +36,8 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
       pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
       ranks_(local_ranks_options(opts_, pool_)),
       base_(opts_.keep_delta_base),
-      version_(opts_.initial_version) {
+      version_(opts_.version ? opts_.version
+                             : std::make_shared<WeightVersion>(opts_.initial_version)) {
   WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
              "a delta base source and a kept delta base exclude each other");
   WC_ENFORCE(!runners_.empty(), "a receiver needs at least one runner");
@@ -110,19 +111,21 @@ void Receiver::join(const GroupSpec& spec) {
   groups_.end_join(spec.group_name, std::move(group));
 }
 
-void Receiver::leave(const std::string& group_name) {
+bool Receiver::leave(const std::string& group_name) {
   std::shared_ptr<Group> group;
+  bool ended = false;
   {
     std::lock_guard lock(mu_);
     group = groups_.find(group_name);
     if (!group) throw ReceiverError(400, "The group to be destroyed does not exist.");
     if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
-      fail_session_locked(session_.session_id(), false, 409,
-                          "group '" + group_name + "' left during the session");
+      ended = fail_session_locked(session_.session_id(), false, 409,
+                                  "group '" + group_name + "' left during the session");
     }
     groups_.remove(group_name);
   }
   group->abort(409, "group '" + group_name + "' left");
+  return ended;
 }
 
 std::vector<std::string> Receiver::groups() const {
@@ -132,18 +135,53 @@ std::vector<std::string> Receiver::groups() const {
   return out;
 }
 
-ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder) {
+ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder,
+                              bool sessionless) {
   std::lock_guard lock(mu_);
   if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
-  if (auto refusal = session_.begin(selector, std::move(holder))) refuse(*refusal);
+  if (auto refusal = session_.begin(selector, std::move(holder), sessionless)) refuse(*refusal);
   staging_ = std::make_shared<Staging>(ranks_.count());
   session_names_.clear();
-  return {session_.token(), version_, base_.held_digest(selector)};
+  return {session_.token(), version_->get(), base_.held_digest(selector)};
 }
 
-void Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
+std::optional<SessionView> Receiver::session() const {
+  std::lock_guard lock(mu_);
+  if (!session_.in_session()) return std::nullopt;
+  return SessionView{session_.session_id(), *session_.selector(), session_.owned(),
+                     session_.sessionless(), session_.holder_text()};
+}
+
+bool Receiver::sessionless() const {
+  std::lock_guard lock(mu_);
+  return session_.in_session() && session_.sessionless();
+}
+
+bool Receiver::paused() const {
+  std::lock_guard lock(mu_);
+  return session_.paused();
+}
+
+void Receiver::set_paused(bool paused) {
+  std::lock_guard lock(mu_);
+  session_.set_paused(paused);
+}
+
+std::optional<Refusal> Receiver::check_owner(const std::optional<std::string>& token,
+                                             std::string_view route) const {
+  std::lock_guard lock(mu_);
+  return session_.check_owner(token, route);
+}
+
+bool Receiver::abort_session(std::uint64_t id, const std::string& reason, int status,
+                             bool abort_used_groups) {
+  std::lock_guard lock(mu_);
+  return fail_session_locked(id, true, status, reason, abort_used_groups);
+}
+
+bool Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                                    const std::string& reason, bool abort_used_groups) {
-  if (!session_.in_session() || session_.session_id() != session_id) return;
+  if (!session_.in_session() || session_.session_id() != session_id) return false;
   if (staging_) staging_->discard();
   staging_.reset();
   session_names_.clear();
@@ -154,6 +192,7 @@ void Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_gro
       group->abort(status, "session failed: " + reason);
     }
   }
+  return true;
 }
 
 void Receiver::abort(const std::string& reason, int status, bool abort_used_groups) {
@@ -179,20 +218,12 @@ GroupTable::Groups Receiver::joined() const {
 }
 
 Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
+  constexpr std::string_view kRoute = "update_weights_from_distributed";
+  if (auto refusal = session_.check_open(request.session_id, kRoute)) refuse(*refusal);
   // A request without a selector (SGLang's body) takes the session's.
-  const Selector selector = request.selector.value_or(session_.selector().value_or(Selector::kAll));
+  const Selector selector = request.selector.value_or(*session_.selector());
   if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
-  if (auto refusal = session_.check_owner(request.session_id, "update_weights_from_distributed")) {
-    refuse(*refusal);
-  }
-  if (!session_.in_session()) {
-    throw ReceiverError(
-        409, request.session_id
-                 ? "update_weights_from_distributed: session_id '" + *request.session_id +
-                       "' is not open (ended, aborted or timed out)"
-                 : std::string("update_weights_from_distributed: no session is open; call "
-                               "begin_weight_update first"));
-  }
+  if (auto refusal = session_.check_owner(request.session_id, kRoute)) refuse(*refusal);
   Ticket out{nullptr, groups_.find(request.group_name), session_.session_id()};
   if (!out.group) {
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
@@ -238,8 +269,9 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
         return base_.fill(bucket_plan, dest, expected, bytes);
       };
     }
-    auto made = make_delta_spec(*request.delta, version_, opts_.base_source || base_.has_base(),
-                                opts_.max_bucket_bytes, std::move(source));
+    auto made =
+        make_delta_spec(*request.delta, version_->get(), opts_.base_source || base_.has_base(),
+                        opts_.max_bucket_bytes, std::move(source));
     if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
@@ -256,6 +288,7 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   groups_.queued(request.group_name, sequence);
   for (const auto& meta : request.tensors) session_names_.insert(meta.name);
   if (request.weight_version) session_.set_version(*request.weight_version);
+  if (request.flush_cache) session_.request_flush();
   return out;
 }
 
@@ -292,36 +325,47 @@ ReceiveOutcome Receiver::wait(const Ticket& s) {
   if (failure.group_failed) s.group->abort(result->status, result->message);
   if (!failure.stale) {
     std::lock_guard lock(mu_);
-    fail_session_locked(s.session_id, false, result->status, result->message);
+    failure.ended_session =
+        fail_session_locked(s.session_id, false, result->status, result->message);
   }
   out.failure = std::move(failure);
   return out;
 }
 
-void Receiver::set_version(const std::string& version,
+bool Receiver::set_version(const std::string& version,
                            const std::optional<std::string>& session_id) {
+  constexpr std::string_view kRoute = "update_weight_version";
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.check_owner(session_id, "update_weight_version")) refuse(*refusal);
-  if (session_.set_version(version)) version_ = version;
+  if (auto refusal = session_.check_owner(session_id, kRoute)) refuse(*refusal);
+  if (session_id) {
+    if (auto refusal = session_.check_open(session_id, kRoute)) refuse(*refusal);
+  }
+  if (!session_.set_version(version)) return false;
+  version_->set(version);
+  return true;
 }
 
 ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
-                                const std::optional<std::string>& session_id) {
+                                const std::optional<std::string>& session_id,
+                                const PublishFn& publish) {
   std::lock_guard commit_lock(commit_mu_);
   std::map<Runner, std::map<std::string, StagedTensor>> staged;
   Selector selector = Selector::kAll;
   std::optional<std::string> next_version;
+  bool flush = false;
   {
     std::lock_guard lock(mu_);
     if (auto refusal = session_.check_end()) refuse(*refusal);
     if (auto refusal = session_.check_owner(session_id, "end_weight_update")) refuse(*refusal);
     for (const auto& [name, group] : groups_.all()) {
       if (group->busy()) {
-        throw ReceiverError(409, "commit: buckets of group '" + name + "' are still in flight");
+        throw ReceiverError(409, "end_weight_update: buckets of group '" + name +
+                                     "' are still in flight; wait for their responses");
       }
     }
     selector = *session_.selector();
     next_version = version ? version : session_.pending_version();
+    flush = session_.flush_requested();
     for (const auto& r : runners_) {
       if (covers(selector, r.id)) staged[r.id] = staging_->take(r.id);
     }
@@ -348,12 +392,15 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
         return std::tie(t.meta, t.bytes, *t.rank_digests[0]);
       });
     }
-    if (next_version) version_ = *next_version;
-    out.weight_version = version_;
+    if (next_version && !publish) version_->set(*next_version);
     out.runner_digest = base_.held_digest(selector);
   }
-  // Last, since it cannot fail: runners that keep what they are handed take it whole.
+  // Since it cannot fail: runners that keep what they are handed take it whole.
   hand_over(runners_, staged);
+  if (publish) publish(selector, next_version);
+  out.selector = selector;
+  out.flush_requested = flush;
+  out.weight_version = version_->get();
   return out;
 }
 
@@ -399,8 +446,7 @@ std::optional<Selector> Receiver::session_selector() const {
 }
 
 std::string Receiver::weight_version() const {
-  std::lock_guard lock(mu_);
-  return version_;
+  return version_->get();
 }
 
 void Receiver::set_keep_delta_base(bool keep) {

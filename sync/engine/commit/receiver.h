@@ -50,6 +50,7 @@
 #include "sync/engine/commit/local_ranks.h"
 #include "sync/engine/commit/receiver_base.h"
 #include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/commit/weight_version.h"
 #include "sync/engine/control/group_table.h"
 #include "sync/engine/control/session.h"
 #include "sync/engine/receive/channel.h"
@@ -70,6 +71,9 @@ struct ReceiverOptions {
   ConnectOptions connect;        // rank_count, init_timeout and base_gpu_id come from above
   bool keep_delta_base = false;  // deltas on: keep the last committed tensors' bytes
   std::string initial_version = "default";
+  // Where the committed weight_version lives (sync/engine/commit/weight_version.h); null: the
+  // receiver keeps its own, starting at initial_version.
+  std::shared_ptr<WeightVersion> version;
   RankConnector connector = connect_rank;
   // Forms every local rank's channel at once (place.engine_rank 0, local_ranks == rank_count):
   // used instead of `connector` when set. weightcast-engine passes connect_group.
@@ -98,6 +102,7 @@ struct ReceiveFailure {
   std::string reason;
   bool group_failed = false;
   bool stale = false;
+  bool ended_session = false;  // this failure ended the session (not another one before it)
 };
 
 struct ReceiveOutcome {
@@ -113,11 +118,28 @@ struct ReceiverBegin {
 };
 
 struct ReceiverCommit {
+  Selector selector = Selector::kAll;  // the session's
+  bool flush_requested = false;        // a bucket asked for a cache flush after commit
   std::string weight_version;
   std::vector<RunnerUpdateStats> runners;
   std::string runner_digest;
   std::size_t bytes_loaded = 0;
 };
+
+// The open session as the control plane around a Receiver reads it.
+struct SessionView {
+  std::uint64_t id = 0;  // grows by one per begin: work of an older session is stale
+  Selector selector = Selector::kAll;
+  bool owned = false;        // its begin named a holder
+  bool sessionless = false;  // opened for one update request (begin(..., sessionless))
+  std::string holder_text;   // who holds it, for messages
+};
+
+// A commit's last step for an engine that makes what its runners loaded visible as one
+// transaction (weightcast-engine's RunnerSet): called once every runner loaded, with the session's
+// selector and the version to set (none: unchanged), and sets that version itself. A throw fails
+// the commit; the version stays.
+using PublishFn = std::function<void(Selector, const std::optional<std::string>&)>;
 
 class Receiver {
  public:
@@ -131,10 +153,27 @@ class Receiver {
   // Joins `spec`'s group as engine rank place().engine_rank (group rank rank_offset + it),
   // replacing an idle group of that name; bounded by init_timeout.
   void join(const GroupSpec& spec);
-  void leave(const std::string& group_name);
+  // Leaves the group; returns whether that ended the open session (it relied on the group).
+  bool leave(const std::string& group_name);
   std::vector<std::string> groups() const;
 
-  ReceiverBegin begin(Selector selector, std::optional<std::string> holder = std::nullopt);
+  // Opens the session (sync/engine/control/session.h: the one state machine of the engine side).
+  // `sessionless`: the one-request session an engine opens itself for an update that arrives with
+  // no session open; only calls carrying its token act on it.
+  ReceiverBegin begin(Selector selector, std::optional<std::string> holder = std::nullopt,
+                      bool sessionless = false);
+  // The open session, or none.
+  std::optional<SessionView> session() const;
+  bool sessionless() const;
+  // Generation paused (pause_generation), kept by the session machine beside the session.
+  bool paused() const;
+  void set_paused(bool paused);
+  // Whether a call from `route` carrying `token` may act on the open session (nothing changes).
+  std::optional<Refusal> check_owner(const std::optional<std::string>& token,
+                                     std::string_view route) const;
+  // Ends session `id` as abort() does, if it is still the open one; returns whether it did.
+  bool abort_session(std::uint64_t id, const std::string& reason, int status,
+                     bool abort_used_groups);
   // Receives one bucket request's data and stages it; returns the bytes staged.
   std::size_t receive(const UpdateWeightsFromDistributedRequest& request);
   // receive() in two steps, for a control plane that checks and words its own answers: submit()
@@ -148,10 +187,14 @@ class Receiver {
   };
   Ticket submit(const UpdateWeightsFromDistributedRequest& request);
   ReceiveOutcome wait(const Ticket& ticket);
-  // update_weight_version: staged for commit inside a session, applied at once outside one.
-  void set_version(const std::string& version, const std::optional<std::string>& session_id = {});
+  // update_weight_version: staged for commit inside a session (returns false), applied at once
+  // outside one (returns true). A session_id whose session is not open is refused.
+  bool set_version(const std::string& version, const std::optional<std::string>& session_id = {});
+  // Commits the open session (owner-checked with `session_id`): every rank's copies checked
+  // once, loaded, then `publish` (when given) makes them visible and sets the version.
   ReceiverCommit commit(const std::optional<std::string>& version = std::nullopt,
-                        const std::optional<std::string>& session_id = std::nullopt);
+                        const std::optional<std::string>& session_id = std::nullopt,
+                        const PublishFn& publish = {});
   // Ends the open session without loading anything (no-op without one). Groups with a bucket in
   // flight are aborted with `status` (their peers are out of step); `abort_used_groups`: every
   // group that took a bucket of the session as well (its trainer is gone).
@@ -191,7 +234,8 @@ class Receiver {
 
  private:
   Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
-  void fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
+  // Returns whether it ended session `session_id` (false: no longer the open one).
+  bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                            const std::string& reason, bool abort_used_groups = false);
   const ReceiverRunner* find(Runner id) const;
 
@@ -207,7 +251,7 @@ class Receiver {
   std::unordered_set<std::string> session_names_;
   GroupTable groups_;
   ReceiverBase base_;
-  std::string version_;
+  const std::shared_ptr<WeightVersion> version_;
   bool committing_ = false;
   std::uint64_t experts_dropped_ = 0;  // a commit is loading: no new session may begin
 };

@@ -37,7 +37,7 @@ std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* se
   r.max_bucket_bytes = opts.max_bucket_bytes;
   r.max_buckets_ahead = opts.max_buckets_ahead;
   r.connect = opts.connect;
-  r.initial_version = runners.weight_version();
+  r.version = runners.version();  // one weight_version: the runner set's, set as it publishes
   r.group_connector = opts.connector;
   r.experts = opts.experts;
   r.pool = runners.block_pool();
@@ -77,8 +77,8 @@ Engine::~Engine() {
 
 void Engine::shutdown() {
   std::lock_guard lock(mu_);
-  if (session_.in_session()) {
-    fail_session_locked(session_.session_id(), "engine shutting down", /*abort_groups=*/true, 503);
+  if (auto open = receiver_->session()) {
+    fail_session_locked(open->id, "engine shutting down", /*abort_groups=*/true, 503);
   }
   receiver_->abort_groups(503, "engine shutting down");
 }
@@ -89,13 +89,11 @@ void Engine::touch() {
 }
 
 bool Engine::in_session() const {
-  std::lock_guard lock(mu_);
-  return session_.in_session();
+  return receiver_->in_session();
 }
 
 bool Engine::paused() const {
-  std::lock_guard lock(mu_);
-  return session_.paused();
+  return receiver_->paused();
 }
 
 void Engine::watchdog_loop(std::stop_token stop) {
@@ -104,12 +102,13 @@ void Engine::watchdog_loop(std::stop_token stop) {
   while (!stop.stop_requested()) {
     watchdog_cv_.wait_for(lock, stop, period, [] { return false; });
     if (stop.stop_requested()) continue;
-    if (!session_.in_session()) {
+    const auto open = receiver_->session();
+    if (!open) {
       // A trainer pauses generation for an update and resumes it at the end, even after a
       // failure; a pause that sees no session and no request for this long was left by a
       // trainer that died, and would otherwise last forever.
-      if (session_.paused() && comm::Clock::now() - last_activity_ >= opts_.session_timeout) {
-        session_.set_paused(false);
+      if (receiver_->paused() && comm::Clock::now() - last_activity_ >= opts_.session_timeout) {
+        receiver_->set_paused(false);
       }
       continue;
     }
@@ -119,7 +118,7 @@ void Engine::watchdog_loop(std::stop_token stop) {
       continue;
     }
     if (comm::Clock::now() - last_activity_ < opts_.session_timeout) continue;
-    fail_session_locked(session_.session_id(),
+    fail_session_locked(open->id,
                         "session timed out: no request for " +
                             std::to_string(opts_.session_timeout.count()) + " ms",
                         /*abort_groups=*/true, 504);
@@ -128,20 +127,19 @@ void Engine::watchdog_loop(std::stop_token stop) {
 
 void Engine::fail_session_locked(std::uint64_t session_id, const std::string& reason,
                                  bool abort_groups, int status) {
-  if (!session_.in_session() || session_.session_id() != session_id) return;
   // The receiver discards staging. A group with a bucket in flight cannot be left half-way
   // through a broadcast; with abort_groups (timeout) every group of the session goes, since its
-  // trainer is gone. A no-op when the receiver already ended its session (a failed bucket).
-  receiver_->abort(reason, status, abort_groups);
-  session_.close();
-  counters_.update_failed();
+  // trainer is gone. A no-op when that session already ended.
+  if (receiver_->abort_session(session_id, reason, status, abort_groups)) {
+    counters_.update_failed();
+  }
 }
 
 Reply Engine::pause_generation(const PauseGenerationRequest& request) {
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
-  const bool was = session_.paused();
-  session_.set_paused(true);
+  const bool was = receiver_->paused();
+  receiver_->set_paused(true);
   return ok_basic(std::string(was ? "generation already paused" : "generation paused") + " (mode " +
                   std::string(to_string(request.mode)) + ")");
 }
@@ -149,8 +147,8 @@ Reply Engine::pause_generation(const PauseGenerationRequest& request) {
 Reply Engine::continue_generation(const ContinueGenerationRequest&) {
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
-  const bool was = session_.paused();
-  session_.set_paused(false);
+  const bool was = receiver_->paused();
+  receiver_->set_paused(false);
   return ok_basic(was ? "generation resumed" : "generation was not paused");
 }
 
@@ -171,22 +169,18 @@ Reply Engine::begin_weight_update(const BeginWeightUpdateRequest& request) {
   if (auto refusal = lease_.check(request.holder, request.lease_id, "begin_weight_update", now)) {
     return in_dialect(native, refused(*refusal));
   }
-  if (auto refusal = session_.begin(request.selector, request.holder)) {
-    return in_dialect(native, refused(*refusal));
-  }
+  ReceiverBegin begun;
   try {
-    receiver_->begin(request.selector);
+    begun = receiver_->begin(request.selector, request.holder);
   } catch (const ReceiverError& e) {
-    session_.close();
-    return in_dialect(native,
-                      error_reply(e.status(), std::string("begin_weight_update: ") + e.what()));
+    return in_dialect(native, error_reply(e.status(), e.what()));
   }
   last_activity_ = comm::Clock::now();
   session_start_ = now;
   BeginWeightUpdateResponse response;
   response.message = "session opened";
   response.selector = request.selector;
-  response.session_id = session_.token();
+  response.session_id = begun.session_id;
   response.holder = request.holder.value_or("");
   if (request.holder) {
     const comm::Millis ttl =
@@ -207,8 +201,8 @@ Reply Engine::release_lease(const ReleaseLeaseRequest& request) {
   if (auto refusal = lease_.release(request.lease_id, request.force, now)) return refused(*refusal);
   std::string note;
   // A forced break also ends the holder's open session: the operator wants the engine back.
-  if (request.force && session_.in_session() && session_.owned()) {
-    fail_session_locked(session_.session_id(), "lease of '" + holder + "' broken by force",
+  if (const auto open = receiver_->session(); request.force && open && open->owned) {
+    fail_session_locked(open->id, "lease of '" + holder + "' broken by force",
                         /*abort_groups=*/false, 409);
     note = "; its open session was aborted, previous weights kept";
   }
@@ -222,21 +216,18 @@ Reply Engine::weights_checker(const WeightsCheckerRequest& request) {
 
 Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.check_owner(request.session_id, "update_weight_version")) {
-    return in_dialect(native_request(request), refused(*refusal));
-  }
-  if (request.session_id && !session_.in_session()) {
-    return error_reply(409, "update_weight_version: session_id '" + *request.session_id +
-                                "' is not open (ended, aborted or timed out)");
+  bool applied = false;
+  try {
+    applied = receiver_->set_version(request.new_version, request.session_id);
+  } catch (const ReceiverError& e) {
+    return in_dialect(native_request(request), error_reply(e.status(), e.what()));
   }
   last_activity_ = comm::Clock::now();
   // abort_all_requests (SGLang's default true): this engine generates nothing, so there is never
   // a request in flight to abort; the answer says so rather than ignoring the field.
   const std::string aborted =
       request.abort_all_requests ? " (abort_all_requests: no request was in flight)" : "";
-  if (session_.set_version(request.new_version)) {
-    runners_->set_weight_version(request.new_version);
-    receiver_->set_version(request.new_version);
+  if (applied) {
     Json j = Json::parse(to_json_string(
         BasicResponse{true, "Weight version updated to " + request.new_version + aborted}));
     j["new_version"] = request.new_version;
@@ -249,24 +240,12 @@ Reply Engine::update_weight_version(const UpdateWeightVersionRequest& request) {
 Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
   const bool native = native_request(request);
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.check_end()) return in_dialect(native, refused(*refusal));
-  if (auto refusal = session_.check_owner(request.session_id, "end_weight_update")) {
-    return in_dialect(native, refused(*refusal));
-  }
-  last_activity_ = comm::Clock::now();
-  for (const auto& [name, group] : receiver_->joined()) {
-    if (group->busy()) {
-      return in_dialect(native, error_reply(409, "end_weight_update: buckets of group '" + name +
-                                                     "' are still in flight; wait for their "
-                                                     "responses"));
-    }
-  }
-  const Selector selector = *session_.selector();
-  const bool owned = session_.owned();
-  auto committed = commit_locked();
+  const auto open = receiver_->session();
+  // The receiver's commit checks the session (open, owner, no bucket in flight): one check.
+  auto committed = commit_locked(request.session_id);
   if (auto* failure = std::get_if<Reply>(&committed)) return in_dialect(native, *failure);
   const auto& done = std::get<Committed>(committed);
-  if (owned) lease_.renew(std::chrono::steady_clock::now());
+  if (open && open->owned) lease_.renew(std::chrono::steady_clock::now());
   EndWeightUpdateResponse response;
   response.message = opts_.legacy_finalize
                          ? "committed (legacy finalize: every resident tensor re-processed)"
@@ -276,36 +255,39 @@ Reply Engine::end_weight_update(const EndWeightUpdateRequest& request) {
   for (const auto& c : done.runners) {
     response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
   }
-  response.runner_digest = to_string(runners_->covered_digest(selector));
+  response.runner_digest = to_string(runners_->covered_digest(done.selector));
   return {200, to_json_string(response)};
 }
 
-std::variant<Reply, Engine::Committed> Engine::commit_locked() {
-  const std::uint64_t id = session_.session_id();
-  const Selector selector = *session_.selector();
-  const std::optional<std::string> version = session_.pending_version();
+std::variant<Reply, Engine::Committed> Engine::commit_locked(
+    const std::optional<std::string>& token) {
+  const auto open = receiver_->session();
   std::vector<RunnerCommit> commits;
+  ReceiverCommit done;
   try {
-    // Checks every rank's digests and loads each covered runner (pending, not yet visible),
-    // then publishes all of them at once.
-    receiver_->commit(version);
-    commits = runners_->publish(selector, version, opts_.legacy_finalize);
+    // Checks the session and every rank's digests, loads each covered runner (pending, not yet
+    // visible), then publishes all of them at once with the version.
+    done = receiver_->commit(
+        std::nullopt, token, [&](Selector selector, const std::optional<std::string>& version) {
+          commits = runners_->publish(selector, version, opts_.legacy_finalize);
+        });
   } catch (const std::exception& e) {
-    // Nothing was published; the session is over and the previous weights and version stay.
+    // Nothing was published; the previous weights and version stay.
     runners_->discard_pending();
-    receiver_->set_version(runners_->weight_version());
     const auto* refused = dynamic_cast<const ReceiverError*>(&e);
+    // Refused before anything was taken (no session, another owner, buckets in flight): the
+    // session, if any, stays as it was.
+    if (refused && (!open || receiver_->session())) return error_reply(refused->status(), e.what());
     const int status = refused ? refused->status() : failure_status(e);
-    fail_session_locked(id, std::string("commit failed: ") + e.what(), /*abort_groups=*/false,
-                        status);
+    last_activity_ = comm::Clock::now();
+    counters_.update_failed();
     return error_reply(status, std::string("end_weight_update: commit failed: ") + e.what() +
                                    "; previous weights kept");
   }
-  const bool flush = session_.flush_requested();
-  session_.close();
+  last_activity_ = comm::Clock::now();
   counters_.update_ok(comm::seconds_since(session_start_));
-  Committed out{std::move(commits), ""};
-  if (flush) {
+  Committed out{std::move(commits), "", done.selector};
+  if (done.flush_requested) {
     // What this engine caches from its weights: the speculative probe's last answer.
     probe_cache_.drop();
     counters_.flushed();
@@ -316,17 +298,18 @@ std::variant<Reply, Engine::Committed> Engine::commit_locked() {
 
 Reply Engine::abort_weight_update(const AbortWeightUpdateRequest& request) {
   std::lock_guard lock(mu_);
-  if (!session_.in_session()) return ok_basic("no session was open");
+  const auto open = receiver_->session();
+  if (!open) return ok_basic("no session was open");
   if (!request.force) {
-    if (auto refusal = session_.check_owner(request.session_id, "abort_weight_update")) {
+    if (auto refusal = receiver_->check_owner(request.session_id, "abort_weight_update")) {
       return in_dialect(native_request(request), refused(*refusal));
     }
   }
   last_activity_ = comm::Clock::now();
-  const std::string why = request.force ? "aborted by a forced abort_weight_update (held by " +
-                                              session_.holder_text() + ")"
-                                        : std::string("aborted by abort_weight_update");
-  fail_session_locked(session_.session_id(), why, /*abort_groups=*/false, 409);
+  const std::string why =
+      request.force ? "aborted by a forced abort_weight_update (held by " + open->holder_text + ")"
+                    : std::string("aborted by abort_weight_update");
+  fail_session_locked(open->id, why, /*abort_groups=*/false, 409);
   return ok_basic("session aborted; staged tensors discarded, previous weights kept");
 }
 

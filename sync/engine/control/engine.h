@@ -124,8 +124,18 @@ class Engine {
   // The bucket route in the engine's own statuses (update_weights_from_distributed() puts the
   // answer in the request's dialect).
   Reply receive_bucket(const UpdateWeightsFromDistributedRequest& request);
+  // receive_bucket()'s first step, under the lock: opens a sessionless update's session when the
+  // request needs one (taking `serial` for it) and queues the request on the receiver; the reply
+  // of a refusal, else the ticket and the sessionless session's token.
+  struct Admitted {
+    Receiver::Ticket ticket;
+    std::optional<std::string> sessionless_token;
+  };
+  std::variant<Reply, Admitted> admit_bucket(const UpdateWeightsFromDistributedRequest& request,
+                                             std::unique_lock<std::timed_mutex>& serial);
   // Opens the one-request session of a sessionless update (sync/engine/control/sessionless.h).
-  std::optional<Refusal> open_sessionless_locked(
+  // Returns the session's token, or why it was refused.
+  std::variant<Refusal, std::string> open_sessionless_locked(
       const UpdateWeightsFromDistributedRequest& request);
   // Commits the open session through the receiver and publishes it in the runners, closes the
   // session, then flushes the caches when a bucket asked for it (flush_cache): the reply of a
@@ -134,20 +144,22 @@ class Engine {
   struct Committed {
     std::vector<RunnerCommit> runners;
     std::string flush_note;  // empty: no flush asked for
+    Selector selector = Selector::kAll;
   };
-  std::variant<Reply, Committed> commit_locked();
+  // `token`: the session_id the committing call carried (the receiver checks it).
+  std::variant<Reply, Committed> commit_locked(const std::optional<std::string>& token);
   // Checks a bucket request against the session and queues it on the receiver (which checks it
   // against its groups and runners). `sessionless`: the request opened the session itself (no
   // owner check).
   std::variant<Refusal, Receiver::Ticket> submit_bucket_locked(
-      const UpdateWeightsFromDistributedRequest& request, bool sessionless);
+      const UpdateWeightsFromDistributedRequest& request,
+      const std::optional<std::string>& sessionless_token);
   void watchdog_loop(std::stop_token stop);
 
   const EngineOptions opts_;
   const std::unique_ptr<RunnerSet> runners_;
   const std::unique_ptr<Receiver> receiver_;  // after runners_: its runners call into them
   mutable std::mutex mu_;
-  SessionMachine session_;
   Lease lease_;
   // Held for the whole of a sessionless update, so they apply one at a time.
   std::timed_mutex sessionless_mu_;

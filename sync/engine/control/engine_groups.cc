@@ -101,152 +101,135 @@ Reply Engine::init_weights_update_group(const InitWeightsUpdateGroupRequest& req
 Reply Engine::destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request) {
   std::lock_guard lock(mu_);
   last_activity_ = comm::Clock::now();
+  std::string note;
   try {
     // SGLang's answer to an unknown group, word for word, in both dialects: a trainer that
-    // destroys before it initializes (Miles) ignores it.
-    receiver_->leave(request.group_name);
+    // destroys before it initializes (Miles) ignores it. The receiver ends the open session when
+    // it relied on the group.
+    if (receiver_->leave(request.group_name)) {
+      counters_.update_failed();
+      note = "; the open session was aborted and its staging discarded";
+    }
   } catch (const ReceiverError& e) {
     return error_reply(e.status(), e.what());
-  }
-  std::string note;
-  // The receiver ended its session when the open session relied on the group.
-  if (session_.in_session() && !receiver_->in_session()) {
-    fail_session_locked(session_.session_id(),
-                        "group '" + request.group_name + "' destroyed during the session",
-                        /*abort_groups=*/false, 409);
-    note = "; the open session was aborted and its staging discarded";
   }
   return ok_basic("left group '" + request.group_name + "'" + note);
 }
 
 std::variant<Refusal, Receiver::Ticket> Engine::submit_bucket_locked(
-    const UpdateWeightsFromDistributedRequest& request, bool sessionless) {
-  if (!session_.in_session()) {
-    return Refusal{409, request.session_id
-                            ? "update_weights_from_distributed: session_id '" +
-                                  *request.session_id +
-                                  "' is not open (ended, aborted or timed out)"
-                            : std::string("update_weights_from_distributed: no session is open; "
-                                          "call begin_weight_update first")};
-  }
-  // Inside a session a request without a selector takes the session's; a sessionless update's
-  // session already has the scope its request's selector was narrowed to.
-  const Selector selector =
-      sessionless ? *session_.selector() : request.selector.value_or(*session_.selector());
-  if (auto refusal = session_.check_payload(selector)) return *refusal;
-  if (!sessionless) {
-    if (auto refusal =
-            session_.check_owner(request.session_id, "update_weights_from_distributed")) {
-      return *refusal;
-    }
-  }
-  last_activity_ = comm::Clock::now();
-  // The receiver's session is the engine's, opened and ended with it; owners are checked here.
+    const UpdateWeightsFromDistributedRequest& request,
+    const std::optional<std::string>& sessionless_token) {
+  // The receiver checks the request against its session (open, selector, owner): one check. A
+  // sessionless update's request carries the session's token, and its session already has the
+  // scope the request's selector was narrowed to.
   UpdateWeightsFromDistributedRequest forwarded = request;
-  forwarded.selector = selector;
-  forwarded.session_id.reset();
-  Receiver::Ticket ticket;
+  if (sessionless_token) {
+    forwarded.session_id = sessionless_token;
+    forwarded.selector.reset();
+  }
   try {
-    ticket = receiver_->submit(forwarded);
+    Receiver::Ticket ticket = receiver_->submit(forwarded);
+    last_activity_ = comm::Clock::now();
+    return ticket;
   } catch (const ReceiverError& e) {
     return Refusal{e.status(), e.what()};
   }
-  if (request.weight_version) session_.set_version(*request.weight_version);
-  if (request.flush_cache) session_.request_flush();
-  return ticket;
 }
 
 Reply Engine::update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
   return in_dialect(native_request(request), receive_bucket(request));
 }
 
-std::optional<Refusal> Engine::open_sessionless_locked(
+std::variant<Refusal, std::string> Engine::open_sessionless_locked(
     const UpdateWeightsFromDistributedRequest& request) {
   if (auto refusal = lease_.check(std::nullopt, std::nullopt, "update_weights_from_distributed",
                                   std::chrono::steady_clock::now())) {
-    return refusal;
+    return *refusal;
   }
   auto scope = sessionless_scope(runners_->runners(), request.selector, opts_.sessionless);
   if (auto* refusal = std::get_if<Refusal>(&scope)) return *refusal;
-  if (auto refusal =
-          session_.begin(std::get<Selector>(scope), std::nullopt, /*sessionless=*/true)) {
-    return refusal;
-  }
   try {
-    receiver_->begin(std::get<Selector>(scope));
+    std::string token =
+        receiver_->begin(std::get<Selector>(scope), std::nullopt, /*sessionless=*/true).session_id;
+    session_start_ = std::chrono::steady_clock::now();
+    return token;
   } catch (const ReceiverError& e) {
-    session_.close();
     return Refusal{e.status(), e.what()};
   }
-  session_start_ = std::chrono::steady_clock::now();
-  return std::nullopt;
+}
+
+std::variant<Reply, Engine::Admitted> Engine::admit_bucket(
+    const UpdateWeightsFromDistributedRequest& request,
+    std::unique_lock<std::timed_mutex>& serial) {
+  std::unique_lock lock(mu_);
+  std::optional<std::string> sessionless_token;
+  // Native requests never open a sessionless update: one carrying a session id whose session
+  // is gone must fail, not be applied on its own.
+  if (!receiver_->in_session() && !native_request(request)) {
+    lock.unlock();
+    if (!serial.try_lock_for(opts_.comm_timeout)) {
+      return error_reply(409,
+                         "update_weights_from_distributed: another sessionless update "
+                         "did not finish within " +
+                             std::to_string(opts_.comm_timeout.count()) + " ms");
+    }
+    lock.lock();
+    if (receiver_->in_session()) {
+      serial.unlock();  // a session opened meanwhile: this request is its payload
+    } else {
+      auto opened = open_sessionless_locked(request);
+      if (auto* refusal = std::get_if<Refusal>(&opened)) return refused_reply(*refusal);
+      sessionless_token = std::get<std::string>(std::move(opened));
+    }
+  }
+  auto submitted = submit_bucket_locked(request, sessionless_token);
+  if (auto* refusal = std::get_if<Refusal>(&submitted)) {
+    if (sessionless_token) {
+      if (auto open = receiver_->session()) {
+        fail_session_locked(open->id, "refused", /*abort_groups=*/false, 400);
+      }
+    }
+    return refused_reply(*refusal);
+  }
+  return Admitted{std::get<Receiver::Ticket>(std::move(submitted)), sessionless_token};
 }
 
 Reply Engine::receive_bucket(const UpdateWeightsFromDistributedRequest& request) {
-  std::variant<Refusal, Receiver::Ticket> submitted;
-  std::uint64_t engine_session = 0;
   // Held from the sessionless session's opening to its commit, so such updates apply one at a
   // time (slime and SGLang clients keep one request in flight anyway).
   std::unique_lock<std::timed_mutex> serial(sessionless_mu_, std::defer_lock);
-  {
-    std::unique_lock lock(mu_);
-    // Native requests never open a sessionless update: one carrying a session id whose session
-    // is gone must fail, not be applied on its own.
-    if (!session_.in_session() && !native_request(request)) {
-      lock.unlock();
-      if (!serial.try_lock_for(opts_.comm_timeout)) {
-        return error_reply(409,
-                           "update_weights_from_distributed: another sessionless update "
-                           "did not finish within " +
-                               std::to_string(opts_.comm_timeout.count()) + " ms");
-      }
-      lock.lock();
-      if (session_.in_session()) {
-        serial.unlock();  // a session opened meanwhile: this request is its payload
-      } else if (auto refusal = open_sessionless_locked(request)) {
-        return refused_reply(*refusal);
-      }
-    }
-    submitted = submit_bucket_locked(request, serial.owns_lock());
-    engine_session = session_.session_id();
-    if (std::holds_alternative<Refusal>(submitted) && serial.owns_lock()) {
-      fail_session_locked(session_.session_id(), "refused", /*abort_groups=*/false, 400);
-    }
-  }
-  if (auto* refusal = std::get_if<Refusal>(&submitted)) {
-    return error_reply(refusal->status, refusal->message);
-  }
-  const Receiver::Ticket& ticket = std::get<Receiver::Ticket>(submitted);
-  const std::uint64_t session_id = engine_session;
+  auto admitted = admit_bucket(request, serial);
+  if (auto* refused = std::get_if<Reply>(&admitted)) return *refused;
+  const auto& [ticket, sessionless_token] = std::get<Admitted>(admitted);
   const ReceiveOutcome outcome = receiver_->wait(ticket);
   if (outcome.failure) {
     const ReceiveFailure& f = *outcome.failure;
     // 409: the session was aborted by a request while this bucket was received; the group is
     // fine and the session already ended.
     if (f.stale) return error_reply(409, f.reason);
-    // The receiver ended its session (and aborted a broken group); the engine's ends with it.
+    // The receiver ended its session (and aborted a broken group).
     std::lock_guard lock(mu_);
     last_activity_ = comm::Clock::now();
-    fail_session_locked(session_id, f.reason, /*abort_groups=*/false, f.status);
+    if (f.ended_session) counters_.update_failed();
     // A bucket received but not applicable (a delta whose base this engine does not hold, or a
     // bad payload) leaves the group; a broken group does not.
     return error_reply(f.status, std::string("update_weights_from_distributed") +
                                      (f.group_failed ? " failed: " : ": ") + f.reason +
                                      "; session aborted, previous weights kept");
   }
-  const std::uint64_t sequence = outcome.sequence;
-  std::string message = "bucket " + std::to_string(sequence) +
+  std::string message = "bucket " + std::to_string(outcome.sequence) +
                         " received: " + std::to_string(request.tensors.size()) + " tensors, " +
                         std::to_string(outcome.bytes) + " bytes";
-  if (serial.owns_lock()) {
+  if (sessionless_token) {
     std::lock_guard lock(mu_);
     last_activity_ = comm::Clock::now();
-    if (!session_.in_session() || session_.session_id() != session_id) {
+    const auto open = receiver_->session();
+    if (!open || open->id != ticket.session_id) {
       return error_reply(409,
                          "update_weights_from_distributed: the sessionless update was "
                          "aborted while it was received; previous weights kept");
     }
-    auto committed = commit_locked();
+    auto committed = commit_locked(sessionless_token);
     if (auto* failure = std::get_if<Reply>(&committed)) return *failure;
     message += " and committed to " + runner_list(std::get<Committed>(committed).runners) +
                std::get<Committed>(committed).flush_note;

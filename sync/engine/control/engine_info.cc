@@ -51,8 +51,8 @@ void add_sglang_keys(Json& j, int tp_size, int ep_size,
 Reply Engine::health() const {
   std::lock_guard lock(mu_);
   Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
-  j["paused"] = session_.paused();
-  j["in_session"] = session_.in_session();
+  j["paused"] = receiver_->paused();
+  j["in_session"] = receiver_->in_session();
   j["weight_version"] = runners_->weight_version();
   return {200, j.dump()};
 }
@@ -73,7 +73,7 @@ Reply Engine::server_info() const {
   info.tp_size = opts_.rank_count;
   info.weight_version = runners_->weight_version();
   info.speculative_algorithm = opts_.speculative_algorithm;
-  info.session_selector = session_.selector();
+  info.session_selector = receiver_->session_selector();
 
   // The schema's fields first (what trainers parse), then ours for people and tests.
   Json j = Json::parse(to_json_string(info));
@@ -89,8 +89,8 @@ Reply Engine::server_info() const {
     r["source"] = config.source;
     r["tensors"] = info.runners[i].tensor_count;
   }
-  j["paused"] = session_.paused();
-  j["in_session"] = session_.in_session();
+  j["paused"] = receiver_->paused();
+  j["in_session"] = receiver_->in_session();
   j["legacy_finalize"] = opts_.legacy_finalize;
   const auto now = std::chrono::steady_clock::now();
   j["lease"] = lease_.alive(now)
@@ -208,9 +208,9 @@ Reply Engine::metrics() const {
   }
   metric_header(os, "weightcast_engine_session_open", "gauge",
                 "1 while an update session is open.");
-  os << "weightcast_engine_session_open " << (session_.in_session() ? 1 : 0) << '\n';
+  os << "weightcast_engine_session_open " << (receiver_->in_session() ? 1 : 0) << '\n';
   metric_header(os, "weightcast_engine_paused", "gauge", "1 while generation is paused.");
-  os << "weightcast_engine_paused " << (session_.paused() ? 1 : 0) << '\n';
+  os << "weightcast_engine_paused " << (receiver_->paused() ? 1 : 0) << '\n';
   if (const auto accept = probe_cache_.last()) {
     metric_header(os, "weightcast_engine_spec_accept_length", "gauge",
                   "Speculative accept length at the last probe (GET /spec_accept_length).");

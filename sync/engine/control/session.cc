@@ -22,12 +22,18 @@ std::optional<Refusal> SessionMachine::begin(Selector selector, std::optional<st
   return std::nullopt;
 }
 
-std::optional<Refusal> SessionMachine::check_payload(Selector selector) const {
-  if (!selector_) {
-    return Refusal{409,
-                   "update_weights_from_distributed: no session is open; call "
-                   "begin_weight_update first"};
+std::optional<Refusal> SessionMachine::check_open(const std::optional<std::string>& token,
+                                                  std::string_view route) const {
+  if (selector_) return std::nullopt;
+  if (token) {
+    return Refusal{409, std::string(route) + ": session_id '" + *token +
+                            "' is not open (ended, aborted or timed out)"};
   }
+  return Refusal{409, std::string(route) + ": no session is open; call begin_weight_update first"};
+}
+
+std::optional<Refusal> SessionMachine::check_payload(Selector selector) const {
+  if (auto refusal = check_open(std::nullopt, "update_weights_from_distributed")) return refusal;
   if (*selector_ != selector) {
     return Refusal{409, "selector: payload selector '" + std::string(to_string(selector)) +
                             "' differs from the session's '" + std::string(to_string(*selector_)) +

@@ -1,6 +1,9 @@
 // SessionMachine: the engine's update-session state, kept apart from HTTP so every transition is
 // unit-testable without sockets.
 //
+// The one session state machine of the engine side: the Receiver owns it
+// (sync/engine/commit/receiver.h); weightcast-engine's control plane and the Python engines reach
+// it through the Receiver and its binding, and word no rule of their own.
 // States: idle, or in a session that recorded its selector at begin. The paused flag (generation
 // paused) is orthogonal. The rules (docs/protocol.md, "Session state machine"):
 //   begin      idle -> in session(selector);         in session -> 409
@@ -17,7 +20,7 @@
 // it carries that token, and refuses (409, naming the holder) calls with another token or none.
 // A session begun without a holder (SGLang/Miles clients) is open to id-less calls, as before;
 // a call carrying a token must still carry the right one. force (abort only) skips the check.
-// Lifetime: owned by the Engine. Threading: not synchronized; the Engine holds its lock.
+// Lifetime: owned by the Receiver. Threading: not synchronized; the Receiver holds its lock.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +60,11 @@ class SessionMachine {
   // "host:pid group ..." as begin named it, or "an unnamed client" for an unowned session.
   std::string holder_text() const;
   bool owned() const { return holder_.has_value(); }
+  // Whether a call from `route` finds a session open: with none, the refusal says so, naming the
+  // session_id the call carried (ended, aborted or timed out) or asking for a begin. Changes
+  // nothing.
+  std::optional<Refusal> check_open(const std::optional<std::string>& token,
+                                    std::string_view route) const;
   // Whether a bucket with `selector` may be staged now. Changes nothing.
   std::optional<Refusal> check_payload(Selector selector) const;
   // Whether end may commit now. Changes nothing; close() finishes the transition.

@@ -31,31 +31,23 @@ std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
-// The raw staged tensors as fresh resident tensors, after checking that every engine rank staged
-// the same bytes. Fills `rank_staged` with each rank's combined digest over them.
-std::map<std::string, ResidentTensor> verify_staged(std::map<std::string, StagedTensor> staged,
-                                                    int rank_count, Runner runner,
+// The raw staged tensors as fresh resident tensors (every rank's copy was checked against the
+// first's before: find_rank_disagreement()). Fills `rank_staged` with each rank's combined digest
+// over them.
+std::map<std::string, ResidentTensor> fresh_tensors(std::map<std::string, StagedTensor> staged,
+                                                    int rank_count,
                                                     std::vector<Digest>& rank_staged) {
   // The staged map is in name order, so each rank's combined digest is built as it goes.
   std::vector<CombinedHasher> per_rank(static_cast<std::size_t>(rank_count));
   std::map<std::string, ResidentTensor> fresh;
   for (auto& [name, tensor] : staged) {
-    WC_ENFORCE_EQ(tensor.rank_digests.size(), static_cast<std::size_t>(rank_count));
-    const auto& first = tensor.rank_digests[0];
-    for (std::size_t r = 0; r < tensor.rank_digests.size(); ++r) {
-      const auto& d = tensor.rank_digests[r];
-      if (!d || !first || *d != *first) {
-        throw comm::PeerError(
-            "engine rank " + std::to_string(r),
-            "runner '" + std::string(to_string(runner)) + "': tensor '" + name +
-                (d ? "' differs from engine rank 0's copy" : "' was not received by this rank"));
-      }
-      per_rank[r].add(name, *d);
+    for (std::size_t r = 0; r < per_rank.size() && r < tensor.rank_digests.size(); ++r) {
+      per_rank[r].add(name, tensor.rank_digests[r].value_or(Digest{}));
     }
     ResidentTensor t;
     t.meta = std::move(tensor.meta);
     t.bytes = std::move(tensor.bytes);
-    t.digest = *first;
+    t.digest = tensor.rank_digests.empty() ? Digest{} : tensor.rank_digests[0].value_or(Digest{});
     t.laid_out = false;
     fresh.emplace_hint(fresh.end(), name, std::move(t));
   }
@@ -84,7 +76,8 @@ void finalize_tensor(Layout layout, ResidentTensor& tensor) {
 }
 
 RunnerSet::RunnerSet(std::vector<RunnerConfig> configs, std::string initial_version, int rank_count)
-    : rank_count_(rank_count), version_(std::move(initial_version)) {
+    : rank_count_(rank_count),
+      version_(std::make_shared<WeightVersion>(std::move(initial_version))) {
   WC_ENFORCE_GT(rank_count, 0, "engine rank count");
   WC_ENFORCE(!configs.empty(), "an engine holds at least one runner");
   for (auto& config : configs) {
@@ -196,7 +189,7 @@ std::vector<RunnerSet::Prepared> RunnerSet::prepare(StagedByRunner staged,
   for (Runner id : covered_runners(selector)) {
     if (find(id) == nullptr) continue;
     Prepared p{id, {}, {}};
-    p.fresh = verify_staged(std::move(staged[id]), rank_count_, id, p.rank_staged);
+    p.fresh = fresh_tensors(std::move(staged[id]), rank_count_, p.rank_staged);
     prepared.push_back(std::move(p));
   }
   // Only a second runner can stage a view the first one holds too (a tensor loaded by both).
@@ -269,10 +262,23 @@ void RunnerSet::install_locked(std::vector<Prepared>& prepared, std::vector<Runn
 std::vector<RunnerCommit> RunnerSet::commit(Staging& staging, Selector selector,
                                             const std::optional<std::string>& version,
                                             bool legacy_finalize) {
+  StagedByRunner staged;
+  for (Runner id : runners()) {
+    if (covers(selector, id)) staged[id] = staging.take(id);
+  }
+  // A Receiver checks its ranks' copies before it loads (sync/engine/commit/local_ranks.h); a
+  // caller without one gets the same rule here, before anything is pending.
+  if (auto d = find_rank_disagreement(staged, static_cast<std::size_t>(rank_count_))) {
+    throw comm::PeerError("engine rank " + std::to_string(d->rank),
+                          "runner '" + std::string(to_string(d->runner)) + "': tensor '" +
+                              d->tensor +
+                              (d->missing ? "' was not received by this rank"
+                                          : "' differs from engine rank 0's copy"));
+  }
   {
     std::lock_guard lock(pending_mu_);
-    for (Runner id : runners()) {
-      for (auto& [name, t] : staging.take(id)) pending_of(id)[name] = std::move(t);
+    for (auto& [id, tensors] : staged) {
+      for (auto& [name, t] : tensors) pending_of(id)[name] = std::move(t);
     }
   }
   return publish(selector, version, legacy_finalize);
@@ -346,18 +352,18 @@ std::vector<RunnerCommit> RunnerSet::publish(Selector selector,
   std::vector<RunnerCommit> report = lay_out(prepared, legacy_finalize);
   std::unique_lock lock(mu_);
   install_locked(prepared, report, legacy_finalize);
-  if (version) version_ = *version;
+  if (version) version_->set(*version);
   return report;
 }
 
 std::string RunnerSet::weight_version() const {
   std::shared_lock lock(mu_);
-  return version_;
+  return version_->get();
 }
 
 void RunnerSet::set_weight_version(std::string version) {
   std::unique_lock lock(mu_);
-  version_ = std::move(version);
+  version_->set(std::move(version));
 }
 
 Digest RunnerSet::covered_digest(Selector selector) const {
@@ -383,7 +389,7 @@ RunnerChecksum RunnerSet::checksum(Runner id, bool recompute) const {
     combined.add(name, out.tensors.back().digest);
   }
   out.combined = combined.digest();
-  out.weight_version = version_;
+  out.weight_version = version_->get();
   out.rank_staged = slot.rank_staged;
   for (const auto& d : slot.rank_staged)
     out.ranks_agree = out.ranks_agree && d == slot.rank_staged[0];

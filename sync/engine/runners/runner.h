@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/commit/weight_version.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/model/checksum.h"
 #include "sync/model/layout.h"
@@ -114,18 +115,23 @@ class RunnerSet {
   ReceiverRunner receiver_runner(Runner id);
   // Makes what the receiver loaded since the last publish() the runners' tensors, as one
   // transaction for readers: lays out the fresh tensors of the runners `selector` covers (legacy:
-  // every resident tensor again) and sets `version` when given. Throws comm::PeerError naming
-  // the engine rank when ranks staged different bytes; nothing changes then.
+  // every resident tensor again) and sets `version` when given. The receiver checked its ranks'
+  // copies before it loaded (sync/engine/commit/local_ranks.h); nothing checks them again here.
   std::vector<RunnerCommit> publish(Selector selector, const std::optional<std::string>& version,
                                     bool legacy_finalize);
   // Drops what was loaded since the last publish() (a failed commit).
   void discard_pending();
-  // Loads `staging` and publishes it (tests and callers without a Receiver).
+  // Loads `staging` and publishes it (tests and callers without a Receiver), after the same check
+  // of the ranks' copies a Receiver makes (find_rank_disagreement()): comm::PeerError naming the
+  // engine rank when ranks staged different bytes; nothing changes then.
   std::vector<RunnerCommit> commit(Staging& staging, Selector selector,
                                    const std::optional<std::string>& version, bool legacy_finalize);
 
   std::string weight_version() const;
   void set_weight_version(std::string version);
+  // Where the weight_version lives: shared with the engine's Receiver, which reads it and sets it
+  // outside a session; a publish sets it under this set's lock, with the weights it names.
+  const std::shared_ptr<WeightVersion>& version() const { return version_; }
 
   // The stored per-tensor digests, or with `recompute` the digests of the bytes resident now
   // (every resident byte is read, under the shared lock).
@@ -154,7 +160,7 @@ class RunnerSet {
   };
   Slot* find(Runner id);
   const Slot* find(Runner id) const;
-  // commit() in three steps: the staged tensors of each covered runner, checked across ranks
+  // publish() in three steps: the staged tensors of each covered runner as resident tensors
   // (prepare); laid out, outside the lock (lay_out); swapped in under the lock (install_locked).
   struct Prepared;
   using StagedByRunner = std::map<Runner, std::map<std::string, StagedTensor>>;
@@ -168,7 +174,7 @@ class RunnerSet {
   const std::shared_ptr<BlockPool> pool_ = std::make_shared<BlockPool>();
   mutable std::shared_mutex mu_;
   std::vector<Slot> slots_;
-  std::string version_;
+  const std::shared_ptr<WeightVersion> version_;
   std::mutex pending_mu_;  // loads run on the committing thread, outside mu_
   // Loaded or adopted, not yet published: one map per runner, indexed by Runner, so that an
   // adoption allocates nothing (ReceiverRunner::adopt must not throw).

@@ -72,4 +72,18 @@ std::map<std::string, StagedTensor> Staging::take(Runner runner) {
   return out;
 }
 
+std::optional<RankDisagreement> find_rank_disagreement(
+    const std::map<Runner, std::map<std::string, StagedTensor>>& staged, std::size_t ranks) {
+  for (const auto& [id, tensors] : staged) {
+    for (const auto& [name, t] : tensors) {
+      const auto& first = t.rank_digests.empty() ? std::nullopt : t.rank_digests[0];
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const auto& d = r < t.rank_digests.size() ? t.rank_digests[r] : std::nullopt;
+        if (!d || !first || *d != *first) return RankDisagreement{r, id, name, !d};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace weightcast::sync::engine

@@ -32,6 +32,17 @@ struct StagedTensor {
   std::vector<std::optional<Digest>> rank_digests;  // index = engine rank
 };
 
+// The one rule for a commit's staged copies: every engine rank staged each tensor, with the digest
+// of the first rank's copy. The first disagreement, by rank index (0: the first staged rank).
+struct RankDisagreement {
+  std::size_t rank = 0;
+  Runner runner = Runner::kTarget;
+  std::string tensor;
+  bool missing = false;  // the rank did not stage it at all
+};
+std::optional<RankDisagreement> find_rank_disagreement(
+    const std::map<Runner, std::map<std::string, StagedTensor>>& staged, std::size_t ranks);
+
 class Staging {
  public:
   explicit Staging(int rank_count);
