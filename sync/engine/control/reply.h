@@ -15,7 +15,17 @@ struct Reply {
   std::string content_type = "application/json";
 };
 
+// Why a request was refused: the HTTP status and a message naming the rule.
+struct Refusal {
+  int status = 409;
+  std::string message;
+};
+
 // {"success": false, "message": message} with `status`.
 Reply error_reply(int status, std::string message);
+// The refusal as an error reply.
+Reply refusal_reply(const Refusal& refusal);
+// {"success": true, "message": message} with 200.
+Reply ok_reply(std::string message);
 
 }  // namespace weightcast::sync::engine

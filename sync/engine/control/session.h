@@ -28,15 +28,10 @@
 #include <string>
 #include <string_view>
 
+#include "sync/engine/control/reply.h"
 #include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine {
-
-// Why a request was refused: the HTTP status and a message naming the rule.
-struct Refusal {
-  int status = 409;
-  std::string message;
-};
 
 class SessionMachine {
  public:

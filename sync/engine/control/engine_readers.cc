@@ -1,11 +1,14 @@
-// Engine routes that only read: health, server_info, weights_checksum, metrics.
+#include "sync/engine/control/engine_readers.h"
+
 #include <charconv>
 #include <sstream>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/errors.h"
-#include "sync/engine/control/engine.h"
+#include "sync/model/layout.h"
+#include "sync/model/spec_probe.h"
 #include "weightcast/config.h"
 
 namespace weightcast::sync::engine {
@@ -46,34 +49,52 @@ void add_sglang_keys(Json& j, int tp_size, int ep_size,
   j["internal_states"] = Json::array({Json::object({{"last_gen_throughput", 0.0}})});
 }
 
+constexpr const char* kEmbed = "model.embed_tokens.weight";
+
+constexpr const char* kLmHead = "lm_head.weight";
+
+constexpr const char* kDraftFc = "draft.fc.weight";
+
+// The logical bytes of a resident tensor: its runner's layout undone when it was applied, as a
+// kernel reading it through that layout would see them.
+bool read_logical(const RunnerSet& runners, Runner id, const std::string& name, TensorMeta& meta,
+                  std::vector<std::byte>& out) {
+  const Layout layout = runners.config(id).layout;
+  return runners.with_tensor(id, name, [&](const ResidentTensor& t) {
+    meta = t.meta;
+    out = t.bytes.to_vector();
+    if (t.laid_out) undo_layout(layout, t.meta, out);
+  });
+}
+
 }  // namespace
 
-Reply Engine::health() const {
-  std::lock_guard lock(mu_);
+Reply EngineReaders::health() const {
+  std::lock_guard lock(ctx_.mu);
   Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
-  j["paused"] = receiver_->paused();
-  j["in_session"] = receiver_->in_session();
-  j["weight_version"] = runners_->weight_version();
+  j["paused"] = ctx_.receiver.paused();
+  j["in_session"] = ctx_.receiver.in_session();
+  j["weight_version"] = ctx_.runners.weight_version();
   return {200, j.dump()};
 }
 
-Reply Engine::server_info() const {
-  std::lock_guard lock(mu_);
+Reply EngineReaders::server_info() const {
+  std::lock_guard lock(ctx_.mu);
   ServerInfoResponse info;
   info.message = "ok";
   info.version = WEIGHTCAST_VERSION;
-  for (Runner id : runners_->runners()) {
-    const RunnerConfig& config = runners_->config(id);
+  for (Runner id : ctx_.runners.runners()) {
+    const RunnerConfig& config = ctx_.runners.config(id);
     info.runners.push_back({id, config.filter.globs(), std::string(to_string(config.layout)),
-                            runners_->tensor_count(id), config.seed});
+                            ctx_.runners.tensor_count(id), config.seed});
   }
   info.selectors.assign(kAllSelectors.begin(), kAllSelectors.end());
   for (const auto& name : comm::available_backends()) info.backends.push_back(parse_backend(name));
-  info.rank_count = opts_.rank_count;
-  info.tp_size = opts_.rank_count;
-  info.weight_version = runners_->weight_version();
-  info.speculative_algorithm = opts_.speculative_algorithm;
-  info.session_selector = receiver_->session_selector();
+  info.rank_count = ctx_.opts.rank_count;
+  info.tp_size = ctx_.opts.rank_count;
+  info.weight_version = ctx_.runners.weight_version();
+  info.speculative_algorithm = ctx_.opts.speculative_algorithm;
+  info.session_selector = ctx_.receiver.session_selector();
 
   // The schema's fields first (what trainers parse), then ours for people and tests.
   Json j = Json::parse(to_json_string(info));
@@ -81,7 +102,7 @@ Reply Engine::server_info() const {
   for (Selector s : kAllSelectors) selectors.push_back(to_string(s));
   j["selectors_supported"] = selectors;
   for (std::size_t i = 0; i < info.runners.size(); ++i) {
-    const RunnerConfig& config = runners_->config(info.runners[i].name);
+    const RunnerConfig& config = ctx_.runners.config(info.runners[i].name);
     Json& r = j["runners"][i];
     r["filter"] = config.filter.text();
     r["model"] = config.model;
@@ -89,18 +110,18 @@ Reply Engine::server_info() const {
     r["source"] = config.source;
     r["tensors"] = info.runners[i].tensor_count;
   }
-  j["paused"] = receiver_->paused();
-  j["in_session"] = receiver_->in_session();
-  j["legacy_finalize"] = opts_.legacy_finalize;
+  j["paused"] = ctx_.receiver.paused();
+  j["in_session"] = ctx_.receiver.in_session();
+  j["legacy_finalize"] = ctx_.opts.legacy_finalize;
   const auto now = std::chrono::steady_clock::now();
-  j["lease"] = lease_.alive(now)
-                   ? Json{{"holder", lease_.holder()}, {"seconds_left", lease_.seconds_left(now)}}
-                   : Json(nullptr);
+  j["lease"] = ctx_.lease.alive(now) ? Json{{"holder", ctx_.lease.holder()},
+                                            {"seconds_left", ctx_.lease.seconds_left(now)}}
+                                     : Json(nullptr);
   Json frozen = Json::array();
-  for (Runner r : opts_.sessionless.frozen) frozen.push_back(to_string(r));
+  for (Runner r : ctx_.opts.sessionless.frozen) frozen.push_back(to_string(r));
   j["frozen_runners"] = frozen;
   Json groups = Json::array();
-  for (const auto& [name, group] : receiver_->joined()) {
+  for (const auto& [name, group] : ctx_.receiver.joined()) {
     groups.push_back({{"group_name", name},
                       {"backend", to_string(group->spec().backend)},
                       {"rank_offset", group->spec().rank_offset},
@@ -113,52 +134,53 @@ Reply Engine::server_info() const {
                       {"data_path", group->data_path()}});
   }
   j["groups"] = groups;
-  add_sglang_keys(j, opts_.rank_count, opts_.experts.ep_size, opts_.speculative_algorithm);
+  add_sglang_keys(j, ctx_.opts.rank_count, ctx_.opts.experts.ep_size,
+                  ctx_.opts.speculative_algorithm);
   // Which routed experts each engine rank holds (its EP rank's), as SGLang's loaders keep them.
   Json placements = Json::array();
-  for (const auto& placement : receiver_->expert_placements()) {
+  for (const auto& placement : ctx_.receiver.expert_placements()) {
     placements.push_back(placement.describe());
   }
   j["expert_placement"] = placements;
   return {200, j.dump()};
 }
 
-Reply Engine::weight_version_info() const {
-  std::lock_guard lock(mu_);
+Reply EngineReaders::weight_version_info() const {
+  std::lock_guard lock(ctx_.mu);
   Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
-  j["weight_version"] = runners_->weight_version();
+  j["weight_version"] = ctx_.runners.weight_version();
   return {200, j.dump()};
 }
 
-Reply Engine::model_info() const {
-  std::lock_guard lock(mu_);
+Reply EngineReaders::model_info() const {
+  std::lock_guard lock(ctx_.mu);
   Json j = Json::parse(to_json_string(BasicResponse{true, "ok"}));
   const Runner main =
-      runners_->has(Runner::kTarget) ? Runner::kTarget : runners_->runners().front();
+      ctx_.runners.has(Runner::kTarget) ? Runner::kTarget : ctx_.runners.runners().front();
   // SGLang's types: model_path and tokenizer_path are path strings; preferred_sampling_params
   // an optional string. The model spec itself is in /server_info.
-  const RunnerConfig& config = runners_->config(main);
+  const RunnerConfig& config = ctx_.runners.config(main);
   std::string path = config.source;
   if (path == "generated" && config.seed) path += ":seed=" + std::to_string(*config.seed);
   j["model_path"] = path;
   j["tokenizer_path"] = path;
   j["is_generation"] = true;
   j["preferred_sampling_params"] = nullptr;
-  j["weight_version"] = runners_->weight_version();
+  j["weight_version"] = ctx_.runners.weight_version();
   return {200, j.dump()};
 }
 
-Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) const {
+Reply EngineReaders::weights_checksum(const std::string& runner_text, bool recompute) const {
   Runner id;
   try {
     id = parse_runner(runner_text);
   } catch (const comm::BadRequestError& e) {
     return error_reply(400, std::string("runner: ") + e.what());
   }
-  if (!runners_->has(id)) {
+  if (!ctx_.runners.has(id)) {
     return error_reply(400, "runner: this engine holds no '" + runner_text + "' runner");
   }
-  const RunnerChecksum sum = runners_->checksum(id, recompute);
+  const RunnerChecksum sum = ctx_.runners.checksum(id, recompute);
   WeightsChecksumResponse response;
   response.message = "ok";
   response.runner = id;
@@ -184,11 +206,11 @@ Reply Engine::weights_checksum(const std::string& runner_text, bool recompute) c
   return {200, j.dump()};
 }
 
-Reply Engine::metrics() const {
+Reply EngineReaders::metrics() const {
   std::ostringstream os;
-  std::lock_guard lock(mu_);
-  counters_.write(os, receiver_->bytes_received());
-  const std::string version = runners_->weight_version();
+  std::lock_guard lock(ctx_.mu);
+  ctx_.counters.write(os, ctx_.receiver.bytes_received());
+  const std::string version = ctx_.runners.weight_version();
   metric_header(os, "weightcast_engine_weight_version_info", "gauge",
                 "The committed weight_version, as a label.");
   os << "weightcast_engine_weight_version_info{weight_version=\"" << label_value(version)
@@ -202,21 +224,21 @@ Reply Engine::metrics() const {
   }
   metric_header(os, "weightcast_engine_runner_digest_age_seconds", "gauge",
                 "Seconds since a runner's weights (and digests) last changed.");
-  for (Runner id : runners_->runners()) {
+  for (Runner id : ctx_.runners.runners()) {
     os << "weightcast_engine_runner_digest_age_seconds{runner=\"" << to_string(id) << "\"} "
-       << runners_->digest_age_seconds(id) << '\n';
+       << ctx_.runners.digest_age_seconds(id) << '\n';
   }
   metric_header(os, "weightcast_engine_session_open", "gauge",
                 "1 while an update session is open.");
-  os << "weightcast_engine_session_open " << (receiver_->in_session() ? 1 : 0) << '\n';
+  os << "weightcast_engine_session_open " << (ctx_.receiver.in_session() ? 1 : 0) << '\n';
   metric_header(os, "weightcast_engine_paused", "gauge", "1 while generation is paused.");
-  os << "weightcast_engine_paused " << (receiver_->paused() ? 1 : 0) << '\n';
-  if (const auto accept = probe_cache_.last()) {
+  os << "weightcast_engine_paused " << (ctx_.receiver.paused() ? 1 : 0) << '\n';
+  if (const auto accept = ctx_.probe_cache.last()) {
     metric_header(os, "weightcast_engine_spec_accept_length", "gauge",
                   "Speculative accept length at the last probe (GET /spec_accept_length).");
     os << "weightcast_engine_spec_accept_length " << *accept << '\n';
   }
-  const BlockPoolStats pool = runners_->block_pool()->stats();
+  const BlockPoolStats pool = ctx_.runners.block_pool()->stats();
   metric_header(os, "weightcast_engine_pool_allocations_total", "counter",
                 "Receive-pool arenas mapped from the system (flat once updates reuse them).");
   os << "weightcast_engine_pool_allocations_total " << pool.allocations << '\n';
@@ -228,15 +250,61 @@ Reply Engine::metrics() const {
   os << "weightcast_engine_pool_bytes{state=\"allocated\"} " << pool.allocated_bytes << '\n';
   os << "weightcast_engine_pool_bytes{state=\"free\"} " << pool.free_bytes << '\n';
   metric_header(os, "weightcast_engine_groups", "gauge", "Joined weight update groups.");
-  os << "weightcast_engine_groups " << receiver_->joined().size() << '\n';
+  os << "weightcast_engine_groups " << ctx_.receiver.joined().size() << '\n';
   metric_header(os, "weightcast_engine_group_data_path", "gauge",
                 "1 per joined group, labelled with how its broadcasts reach this engine: "
                 "single-copy, chain, gloo-tree or nccl.");
-  for (const auto& [name, group] : receiver_->joined()) {
+  for (const auto& [name, group] : ctx_.receiver.joined()) {
     os << "weightcast_engine_group_data_path{group=\"" << label_value(name) << "\",path=\""
        << label_value(group->data_path()) << "\"} 1\n";
   }
   return {200, os.str(), "text/plain; version=0.0.4"};
+}
+
+Reply EngineReaders::spec_accept_length() const {
+  if (!ctx_.runners.has(Runner::kDraft) || !ctx_.runners.has(Runner::kTarget)) {
+    return error_reply(409, "spec_accept_length: needs a target and a draft runner");
+  }
+  // Digests and version identify the weights the probe would read; reuse the last answer.
+  const RunnerChecksum target = ctx_.runners.checksum(Runner::kTarget);
+  const RunnerChecksum draft = ctx_.runners.checksum(Runner::kDraft);
+  const std::string key =
+      target.weight_version + "/" + to_string(target.combined) + "/" + to_string(draft.combined);
+  const auto probed = ctx_.probe_cache.get(key, [&]() -> std::variant<Reply, double> {
+    TensorMeta embed_meta, head_meta, fc_meta;
+    std::vector<std::byte> embed, head, fc;
+    if (!read_logical(ctx_.runners, Runner::kTarget, kEmbed, embed_meta, embed) ||
+        !read_logical(ctx_.runners, Runner::kDraft, kDraftFc, fc_meta, fc)) {
+      return error_reply(409, std::string("spec_accept_length: needs ") + kEmbed +
+                                  " in the target and an EAGLE-style " + kDraftFc +
+                                  " in the draft");
+    }
+    if (!read_logical(ctx_.runners, Runner::kTarget, kLmHead, head_meta, head)) {
+      head = embed;  // tied embeddings
+      head_meta = embed_meta;
+    }
+    if (embed_meta.shape.size() != 2 || head_meta.shape != embed_meta.shape ||
+        fc_meta.shape != std::vector<std::int64_t>{embed_meta.shape[1], 2 * embed_meta.shape[1]} ||
+        fc_meta.dtype != embed_meta.dtype) {
+      return error_reply(409,
+                         "spec_accept_length: embedding, lm_head and draft fc shapes "
+                         "or dtypes do not fit together");
+    }
+    SpecProbeInput in{embed_meta.dtype, embed_meta.shape[0], embed_meta.shape[1], embed, head, fc};
+    return run_spec_probe(in).accept_length;
+  });
+  if (const auto* refusal = std::get_if<Reply>(&probed)) return *refusal;
+  SpecAcceptLengthResponse response;
+  response.message = "ok";
+  response.accept_length = std::get<double>(probed);
+  response.draft_tokens = SpecProbeOptions{}.draft_tokens;
+  response.weight_version = target.weight_version;
+  return {200, to_json_string(response)};
+}
+
+Reply EngineReaders::weights_checker(const WeightsCheckerRequest& request) {
+  ctx_.touch();
+  return checker_.handle(ctx_.runners, request);
 }
 
 }  // namespace weightcast::sync::engine
