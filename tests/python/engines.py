@@ -8,8 +8,10 @@ draft runner, both with the non-idempotent shuffle layout, as the C++ multi-proc
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 
 LISTENING = "weightcast-engine listening on "
@@ -25,18 +27,33 @@ def engine_binary():
 def _die_with_parent():
     # An engine must not outlive a test process that crashed or was killed.
     import ctypes
+
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def start(ranks=1, layout="shuffle", extra=(), model="tiny"):
-    argv = [engine_binary(), "--port", "0", "--ranks", str(ranks), "--model", model,
-            "--seed", "5", "--draft", "--target-layout", layout, "--draft-layout", layout,
-            *extra]
+    argv = [
+        engine_binary(),
+        "--port",
+        "0",
+        "--ranks",
+        str(ranks),
+        "--model",
+        model,
+        "--seed",
+        "5",
+        "--draft",
+        "--target-layout",
+        layout,
+        "--draft-layout",
+        layout,
+        *extra,
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
     deadline = time.monotonic() + 30
     for line in proc.stdout:
         if line.startswith(LISTENING):
-            return proc, line[len(LISTENING):].split()[0].rstrip("/")
+            return proc, line[len(LISTENING) :].split()[0].rstrip("/")
         if time.monotonic() > deadline:
             break
     proc.kill()
@@ -65,6 +82,7 @@ def checksums(url, runner="target"):
     """{name: digest} of one runner, read with the standard library only."""
     import json
     import urllib.request
+
     with urllib.request.urlopen(f"{url}/weights_checksum?runner={runner}", timeout=30) as r:
         body = json.load(r)
     return {t["name"]: t["digest"] for t in body["tensors"]}, body["weight_version"]
@@ -82,14 +100,60 @@ def require_torch():
 def source_bytes(tensor):
     """The bytes a tensor holds, as the engines must receive them (a test-side copy)."""
     import torch
+
     if isinstance(tensor, torch.Tensor):
         return tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
     import numpy
+
     return numpy.ascontiguousarray(tensor).tobytes()
 
 
 def server_info(url):
     import json
     import urllib.request
+
     with urllib.request.urlopen(f"{url}/server_info", timeout=30) as r:
         return json.load(r)
+
+
+def mpirun():
+    """mpirun and its flags, from $WEIGHTCAST_MPIEXEC and $WEIGHTCAST_MPIRUN_FLAGS (ctest sets
+    both)."""
+    exe = os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun"
+    return [exe, *shlex.split(os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", ""))]
+
+
+def run_rank(main, rank):
+    """Runs one mpirun rank's main() and says it passed; any failure exits the process at once, so
+    that no other rank is left waiting in a collective."""
+    try:
+        main()
+        print(f"rank {rank} ok", flush=True)
+    except BaseException:
+        import sys
+        import traceback
+
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)
+
+
+def mpirun_argv(np, env_names, script):
+    """The mpirun command line that runs `script` on `np` ranks, passing the environment variables
+    `env_names` (and PYTHONPATH) on to every rank."""
+    exported = [arg for name in ("PYTHONPATH", *env_names) for arg in ("-x", name)]
+    return [*mpirun(), "-np", str(np), *exported, sys.executable, script]
+
+
+def assert_engines_hold(urls, want, version):
+    """Every engine's target holds the digests `want` (name -> digest) at `version`."""
+    import json
+    import urllib.request
+
+    for url in urls:
+        with urllib.request.urlopen(f"{url}/weights_checksum?runner=target", timeout=30) as r:
+            body = json.load(r)
+        held = {t["name"]: t["digest"] for t in body["tensors"]}
+        assert body["weight_version"] == version, (url, body["weight_version"], version)
+        for name, digest in want.items():
+            assert held.get(name) == digest, (url, name, held.get(name), digest)

@@ -16,7 +16,6 @@ with torch. Prints "rank R ok" when all held."""
 
 import json
 import os
-import sys
 import urllib.request
 
 import torch
@@ -24,6 +23,8 @@ import torch.distributed as dist
 import xxhash
 
 import weightcast
+
+import engines
 
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
 SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -90,21 +91,25 @@ def check_engines(step, version):
         want.update({name: digest(t) for name, t in stage_model(s, step).items()})
     experts = sum(1 for n in want if weightcast.experts.expert_of(n) is not None)
     assert experts == LAYERS * EXPERTS * 3 and len(want) == len(TENSORS), (experts, len(want))
-    for url in URLS:
-        with urllib.request.urlopen(f"{url}/weights_checksum?runner=target", timeout=30) as r:
-            body = json.load(r)
-        held = {t["name"]: t["digest"] for t in body["tensors"]}
-        assert body["weight_version"] == version, (url, body["weight_version"], version)
-        for name, d in want.items():
-            assert held.get(name) == d, (url, name, held.get(name), d)
+    engines.assert_engines_hold(URLS, want, version)
 
 
 def update(updater, groups, step, version, index="local", gather="overlap"):
     stage, ep_rank, ep_group, sources = groups
     return weightcast.expert_parallel_update(
-        updater, held_by(stage, ep_rank, step, index), ep_rank=ep_rank, ep_size=EP,
-        num_experts=EXPERTS, ep_group=ep_group, expert_index=index, stage=stage, stages=STAGES,
-        sources_group=sources, version=version, gather=gather)
+        updater,
+        held_by(stage, ep_rank, step, index),
+        ep_rank=ep_rank,
+        ep_size=EP,
+        num_experts=EXPERTS,
+        ep_group=ep_group,
+        expert_index=index,
+        stage=stage,
+        stages=STAGES,
+        sources_group=sources,
+        version=version,
+        gather=gather,
+    )
 
 
 def make_groups():
@@ -122,22 +127,25 @@ def make_groups():
 def main():
     global TENSORS
     TENSORS = engine_tensors()
-    dist.init_process_group("gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=RANK,
-                            world_size=SIZE)
+    dist.init_process_group(
+        "gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=RANK, world_size=SIZE
+    )
     groups = make_groups()
     stage, ep_rank = groups[0], groups[1]
     coordinator = stage == 0 and ep_rank == 0
     # Only each stage's source (EP rank 0) talks to the engines.
     updater = None
     if ep_rank == 0:
-        updater = weightcast.DistributedUpdater(engines=URLS, selector="target", verify=True,
-                                                bucket_bytes=16 << 10)
+        updater = weightcast.DistributedUpdater(
+            engines=URLS, selector="target", verify=True, bucket_bytes=16 << 10
+        )
     try:
         report = update(updater, groups, 1, "ep-1")
         if coordinator:
             assert report.ok and report.verified, report
             assert report.tensors == len(stage_model(0, 1)) + (
-                len(stage_model(1, 1)) if STAGES > 1 else 0), report
+                len(stage_model(1, 1)) if STAGES > 1 else 0
+            ), report
             check_engines(1, "ep-1")
         else:
             assert report is None
@@ -154,9 +162,17 @@ def main():
             tensors.append(("model.layers.0.mlp.experts.7.up_proj.weight", tensors[0][1]))
         try:
             weightcast.expert_parallel_update(
-                updater, tensors, ep_rank=ep_rank, ep_size=EP, num_experts=EXPERTS,
-                ep_group=groups[2], stage=stage, stages=STAGES, sources_group=groups[3],
-                version="ep-3")
+                updater,
+                tensors,
+                ep_rank=ep_rank,
+                ep_size=EP,
+                num_experts=EXPERTS,
+                ep_group=groups[2],
+                stage=stage,
+                stages=STAGES,
+                sources_group=groups[3],
+                version="ep-3",
+            )
         except (weightcast.InputError, weightcast.UpdateError) as e:
             assert "local expert 7" in str(e), e
         else:
@@ -168,14 +184,7 @@ def main():
         if updater is not None:
             updater.close()
     dist.destroy_process_group()
-    print(f"rank {RANK} ok", flush=True)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)  # do not leave the other ranks waiting in a collective
+    engines.run_rank(main, RANK)

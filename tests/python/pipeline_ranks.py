@@ -8,13 +8,14 @@ must leave every engine on the previous version's bytes. Prints "rank R ok" when
 
 import os
 import pickle
-import sys
 
 import torch
 import torch.distributed as dist
 import xxhash
 
 import weightcast
+
+import engines
 
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")))
 SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
@@ -35,22 +36,14 @@ def expected(step):
     out = {}
     for s in range(SIZE):
         for name, t in stage_tensors(s, step).items():
-            out[name] = xxhash.xxh3_128(t.contiguous().view(-1).view(torch.uint8).numpy()
-                                        .tobytes()).hexdigest()
+            out[name] = xxhash.xxh3_128(
+                t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            ).hexdigest()
     return out
 
 
 def check_engines(step, version):
-    import json
-    import urllib.request
-    want = expected(step)
-    for url in URLS:
-        with urllib.request.urlopen(f"{url}/weights_checksum?runner=target", timeout=30) as r:
-            body = json.load(r)
-        held = {t["name"]: t["digest"] for t in body["tensors"]}
-        assert body["weight_version"] == version, (url, body["weight_version"], version)
-        for name, digest in want.items():
-            assert held.get(name) == digest, (url, name, held.get(name), digest)
+    engines.assert_engines_hold(URLS, expected(step), version)
 
 
 def by_hand(updater):
@@ -75,8 +68,9 @@ def by_hand(updater):
 
 
 def helper(updater):
-    report = weightcast.pipeline_update(updater, stage_tensors(RANK, 2).items(), stage=RANK,
-                                        stages=SIZE, version="pp-2")
+    report = weightcast.pipeline_update(
+        updater, stage_tensors(RANK, 2).items(), stage=RANK, stages=SIZE, version="pp-2"
+    )
     if RANK == 0:
         assert report.ok and report.verified and report.tensors == 3 * SIZE, report
         check_engines(2, "pp-2")
@@ -101,24 +95,19 @@ def failing_last_stage(updater):
 
 
 def main():
-    dist.init_process_group("gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=RANK,
-                            world_size=SIZE)
+    dist.init_process_group(
+        "gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=RANK, world_size=SIZE
+    )
     # Every stage source creates the same updater: same engines in the same order, same selector.
-    with weightcast.DistributedUpdater(engines=URLS, selector="target", verify=True,
-                                       bucket_bytes=8 << 10) as updater:
+    with weightcast.DistributedUpdater(
+        engines=URLS, selector="target", verify=True, bucket_bytes=8 << 10
+    ) as updater:
         by_hand(updater)
         helper(updater)
         failing_last_stage(updater)
         dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {RANK} ok", flush=True)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)  # do not leave the other rank waiting in a collective
+    engines.run_rank(main, RANK)

@@ -5,7 +5,6 @@ torch.distributed (gloo, a file:// rendezvous in a temporary directory: no port 
 and its flags come from $WEIGHTCAST_MPIEXEC and $WEIGHTCAST_MPIRUN_FLAGS (ctest sets both)."""
 
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -18,20 +17,21 @@ engines.require_torch()
 RANKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experts_ranks.py")
 
 
-def mpirun():
-    exe = os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun"
-    return [exe, *shlex.split(os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", ""))]
-
-
 class Experts(unittest.TestCase):
     def run_ranks(self, layout, np, engine_ranks):
-        with engines.running(len(engine_ranks), ranks=engine_ranks, layout="none",
-                             model="moe-tiny") as (urls, _), \
-                tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, WEIGHTCAST_URLS=",".join(urls), WEIGHTCAST_LAYOUT=layout,
-                       WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"))
-            argv = [*mpirun(), "-np", str(np), "-x", "PYTHONPATH", "-x", "WEIGHTCAST_URLS",
-                    "-x", "WEIGHTCAST_LAYOUT", "-x", "WEIGHTCAST_RENDEZVOUS", sys.executable, RANKS]
+        with engines.running(len(engine_ranks), ranks=engine_ranks, layout="none", model="moe-tiny") as (
+            urls,
+            _,
+        ), tempfile.TemporaryDirectory() as tmp:
+            env = dict(
+                os.environ,
+                WEIGHTCAST_URLS=",".join(urls),
+                WEIGHTCAST_LAYOUT=layout,
+                WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"),
+            )
+            argv = engines.mpirun_argv(
+                np, ("WEIGHTCAST_URLS", "WEIGHTCAST_LAYOUT", "WEIGHTCAST_RENDEZVOUS"), RANKS
+            )
             run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
         out = run.stdout + run.stderr
         self.assertEqual(run.returncode, 0, out)
@@ -41,6 +41,7 @@ class Experts(unittest.TestCase):
     def test_auto_gather_overlaps_only_across_hosts(self):
         """gather="auto": whole when every EP rank shares the source's host, overlap otherwise."""
         from weightcast.experts import _pick_gather
+
         self.assertEqual(_pick_gather("auto", "a", ["a", "a", "a"]), "whole")
         self.assertEqual(_pick_gather("auto", "a", ["a", "b"]), "overlap")
         self.assertEqual(_pick_gather("whole", "a", ["a", "b"]), "whole")
@@ -63,12 +64,12 @@ class Experts(unittest.TestCase):
         import torch
 
         import weightcast
+
         with engines.running(1, ranks=[1], layout="none", model="moe-tiny") as (urls, _):
             body = engines.checksums(urls[0])[0]
             info = json_tensors(urls[0])
             g = torch.Generator().manual_seed(3)
-            real = {n: torch.randn(*shape, generator=g).to(getattr(torch, dtype))
-                    for n, dtype, shape in info}
+            real = {n: torch.randn(*shape, generator=g).to(getattr(torch, dtype)) for n, dtype, shape in info}
             given = {n: torch.zeros_like(t) for n, t in real.items()}
             calls = collections.Counter()
             lock = threading.Lock()
@@ -78,8 +79,9 @@ class Experts(unittest.TestCase):
                     calls[name] += 1
                 given[name].copy_(real[name])  # in place: its version counter moves
 
-            with weightcast.DistributedUpdater(engines=urls, selector="target", verify=True,
-                                               bucket_bytes=64 << 10) as updater:
+            with weightcast.DistributedUpdater(
+                engines=urls, selector="target", verify=True, bucket_bytes=64 << 10
+            ) as updater:
                 token = updater.open_session(version="await-1")
                 result = updater.send_stage(token, 0, given.items(), await_tensor=arrive)
                 self.assertTrue(result.ok, result.error)
@@ -95,6 +97,7 @@ class Experts(unittest.TestCase):
                 # An await_tensor that raises fails the stage; finish() aborts the session.
                 def refuse(name):
                     raise RuntimeError("not here yet")
+
                 token = updater.open_session(version="await-2")
                 result = updater.send_stage(token, 0, given.items(), await_tensor=refuse)
                 self.assertFalse(result.ok)
@@ -107,12 +110,14 @@ class Experts(unittest.TestCase):
 def json_tensors(url):
     import json
     import urllib.request
+
     with urllib.request.urlopen(f"{url}/weights_checksum?runner=target", timeout=30) as r:
         return [(t["name"], t["dtype"], t["shape"]) for t in json.load(r)["tensors"]]
 
 
 def digest(tensor):
     import xxhash
+
     return xxhash.xxh3_128(engines.source_bytes(tensor)).hexdigest()
 
 

@@ -5,7 +5,6 @@ directory: no port to pick). mpirun and its flags come from $WEIGHTCAST_MPIEXEC 
 $WEIGHTCAST_MPIRUN_FLAGS (ctest sets both from the build's MPI configuration)."""
 
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -18,19 +17,18 @@ engines.require_torch()
 RANKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipeline_ranks.py")
 
 
-def mpirun():
-    exe = os.environ.get("WEIGHTCAST_MPIEXEC") or "mpirun"
-    return [exe, *shlex.split(os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", ""))]
-
-
 class Pipeline(unittest.TestCase):
     def test_two_stage_sources_update_two_engines_atomically(self):
-        with engines.running(2, ranks=[1, 2], layout="none") as (urls, _), \
-                tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, WEIGHTCAST_URLS=",".join(urls),
-                       WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"))
-            argv = [*mpirun(), "-np", "2", "-x", "PYTHONPATH", "-x", "WEIGHTCAST_URLS",
-                    "-x", "WEIGHTCAST_RENDEZVOUS", sys.executable, RANKS]
+        with engines.running(2, ranks=[1, 2], layout="none") as (
+            urls,
+            _,
+        ), tempfile.TemporaryDirectory() as tmp:
+            env = dict(
+                os.environ,
+                WEIGHTCAST_URLS=",".join(urls),
+                WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"),
+            )
+            argv = engines.mpirun_argv(2, ("WEIGHTCAST_URLS", "WEIGHTCAST_RENDEZVOUS"), RANKS)
             run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
         out = run.stdout + run.stderr
         self.assertEqual(run.returncode, 0, out)

@@ -1,9 +1,9 @@
 // BucketRoutes: the engine's data-plane routes — joining and leaving groups, and bucket requests,
 // inside a session or as a sessionless update (sync/engine/control/sessionless.h), which opens
 // the Receiver's session itself for one request and commits it when the bucket is staged.
-// Lifetime: owned by the Engine. Threading: thread-safe; a bucket request blocks its caller until
-// the bucket is staged (or failed), several at once, in any sequence order; sessionless updates
-// apply one at a time.
+// Lifetime: a part of the Engine (one of its bases). Threading: thread-safe; a bucket request
+// blocks its caller until the bucket is staged (or failed), several at once, in any sequence order;
+// sessionless updates apply one at a time.
 #pragma once
 
 #include <mutex>

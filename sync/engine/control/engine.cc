@@ -42,28 +42,31 @@ std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* se
 
 }  // namespace
 
-Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
+EngineCore::EngineCore(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
     : opts_(std::move(opts)),
       runners_(std::move(runners)),
       receiver_(make_receiver(opts_, runners_.get())),
-      ctx_(opts_, *runners_, *receiver_),
-      sessions_(ctx_),
-      buckets_(ctx_),
-      readers_(ctx_),
-      watchdog_(ctx_) {
+      context_(opts_, *runners_, *receiver_) {}
+
+Engine::Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners)
+    : EngineCore(std::move(opts), std::move(runners)),
+      SessionRoutes(context_),
+      BucketRoutes(context_),
+      EngineReaders(context_),
+      watchdog_(context_) {
   // The runners, rank count, timeouts and connector were checked by make_receiver() and the
   // Receiver it built; the session timeout is the engine's own.
   WC_ENFORCE_GT(opts_.session_timeout.count(), 0);
 }
 
-// The watchdog stops first (member order), then receiver_ aborts its groups and joins their
-// threads.
+// The watchdog stops first (the only member), then the parts, then receiver_ aborts its groups and
+// joins their threads.
 Engine::~Engine() = default;
 
 void Engine::shutdown() {
-  std::lock_guard lock(ctx_.mu);
+  std::lock_guard lock(context_.mu);
   if (auto open = receiver_->session()) {
-    ctx_.fail_session_locked(open->id, "engine shutting down", /*abort_groups=*/true, 503);
+    context_.fail_session_locked(open->id, "engine shutting down", /*abort_groups=*/true, 503);
   }
   receiver_->abort_groups(503, "engine shutting down");
 }

@@ -3,7 +3,7 @@
 // The control plane over one Receiver (sync/engine/commit/receiver.h), which is the whole data
 // plane and holds the one session state machine: the joined groups (one per trainer PP stage),
 // sessions with their owners, staging, the digest and cross-rank checks and the commit's load
-// into the runners. The Engine adds what a served engine needs around it, as small parts it owns:
+// into the runners. The Engine adds what a served engine needs around it, as small parts:
 //   SessionRoutes    begin/version/end/abort, leases, pause/continue/flush (session_routes.h)
 //   BucketRoutes     groups and bucket requests, sessionless updates (bucket_routes.h)
 //   EngineReaders    health, server info, checksums, metrics, the probe (engine_readers.h)
@@ -38,64 +38,32 @@
 
 namespace weightcast::sync::engine {
 
-class Engine {
+// What the Engine's parts share, built before them: the options, the runner set, the one Receiver
+// and the context over them.
+class EngineCore {
+ protected:
+  EngineCore(EngineOptions opts, std::unique_ptr<RunnerSet> runners);
+
+  const EngineOptions opts_;
+  const std::unique_ptr<RunnerSet> runners_;
+  const std::unique_ptr<Receiver> receiver_;  // after runners_: its runners call into them
+  EngineContext context_;
+};
+
+// The routes are its parts' own methods: SessionRoutes (begin, update_weight_version, end,
+// abort, release_lease, pause/continue, flush_cache), BucketRoutes (init/destroy group,
+// update_weights_from_distributed), EngineReaders (health, server_info, weight_version_info,
+// model_info, weights_checksum, metrics, spec_accept_length, weights_checker).
+class Engine : private EngineCore, public SessionRoutes, public BucketRoutes, public EngineReaders {
  public:
   Engine(EngineOptions opts, std::unique_ptr<RunnerSet> runners);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  Reply init_weights_update_group(const InitWeightsUpdateGroupRequest& request) {
-    return buckets_.init_weights_update_group(request);
-  }
-  Reply destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request) {
-    return buckets_.destroy_weights_update_group(request);
-  }
-  Reply pause_generation(const PauseGenerationRequest& request) {
-    return sessions_.pause_generation(request);
-  }
-  Reply continue_generation(const ContinueGenerationRequest& request) {
-    return sessions_.continue_generation(request);
-  }
-  Reply flush_cache() { return sessions_.flush_cache(); }
-  Reply begin_weight_update(const BeginWeightUpdateRequest& request) {
-    return sessions_.begin_weight_update(request);
-  }
-  Reply update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request) {
-    return buckets_.update_weights_from_distributed(request);
-  }
-  Reply update_weight_version(const UpdateWeightVersionRequest& request) {
-    return sessions_.update_weight_version(request);
-  }
-  Reply end_weight_update(const EndWeightUpdateRequest& request = {}) {
-    return sessions_.end_weight_update(request);
-  }
-  Reply abort_weight_update(const AbortWeightUpdateRequest& request = {}) {
-    return sessions_.abort_weight_update(request);
-  }
-  Reply release_lease(const ReleaseLeaseRequest& request) {
-    return sessions_.release_lease(request);
-  }
-  Reply weights_checker(const WeightsCheckerRequest& request) {
-    return readers_.weights_checker(request);
-  }
-
   // Before the server stops: aborts the open session and every group, so handlers waiting for
   // buckets return at once.
   void shutdown();
-
-  Reply health() const { return readers_.health(); }
-  // Also served as /get_server_info, with the keys SGLang clients read (tp_size, dp_size,
-  // pp_size, speculative_*, weight_version, internal_states, version).
-  Reply server_info() const { return readers_.server_info(); }
-  // /get_weight_version: {"weight_version"}; /model_info: SGLang's model info with it.
-  Reply weight_version_info() const { return readers_.weight_version_info(); }
-  Reply model_info() const { return readers_.model_info(); }
-  Reply weights_checksum(const std::string& runner, bool recompute = false) const {
-    return readers_.weights_checksum(runner, recompute);
-  }
-  Reply metrics() const { return readers_.metrics(); }
-  Reply spec_accept_length() const { return readers_.spec_accept_length(); }
 
   // Read access for later probes (and tests): the runners' committed tensors and version.
   const RunnerSet& runners() const { return *runners_; }
@@ -104,14 +72,7 @@ class Engine {
   bool paused() const { return receiver_->paused(); }
 
  private:
-  const EngineOptions opts_;
-  const std::unique_ptr<RunnerSet> runners_;
-  const std::unique_ptr<Receiver> receiver_;  // after runners_: its runners call into them
-  EngineContext ctx_;
-  SessionRoutes sessions_;
-  BucketRoutes buckets_;
-  EngineReaders readers_;
-  SessionWatchdog watchdog_;  // last: its thread stops first
+  SessionWatchdog watchdog_;  // its thread stops first
 };
 
 }  // namespace weightcast::sync::engine

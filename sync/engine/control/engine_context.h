@@ -3,7 +3,7 @@
 // engine's), the lock the parts take around a check and its change, the lease, counters, the
 // speculative probe's cache and the last activity the watchdog reads. Its methods are the two
 // ends of a session every part may reach: a failure, and a commit published to the runners.
-// Lifetime: owned by the Engine, outlived by nothing of its parts. Threading: fields marked
+// Lifetime: owned by the Engine (its core), outlived by none of its parts. Threading: fields marked
 // "under mu" are read and written under `mu`; the Receiver and the runner set are thread-safe.
 #pragma once
 

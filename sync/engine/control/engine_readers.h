@@ -2,7 +2,7 @@
 // /get_server_info keys), weight version and model info, per-runner checksums, Prometheus
 // metrics, the speculative accept-length probe — and the weights checker, which compares the
 // committed weights with a snapshot. None changes a weight or a session.
-// Lifetime: owned by the Engine. Threading: thread-safe.
+// Lifetime: a part of the Engine (one of its bases). Threading: thread-safe.
 #pragma once
 
 #include <string>
@@ -22,7 +22,7 @@ class EngineReaders {
   Reply server_info() const;
   Reply weight_version_info() const;
   Reply model_info() const;
-  Reply weights_checksum(const std::string& runner, bool recompute) const;
+  Reply weights_checksum(const std::string& runner, bool recompute = false) const;
   Reply metrics() const;
   // The speculative accept-length probe (sync/model/spec_probe.h) on the committed weights, each
   // read through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.

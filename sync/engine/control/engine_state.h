@@ -1,9 +1,9 @@
 // Two pieces of Engine state with their own rules, as classes the Engine owns:
-//   EngineCounters  the update counters /metrics reports (guarded by the Engine's lock);
+//   EngineCounters  the update counters /metrics reports (under the EngineContext lock);
 //   ProbeCache      the last speculative accept-length answer, keyed by the weights it was
 //                   computed on, dropped by /flush_cache (its own lock: a probe runs for a while
 //                   and must not hold the Engine's).
-// Lifetime/threading: owned by the Engine; see each class.
+// Lifetime/threading: owned by the EngineContext; see each class.
 #pragma once
 
 #include <cstdint>

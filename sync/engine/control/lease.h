@@ -8,7 +8,7 @@
 // when the holder releases it (with its id), when its time to live passes without a renewal
 // (the holder vanished), or when an operator breaks it (force; the engine's token where one is
 // configured). Clients that never name themselves (SGLang, slime) never take one.
-// Lifetime: owned by the Engine. Threading: not synchronized; the Engine holds its lock.
+// Lifetime: owned by the EngineContext. Threading: not synchronized; callers hold its lock.
 #pragma once
 
 #include <chrono>

@@ -51,13 +51,15 @@ Handler parsed(const ProtocolLimits& limits, Parse parse, Call call) {
   };
 }
 
-// A token-checked POST route: `parse` reads the body, then the engine's `call` takes it.
-template <typename Body>
+// A token-checked POST route: `parse` reads the body, then the engine's `call` (a method of one
+// of its parts) takes it.
+template <typename Body, typename Part>
 Route post_route(std::string path, Engine* e, const ProtocolLimits& limits,
                  Body (*parse)(std::string_view, const ProtocolLimits&),
-                 Reply (Engine::*call)(const Body&)) {
+                 Reply (Part::*call)(const Body&)) {
+  Part* part = e;
   return {std::move(path), kPost, Auth::kToken,
-          parsed(limits, parse, [e, call](const Body& body) { return (e->*call)(body); })};
+          parsed(limits, parse, [part, call](const Body& body) { return (part->*call)(body); })};
 }
 
 // The routes that change the engine: groups, generation, the update session.

@@ -11,7 +11,7 @@
 // group: its channels are aborted, every pending job fails with the cause (504 for a timeout, 500
 // otherwise), and later submits are refused; the trainer re-initializes the group to recover. A
 // later bucket that waits for a missing one more than the collective timeout fails the group too,
-// so nothing waits forever. Lifetime: owned by the Engine (shared_ptr); destruction aborts and
+// so nothing waits forever. Lifetime: owned by the Receiver (shared_ptr); destruction aborts and
 // joins the threads. Threading: every public method is thread-safe.
 #pragma once
 

@@ -24,23 +24,7 @@ class DeltaTest : public EngineHttpFixture {
   // the engine holds at `base_version`); the payload is queued on the fake data plane.
   std::string delta_body(const std::vector<RawTensor>& next, const std::vector<RawTensor>& base,
                          const std::string& base_version) {
-    const PackedBucket n = pack_bucket(0, next);
-    const PackedBucket b = pack_bucket(0, base);
-    DeltaEncoder encoder(kDefaultDeltaCodec);
-    std::vector<std::byte> payload;
-    EXPECT_TRUE(encoder.encode(n.bytes, b.bytes, 4 * n.bytes.size(), payload));
-    BucketDelta delta{kDefaultDeltaCodec, payload.size(), base_version, {}};
-    for (const BucketEntry& e : b.plan.entries) {
-      delta.base_digests.push_back(to_string(tensor_digest({b.bytes.data() + e.offset, e.bytes})));
-    }
-    source_->broadcast(std::move(payload));
-    UpdateWeightsFromDistributedRequest r;
-    r.tensors = metas_of(next);
-    r.group_name = "g";
-    r.selector = Selector::kTarget;
-    r.sequence = 0;
-    r.delta = std::move(delta);
-    return to_json_string(r);
+    return delta_bucket_body(next, base, base_version);
   }
 
   // A session in which a delta of drifted() against `base` at `base_version` is sent: it must be

@@ -46,16 +46,6 @@ class DigestTest : public EngineHttpFixture {
     return tensors;
   }
 
-  // The digest of each tensor of `tensors`, as the trainer's packing pass computes them.
-  static std::vector<std::string> digests_of(const std::vector<RawTensor>& tensors) {
-    const PackedBucket b = pack_bucket(0, tensors);
-    std::vector<std::string> out;
-    for (const BucketEntry& e : b.plan.entries) {
-      out.push_back(to_string(tensor_digest({b.bytes.data() + e.offset, e.bytes})));
-    }
-    return out;
-  }
-
   // Bucket 0 of `next` in full, carrying `digests`.
   std::string full_body(const std::vector<RawTensor>& next, std::vector<std::string> digests) {
     auto j = Json::parse(bucket_body(0, next, Selector::kTarget));
@@ -65,21 +55,7 @@ class DigestTest : public EngineHttpFixture {
 
   // Bucket 0 of `next` as a delta against `base` at v0, carrying the digests of `next`.
   std::string delta_body(const std::vector<RawTensor>& next, const std::vector<RawTensor>& base) {
-    const PackedBucket n = pack_bucket(0, next);
-    const PackedBucket b = pack_bucket(0, base);
-    DeltaEncoder encoder(kDefaultDeltaCodec);
-    std::vector<std::byte> payload;
-    EXPECT_TRUE(encoder.encode(n.bytes, b.bytes, 4 * n.bytes.size(), payload));
-    BucketDelta delta{kDefaultDeltaCodec, payload.size(), "v0", digests_of(base)};
-    source_->broadcast(std::move(payload));
-    UpdateWeightsFromDistributedRequest r;
-    r.tensors = metas_of(next);
-    r.group_name = "g";
-    r.selector = Selector::kTarget;
-    r.sequence = 0;
-    r.delta = std::move(delta);
-    r.digests = digests_of(next);
-    return to_json_string(r);
+    return delta_bucket_body(next, base, "v0", digests_of(next));
   }
 
   void begin_target() {

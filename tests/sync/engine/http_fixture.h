@@ -13,6 +13,7 @@
 
 #include "sync/engine/control/engine.h"
 #include "sync/engine/http/server.h"
+#include "sync/model/delta.h"
 #include "tests/support/engine_http.h"
 #include "tests/sync/engine/fake_channel.h"
 #include "tests/sync/engine/test_util.h"
@@ -152,6 +153,39 @@ class EngineHttpFixture : public ::testing::Test {
     r.group_name = group;
     r.selector = selector;
     r.sequence = sequence;
+    return to_json_string(r);
+  }
+
+  // The digest of each tensor of `tensors`, as the trainer's packing pass computes them.
+  static std::vector<std::string> digests_of(const std::vector<RawTensor>& tensors) {
+    const PackedBucket b = pack_bucket(0, tensors);
+    std::vector<std::string> out;
+    for (const BucketEntry& e : b.plan.entries) {
+      out.push_back(to_string(tensor_digest({b.bytes.data() + e.offset, e.bytes})));
+    }
+    return out;
+  }
+
+  // The request for bucket 0 of `next` as a delta against `base` (the bytes the sender believes
+  // the engine holds at `base_version`, whose digests ride along), carrying `digests` (those of
+  // `next`, or none); the payload is queued on the fake data plane.
+  std::string delta_bucket_body(const std::vector<RawTensor>& next,
+                                const std::vector<RawTensor>& base, const std::string& base_version,
+                                std::vector<std::string> digests = {}) {
+    const PackedBucket n = pack_bucket(0, next);
+    const PackedBucket b = pack_bucket(0, base);
+    DeltaEncoder encoder(kDefaultDeltaCodec);
+    std::vector<std::byte> payload;
+    EXPECT_TRUE(encoder.encode(n.bytes, b.bytes, 4 * n.bytes.size(), payload));
+    BucketDelta delta{kDefaultDeltaCodec, payload.size(), base_version, digests_of(base)};
+    source_->broadcast(std::move(payload));
+    UpdateWeightsFromDistributedRequest r;
+    r.tensors = metas_of(next);
+    r.group_name = "g";
+    r.selector = Selector::kTarget;
+    r.sequence = 0;
+    r.delta = std::move(delta);
+    r.digests = std::move(digests);
     return to_json_string(r);
   }
 

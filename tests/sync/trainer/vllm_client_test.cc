@@ -108,6 +108,16 @@ class VllmLike {
   testing::HttpTestServer server_;
 };
 
+// Group rank 1 of 3 behind a store at 127.0.0.1:29500.
+InitWeightsUpdateGroupRequest init_request() {
+  InitWeightsUpdateGroupRequest init;
+  init.master_address = "127.0.0.1";
+  init.master_port = 29500;
+  init.rank_offset = 1;
+  init.world_size = 3;
+  return init;
+}
+
 UpdateWeightsFromDistributedRequest bucket() {
   UpdateWeightsFromDistributedRequest req;
   req.tensors = {{"model.norm.weight", DType::kBFloat16, {8}}};
@@ -139,11 +149,7 @@ TEST(VllmClient, MapsEveryCallOntoVllmsRoutesWithOurBodiesInside) {
   EngineClient client(v.url(), testing::fast_client_options());
   client.server_info();
 
-  InitWeightsUpdateGroupRequest init;
-  init.master_address = "127.0.0.1";
-  init.master_port = 29500;
-  init.rank_offset = 1;
-  init.world_size = 3;
+  InitWeightsUpdateGroupRequest init = init_request();
   init.group_name = "weightcast-pp_0";
   init.backend = Backend::kGloo;
   client.init_weights_update_group(init);
@@ -374,12 +380,7 @@ TEST(VllmClient, TheWorkerExtensionIsDrivenThroughCollectiveRpc) {
   VllmLike v(kExtensionInfo);
   EngineClient client(v.url(), testing::fast_client_options());
   client.server_info();
-  InitWeightsUpdateGroupRequest init;
-  init.master_address = "127.0.0.1";
-  init.master_port = 29500;
-  init.rank_offset = 1;
-  init.world_size = 3;
-  client.init_weights_update_group(init);
+  client.init_weights_update_group(init_request());
   const auto begun = client.begin_weight_update({Selector::kDraft});
   client.update_weights_from_distributed(bucket());
   client.update_weight_version({"5", false, begun.session_id});
