@@ -5,8 +5,8 @@
 // them; "compare" recomputes and answers 400 naming every runner that differs from the snapshot
 // (or when none was taken). SGLang's "reset_tensors" (overwrite every weight with noise) is
 // refused: nothing in weightcast should destroy committed weights on request.
-// Lifetime: owned by the EngineReaders. Threading: thread-safe (its own lock; the runners lock their
-// own state).
+// Lifetime: owned by the EngineReaders. Threading: thread-safe (its own lock; the runners lock
+// their own state).
 #pragma once
 
 #include <map>

@@ -4,7 +4,8 @@
 // A name being joined is reserved (a second init of it is refused) until the join ends; a group
 // is only replaced while idle. Removing a group retires the bytes it received into the total, so
 // /metrics never goes back.
-// Lifetime: owned by the Receiver. Threading: not thread-safe; the Receiver calls it under its lock.
+// Lifetime: owned by the Receiver. Threading: not thread-safe; the Receiver calls it under its
+// lock.
 #pragma once
 
 #include <cstdint>
