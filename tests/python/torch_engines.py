@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +59,7 @@ class Engine:
         except ProcessLookupError:
             pass
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)  # its port file, log and saved weights
 
     def call(self, route, body=None, timeout=120):
         data = None if body is None else json.dumps(body).encode()

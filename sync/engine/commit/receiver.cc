@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <variant>
 
+#include "sync/engine/commit/tensor_routes.h"
+
 namespace weightcast::sync::engine {
 
 namespace {
@@ -229,29 +231,8 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
                                  "' is joined; call init_weights_update_group first");
   }
-  std::vector<std::vector<Runner>> destinations;
-  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
-    const TensorMeta& meta = request.tensors[i];
-    if (session_names_.count(meta.name)) {
-      throw ReceiverError(400, "names[" + std::to_string(i) + "]: '" + meta.name +
-                                   "' was already sent in this session");
-    }
-    std::vector<Runner> dest;
-    for (const auto& r : runners_) {
-      if (!covers(selector, r.id) || !r.filter.accepts(meta.name)) continue;
-      if (ranks_.drops(meta.name)) {
-        ++experts_dropped_;
-        break;  // another rank's expert: no runner of this rank loads it
-      }
-      if (r.check) {
-        if (auto why = r.check(meta)) {
-          throw ReceiverError(400, "names[" + std::to_string(i) + "]: " + *why);
-        }
-      }
-      dest.push_back(r.id);
-    }
-    destinations.push_back(std::move(dest));
-  }
+  std::vector<std::vector<Runner>> destinations =
+      route_tensors(runners_, ranks_, selector, request.tensors, session_names_, experts_dropped_);
   const std::uint64_t sequence =
       groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
@@ -275,15 +256,9 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
-  std::vector<Digest> expected;
-  try {
-    for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
-  } catch (const comm::BadRequestError& e) {
-    throw ReceiverError(400, e.what());
-  }
   out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
                                         staging_, request.load_format == LoadFormat::kPerTensor,
-                                        std::move(delta), std::move(expected));
+                                        std::move(delta), parse_expected_digests(request.digests));
   if (auto refusal = out.group->submit(out.job)) refuse(*refusal);
   groups_.queued(request.group_name, sequence);
   for (const auto& meta : request.tensors) session_names_.insert(meta.name);
