@@ -15,6 +15,7 @@
 #include "comm/errors.h"
 #include "errors.h"
 #include "py_receiver.h"
+#include "py_session.h"
 #include "py_shard_plan.h"
 #include "py_updater.h"
 #include "report_binding.h"
@@ -191,6 +192,7 @@ PYBIND11_MODULE(_weightcast, m) {
   m.attr("__version__") = WEIGHTCAST_VERSION;
   wp::register_errors(m);
   wp::bind_receiver(m);
+  wp::bind_session_machine(m);
   wp::bind_report(m);
   wp::bind_stage_result(m);
   m.def("weight_update_selector", &wp::selector_of, py::kw_only(),

@@ -300,13 +300,13 @@ using ReceiverClass = py::class_<se::Receiver>;
 // install.
 void bind_receiver_calls(ReceiverClass& cls) {
   cls.def("join",
-        [](se::Receiver& r, const std::string& body) {
-          const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
-          se::GroupSpec spec{req.group_name, req.master_address, req.master_port, req.rank_offset,
-                             req.world_size, req.backend,        req.rendezvous};
-          py::gil_scoped_release nogil;
-          r.join(spec);
-        })
+          [](se::Receiver& r, const std::string& body) {
+            const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
+            se::GroupSpec spec{req.group_name, req.master_address, req.master_port, req.rank_offset,
+                               req.world_size, req.backend,        req.rendezvous};
+            py::gil_scoped_release nogil;
+            r.join(spec);
+          })
       .def("leave",
            [](se::Receiver& r, const std::string& name) {
              py::gil_scoped_release nogil;
@@ -314,16 +314,17 @@ void bind_receiver_calls(ReceiverClass& cls) {
            })
       .def(
           "begin",
-          [](se::Receiver& r, const std::string& selector, std::optional<std::string> holder) {
+          [](se::Receiver& r, const std::string& selector, std::optional<std::string> holder,
+             bool sessionless) {
             const auto sel = parsed([&] { return sync::parse_selector(selector); });
-            const auto b = r.begin(sel, std::move(holder));
+            const auto b = r.begin(sel, std::move(holder), sessionless);
             py::dict d;
             d["session_id"] = b.session_id;
             d["weight_version"] = b.weight_version;
             d["runner_digest"] = b.runner_digest;
             return d;
           },
-          py::arg("selector"), py::arg("holder") = py::none())
+          py::arg("selector"), py::arg("holder") = py::none(), py::arg("sessionless") = false)
       .def("receive",
            [](se::Receiver& r, const std::string& body) {
              const auto req =
@@ -334,15 +335,16 @@ void bind_receiver_calls(ReceiverClass& cls) {
       .def("set_version", [](se::Receiver& r, const std::string& v) { r.set_version(v); })
       .def(
           "commit",
-          [](se::Receiver& r, std::optional<std::string> version) {
+          [](se::Receiver& r, std::optional<std::string> version,
+             std::optional<std::string> session_id) {
             se::ReceiverCommit c;
             {
               py::gil_scoped_release nogil;
-              c = r.commit(version);
+              c = r.commit(version, session_id);
             }
             return commit_dict(c);
           },
-          py::arg("version") = py::none())
+          py::arg("version") = py::none(), py::arg("session_id") = py::none())
       .def(
           "abort", [](se::Receiver& r, const std::string& reason) { r.abort(reason); },
           py::arg("reason") = "aborted")
@@ -353,6 +355,7 @@ void bind_receiver_calls(ReceiverClass& cls) {
 void bind_receiver_state(ReceiverClass& cls) {
   cls.def_property_readonly("weight_version", &se::Receiver::weight_version)
       .def_property_readonly("in_session", &se::Receiver::in_session)
+      .def_property_readonly("sessionless", &se::Receiver::sessionless)
       .def_property_readonly("delta_base_bytes", &se::Receiver::delta_base_bytes)
       .def_property_readonly("bytes_received", &se::Receiver::bytes_received)
       .def_property_readonly("experts_dropped", &se::Receiver::experts_dropped)

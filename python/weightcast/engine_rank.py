@@ -17,15 +17,24 @@ from .receiver import Receiver, load_weights_runner
 # init_weights_update_group body as vLLM's `init_info` and each bucket request as `update_info`.
 # The vLLM plug-in's backend (weightcast.vllm) and the torch engine's --api vllm routes both read
 # them with these two functions.
-INIT_GROUP_FIELDS = ("master_address", "master_port", "rank_offset", "world_size", "group_name",
-                     "backend", "rendezvous")
+INIT_GROUP_FIELDS = (
+    "master_address",
+    "master_port",
+    "rank_offset",
+    "world_size",
+    "group_name",
+    "backend",
+    "rendezvous",
+)
 INIT_OPTION_FIELDS = ("keep_delta_base",)
 
 
 def _int_field(info, where, key):
     value = info.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where}.{key}: must be an integer (got {type(value).__name__})")
+        raise ValueError(
+            f"{where}.{key}: must be an integer (got {type(value).__name__})"
+        )
     return value
 
 
@@ -35,7 +44,9 @@ def parse_init_info(info):
     plus our option keep_delta_base. Returns (group body, options); ValueError naming the field
     otherwise (vLLM answers it as a failed request)."""
     if not isinstance(info, dict):
-        raise ValueError(f"init_info: must be a JSON object (got {type(info).__name__})")
+        raise ValueError(
+            f"init_info: must be a JSON object (got {type(info).__name__})"
+        )
     unknown = sorted(set(info) - set(INIT_GROUP_FIELDS) - set(INIT_OPTION_FIELDS))
     if unknown:
         raise ValueError(f"init_info: unknown field(s) {', '.join(unknown)}")
@@ -54,7 +65,9 @@ def parse_update_info(info):
     weightcast-train sends its abort as an update). ValueError naming the field otherwise; the
     Receiver checks the rest of the bucket request as strictly as on our own route."""
     if not isinstance(info, dict):
-        raise ValueError(f"update_info: must be a JSON object (got {type(info).__name__})")
+        raise ValueError(
+            f"update_info: must be a JSON object (got {type(info).__name__})"
+        )
     if info.get("abort") is True:
         return "abort", str(info.get("reason") or "aborted")
     lists = [info.get(key) for key in ("names", "dtypes", "shapes")]
@@ -62,59 +75,79 @@ def parse_update_info(info):
         if not isinstance(value, list):
             raise ValueError(f"update_info.{key}: required, a list")
     if not len(lists[0]) == len(lists[1]) == len(lists[2]):
-        raise ValueError("update_info: names, dtypes and shapes must have one entry per tensor")
+        raise ValueError(
+            "update_info: names, dtypes and shapes must have one entry per tensor"
+        )
     body = {k: v for k, v in info.items() if k != "session_id"}
     return "bucket", body
 
 
 class EngineRank:
-    def __init__(self, model=None, *, engine_rank, rank_count, device=None, keep_delta_base=False,
-                 finish=None, runners=None, **receiver_options):
+    def __init__(
+        self,
+        model=None,
+        *,
+        engine_rank,
+        rank_count,
+        device=None,
+        keep_delta_base=False,
+        finish=None,
+        runners=None,
+        **receiver_options,
+    ):
         """`model` (one "target" runner over model.load_weights) or explicit `runners`."""
         if runners is None:
             runners = [load_weights_runner(model, finish=finish)]
-        self.receiver = Receiver(runners, engine_rank=engine_rank, rank_count=rank_count, device=device,
-                                 keep_delta_base=keep_delta_base, **receiver_options)
+        self.receiver = Receiver(
+            runners,
+            engine_rank=engine_rank,
+            rank_count=rank_count,
+            device=device,
+            keep_delta_base=keep_delta_base,
+            **receiver_options,
+        )
         self.engine_rank = engine_rank
-        self.explicit_session = False
 
     def init_group(self, body):
         body = json.loads(body) if isinstance(body, str) else body
         self.receiver.join(body)
-        return True, f"joined group '{body.get('group_name', 'weight_update_group')}' as group rank " \
-                     f"{int(body.get('rank_offset', 0)) + self.engine_rank}"
+        return (
+            True,
+            f"joined group '{body.get('group_name', 'weight_update_group')}' as group rank "
+            f"{int(body.get('rank_offset', 0)) + self.engine_rank}",
+        )
 
     def destroy_group(self, group_name="weight_update_group"):
         self.receiver.leave(group_name)
         return True, "left"
 
     def begin(self, selector="all"):
-        answer = self.receiver.begin(selector)
-        self.explicit_session = True
-        return answer
+        return self.receiver.begin(selector)
 
     def update(self, body):
-        """One bucket request; commits at once when no session was begun explicitly."""
+        """One bucket request; with no session open it is its own sessionless update, committed
+        at once (the Receiver's session state says which, nothing here keeps it)."""
         body = json.loads(body) if isinstance(body, str) else body
-        implicit = not self.explicit_session
-        if implicit and not self.receiver.in_session:
-            self.receiver.begin(body.get("selector", "all"))
+        token = None
+        if not self.receiver.in_session:
+            token = self.receiver.begin(body.get("selector", "all"), sessionless=True)[
+                "session_id"
+            ]
+            body = dict(body, session_id=token)
         try:
             size = self.receiver.receive(body)
         except Exception:
-            if implicit:
+            if token is not None:
                 self.receiver.abort("bucket failed")
             raise
-        if implicit:
-            self.receiver.commit(body.get("weight_version"))
+        if token is not None:
+            self.receiver.commit(body.get("weight_version"), session_id=token)
         return True, f"received {size} bytes"
 
     def end(self, version=None):
-        self.explicit_session = False
         return self.receiver.commit(version)
 
     def abort(self, reason="aborted"):
-        self.explicit_session = False
         self.receiver.abort(reason)
 
     # vLLM's lifecycle, as its WeightTransferEngine calls it in every worker (weightcast.vllm):
@@ -127,7 +160,9 @@ class EngineRank:
     # "all" load into it; a bucket for the other model is refused, naming the route to use.
     def vllm_start(self, model="target"):
         if model not in ("target", "draft"):
-            raise ValueError(f"vllm_start: model must be 'target' or 'draft' (got {model!r})")
+            raise ValueError(
+                f"vllm_start: model must be 'target' or 'draft' (got {model!r})"
+            )
         if self.receiver.in_session:
             self.abort("a new update started before the previous one finished")
         self._vllm_round = model
@@ -139,17 +174,27 @@ class EngineRank:
             self._vllm_round = None
             if self.receiver.in_session:
                 self.abort(payload)
-            raise VllmRoundAborted(f"weightcast: round aborted ({payload}); no weights changed")
+            raise VllmRoundAborted(
+                f"weightcast: round aborted ({payload}); no weights changed"
+            )
         if model is None:
-            raise RuntimeError("update_weights without start_weight_update (or after an abort or a "
-                               "failed bucket)")
+            raise RuntimeError(
+                "update_weights without start_weight_update (or after an abort or a "
+                "failed bucket)"
+            )
         selector = payload.get("selector") or model
         if selector not in ("all", model):
-            route = "/start_draft_weight_update" if selector == "draft" else "/start_weight_update"
+            route = (
+                "/start_draft_weight_update"
+                if selector == "draft"
+                else "/start_weight_update"
+            )
             self._vllm_round = None
             self.abort(f"a '{selector}' bucket in a {model} round")
-            raise ValueError(f"update_info.selector: '{selector}' in a round that updates the {model} "
-                             f"model; start it with {route}")
+            raise ValueError(
+                f"update_info.selector: '{selector}' in a round that updates the {model} "
+                f"model; start it with {route}"
+            )
         if not self.receiver.in_session:
             self.begin(model)
         try:
@@ -162,10 +207,14 @@ class EngineRank:
     def vllm_finish(self, version=None):
         model, self._vllm_round = getattr(self, "_vllm_round", None), None
         if model is None:
-            raise RuntimeError("finish_weight_update without start_weight_update (or after an abort "
-                               "or a failed bucket)")
+            raise RuntimeError(
+                "finish_weight_update without start_weight_update (or after an abort "
+                "or a failed bucket)"
+            )
         if not self.receiver.in_session:
-            self.begin(model)  # an update of no bucket still commits (and sets the version)
+            self.begin(
+                model
+            )  # an update of no bucket still commits (and sets the version)
         return self.end(version)
 
 

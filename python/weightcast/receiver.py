@@ -25,6 +25,7 @@ only when every ``load`` and ``finish`` returned.
 from . import _weightcast
 
 ReceiverError = _weightcast.ReceiverError
+SessionMachine = _weightcast.SessionMachine
 LoadError = _weightcast.LoadError
 
 
@@ -37,13 +38,18 @@ def _torch():
 def as_tensor(name, dtype, shape, view):
     """A torch tensor over `view` (a memoryview of raw bytes), without copying."""
     torch = _torch()
-    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
+    flat = (
+        torch.frombuffer(view, dtype=torch.uint8)
+        if len(view)
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return flat.view(getattr(torch, dtype)).view(shape)
 
 
 class Runner:
     """A runner: `name` ("target" or "draft"), the names it takes (`filter`: comma-separated
-    globs), and its callbacks. `load(list of (hf_name, tensor))` gets one layer at a time."""
+    globs), and its callbacks. `load(list of (hf_name, tensor))` gets one layer at a time.
+    """
 
     def __init__(self, name, load, filter="*", begin=None, finish=None):
         self.name, self.load, self.filter = name, load, filter
@@ -51,7 +57,12 @@ class Runner:
 
     def _spec(self):
         def load(items):
-            pairs = _Tracked([(name, as_tensor(name, dtype, shape, view)) for name, dtype, shape, view in items])
+            pairs = _Tracked(
+                [
+                    (name, as_tensor(name, dtype, shape, view))
+                    for name, dtype, shape, view in items
+                ]
+            )
             try:
                 self.load(pairs)
             except Exception as e:
@@ -60,8 +71,13 @@ class Runner:
                 failure.weightcast_tensor = pairs.current
                 raise failure from e
 
-        return {"name": self.name, "filter": self.filter, "load": load,
-                "begin": self.begin, "finish": self.finish}
+        return {
+            "name": self.name,
+            "filter": self.filter,
+            "load": load,
+            "begin": self.begin,
+            "finish": self.finish,
+        }
 
 
 class _Tracked(list):
@@ -77,8 +93,14 @@ class _Tracked(list):
 
 def load_weights_runner(model, name="target", filter="*", finish=None):
     """A Runner that feeds `model.load_weights(iterable of (hf_name, tensor))` as vLLM and SGLang
-    models take it: HF names, full unsharded tensors (each layer narrows its own shard)."""
-    return Runner(name, lambda pairs: model.load_weights(iter(pairs)), filter=filter, finish=finish)
+    models take it: HF names, full unsharded tensors (each layer narrows its own shard).
+    """
+    return Runner(
+        name,
+        lambda pairs: model.load_weights(iter(pairs)),
+        filter=filter,
+        finish=finish,
+    )
 
 
 class Receiver:
@@ -88,22 +110,46 @@ class Receiver:
     `ep_size` > 1 (with the model's `num_experts`): expert parallelism as vLLM and SGLang place
     experts (`expert_placement` "linear" or "round_robin"); this rank's EP rank is
     engine_rank // (rank_count // ep_size), and routed experts it does not hold are dropped as
-    they arrive: never staged, never handed to `load` (`experts_dropped` counts them)."""
+    they arrive: never staged, never handed to `load` (`experts_dropped` counts them).
+    """
 
-    def __init__(self, runners, *, engine_rank=0, rank_count=1, device=None,
-                 keep_delta_base=False, init_timeout=60.0, comm_timeout=60.0,
-                 max_bucket_bytes=4 << 30, bind_address="127.0.0.1", store_token=None,
-                 single_copy=True, initial_version="default", ep_size=1, num_experts=0,
-                 expert_placement="linear"):
+    def __init__(
+        self,
+        runners,
+        *,
+        engine_rank=0,
+        rank_count=1,
+        device=None,
+        keep_delta_base=False,
+        init_timeout=60.0,
+        comm_timeout=60.0,
+        max_bucket_bytes=4 << 30,
+        bind_address="127.0.0.1",
+        store_token=None,
+        single_copy=True,
+        initial_version="default",
+        ep_size=1,
+        num_experts=0,
+        expert_placement="linear",
+    ):
         self._runners = list(runners)
         self._rx = _weightcast._Receiver(
-            engine_rank=engine_rank, rank_count=rank_count,
+            engine_rank=engine_rank,
+            rank_count=rank_count,
             cuda_device=-1 if device is None else int(device),
-            runners=[r._spec() for r in self._runners], keep_delta_base=keep_delta_base,
-            init_timeout=init_timeout, comm_timeout=comm_timeout,
-            max_bucket_bytes=max_bucket_bytes, bind_address=bind_address,
-            store_token=store_token, single_copy=single_copy, initial_version=initial_version,
-            ep_size=ep_size, num_experts=num_experts, expert_placement=expert_placement)
+            runners=[r._spec() for r in self._runners],
+            keep_delta_base=keep_delta_base,
+            init_timeout=init_timeout,
+            comm_timeout=comm_timeout,
+            max_bucket_bytes=max_bucket_bytes,
+            bind_address=bind_address,
+            store_token=store_token,
+            single_copy=single_copy,
+            initial_version=initial_version,
+            ep_size=ep_size,
+            num_experts=num_experts,
+            expert_placement=expert_placement,
+        )
 
     @staticmethod
     def _body(body):
@@ -118,8 +164,11 @@ class Receiver:
     def leave(self, group_name="weight_update_group"):
         self._rx.leave(group_name)
 
-    def begin(self, selector="all", holder=None):
-        return self._rx.begin(selector, holder)
+    def begin(self, selector="all", holder=None, sessionless=False):
+        """Opens the session (the one state machine weightcast-engine keeps too). `sessionless`:
+        the one-request session an engine opens itself for an update that arrives with none
+        open; only calls carrying its session_id act on it."""
+        return self._rx.begin(selector, holder, sessionless)
 
     def receive(self, body):
         """update_weights_from_distributed's body: receives and stages one bucket (blocks)."""
@@ -128,8 +177,8 @@ class Receiver:
     def set_version(self, version):
         self._rx.set_version(version)
 
-    def commit(self, version=None):
-        return self._rx.commit(version)
+    def commit(self, version=None, session_id=None):
+        return self._rx.commit(version, session_id)
 
     def abort(self, reason="aborted"):
         self._rx.abort(reason)
@@ -151,6 +200,7 @@ class Receiver:
 
     weight_version = property(lambda self: self._rx.weight_version)
     in_session = property(lambda self: self._rx.in_session)
+    sessionless = property(lambda self: self._rx.sessionless)
     delta_base_bytes = property(lambda self: self._rx.delta_base_bytes)
     bytes_received = property(lambda self: self._rx.bytes_received)
     experts_dropped = property(lambda self: self._rx.experts_dropped)
@@ -165,5 +215,3 @@ class Receiver:
     @keep_delta_base.setter
     def keep_delta_base(self, keep):
         self._rx.keep_delta_base = bool(keep)
-
-

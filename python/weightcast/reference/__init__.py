@@ -45,7 +45,7 @@ The modules, in the order a request meets them:
     routes.py   the route tables of the three APIs (weightcast, sglang, vllm) and the test hooks
     info.py     /server_info in each API's shape
     engine.py   the front's state (pause, weight version) and the operations, relayed to workers
-    session.py  the update session's owner rules and its idle watchdog (the only copy here)
+    session.py  the front's session (the bound C++ SessionMachine) and its idle watchdog
     workers.py  the worker processes and the RPC over their pipes
     worker.py   one TP worker process: its model shard and its weightcast.Receiver
     model.py    the torch model, loaded the way vLLM and SGLang load theirs

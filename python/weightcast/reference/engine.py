@@ -26,9 +26,13 @@ class Engine:
         self.sessions = Sessions(cfg["session_timeout"])
         self.paused = threading.Event()
         self.weight_version = "default"
-        self.fail_bucket = None  # test hook: the bucket (sequence) refused once received
+        self.fail_bucket = (
+            None  # test hook: the bucket (sequence) refused once received
+        )
         self._counts = None
-        self.sessions.start_watchdog(lambda reason: self.workers.call_all("abort", reason), self.paused)
+        self.sessions.start_watchdog(
+            lambda reason: self.workers.call_all("abort", reason), self.paused
+        )
 
     def touch(self):
         self.sessions.touch()
@@ -62,8 +66,12 @@ class Engine:
 
     # --- groups and sessions -------------------------------------------------------------------
     def init_group(self, body):
-        self.workers.call_all("join", json.dumps(body), timeout=self.cfg["init_timeout"] + 30)
-        return {"message": f"joined group '{body.get('group_name', 'weight_update_group')}'"}
+        self.workers.call_all(
+            "join", json.dumps(body), timeout=self.cfg["init_timeout"] + 30
+        )
+        return {
+            "message": f"joined group '{body.get('group_name', 'weight_update_group')}'"
+        }
 
     def destroy_group(self, body):
         self.workers.call_all("leave", body.get("group_name", "weight_update_group"))
@@ -72,11 +80,16 @@ class Engine:
     def begin(self, body):
         selector = body.get("selector", "all")
         if self.cfg["api"] != "weightcast":
-            body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
+            body = {
+                k: v for k, v in body.items() if k != "holder"
+            }  # SGLang and vLLM own no sessions
         with self.sessions.mu:
-            self.sessions.check_closed()
-            answers = self.workers.call_all("begin", selector)
             token = self.sessions.open(selector, body.get("holder"))
+            try:
+                answers = self.workers.call_all("begin", selector)
+            except BaseException:
+                self.sessions.discard()
+                raise
         out = {
             "message": "session opened",
             "selector": selector,
@@ -93,7 +106,11 @@ class Engine:
         # Clients that open no session (SGLang's own, slime) get one per bucket: staged, verified
         # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
         # vLLM's routes never do: a bucket outside start/finish (after an abort) is refused.
-        implicit = implicit_ok and not self.sessions.is_open() and body.get("session_id") is None
+        implicit = (
+            implicit_ok
+            and not self.sessions.is_open()
+            and body.get("session_id") is None
+        )
         self.sessions.bucket_started(body.get("session_id"), check=not implicit)
         try:
             answers = self._receive(body, implicit)
@@ -120,7 +137,9 @@ class Engine:
             # Test hook (/debug/fail_bucket): the engine fails this bucket after the broadcast,
             # as it would a bucket whose bytes do not match their digests.
             self.fail_bucket = None
-            message = f"injected failure of bucket {body['sequence']} after it was received"
+            message = (
+                f"injected failure of bucket {body['sequence']} after it was received"
+            )
             raise WorkerError({"status": 500, "message": message})
         return answers
 
@@ -130,7 +149,7 @@ class Engine:
 
     def set_version(self, body):
         if self.sessions.is_open():
-            self.sessions.check_owner(body.get("session_id"))
+            self.sessions.check_owner(body.get("session_id"), "update_weight_version")
         self.workers.call_all("set_version", body["new_version"])
         if not self.sessions.is_open():
             self.weight_version = body["new_version"]
@@ -143,7 +162,12 @@ class Engine:
             answers = self.workers.call_all("commit", None, selector)
         versions = {a["weight_version"] for a in answers}
         if len(versions) != 1:
-            raise WorkerError({"status": 500, "message": f"workers committed different versions: {versions}"})
+            raise WorkerError(
+                {
+                    "status": 500,
+                    "message": f"workers committed different versions: {versions}",
+                }
+            )
         self.weight_version = answers[0]["weight_version"]
         slowest = max(a.get("seconds", 0) for a in answers)
         print(
@@ -164,9 +188,11 @@ class Engine:
         if not self.sessions.is_open():
             return {"message": "no session was open"}
         if not body.get("force"):
-            self.sessions.check_owner(body.get("session_id"))
+            self.sessions.check_owner(body.get("session_id"), "abort_weight_update")
         self.abort_all("aborted by abort_weight_update")
-        return {"message": "session aborted; staged tensors discarded, previous weights kept"}
+        return {
+            "message": "session aborted; staged tensors discarded, previous weights kept"
+        }
 
     # --- serving -------------------------------------------------------------------------------
     def generate(self, body):
@@ -176,13 +202,23 @@ class Engine:
                 raise WorkerError({"status": 503, "message": "generation is paused"})
             time.sleep(0.01)
         ids = body.get("input_ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
-            raise WorkerError({"status": 400, "message": "input_ids: a non-empty list of token ids"})
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, int) for i in ids)
+        ):
+            raise WorkerError(
+                {"status": 400, "message": "input_ids: a non-empty list of token ids"}
+            )
         n = int(body.get("sampling_params", {}).get("max_new_tokens", 8))
         with self.model_lock:
             version = self.weight_version
             out = self.workers.call_all("generate", ids, n)[0]
-        meta = {"weight_version": version, "prompt_tokens": len(ids), "completion_tokens": n}
+        meta = {
+            "weight_version": version,
+            "prompt_tokens": len(ids),
+            "completion_tokens": n,
+        }
         return {"output_ids": out[len(ids) :], "meta_info": meta}
 
     def accept_length(self):
@@ -190,11 +226,24 @@ class Engine:
             raise WorkerError({"status": 409, "message": "this engine holds no draft"})
         with self.model_lock:
             value = self.workers.call_all("accept_length")[0]
-        return {"accept_length": value, "draft_tokens": 4, "weight_version": self.weight_version}
+        return {
+            "accept_length": value,
+            "draft_tokens": 4,
+            "weight_version": self.weight_version,
+        }
 
     def checksum(self, runner, recompute):
-        if runner not in ("target", "draft") or (runner == "draft" and not self.cfg["draft"]):
-            raise WorkerError({"status": 400, "message": f"runner: no runner '{runner}'"})
+        if runner not in ("target", "draft") or (
+            runner == "draft" and not self.cfg["draft"]
+        ):
+            raise WorkerError(
+                {"status": 400, "message": f"runner: no runner '{runner}'"}
+            )
         with self.model_lock:
             answer = self.workers.call_all("checksum", runner, recompute)[0]
-        return {"runner": runner, "weight_version": self.weight_version, "recomputed": recompute, **answer}
+        return {
+            "runner": runner,
+            "weight_version": self.weight_version,
+            "recomputed": recompute,
+            **answer,
+        }

@@ -1,76 +1,88 @@
 """The front's update session: who owns it, and the watchdog that ends an idle one.
 
-This is the reference engine's only copy of the session rules (the workers' Receivers hold their
-own sessions, which this front opens, feeds and closes). Sessions are owned as in
+The session's rules are not kept here: the front holds one `SessionMachine`, the C++ state machine
+weightcast-engine and every Receiver keep (sync/engine/control/session.h, bound by the extension),
+and answers with its refusals and its words. This class adds only what the front needs around it:
+its lock, the count of bucket requests in flight, and the idle watchdog. (The workers' Receivers
+hold their own sessions, which this front opens, feeds and closes.) Sessions are owned as in
 weightcast-engine: a begin that names a holder gets a session_id every later call must carry; an
 id-less call is served only while no holder owns the open session.
 
-Threading: `mu` guards `current`, `busy` and the watchdog's decision; the callers that open,
+Threading: `mu` guards the machine, `busy` and the watchdog's decision; the callers that open,
 check and close a session take it around their check and their change, so the watchdog never
 cuts a bucket mid-way nor aborts a session opened meanwhile.
 """
 
-import secrets
 import threading
 import time
 
+from ..receiver import ReceiverError, SessionMachine
 from .workers import WorkerError
+
+
+def _refused(e):
+    return WorkerError({"status": getattr(e, "status", 409), "message": str(e)})
 
 
 class Sessions:
     def __init__(self, timeout):
         self.timeout = timeout  # a session (or a pause) idle this many seconds is ended
         self.mu = threading.Lock()
-        self.current = None  # {"selector", "token", "holder"}
+        self.machine = SessionMachine()
         self.last_activity = time.monotonic()
-        self.busy = 0  # bucket requests in flight (bounded by the workers' comm timeout)
+        self.busy = (
+            0  # bucket requests in flight (bounded by the workers' comm timeout)
+        )
 
     def touch(self):
         self.last_activity = time.monotonic()
 
     def is_open(self):
-        return self.current is not None
+        return self.machine.in_session
 
     def selector(self):
-        return self.current["selector"] if self.current else None
-
-    def check_closed(self):
-        """Before a begin (under mu): a second session is refused."""
-        if self.current is not None:
-            raise WorkerError({"status": 409, "message": "begin_weight_update: a session is already open"})
+        return self.machine.selector
 
     def open(self, selector, holder):
-        """Records the session a begin opened (under mu); its session_id."""
-        token = secrets.token_hex(16)
-        self.current = {"selector": selector, "token": token, "holder": holder}
-        return token
+        """Opens the session a begin asks for (under mu); its session_id. A session already open
+        is refused with the machine's answer."""
+        try:
+            return self.machine.begin(selector, holder)
+        except ReceiverError as e:
+            raise _refused(e) from None
 
-    def check_owner(self, token):
-        s = self.current
-        if s is None:
-            raise WorkerError({"status": 409, "message": "no update session is open"})
-        if token is not None and token != s["token"]:
-            raise WorkerError({"status": 409, "message": "session_id does not name the open session"})
-        if token is None and s["holder"] is not None:
-            message = f"the session belongs to {s['holder']}; send its session_id"
-            raise WorkerError({"status": 409, "message": message})
+    def check_owner(self, token, route="update_weight_version"):
+        """Whether a call from `route` carrying `token` may act on the open session."""
+        try:
+            self.machine.check_open(token, route)
+            self.machine.check_owner(token, route)
+        except ReceiverError as e:
+            raise _refused(e) from None
 
     def close_owned(self, token):
         """Closes the session `token` names (under mu); its selector."""
-        self.check_owner(token)
-        selector = self.current["selector"]
-        self.current = None
+        try:
+            self.machine.check_end()
+            self.machine.check_owner(token, "end_weight_update")
+        except ReceiverError as e:
+            raise _refused(e) from None
+        selector = self.machine.selector
+        self.machine.close()
         return selector
+
+    def discard(self):
+        """Leaves the session (under mu), e.g. when the workers refused its begin."""
+        self.machine.close()
 
     def close(self):
         with self.mu:
-            self.current = None
+            self.machine.close()
 
     def bucket_started(self, token, check):
         """A bucket request enters (the watchdog waits for it); `check`: its session is checked."""
         with self.mu:
             if check:
-                self.check_owner(token)
+                self.check_owner(token, "update_weights_from_distributed")
             self.busy += 1
 
     def bucket_done(self):
@@ -79,7 +91,9 @@ class Sessions:
         self.touch()
 
     def start_watchdog(self, abort_workers, paused):
-        threading.Thread(target=self._watchdog, args=(abort_workers, paused), daemon=True).start()
+        threading.Thread(
+            target=self._watchdog, args=(abort_workers, paused), daemon=True
+        ).start()
 
     def _watchdog(self, abort_workers, paused):
         """As weightcast-engine: a session that sees no request for the timeout is aborted
@@ -94,8 +108,8 @@ class Sessions:
                 idle = time.monotonic() - self.last_activity
                 if self.busy or idle < limit:
                     continue
-                if self.current is not None:
-                    self.current = None
+                if self.machine.in_session:
+                    self.machine.close()
                     try:
                         abort_workers(f"session timed out: no request for {limit} s")
                     except WorkerError:
