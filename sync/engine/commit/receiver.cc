@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "sync/engine/commit/tensor_routes.h"
+#include "sync/engine/receive/segment_copy.h"
 
 namespace weightcast::sync::engine {
 
@@ -265,6 +266,54 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   if (request.weight_version) session_.set_version(*request.weight_version);
   if (request.flush_cache) session_.request_flush();
   return out;
+}
+
+std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request) {
+  constexpr std::string_view kRoute = "update_weights_from_tensor";
+  std::vector<std::vector<Runner>> destinations;
+  std::uint64_t id = 0;
+  std::string token;
+  {
+    std::lock_guard lock(mu_);
+    if (auto refusal = session_.check_open(request.session_id, kRoute)) refuse(*refusal);
+    const Selector selector = request.selector.value_or(*session_.selector());
+    if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
+    if (auto refusal = session_.check_owner(request.session_id, kRoute)) refuse(*refusal);
+    destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_names_,
+                                 experts_dropped_);
+    id = session_.session_id();
+    token = session_.token();
+    for (const auto& meta : request.tensors) session_names_.insert(meta.name);  // reserved
+  }
+  // Without the lock: the copy is bounded by the handle's wait and the bucket's size.
+  std::vector<SegmentTensor> copied;
+  try {
+    copied = copy_segment(request, token, *pool_, opts_.comm_timeout);
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    if (session_.in_session() && session_.session_id() == id) {
+      for (const auto& meta : request.tensors) session_names_.erase(meta.name);
+    }
+    throw;
+  }
+  std::lock_guard lock(mu_);
+  if (!session_.in_session() || session_.session_id() != id) {
+    throw ReceiverError(409, std::string(kRoute) +
+                                 ": the session ended while the bucket was copied; nothing staged");
+  }
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < copied.size(); ++i) {
+    if (!destinations[i].empty()) bytes += copied[i].bytes.size();
+    for (Runner runner : destinations[i]) {
+      for (int r = 0; r < ranks_.count(); ++r) {
+        staging_->stage(runner, r, request.tensors[i], r == 0 ? copied[i].bytes : SharedBytes(),
+                        copied[i].digest);
+      }
+    }
+  }
+  if (request.weight_version) session_.set_version(*request.weight_version);
+  if (request.flush_cache) session_.request_flush();
+  return bytes;
 }
 
 std::size_t Receiver::receive(const UpdateWeightsFromDistributedRequest& request) {

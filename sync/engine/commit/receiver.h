@@ -59,6 +59,7 @@
 #include "sync/engine/stage/staging.h"
 #include "sync/model/name_filter.h"
 #include "sync/protocol/protocol.h"
+#include "sync/protocol/tensor_update.h"
 
 namespace weightcast::sync::engine {
 
@@ -186,6 +187,12 @@ class Receiver {
     std::uint64_t session_id = 0;
   };
   Ticket submit(const UpdateWeightsFromDistributedRequest& request);
+  // The colocated path (docs/colocated.md): stages one bucket copied out of the trainer's shared
+  // segment (sync/engine/receive/segment_copy.h) under the same session, selector and owner
+  // checks as a bucket request; returns the bytes staged. A refused or failed copy stages
+  // nothing and leaves the session as it was (ReceiverError: 400 for a handle, segment or bytes
+  // that are not what the request says, 504 when the trainer does not hand the segment over).
+  std::size_t receive_segment(const UpdateWeightsFromTensorRequest& request);
   ReceiveOutcome wait(const Ticket& ticket);
   // update_weight_version: staged for commit inside a session (returns false), applied at once
   // outside one (returns true). A session_id whose session is not open is refused.

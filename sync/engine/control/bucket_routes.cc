@@ -233,4 +233,21 @@ Reply BucketRoutes::receive_bucket(const UpdateWeightsFromDistributedRequest& re
   return ok_reply(std::move(message));
 }
 
+Reply BucketRoutes::update_weights_from_tensor(const UpdateWeightsFromTensorRequest& request) {
+  std::size_t bytes = 0;
+  try {
+    bytes = ctx_.receiver.receive_segment(request);
+  } catch (const ReceiverError& e) {
+    return error_reply(e.status(), e.what());
+  }
+  ctx_.touch();
+  std::string message =
+      "bucket copied from the shared segment: " + std::to_string(request.tensors.size()) +
+      " tensors, " + std::to_string(bytes) + " bytes staged";
+  if (request.weight_version) {
+    message += ". Weight version updated to " + *request.weight_version + ".";
+  }
+  return ok_reply(std::move(message));
+}
+
 }  // namespace weightcast::sync::engine

@@ -14,6 +14,7 @@
 #include "sync/engine/control/engine_context.h"
 #include "sync/engine/control/reply.h"
 #include "sync/protocol/protocol.h"
+#include "sync/protocol/tensor_update.h"
 
 namespace weightcast::sync::engine {
 
@@ -25,6 +26,9 @@ class BucketRoutes {
   Reply destroy_weights_update_group(const DestroyWeightsUpdateGroupRequest& request);
   // The answer in the request's dialect.
   Reply update_weights_from_distributed(const UpdateWeightsFromDistributedRequest& request);
+  // The colocated path (docs/colocated.md): one bucket copied out of the trainer's shared
+  // segment into the open session's staging.
+  Reply update_weights_from_tensor(const UpdateWeightsFromTensorRequest& request);
 
  private:
   // The bucket route in the engine's own statuses.

@@ -1,0 +1,36 @@
+// The colocated path's receive (docs/colocated.md): one bucket copied out of the trainer's shared
+// segment into staging memory.
+//
+// copy_segment() connects to the abstract unix socket the request names, takes the segment's
+// read-only descriptor from it (comm/colocate/handle_exchange.h: same uid, the session's token,
+// bounded by `timeout`), maps it read-only after checking it is a size-sealed memfd of the
+// announced size (comm/colocate/segment.h), and copies each tensor of the manifest into one pool
+// block, hashing every chunk while it is still in cache (one pass), then checks each digest
+// against the request's. The mapping is dropped before it returns: the trainer may reuse its
+// buffer once the request is answered. Errors: ReceiverError 400 for a handle or segment that
+// is not what the request says (forged, foreign, wrong size) or bytes whose digest differs,
+// 504 when the trainer does not hand the descriptor over in time.
+// Threading: a free function; call it without the receiver's lock.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/deadline.h"
+#include "sync/engine/stage/block_pool.h"
+#include "sync/model/checksum.h"
+#include "sync/protocol/tensor_update.h"
+
+namespace weightcast::sync::engine {
+
+struct SegmentTensor {
+  SharedBytes bytes;  // a view of the block the bucket was copied into
+  Digest digest;
+};
+
+// One entry per manifest tensor, in manifest order.
+std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
+                                        const std::string& token, BlockPool& pool,
+                                        comm::Millis timeout);
+
+}  // namespace weightcast::sync::engine

@@ -1,0 +1,53 @@
+// POST /update_weights_from_tensor: the colocated path's bucket request (docs/colocated.md).
+//
+// SGLang and Miles send `serialized_named_tensors` (torch-pickled, one entry per engine TP rank)
+// with load_format "flattened_bucket"; unpickling runs code, so weightcast-engine never reads
+// that form and refuses it with a 400 that says what to send instead. weightcast's own form is a
+// JSON manifest in the shape of SGLang's flattened_bucket — per tensor its name, dtype, shape and
+// byte offset in one segment — plus a segment handle: the abstract unix socket the trainer serves
+// the segment's read-only memfd on (comm/colocate/handle_exchange.h) and the segment's size.
+// Nothing in it is deserialized as code. Fields:
+//   load_format "weightcast_segment" (required), segment {"socket", "size"}, manifest [{"name",
+//   "dtype", "shape", "offset"}], digests (one per tensor, XXH3-128 hex), and as for
+//   update_weights_from_distributed: selector, session_id, weight_version, flush_cache,
+//   abort_all_requests.
+// Checks (comm::BadRequestError naming the field): every tensor's bytes lie inside the segment,
+// no two overlap, names are unique, one digest per tensor.
+// Threading: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/protocol/protocol_limits.h"
+#include "sync/protocol/selector.h"
+#include "sync/protocol/tensor.h"
+
+namespace weightcast::sync {
+
+inline constexpr std::string_view kSegmentLoadFormat = "weightcast_segment";
+
+struct SegmentHandle {
+  std::string socket;  // abstract AF_UNIX name (no leading NUL) the trainer serves the fd on
+  std::uint64_t size = 0;
+};
+
+struct UpdateWeightsFromTensorRequest {
+  SegmentHandle segment;
+  std::vector<TensorMeta> tensors;
+  std::vector<std::uint64_t> offsets;  // parallel to tensors: byte offset in the segment
+  std::vector<std::string> digests;    // parallel to tensors
+  std::optional<Selector> selector;
+  std::optional<std::string> session_id;
+  std::optional<std::string> weight_version;
+  bool flush_cache = true;
+  bool abort_all_requests = false;
+};
+
+UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view body,
+                                                                const ProtocolLimits& limits);
+
+}  // namespace weightcast::sync
