@@ -4,10 +4,6 @@
 // the session's token; the engine copies and hashes it into staging, and end_weight_update
 // commits it like any bucket. Refusals (a pickled body, a foreign token, a wrong size, an
 // out-of-range manifest, bytes whose digest differs) answer 400 and change nothing.
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <dirent.h>
 #include <atomic>
 #include <cstring>
@@ -15,12 +11,13 @@
 
 #include "comm/colocate/handle_exchange.h"
 #include "comm/colocate/segment.h"
+#include "comm/colocate/segment_server.h"
 #include "tests/sync/engine/http_fixture.h"
 
 namespace weightcast::sync::engine::testing {
 namespace {
 
-// One bucket in a shared segment, served once on an abstract socket with `token`.
+// One bucket in a shared segment, served once by the trainer's SegmentServer with `token`.
 class SegmentServer {
  public:
   SegmentServer(const std::vector<RawTensor>& tensors, std::size_t slack = 0)
@@ -31,31 +28,20 @@ class SegmentServer {
       offsets_.push_back(at);
       at += t.bytes.size();
     }
-    static std::atomic<int> serial{0};
-    name_ = "weightcast-test-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-    listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path + 1, name_.data(), name_.size());
-    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_.size());
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<const sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(::listen(listener_, 4), 0);
   }
   ~SegmentServer() {
-    ::shutdown(listener_, SHUT_RDWR);
     if (thread_.joinable()) thread_.join();
-    ::close(listener_);
   }
 
   // Answers the next connection with the descriptor, under `token` and announcing `size`.
   void serve(const std::string& token, std::size_t size) {
     thread_ = std::thread([this, token, size] {
-      const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) return;
-      comm::colocate::send_handle(conn, token, segment_.reader_fd(), size);
-      char byte;
-      (void)::read(conn, &byte, 1);  // until the engine hangs up
-      ::close(conn);
+      try {
+        server_.serve(token, segment_.reader_fd(), size, 1,
+                      comm::deadline_after(std::chrono::seconds(10)));
+      } catch (const comm::Error& e) {
+        ADD_FAILURE() << e.what();
+      }
     });
   }
   void serve(const std::string& token) { serve(token, segment_.size()); }
@@ -72,7 +58,7 @@ class SegmentServer {
       digests.push_back(to_string(tensor_digest(tensors[i].bytes)));
     }
     return Json{{"load_format", "weightcast_segment"},
-                {"segment", {{"socket", name_}, {"size", segment_.size()}}},
+                {"segment", {{"socket", server_.name()}, {"size", segment_.size()}}},
                 {"manifest", manifest},
                 {"digests", digests},
                 {"selector", std::string(to_string(selector))},
@@ -88,9 +74,8 @@ class SegmentServer {
   }
 
   comm::colocate::SharedSegment segment_;
+  comm::colocate::SegmentServer server_;
   std::vector<std::size_t> offsets_;
-  std::string name_;
-  int listener_ = -1;
   std::thread thread_;
 };
 
@@ -177,7 +162,7 @@ TEST_F(ColocateRoute, ForgedHandlesWrongSizesAndBadManifestsChangeNothing) {
     refused(wrong_size.body(next, session), "segment");
   }
   {
-    SegmentServer nobody(next);  // serves nothing: the socket name is not listened on after
+    SegmentServer nobody(next);
     Json body = Json::parse(nobody.body(next, session));
     body["segment"]["socket"] = "weightcast-test-nobody-listens-here";
     refused(body.dump(), "no trainer serves");
