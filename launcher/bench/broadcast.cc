@@ -21,6 +21,7 @@
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
 #include "launcher/bench/broadcast_summary.h"
+#include "launcher/bench/colocate_backend.h"
 #include "launcher/bench/table.h"
 #include "launcher/cli_util.h"
 
@@ -239,12 +240,16 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
     } else if (name == "mpi-bcast") {
       // Beside the rows of the TCP job, this job's own MPI_Bcast runs over shared memory.
       backends.push_back(mpi_backend(o.mpi_tcp_rows_in.empty() ? name : "mpi-bcast-shm"));
+    } else if (name == "colocate") {
+      // The colocated path's segment: one write by the root, one read by every other rank.
+      backends.push_back(
+          {name, false, colocated_broadcast(rank, size, o.max_bytes, Millis(o.timeout_ms))});
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
       throw comm::ConfigError("unknown bench backend '" + name +
                               "' (gloo-chain, gloo-unbound, gloo-sockets, gloo-stock, mpi-bcast, "
-                              "nccl)");
+                              "colocate, nccl)");
     }
   }
   return backends;

@@ -1,0 +1,118 @@
+#include "launcher/bench/colocate_backend.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comm/colocate/handle_exchange.h"
+#include "comm/colocate/segment.h"
+#include "comm/colocate/segment_server.h"
+#include "comm/errors.h"
+
+namespace weightcast::launcher {
+namespace {
+
+constexpr const char* kToken = "weightcast-bench";
+
+// The segment's first page holds the root's progress word: (broadcast number << 40) | bytes
+// written so far; the bytes follow it.
+constexpr std::size_t kHeader = 4096;
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+constexpr std::size_t kSequentialMax = std::size_t{4} << 20;
+
+struct Colocated {
+  std::optional<comm::colocate::SharedSegment> segment;  // the root's
+  std::optional<comm::colocate::MappedSegment> mapped;   // every other rank's
+  std::uint64_t broadcasts = 0;
+};
+
+std::uint64_t progress_word(std::uint64_t broadcast, std::size_t written) {
+  return (broadcast << 40) | written;
+}
+
+int connect_abstract(const std::string& name) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw comm::Error("colocate: cannot reach the root's segment server '" + name + "'");
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int size,
+                                                                 std::size_t max_bytes,
+                                                                 comm::Millis timeout) {
+  auto state = std::make_shared<Colocated>();
+  char name[108] = {};
+  std::unique_ptr<comm::colocate::SegmentServer> server;
+  if (rank == 0) {
+    state->segment.emplace(max_bytes + kHeader, "weightcast-bench");
+    server = std::make_unique<comm::colocate::SegmentServer>();
+    std::snprintf(name, sizeof(name), "%s", server->name().c_str());
+  }
+  MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    server->serve(kToken, state->segment->reader_fd(), max_bytes + kHeader, size - 1,
+                  comm::deadline_after(timeout));
+  } else {
+    const int fd = connect_abstract(name);
+    const auto handle = comm::colocate::receive_handle(fd, kToken, timeout);
+    ::close(fd);
+    state->mapped.emplace(handle.fd, handle.size);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return [state, rank, max_bytes](void* p, std::size_t n, int root) {
+    if (root != 0 || n > max_bytes) {
+      throw comm::ConfigError("colocate: the root must be rank 0 and a broadcast at most " +
+                              std::to_string(max_bytes) + " bytes");
+    }
+    // Pipelined: the root publishes its progress after every chunk it writes; the others copy
+    // each chunk out as soon as it is there (yielding while they wait: the cores are shared).
+    const std::uint64_t id = ++state->broadcasts;
+    auto* bytes = static_cast<std::byte*>(p);
+    if (n <= kSequentialMax) {
+      // Small: one write, a barrier, one read each (spinning on progress costs more here).
+      if (rank == 0) std::memcpy(state->segment->bytes().data() + kHeader, bytes, n);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank != 0) {
+        state->mapped->copy_through(kHeader, {bytes, n}, [](std::span<const std::byte>) {});
+      }
+    } else if (rank == 0) {
+      std::byte* base = state->segment->bytes().data();
+      auto* progress = reinterpret_cast<std::uint64_t*>(base);
+      for (std::size_t at = 0; at < n; at += kChunk) {
+        const std::size_t len = std::min(kChunk, n - at);
+        std::memcpy(base + kHeader + at, bytes + at, len);
+        __atomic_store_n(progress, progress_word(id, at + len), __ATOMIC_RELEASE);
+      }
+    } else {
+      const auto* progress = reinterpret_cast<const std::uint64_t*>(state->mapped->bytes().data());
+      for (std::size_t at = 0; at < n; at += kChunk) {
+        const std::size_t len = std::min(kChunk, n - at);
+        while (__atomic_load_n(progress, __ATOMIC_ACQUIRE) < progress_word(id, at + len)) {
+          sched_yield();
+        }
+        state->mapped->copy_through(kHeader + at, {bytes + at, len},
+                                    [](std::span<const std::byte>) {});
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+}
+
+}  // namespace weightcast::launcher
