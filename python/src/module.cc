@@ -14,6 +14,7 @@
 
 #include "comm/errors.h"
 #include "errors.h"
+#include "py_colocate.h"
 #include "py_receiver.h"
 #include "py_session.h"
 #include "py_shard_plan.h"
@@ -193,6 +194,7 @@ PYBIND11_MODULE(_weightcast, m) {
   wp::register_errors(m);
   wp::bind_receiver(m);
   wp::bind_session_machine(m);
+  wp::bind_colocate(m);
   wp::bind_report(m);
   wp::bind_stage_result(m);
   m.def("weight_update_selector", &wp::selector_of, py::kw_only(),

@@ -332,6 +332,16 @@ void bind_receiver_calls(ReceiverClass& cls) {
              py::gil_scoped_release nogil;
              return r.receive(req);
            })
+      .def(
+          "receive_segment",
+          [](se::Receiver& r, const std::string& body, std::optional<std::string> handle_token) {
+            const auto req = parsed([&] {
+              return sync::parse_update_weights_from_tensor(body, sync::ProtocolLimits{});
+            });
+            py::gil_scoped_release nogil;
+            return r.receive_segment(req, handle_token);
+          },
+          py::arg("body"), py::arg("handle_token") = py::none())
       .def("set_version", [](se::Receiver& r, const std::string& v) { r.set_version(v); })
       .def(
           "commit",

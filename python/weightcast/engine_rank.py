@@ -144,6 +144,12 @@ class EngineRank:
             self.receiver.commit(body.get("weight_version"), session_id=token)
         return True, f"received {size} bytes"
 
+    def update_segment(self, body, handle_token=None):
+        """One colocated bucket (update_weights_from_tensor, weightcast's segment form), inside
+        the open session: staged like a distributed bucket, committed at end."""
+        size = self.receiver.receive_segment(body, handle_token)
+        return True, f"copied {size} bytes from the shared segment"
+
     def end(self, version=None):
         return self.receiver.commit(version)
 

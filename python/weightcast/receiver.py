@@ -174,6 +174,13 @@ class Receiver:
         """update_weights_from_distributed's body: receives and stages one bucket (blocks)."""
         return self._rx.receive(self._body(body))
 
+    def receive_segment(self, body, handle_token=None):
+        """update_weights_from_tensor's body in weightcast's segment form (docs/colocated.md):
+        copies the bucket out of the trainer's shared segment into staging, in the open session.
+        `handle_token`: what the trainer's handle carries, when not this receiver's session id
+        (a worker behind an engine front that owns the session)."""
+        return self._rx.receive_segment(self._body(body), handle_token)
+
     def set_version(self, version):
         self._rx.set_version(version)
 

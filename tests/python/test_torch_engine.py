@@ -161,6 +161,48 @@ class TorchEngine(unittest.TestCase):
             self.assertEqual(layers, sorted(layers))
             self.assertEqual(last[0], "model.embed_tokens.weight")
 
+    def test_colocated_bucket(self):
+        """POST /update_weights_from_tensor in weightcast's segment form: a Python trainer lays the
+        target out in a sealed memfd segment and serves it to both TP workers, which copy it into
+        staging; end_weight_update commits it, the draft stays bit-identical, /generate matches the
+        reference. The torch-pickled form and a foreign token are 400s that change nothing."""
+        import threading
+
+        full = full_tensors(1)
+        with torch_engines.running([2], SEED, []) as (e,):
+            before = e.params()
+            layout, offset, blob = [], 0, bytearray()
+            digests = []
+            for name, t in full.items():
+                raw = t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                layout.append({"name": name, "dtype": str(t.dtype).replace("torch.", ""),
+                               "shape": list(t.shape), "offset": offset})
+                digests.append(_weightcast._tensor_digest(raw))
+                blob += raw
+                offset += len(raw)
+            bucket = _weightcast._ColocatedBucket(bytes(blob))
+            body = {"load_format": "weightcast_segment", "manifest": layout, "digests": digests,
+                    "segment": {"socket": bucket.socket, "size": bucket.size}, "selector": "target"}
+            pickled = {"serialized_named_tensors": ["gASV"], "load_format": "flattened_bucket"}
+            status, answer = e.call("/update_weights_from_tensor", pickled)
+            self.assertEqual(status, 400, answer)
+            self.assertIn("unpickling runs code", answer["message"])
+            session = e.ok("/begin_weight_update", {"selector": "target", "holder": "trainer"})["session_id"]
+            server = threading.Thread(target=bucket.serve, args=("f" * 32, 2, 30.0))
+            server.start()  # a foreign token: every worker refuses the handle
+            status, answer = e.call("/update_weights_from_tensor", dict(body, session_id=session))
+            server.join()
+            self.assertEqual(status, 400, answer)
+            e.ok("/abort_weight_update", {"session_id": session})
+            session = e.ok("/begin_weight_update", {"selector": "target", "holder": "trainer"})["session_id"]
+            server = threading.Thread(target=bucket.serve, args=(session, 2, 30.0))
+            server.start()
+            e.ok("/update_weights_from_tensor", dict(body, session_id=session))
+            server.join()
+            e.ok("/end_weight_update", {"session_id": session})
+            self.assert_holds(e, full, draft_before=before)
+            self.assertEqual(e.generate(PROMPT, 8)["output_ids"], reference_generate(full, PROMPT, 8))
+
     def test_views_are_zero_copy(self):
         with torch_engines.running([1], SEED) as engines:
             code, out = torch_engines.train(engines, 1, SEED, ["--bucket-bytes", "64M"], tp=1, pp=1)

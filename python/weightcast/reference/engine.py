@@ -124,6 +124,32 @@ class Engine:
             message += f". Weight version updated to {body['weight_version']}."
         return {"message": message}
 
+    def update_from_tensor(self, body):
+        """POST /update_weights_from_tensor: one colocated bucket in weightcast's segment form,
+        inside the open session; every worker copies its copy out of the trainer's segment. The
+        pickled form SGLang and Miles send is refused: unpickling runs code, and this engine
+        reads only the JSON manifest (docs/colocated.md)."""
+        if "serialized_named_tensors" in body:
+            message = (
+                "serialized_named_tensors: torch-pickled tensors are not read by this engine "
+                '(unpickling runs code); send load_format "weightcast_segment" with a manifest '
+                "and a segment handle (docs/colocated.md)"
+            )
+            raise WorkerError({"status": 400, "message": message})
+        route = "update_weights_from_tensor"
+        self.sessions.bucket_started(body.get("session_id"), check=True, route=route)
+        try:
+            relayed = {k: v for k, v in body.items() if k != "session_id"}
+            token = self.sessions.machine.token
+            answers = self.workers.call_all(
+                "receive_segment", json.dumps(relayed), token
+            )
+        finally:
+            self.sessions.bucket_done()
+        return {
+            "message": f"bucket copied: {len(body.get('manifest', []))} tensors ({answers[0]['message']})"
+        }
+
     def _receive(self, body, implicit):
         # Ownership is checked by the caller; the workers' sessions are this front's own.
         relayed = {k: v for k, v in body.items() if k != "session_id"}

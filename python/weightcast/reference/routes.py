@@ -40,11 +40,18 @@ def weightcast_routes(engine):
         "/destroy_weights_update_group": engine.destroy_group,
         "/begin_weight_update": engine.begin,
         "/update_weights_from_distributed": engine.update,
+        "/update_weights_from_tensor": engine.update_from_tensor,
         "/update_weight_version": engine.set_version,
         "/end_weight_update": engine.end,
         "/abort_weight_update": engine.abort,
-        "/pause_generation": lambda b: (engine.paused.set(), {"message": "generation paused"})[1],
-        "/continue_generation": lambda b: (engine.paused.clear(), {"message": "generation resumed"})[1],
+        "/pause_generation": lambda b: (
+            engine.paused.set(),
+            {"message": "generation paused"},
+        )[1],
+        "/continue_generation": lambda b: (
+            engine.paused.clear(),
+            {"message": "generation resumed"},
+        )[1],
         "/flush_cache": _ok("cache flushed"),
     }
     gets = {
@@ -53,7 +60,10 @@ def weightcast_routes(engine):
         "/get_server_info": lambda q: info.native_info(engine),
         "/flush_cache": lambda q: {"message": "cache flushed"},
         "/get_weight_version": lambda q: {"weight_version": engine.weight_version},
-        "/model_info": lambda q: {"weight_version": engine.weight_version, "model_path": engine.cfg["model"]},
+        "/model_info": lambda q: {
+            "weight_version": engine.weight_version,
+            "model_path": engine.cfg["model"],
+        },
     }
     return RouteTable(posts, gets)
 
@@ -61,7 +71,9 @@ def weightcast_routes(engine):
 def sglang_routes(engine):
     """weightcast's routes, with /server_info in SGLang's shape (no "success")."""
     table = weightcast_routes(engine)
-    table.gets["/server_info"] = table.gets["/get_server_info"] = lambda q: info.sglang_info(engine)
+    table.gets["/server_info"] = table.gets[
+        "/get_server_info"
+    ] = lambda q: info.sglang_info(engine)
     table.plain |= {"/server_info", "/get_server_info"}
     return table
 
@@ -89,9 +101,13 @@ class VllmDialect:
         raise WorkerError({"status": 500, "message": message})
 
     def init(self, body):
-        group, _ = parse_init_info(body.get("init_info"))  # keep_delta_base: this engine's --delta
+        group, _ = parse_init_info(
+            body.get("init_info")
+        )  # keep_delta_base: this engine's --delta
         if self.engine.sessions.is_open() and not self.active:
-            self.engine.abort_all("the trainer joined again before the previous round ended")
+            self.engine.abort_all(
+                "the trainer joined again before the previous round ended"
+            )
         self.engine.init_group(group)
         return {"message": "Weight transfer initialized"}
 
@@ -102,14 +118,22 @@ class VllmDialect:
                 "Call finish_weight_update first."
             )
         if self.engine.sessions.is_open():
-            self.engine.abort_all("a new update started before the previous one finished")
+            self.engine.abort_all(
+                "a new update started before the previous one finished"
+            )
         self.engine.begin({"selector": model})
         self.active, self.model = True, model
-        return {"message": "Draft weight update started" if model == "draft" else "Weight update started"}
+        return {
+            "message": "Draft weight update started"
+            if model == "draft"
+            else "Weight update started"
+        }
 
     def update(self, body):
         if "update_info" not in body:
-            raise WorkerError({"status": 400, "message": "Missing 'update_info' in request body"})
+            raise WorkerError(
+                {"status": 400, "message": "Missing 'update_info' in request body"}
+            )
         if not self.active:
             self._raise("start_weight_update must be called before update_weights.")
         try:
@@ -117,7 +141,9 @@ class VllmDialect:
             if kind == "abort":
                 if self.engine.sessions.is_open():
                     self.engine.abort_all(payload)
-                self._raise(f"weightcast: round aborted ({payload}); no weights changed")
+                self._raise(
+                    f"weightcast: round aborted ({payload}); no weights changed"
+                )
             selector = payload.get("selector") or self.model
             if selector not in ("all", self.model):
                 self.engine.abort_all(f"a '{selector}' bucket in a {self.model} round")
@@ -126,13 +152,17 @@ class VllmDialect:
                 )
             self.engine.update(dict(payload, selector=self.model), implicit_ok=False)
         except BaseException:
-            self.active = False  # vLLM's worker leaves the update when the backend raises
+            self.active = (
+                False  # vLLM's worker leaves the update when the backend raises
+            )
             raise
         return {"message": "Weights updated"}
 
     def finish(self, body):
         if not self.active:
-            self._raise("finish_weight_update called without a matching start_weight_update.")
+            self._raise(
+                "finish_weight_update called without a matching start_weight_update."
+            )
         version = body.get("weight_version")
         if version is not None:  # vLLM records any string, "" included
             self.engine.set_version({"new_version": str(version)})
@@ -142,7 +172,12 @@ class VllmDialect:
 
     def pause(self, mode):
         if mode not in ("abort", "wait", "keep"):
-            raise WorkerError({"status": 400, "message": f"mode: 'abort', 'wait' or 'keep' (got '{mode}')"})
+            raise WorkerError(
+                {
+                    "status": 400,
+                    "message": f"mode: 'abort', 'wait' or 'keep' (got '{mode}')",
+                }
+            )
         self.engine.paused.set()
         return {"status": "paused"}
 
@@ -183,11 +218,18 @@ def _add_serving(table, engine):
 def _add_debug(table, engine):
     """Test hooks (--debug-routes), answered in weightcast's shape."""
     call_all = engine.workers.call_all
-    table.posts["/debug/save_params"] = lambda b: (call_all("save", b["path"]), {"message": "saved"})[1]
-    table.posts["/debug/reset_peak"] = lambda b: (call_all("reset_peak"), {"message": "reset"})[1]
-    table.posts["/debug/fail_load"] = lambda b: (call_all("fail_load", b.get("tensor")), {"message": "set"})[
-        1
-    ]
+    table.posts["/debug/save_params"] = lambda b: (
+        call_all("save", b["path"]),
+        {"message": "saved"},
+    )[1]
+    table.posts["/debug/reset_peak"] = lambda b: (
+        call_all("reset_peak"),
+        {"message": "reset"},
+    )[1]
+    table.posts["/debug/fail_load"] = lambda b: (
+        call_all("fail_load", b.get("tensor")),
+        {"message": "set"},
+    )[1]
     table.posts["/debug/fail_bucket"] = lambda b: (
         setattr(engine, "fail_bucket", b.get("sequence")),
         {"message": "set"},
@@ -205,7 +247,11 @@ def _add_debug(table, engine):
 def route_table(engine):
     """The table the engine serves under its configuration (--api, --debug-routes)."""
     api = engine.cfg["api"]
-    make = {"weightcast": weightcast_routes, "sglang": sglang_routes, "vllm": vllm_routes}[api]
+    make = {
+        "weightcast": weightcast_routes,
+        "sglang": sglang_routes,
+        "vllm": vllm_routes,
+    }[api]
     table = make(engine)
     _add_serving(table, engine)
     if engine.cfg["debug_routes"]:

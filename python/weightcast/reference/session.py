@@ -78,11 +78,11 @@ class Sessions:
         with self.mu:
             self.machine.close()
 
-    def bucket_started(self, token, check):
+    def bucket_started(self, token, check, route="update_weights_from_distributed"):
         """A bucket request enters (the watchdog waits for it); `check`: its session is checked."""
         with self.mu:
             if check:
-                self.check_owner(token, "update_weights_from_distributed")
+                self.check_owner(token, route)
             self.busy += 1
 
     def bucket_done(self):

@@ -27,7 +27,11 @@ DRAFT_FILTER = "draft.*"
 
 
 def _tensor(dtype, shape, raw):
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+    return (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        .view(getattr(torch, dtype))
+        .view(shape)
+    )
 
 
 class Worker:
@@ -44,8 +48,19 @@ class Worker:
         runners = [Runner("target", self._loader(self.target), filter=TARGET_FILTER)]
         if self.draft is not None:
             # The fixed behaviour: post-processing runs when the draft loaded something.
-            finish = None if cfg["legacy_finalize"] else self.draft.process_weights_after_loading
-            runners.append(Runner("draft", self._loader(self.draft), filter=DRAFT_FILTER, finish=finish))
+            finish = (
+                None
+                if cfg["legacy_finalize"]
+                else self.draft.process_weights_after_loading
+            )
+            runners.append(
+                Runner(
+                    "draft",
+                    self._loader(self.draft),
+                    filter=DRAFT_FILTER,
+                    finish=finish,
+                )
+            )
         # The plug-ins' core (weightcast.engine_rank), so the torch engine tests it too.
         self.core = EngineRank(
             runners=runners,
@@ -60,7 +75,9 @@ class Worker:
         self.rx = self.core.receiver
         for runner in ["target"] + (["draft"] if self.draft is not None else []):
             tensors = []
-            for name, dtype, shape, raw in _weightcast._model_tensors(cfg["model"], runner, cfg["seed"], 0):
+            for name, dtype, shape, raw in _weightcast._model_tensors(
+                cfg["model"], runner, cfg["seed"], 0
+            ):
                 tensors.append((name, _tensor(dtype, shape, raw)))
                 self.metas[name] = (dtype, shape)
             self.rx.install(runner, tensors)
@@ -73,7 +90,9 @@ class Worker:
             for name, tensor in pairs:
                 if name == self.fail_on:
                     raise RuntimeError(f"injected load failure on '{name}'")
-                self.loaded_order.append((name, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
+                self.loaded_order.append(
+                    (name, tensor.data_ptr(), tensor.numel() * tensor.element_size())
+                )
             model.load_weights(iter(pairs))
 
         return load
@@ -92,6 +111,10 @@ class Worker:
         ok, message = self.core.update(body)
         return {"message": message, "weight_version": self.rx.weight_version}
 
+    def op_receive_segment(self, body, handle_token):
+        ok, message = self.core.update_segment(body, handle_token)
+        return {"message": message}
+
     def op_set_version(self, version):
         self.rx.set_version(version)
 
@@ -102,7 +125,11 @@ class Worker:
         start = time.monotonic()
         result = self.core.end(version)
         result["seconds"] = time.monotonic() - start
-        if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
+        if (
+            self.cfg["legacy_finalize"]
+            and self.draft is not None
+            and selector in ("all", "draft")
+        ):
             # The old behaviour: every covered runner's resident weights are post-processed again
             # at the end of the session, whether or not it loaded anything.
             self.draft.process_weights_after_loading()
@@ -110,10 +137,14 @@ class Worker:
                 if entry["runner"] == "draft":
                     break
             else:
-                result["runners"].append({"runner": "draft", "tensors_loaded": 0, "tensors_transformed": 0})
+                result["runners"].append(
+                    {"runner": "draft", "tensors_loaded": 0, "tensors_transformed": 0}
+                )
             for entry in result["runners"]:
                 if entry["runner"] == "draft":
-                    entry["tensors_transformed"] = sum(1 for p in self.draft.parameters() if p.dim() == 2)
+                    entry["tensors_transformed"] = sum(
+                        1 for p in self.draft.parameters() if p.dim() == 2
+                    )
         return result
 
     def op_generate(self, ids, max_new_tokens):
@@ -139,13 +170,26 @@ class Worker:
         digests = self.rx.digests(runner)
         if recompute:
             model = self.target if runner == "target" else self.draft
-            raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
-            digests = {n: _weightcast._tensor_digest(raw(t)) for n, t in model.hf_tensors().items()}
+            raw = (
+                lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()
+            )  # noqa: E731
+            digests = {
+                n: _weightcast._tensor_digest(raw(t))
+                for n, t in model.hf_tensors().items()
+            }
         tensors = [
-            {"name": n, "digest": d, "dtype": self.metas[n][0], "shape": self.metas[n][1]}
+            {
+                "name": n,
+                "digest": d,
+                "dtype": self.metas[n][0],
+                "shape": self.metas[n][1],
+            }
             for n, d in sorted(digests.items())
         ]
-        return {"digest": _weightcast._combined_digest(sorted(digests.items())), "tensors": tensors}
+        return {
+            "digest": _weightcast._combined_digest(sorted(digests.items())),
+            "tensors": tensors,
+        }
 
     def op_reset_peak(self):
         """Test hook: restarts the kernel's peak-RSS count (VmHWM) of this worker."""
@@ -153,7 +197,9 @@ class Worker:
             f.write("5")
 
     def op_info(self):
-        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        status = dict(
+            line.split(":", 1) for line in open("/proc/self/status") if ":" in line
+        )
         kib = lambda key: int(status[key].split()[0]) * 1024  # noqa: E731
         return {
             "rss": kib("VmRSS"),
@@ -176,7 +222,9 @@ class Worker:
         """Test hook: this worker's parameters (its shards, as held) to `path`/rank<r>.pt."""
         state = {
             "target": {k: v.clone() for k, v in self.target.state_dict().items()},
-            "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
+            "draft": {k: v.clone() for k, v in self.draft.state_dict().items()}
+            if self.draft
+            else {},
             "loaded_order": list(self.loaded_order),
         }
         torch.save(state, os.path.join(path, f"rank{self.rank}.pt"))
@@ -187,10 +235,19 @@ class Worker:
 
 def _error(e):
     if isinstance(e, LoadError):
-        return {"status": 500, "message": str(e), "runner": e.runner, "tensor": e.tensor}
+        return {
+            "status": 500,
+            "message": str(e),
+            "runner": e.runner,
+            "tensor": e.tensor,
+        }
     if isinstance(e, ReceiverError):
         return {"status": e.status, "message": str(e)}
-    return {"status": 500, "message": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+    return {
+        "status": 500,
+        "message": f"{type(e).__name__}: {e}",
+        "trace": traceback.format_exc(),
+    }
 
 
 def main(rank, cfg, conn, store_port):

@@ -268,7 +268,8 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   return out;
 }
 
-std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request) {
+std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
+                                      const std::optional<std::string>& handle_token) {
   constexpr std::string_view kRoute = "update_weights_from_tensor";
   std::vector<std::vector<Runner>> destinations;
   std::uint64_t id = 0;
@@ -282,7 +283,7 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
     destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_names_,
                                  experts_dropped_);
     id = session_.session_id();
-    token = session_.token();
+    token = handle_token.value_or(session_.token());
     for (const auto& meta : request.tensors) session_names_.insert(meta.name);  // reserved
   }
   // Without the lock: the copy is bounded by the handle's wait and the bucket's size.

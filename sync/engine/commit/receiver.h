@@ -192,7 +192,10 @@ class Receiver {
   // checks as a bucket request; returns the bytes staged. A refused or failed copy stages
   // nothing and leaves the session as it was (ReceiverError: 400 for a handle, segment or bytes
   // that are not what the request says, 504 when the trainer does not hand the segment over).
-  std::size_t receive_segment(const UpdateWeightsFromTensorRequest& request);
+  // `handle_token`: the token the trainer's handle must carry when it is not this receiver's
+  // session token (a worker behind an engine front whose session the front owns).
+  std::size_t receive_segment(const UpdateWeightsFromTensorRequest& request,
+                              const std::optional<std::string>& handle_token = std::nullopt);
   ReceiveOutcome wait(const Ticket& ticket);
   // update_weight_version: staged for commit inside a session (returns false), applied at once
   // outside one (returns true). A session_id whose session is not open is refused.
