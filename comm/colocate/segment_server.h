@@ -21,9 +21,9 @@ class SegmentServer {
  public:
   // Throws comm::Error when the socket cannot be created.
   SegmentServer();
-  ~SegmentServer();
   SegmentServer(const SegmentServer&) = delete;
   SegmentServer& operator=(const SegmentServer&) = delete;
+  ~SegmentServer();
 
   // The abstract name engines connect to (without the leading NUL).
   const std::string& name() const { return name_; }

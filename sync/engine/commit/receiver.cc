@@ -220,13 +220,20 @@ GroupTable::Groups Receiver::joined() const {
   return groups_.all();
 }
 
-Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
-  constexpr std::string_view kRoute = "update_weights_from_distributed";
-  if (auto refusal = session_.check_open(request.session_id, kRoute)) refuse(*refusal);
+Selector Receiver::check_payload_locked(const std::optional<std::string>& token,
+                                        const std::optional<Selector>& selector,
+                                        std::string_view route) const {
+  if (auto refusal = session_.check_open(token, route)) refuse(*refusal);
   // A request without a selector (SGLang's body) takes the session's.
-  const Selector selector = request.selector.value_or(*session_.selector());
-  if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
-  if (auto refusal = session_.check_owner(request.session_id, kRoute)) refuse(*refusal);
+  const Selector chosen = selector.value_or(*session_.selector());
+  if (auto refusal = session_.check_payload(chosen)) refuse(*refusal);
+  if (auto refusal = session_.check_owner(token, route)) refuse(*refusal);
+  return chosen;
+}
+
+Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
+  const Selector selector =
+      check_payload_locked(request.session_id, request.selector, "update_weights_from_distributed");
   Ticket out{nullptr, groups_.find(request.group_name), session_.session_id()};
   if (!out.group) {
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
@@ -276,10 +283,7 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
   std::string token;
   {
     std::lock_guard lock(mu_);
-    if (auto refusal = session_.check_open(request.session_id, kRoute)) refuse(*refusal);
-    const Selector selector = request.selector.value_or(*session_.selector());
-    if (auto refusal = session_.check_payload(selector)) refuse(*refusal);
-    if (auto refusal = session_.check_owner(request.session_id, kRoute)) refuse(*refusal);
+    const Selector selector = check_payload_locked(request.session_id, request.selector, kRoute);
     destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_names_,
                                  experts_dropped_);
     id = session_.session_id();

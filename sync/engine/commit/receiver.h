@@ -244,6 +244,12 @@ class Receiver {
 
  private:
   Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
+  // The session rules a payload meets, in order: a session is open (`token` names it, if given),
+  // its selector is the request's (absent: the session's), and `token` may act on it. Returns
+  // the selector; throws ReceiverError with the refusal.
+  Selector check_payload_locked(const std::optional<std::string>& token,
+                                const std::optional<Selector>& selector,
+                                std::string_view route) const;
   // Returns whether it ended session `session_id` (false: no longer the open one).
   bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                            const std::string& reason, bool abort_used_groups = false);

@@ -81,9 +81,6 @@ void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limit
   post("/begin_weight_update", parse_begin_weight_update, &Engine::begin_weight_update);
   post("/update_weights_from_distributed", parse_update_weights_from_distributed,
        &Engine::update_weights_from_distributed);
-  // The colocated path: weightcast's segment manifest (SGLang's pickled form gets a 400).
-  post("/update_weights_from_tensor", parse_update_weights_from_tensor,
-       &Engine::update_weights_from_tensor);
   post("/update_weight_version", parse_update_weight_version, &Engine::update_weight_version);
   post("/end_weight_update", parse_end_weight_update, &Engine::end_weight_update);
   // Ours: the trainer's abort path. Like end, it takes no fields.
@@ -92,6 +89,9 @@ void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limit
   post("/release_weight_update_lease", parse_release_lease, &Engine::release_lease);
   // SGLang's: checksum / snapshot / compare of the resident weights.
   post("/weights_checker", parse_weights_checker, &Engine::weights_checker);
+  // The colocated path: weightcast's segment manifest (SGLang's pickled form gets a 400).
+  post("/update_weights_from_tensor", parse_update_weights_from_tensor,
+       &Engine::update_weights_from_tensor);
 }
 
 // GET /weights_checksum?runner=NAME[&recompute=1]

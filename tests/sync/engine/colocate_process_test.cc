@@ -4,7 +4,6 @@
 // engine takes three updates of the target with its frozen draft bit-identical; a trainer killed
 // while an engine waits for its segment leaves the engine on its version, and nothing is left in
 // /dev/shm either way.
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,51 +21,31 @@
 #include "comm/colocate/segment_server.h"
 #include "sync/engine/runners/weights.h"
 #include "sync/model/model.h"
-#include "tests/support/engine_launch.h"
-#include "tests/support/subprocess.h"
+#include "tests/sync/engine/colocate_util.h"
 #include "tests/sync/engine/process_sender.h"
 #include "tests/sync/engine/test_util.h"
-
-#ifndef WEIGHTCAST_ENGINE_BIN
-#error "WEIGHTCAST_ENGINE_BIN must name the weightcast-engine executable"
-#endif
 
 namespace weightcast::sync::engine::testing {
 namespace {
 
-using namespace std::chrono_literals;
 using Json = nlohmann::json;
-using weightcast::testing::Subprocess;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
 
-constexpr std::uint64_t kSeed = 5;
-
-struct EngineProcess {
-  Subprocess process;
-  EngineEndpoint endpoint;
-};
+// WEIGHTCAST_ENGINE_BIN (the CMake target's path) names the engine binary.
+constexpr std::uint64_t kColocateSeed = 11;
 
 EngineProcess start_engine(int ranks) {
-  EngineProcess e{Subprocess(weightcast::testing::test_engine_argv(
-                      WEIGHTCAST_ENGINE_BIN, ranks, kSeed,
-                      {"--init-timeout-ms", "15000", "--comm-timeout-ms", "3000"})),
-                  {}};
-  const std::string url = weightcast::testing::wait_for_engine_url(e.process, 20s);
-  const std::string host = url.substr(std::string("http://").size());
-  e.endpoint = {host.substr(0, host.rfind(':')), weightcast::testing::url_port(url), ranks};
-  return e;
+  return start_engine_process(WEIGHTCAST_ENGINE_BIN, ranks, kColocateSeed,
+                              {"--init-timeout-ms", "15000", "--comm-timeout-ms", "3000"});
+}
+
+std::string runner_digest(Sender& s, const char* runner) {
+  return s.get(0, std::string("/weights_checksum?runner=") + runner).body.value("digest", "");
 }
 
 std::vector<RawTensor> sent_at(std::uint64_t step) {
-  return generate_weights(target_tensors(model_preset("tiny")), kSeed, step);
-}
-
-std::size_t shm_entries() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
+  return generate_weights(target_tensors(model_preset("tiny")), kColocateSeed, step);
 }
 
 // A trainer process holding one bucket: forked, it lays `tensors` out in a segment, writes the
@@ -104,21 +83,7 @@ class TrainerChild {
   }
 
   std::string body(const std::vector<RawTensor>& tensors, const std::string& session) const {
-    Json manifest = Json::array(), digests = Json::array();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      manifest.push_back({{"name", tensors[i].meta.name},
-                          {"dtype", std::string(to_string(tensors[i].meta.dtype))},
-                          {"shape", tensors[i].meta.shape},
-                          {"offset", offsets_[i]}});
-      digests.push_back(to_string(tensor_digest(tensors[i].bytes)));
-    }
-    return Json{{"load_format", "weightcast_segment"},
-                {"segment", {{"socket", name_}, {"size", size_}}},
-                {"manifest", manifest},
-                {"digests", digests},
-                {"selector", "target"},
-                {"session_id", session}}
-        .dump();
+    return segment_body(tensors, offsets_, name_, size_, session);
   }
 
  private:
@@ -141,7 +106,7 @@ class TrainerChild {
       for (;;) ::pause();
     }
     try {
-      server.serve(token, segment.reader_fd(), total, 1, comm::deadline_after(30s));
+      server.serve(token, segment.reader_fd(), total, 1, comm::deadline_after(seconds(30)));
     } catch (...) {
       ::_exit(2);
     }
@@ -166,9 +131,8 @@ std::string begin(Sender& s, const std::string& version_note) {
 TEST(ColocateProcess, TrainerProcessUpdatesATwoRankEngineAndTheDraftStaysBitIdentical) {
   const std::size_t shm_before = shm_entries();
   auto engine = start_engine(2);
-  Sender sender({engine.endpoint}, "weightcast-pp_0", 10s);
-  const std::string draft_before =
-      sender.get(0, "/weights_checksum?runner=draft").body.value("digest", "");
+  Sender sender({engine.endpoint}, "weightcast-pp_0", seconds(10));
+  const std::string draft_before = runner_digest(sender, "draft");
   for (std::uint64_t step = 1; step <= 3; ++step) {
     const auto sent = sent_at(step);
     const std::string session = begin(sender, "step " + std::to_string(step));
@@ -184,8 +148,7 @@ TEST(ColocateProcess, TrainerProcessUpdatesATwoRankEngineAndTheDraftStaysBitIden
     for (const auto& t : sum["tensors"]) held[t["name"]] = t["digest"];
     EXPECT_EQ(held, expected_digests(sent, Layout::kShuffle)) << "step " << step;
     EXPECT_TRUE(sum["ranks_agree"].get<bool>());
-    EXPECT_EQ(sender.get(0, "/weights_checksum?runner=draft").body.value("digest", ""),
-              draft_before);
+    EXPECT_EQ(runner_digest(sender, "draft"), draft_before);
     EXPECT_EQ(sender.get(0, "/server_info").body["weight_version"], std::to_string(step));
   }
   EXPECT_EQ(shm_entries(), shm_before) << "a segment left a name in /dev/shm";
@@ -194,9 +157,8 @@ TEST(ColocateProcess, TrainerProcessUpdatesATwoRankEngineAndTheDraftStaysBitIden
 TEST(ColocateProcess, ATrainerKilledMidBucketLeavesTheEngineOnItsVersion) {
   const std::size_t shm_before = shm_entries();
   auto engine = start_engine(1);
-  Sender sender({engine.endpoint}, "weightcast-pp_0", 10s);
-  const std::string target_before =
-      sender.get(0, "/weights_checksum?runner=target").body.value("digest", "");
+  Sender sender({engine.endpoint}, "weightcast-pp_0", seconds(10));
+  const std::string target_before = runner_digest(sender, "target");
   const Json version_before = sender.get(0, "/server_info").body["weight_version"];
   const auto sent = sent_at(1);
   const std::string session = begin(sender, "killed");
@@ -205,14 +167,14 @@ TEST(ColocateProcess, ATrainerKilledMidBucketLeavesTheEngineOnItsVersion) {
     const std::string body = trainer.body(sent, session);
     auto answer = std::async(std::launch::async,
                              [&] { return sender.post(0, "/update_weights_from_tensor", body); });
-    std::this_thread::sleep_for(200ms);  // the engine has connected and waits for the handle
+    std::this_thread::sleep_for(
+        milliseconds(200));  // the engine has connected and waits for the handle
     ::kill(trainer.pid(), SIGKILL);
     const HttpResult r = answer.get();
     EXPECT_EQ(r.status, 400) << r.body.dump();
     EXPECT_NE(r.body.value("message", "").find("segment"), std::string::npos) << r.body.dump();
   }
-  EXPECT_EQ(sender.get(0, "/weights_checksum?runner=target").body.value("digest", ""),
-            target_before);
+  EXPECT_EQ(runner_digest(sender, "target"), target_before);
   EXPECT_EQ(sender.get(0, "/server_info").body["weight_version"], version_before);
   EXPECT_EQ(sender.post(0, "/abort_weight_update", Json{{"session_id", session}}.dump()).status,
             200);

@@ -29,24 +29,13 @@ constexpr std::uint64_t kSeed = 5;
 constexpr std::size_t kBucketBytes = 256 << 10;  // several buckets per update of "tiny"
 const std::string kGroup = "weightcast-pp_0";
 
-struct EngineProcess {
-  Subprocess process;
-  EngineEndpoint endpoint;
-};
-
 // Starts weightcast-engine with a target (shuffle) and a frozen draft (shuffle, a filter that
-// matches none of the sent names) and reads its port from the "listening on" line.
+// matches none of the sent names).
 EngineProcess start_engine(int ranks, std::vector<std::string> extra = {}) {
   std::vector<std::string> flags = {"--init-timeout-ms", "15000", "--comm-timeout-ms", "2000",
                                     "--chunk-bytes",     "64K"};
   flags.insert(flags.end(), extra.begin(), extra.end());
-  EngineProcess e{
-      Subprocess(weightcast::testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, kSeed, flags)),
-      {}};
-  const std::string url = weightcast::testing::wait_for_engine_url(e.process, 20s);
-  const std::string host = url.substr(std::string("http://").size());
-  e.endpoint = {host.substr(0, host.rfind(':')), weightcast::testing::url_port(url), ranks};
-  return e;
+  return start_engine_process(WEIGHTCAST_ENGINE_BIN, ranks, kSeed, flags);
 }
 
 std::vector<RawTensor> sent_at(std::uint64_t step) {

@@ -4,7 +4,6 @@
 // the session's token; the engine copies and hashes it into staging, and end_weight_update
 // commits it like any bucket. Refusals (a pickled body, a foreign token, a wrong size, an
 // out-of-range manifest, bytes whose digest differs) answer 400 and change nothing.
-#include <dirent.h>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "comm/colocate/handle_exchange.h"
 #include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
+#include "tests/sync/engine/colocate_util.h"
 #include "tests/sync/engine/http_fixture.h"
 
 namespace weightcast::sync::engine::testing {
@@ -49,21 +49,7 @@ class SegmentServer {
   // The request body: weightcast's manifest form for `tensors` in this segment.
   std::string body(const std::vector<RawTensor>& tensors, const std::string& session_id,
                    Selector selector = Selector::kTarget) const {
-    Json manifest = Json::array(), digests = Json::array();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      manifest.push_back({{"name", tensors[i].meta.name},
-                          {"dtype", std::string(to_string(tensors[i].meta.dtype))},
-                          {"shape", tensors[i].meta.shape},
-                          {"offset", offsets_[i]}});
-      digests.push_back(to_string(tensor_digest(tensors[i].bytes)));
-    }
-    return Json{{"load_format", "weightcast_segment"},
-                {"segment", {{"socket", server_.name()}, {"size", segment_.size()}}},
-                {"manifest", manifest},
-                {"digests", digests},
-                {"selector", std::string(to_string(selector))},
-                {"session_id", session_id}}
-        .dump();
+    return segment_body(tensors, offsets_, server_.name(), segment_.size(), session_id, selector);
   }
 
  private:
@@ -78,15 +64,6 @@ class SegmentServer {
   std::vector<std::size_t> offsets_;
   std::thread thread_;
 };
-
-std::size_t shm_entries() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
-}
 
 class ColocateRoute : public EngineHttpFixture {
  protected:

@@ -1,11 +1,13 @@
 #include "tests/sync/engine/process_sender.h"
 
+#include <chrono>
 #include <future>
 
 #include "comm/errors.h"
 #include "comm/store/prefix_store.h"
 #include "sync/model/bucket.h"
 #include "sync/protocol/protocol.h"
+#include "tests/support/engine_launch.h"
 #include "tests/sync/engine/test_util.h"
 
 namespace weightcast::sync::engine::testing {
@@ -143,6 +145,18 @@ std::map<std::string, std::string> expected_digests(const std::vector<RawTensor>
   std::map<std::string, std::string> out;
   for (const auto& t : tensors) out[t.meta.name] = to_string(tensor_digest(laid_out(t, layout)));
   return out;
+}
+
+EngineProcess start_engine_process(const std::string& binary, int ranks, std::uint64_t seed,
+                                   const std::vector<std::string>& flags) {
+  EngineProcess e{weightcast::testing::Subprocess(
+                      weightcast::testing::test_engine_argv(binary, ranks, seed, flags)),
+                  {}};
+  const std::string url =
+      weightcast::testing::wait_for_engine_url(e.process, std::chrono::seconds(20));
+  const std::string host = url.substr(std::string("http://").size());
+  e.endpoint = {host.substr(0, host.rfind(':')), weightcast::testing::url_port(url), ranks};
+  return e;
 }
 
 }  // namespace weightcast::sync::engine::testing

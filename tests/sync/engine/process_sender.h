@@ -19,6 +19,7 @@
 #include "sync/engine/runners/runner.h"
 #include "sync/protocol/selector.h"
 #include "tests/support/engine_http.h"
+#include "tests/support/subprocess.h"
 
 namespace weightcast::sync::engine::testing {
 
@@ -65,5 +66,15 @@ class Sender {
 // Per-tensor digests a runner with `layout` must report for `tensors`, by name (hex).
 std::map<std::string, std::string> expected_digests(const std::vector<RawTensor>& tensors,
                                                     Layout layout);
+
+// weightcast-engine (`binary`) as a child process with `ranks` ranks, initial weights of `seed`,
+// a target (shuffle) and a frozen draft (shuffle, a filter that matches none of the sent names),
+// and `flags`; its endpoint read from its "listening on" line (within 20 s).
+struct EngineProcess {
+  weightcast::testing::Subprocess process;
+  EngineEndpoint endpoint;
+};
+EngineProcess start_engine_process(const std::string& binary, int ranks, std::uint64_t seed,
+                                   const std::vector<std::string>& flags);
 
 }  // namespace weightcast::sync::engine::testing
