@@ -212,7 +212,7 @@ void Receiver::abort_groups(int status, const std::string& reason) {
 
 bool Receiver::busy() const {
   std::lock_guard lock(mu_);
-  return groups_.any_busy();
+  return groups_.any_busy() || segments_in_flight_ > 0;
 }
 
 GroupTable::Groups Receiver::joined() const {
@@ -289,6 +289,7 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
     id = session_.session_id();
     token = handle_token.value_or(session_.token());
     for (const auto& meta : request.tensors) session_names_.insert(meta.name);  // reserved
+    ++segments_in_flight_;  // a commit waits for it, as for a bucket on a group
   }
   // Without the lock: the copy is bounded by the handle's wait and the bucket's size.
   std::vector<SegmentTensor> copied;
@@ -296,12 +297,14 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
     copied = copy_segment(request, token, *pool_, opts_.comm_timeout);
   } catch (...) {
     std::lock_guard lock(mu_);
+    --segments_in_flight_;
     if (session_.in_session() && session_.session_id() == id) {
       for (const auto& meta : request.tensors) session_names_.erase(meta.name);
     }
     throw;
   }
   std::lock_guard lock(mu_);
+  --segments_in_flight_;
   if (!session_.in_session() || session_.session_id() != id) {
     throw ReceiverError(409, std::string(kRoute) +
                                  ": the session ended while the bucket was copied; nothing staged");
@@ -391,6 +394,11 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
         throw ReceiverError(409, "end_weight_update: buckets of group '" + name +
                                      "' are still in flight; wait for their responses");
       }
+    }
+    if (segments_in_flight_ > 0) {
+      throw ReceiverError(409, "end_weight_update: " + std::to_string(segments_in_flight_) +
+                                   " colocated bucket(s) are still being copied; wait for their "
+                                   "responses");
     }
     selector = *session_.selector();
     next_version = version ? version : session_.pending_version();

@@ -212,7 +212,7 @@ class Receiver {
              bool abort_used_groups = false);
   // Aborts every group with `status` (the engine is shutting down); the groups stay joined.
   void abort_groups(int status, const std::string& reason);
-  // Whether any group has buckets queued or in flight.
+  // Whether any group has buckets queued or in flight, or a colocated bucket is being copied.
   bool busy() const;
   // The joined groups, for readers (server info, metrics).
   GroupTable::Groups joined() const;
@@ -268,8 +268,9 @@ class Receiver {
   GroupTable groups_;
   ReceiverBase base_;
   const std::shared_ptr<WeightVersion> version_;
-  bool committing_ = false;
-  std::uint64_t experts_dropped_ = 0;  // a commit is loading: no new session may begin
+  bool committing_ = false;  // a commit is loading: no new session may begin
+  std::uint64_t experts_dropped_ = 0;
+  int segments_in_flight_ = 0;  // colocated buckets being copied (receive_segment)
 };
 
 }  // namespace weightcast::sync::engine
