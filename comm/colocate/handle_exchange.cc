@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -123,6 +124,38 @@ ReceivedHandle receive_handle(int socket_fd, const std::string& expected_token,
     throw Error("colocated handle: refused (foreign token or malformed size)");
   }
   return {fd, size};
+}
+
+AbstractAddress abstract_address(const std::string& name) {
+  AbstractAddress out;
+  out.addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(out.addr.sun_path)) {
+    throw Error("abstract socket name '" + name + "': 1 to " +
+                std::to_string(sizeof(out.addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(out.addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  out.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return out;
+}
+
+ReceivedHandle fetch_handle(const std::string& name, const std::string& expected_token,
+                            std::chrono::milliseconds timeout) {
+  const AbstractAddress address = abstract_address(name);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("socket(): " + std::string(strerror(errno)));
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address.addr), address.length) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error("no trainer serves '" + name + "' on this host (" + strerror(err) + ")");
+  }
+  try {
+    ReceivedHandle handle = receive_handle(fd, expected_token, timeout);
+    ::close(fd);
+    return handle;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 }  // namespace weightcast::comm::colocate

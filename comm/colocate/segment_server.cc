@@ -28,11 +28,8 @@ std::string fresh_name() {
 SegmentServer::SegmentServer() : name_(fresh_name()) {
   listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listener_ < 0) throw Error("segment server: socket(): " + std::string(strerror(errno)));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name_.data(), name_.size());  // sun_path[0] = 0: abstract
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_.size());
-  if (::bind(listener_, reinterpret_cast<const sockaddr*>(&addr), len) != 0 ||
+  const AbstractAddress address = abstract_address(name_);
+  if (::bind(listener_, reinterpret_cast<const sockaddr*>(&address.addr), address.length) != 0 ||
       ::listen(listener_, 64) != 0) {
     const int err = errno;
     ::close(listener_);

@@ -2,8 +2,6 @@
 
 #include <mpi.h>
 #include <sched.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,19 +37,6 @@ std::uint64_t progress_word(std::uint64_t broadcast, std::size_t written) {
   return (broadcast << 40) | written;
 }
 
-int connect_abstract(const std::string& name) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw comm::Error("colocate: cannot reach the root's segment server '" + name + "'");
-  }
-  return fd;
-}
-
 }  // namespace
 
 std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int size,
@@ -70,9 +55,7 @@ std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int s
     server->serve(kToken, state->segment->reader_fd(), max_bytes + kHeader, size - 1,
                   comm::deadline_after(timeout));
   } else {
-    const int fd = connect_abstract(name);
-    const auto handle = comm::colocate::receive_handle(fd, kToken, timeout);
-    ::close(fd);
+    const auto handle = comm::colocate::fetch_handle(name, kToken, timeout);
     state->mapped.emplace(handle.fd, handle.size);
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -1,10 +1,7 @@
 #include "sync/engine/receive/segment_copy.h"
 
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <utility>
 
 #include "comm/colocate/handle_exchange.h"
@@ -15,42 +12,11 @@
 namespace weightcast::sync::engine {
 namespace {
 
-// A connected socket to the abstract name `name`, closed on destruction.
-class AbstractSocket {
- public:
-  explicit AbstractSocket(const std::string& name) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0)
-      throw ReceiverError(500, "segment.socket: socket(): " + std::string(strerror(errno)));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (name.size() + 1 > sizeof(addr.sun_path)) {
-      throw ReceiverError(400, "segment.socket: name too long");
-    }
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
-    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      throw ReceiverError(400, "segment.socket: no trainer serves '" + name + "' on this host (" +
-                                   std::string(strerror(err)) + ")");
-    }
-  }
-  ~AbstractSocket() { ::close(fd_); }
-  AbstractSocket(const AbstractSocket&) = delete;
-  AbstractSocket& operator=(const AbstractSocket&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 comm::colocate::MappedSegment map_segment(const UpdateWeightsFromTensorRequest& request,
                                           const std::string& token, comm::Millis timeout) {
-  AbstractSocket socket(request.segment.socket);
   comm::colocate::ReceivedHandle handle;
   try {
-    handle = comm::colocate::receive_handle(socket.fd(), token, timeout);
+    handle = comm::colocate::fetch_handle(request.segment.socket, token, timeout);
   } catch (const comm::TimeoutError& e) {
     throw ReceiverError(504, std::string("segment: ") + e.what());
   } catch (const comm::Error& e) {
