@@ -24,14 +24,21 @@ SOURCE = HERE.parent  # the repository root, whose CMakeLists.txt builds everyth
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build = Path(self.build_temp).resolve() / "cmake"
-        configure = ["cmake", "-S", str(SOURCE), "-B", str(build),
-                     "-DCMAKE_BUILD_TYPE=Release", "-DWEIGHTCAST_BUILD_TESTS=OFF",
-                     "-DWEIGHTCAST_WITH_PYTHON=ON", f"-DPython3_EXECUTABLE={sys.executable}",
-                     *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
+        configure = [
+            "cmake",
+            "-S",
+            str(SOURCE),
+            "-B",
+            str(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DWEIGHTCAST_BUILD_TESTS=OFF",
+            "-DWEIGHTCAST_WITH_PYTHON=ON",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+            *shlex.split(os.environ.get("CMAKE_ARGS", "")),
+        ]
         subprocess.run(configure, check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
-        subprocess.run(["cmake", "--build", str(build), "--target", "_weightcast", "-j", jobs],
-                       check=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "_weightcast", "-j", jobs], check=True)
         built = next((build / "python" / "weightcast").glob("_weightcast*.so"))
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def start_engine(binary, model):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith(LISTENING):
-            return proc, line[len(LISTENING):].split()[0].rstrip("/")
+            return proc, line[len(LISTENING) :].split()[0].rstrip("/")
     proc.kill()
     raise SystemExit("engine did not start: " + " ".join(argv))
 
@@ -49,26 +49,52 @@ def drive(args):
             proc, url = start_engine(args.engine, args.model)
             procs.append(proc)
             urls.append(url)
-        mpi = [os.environ.get("WEIGHTCAST_MPIEXEC", "mpirun"),
-               *shlex.split(os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", "") or subprocess.run(
-                   ["bash", "scripts/mpirun-flags.sh"], capture_output=True, text=True,
-                   check=True).stdout)]
+        mpi = [
+            os.environ.get("WEIGHTCAST_MPIEXEC", "mpirun"),
+            *shlex.split(
+                os.environ.get("WEIGHTCAST_MPIRUN_FLAGS", "")
+                or subprocess.run(
+                    ["bash", "scripts/mpirun-flags.sh"], capture_output=True, text=True, check=True
+                ).stdout
+            ),
+        ]
         with open("/proc/loadavg") as f:
             load = " ".join(f.read().split()[:3])
-        print(f"# {args.model}, {args.engines} engine(s) x 1 rank, gloo on loopback, bucket "
-              f"{args.bucket_bytes}, {args.steps} steps per way (mean of steps 2..{args.steps}); "
-              f"load: {load}")
+        print(
+            f"# {args.model}, {args.engines} engine(s) x 1 rank, gloo on loopback, bucket "
+            f"{args.bucket_bytes}, {args.steps} steps per way (mean of steps 2..{args.steps}); "
+            f"load: {load}"
+        )
         print(f"{'ep':>3} {'way':<8} {'seconds':>8} {'GB/s':>7} {'vs single':>9}")
         for ep in args.ep.split():
             with tempfile.TemporaryDirectory() as tmp:
-                env = dict(os.environ, WEIGHTCAST_URLS=",".join(urls),
-                           WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"),
-                           WEIGHTCAST_BENCH=json.dumps({"steps": args.steps,
-                                                        "bucket": args.bucket_bytes}))
-                run = subprocess.run([*mpi, "-np", ep, "-x", "PYTHONPATH", "-x", "WEIGHTCAST_URLS",
-                                      "-x", "WEIGHTCAST_RENDEZVOUS", "-x", "WEIGHTCAST_BENCH",
-                                      sys.executable, os.path.abspath(__file__)],
-                                     env=env, capture_output=True, text=True, timeout=1800)
+                env = dict(
+                    os.environ,
+                    WEIGHTCAST_URLS=",".join(urls),
+                    WEIGHTCAST_RENDEZVOUS="file://" + os.path.join(tmp, "rendezvous"),
+                    WEIGHTCAST_BENCH=json.dumps({"steps": args.steps, "bucket": args.bucket_bytes}),
+                )
+                run = subprocess.run(
+                    [
+                        *mpi,
+                        "-np",
+                        ep,
+                        "-x",
+                        "PYTHONPATH",
+                        "-x",
+                        "WEIGHTCAST_URLS",
+                        "-x",
+                        "WEIGHTCAST_RENDEZVOUS",
+                        "-x",
+                        "WEIGHTCAST_BENCH",
+                        sys.executable,
+                        os.path.abspath(__file__),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
             rows = [line for line in run.stdout.splitlines() if line.startswith("{")]
             if run.returncode != 0 or not rows:
                 raise SystemExit(f"ep {ep} failed:\n{run.stdout}\n{run.stderr}")
@@ -76,8 +102,7 @@ def drive(args):
             base = result["single"]["seconds"]
             for way in WAYS:
                 r = result[way]
-                print(f"{ep:>3} {way:<8} {r['seconds']:8.3f} {r['gbps']:7.3f} "
-                      f"{base / r['seconds']:9.2f}")
+                print(f"{ep:>3} {way:<8} {r['seconds']:8.3f} {r['gbps']:7.3f} " f"{base / r['seconds']:9.2f}")
         with open("/proc/loadavg") as f:
             print("# load after: " + " ".join(f.read().split()[:3]))
     finally:
@@ -101,8 +126,9 @@ def rank_main():
         num_experts = json.load(r)["runners"][0]["model"]["num_experts"]
     with urllib.request.urlopen(f"{urls[0]}/weights_checksum?runner=target", timeout=60) as r:
         tensors = [(t["name"], t["dtype"], t["shape"]) for t in json.load(r)["tensors"]]
-    dist.init_process_group("gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=rank,
-                            world_size=size)
+    dist.init_process_group(
+        "gloo", init_method=os.environ["WEIGHTCAST_RENDEZVOUS"], rank=rank, world_size=size
+    )
     mine = local_experts(num_experts, size, rank)
     g = torch.Generator().manual_seed(rank)
 
@@ -122,8 +148,9 @@ def rank_main():
                 held.append((name if e is None else with_expert_index(name, e - mine.start), t))
     updater = None
     if rank == 0:
-        updater = weightcast.DistributedUpdater(engines=urls, selector="target",
-                                                bucket_bytes=parse_bytes(conf["bucket"]))
+        updater = weightcast.DistributedUpdater(
+            engines=urls, selector="target", bucket_bytes=parse_bytes(conf["bucket"])
+        )
     times = {way: [] for way in WAYS}
     for step in range(conf["steps"]):
         for way in WAYS:
@@ -133,8 +160,9 @@ def rank_main():
                 if rank == 0:
                     updater.update(everything)
             else:
-                weightcast.expert_parallel_update(updater, held, ep_rank=rank, ep_size=size,
-                                                  num_experts=num_experts, gather=way)
+                weightcast.expert_parallel_update(
+                    updater, held, ep_rank=rank, ep_size=size, num_experts=num_experts, gather=way
+                )
             if step > 0:
                 times[way].append(time.perf_counter() - start)
     dist.barrier()

@@ -53,18 +53,21 @@ def main():
     # The engines run EAGLE with a frozen draft: only the target may be touched.
     selector = weightcast.weight_update_selector(speculative_algorithm="EAGLE", mtp_num_layers=0)
     print("selector", selector)
-    with weightcast.DistributedUpdater(engines=args.engines, selector=selector,
-                                       verify=True) as updater:
+    with weightcast.DistributedUpdater(engines=args.engines, selector=selector, verify=True) as updater:
         for step in range(1, args.steps + 1):
             tokens = torch.randint(0, 1024, (8, 32))
             loss = torch.nn.functional.cross_entropy(
-                model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+                model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             report = updater.update(hf_names(model))  # raises on failure; engines roll back
-            print(f"step {step} loss {loss.item():.4f} {report}",
-                  "verified" if report.verified else "NOT verified", flush=True)
+            print(
+                f"step {step} loss {loss.item():.4f} {report}",
+                "verified" if report.verified else "NOT verified",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

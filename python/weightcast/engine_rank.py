@@ -32,9 +32,7 @@ INIT_OPTION_FIELDS = ("keep_delta_base",)
 def _int_field(info, where, key):
     value = info.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(
-            f"{where}.{key}: must be an integer (got {type(value).__name__})"
-        )
+        raise ValueError(f"{where}.{key}: must be an integer (got {type(value).__name__})")
     return value
 
 
@@ -44,9 +42,7 @@ def parse_init_info(info):
     plus our option keep_delta_base. Returns (group body, options); ValueError naming the field
     otherwise (vLLM answers it as a failed request)."""
     if not isinstance(info, dict):
-        raise ValueError(
-            f"init_info: must be a JSON object (got {type(info).__name__})"
-        )
+        raise ValueError(f"init_info: must be a JSON object (got {type(info).__name__})")
     unknown = sorted(set(info) - set(INIT_GROUP_FIELDS) - set(INIT_OPTION_FIELDS))
     if unknown:
         raise ValueError(f"init_info: unknown field(s) {', '.join(unknown)}")
@@ -65,9 +61,7 @@ def parse_update_info(info):
     weightcast-train sends its abort as an update). ValueError naming the field otherwise; the
     Receiver checks the rest of the bucket request as strictly as on our own route."""
     if not isinstance(info, dict):
-        raise ValueError(
-            f"update_info: must be a JSON object (got {type(info).__name__})"
-        )
+        raise ValueError(f"update_info: must be a JSON object (got {type(info).__name__})")
     if info.get("abort") is True:
         return "abort", str(info.get("reason") or "aborted")
     lists = [info.get(key) for key in ("names", "dtypes", "shapes")]
@@ -75,9 +69,7 @@ def parse_update_info(info):
         if not isinstance(value, list):
             raise ValueError(f"update_info.{key}: required, a list")
     if not len(lists[0]) == len(lists[1]) == len(lists[2]):
-        raise ValueError(
-            "update_info: names, dtypes and shapes must have one entry per tensor"
-        )
+        raise ValueError("update_info: names, dtypes and shapes must have one entry per tensor")
     body = {k: v for k, v in info.items() if k != "session_id"}
     return "bucket", body
 
@@ -130,9 +122,7 @@ class EngineRank:
         body = json.loads(body) if isinstance(body, str) else body
         token = None
         if not self.receiver.in_session:
-            token = self.receiver.begin(body.get("selector", "all"), sessionless=True)[
-                "session_id"
-            ]
+            token = self.receiver.begin(body.get("selector", "all"), sessionless=True)["session_id"]
             body = dict(body, session_id=token)
         try:
             size = self.receiver.receive(body)
@@ -166,9 +156,7 @@ class EngineRank:
     # "all" load into it; a bucket for the other model is refused, naming the route to use.
     def vllm_start(self, model="target"):
         if model not in ("target", "draft"):
-            raise ValueError(
-                f"vllm_start: model must be 'target' or 'draft' (got {model!r})"
-            )
+            raise ValueError(f"vllm_start: model must be 'target' or 'draft' (got {model!r})")
         if self.receiver.in_session:
             self.abort("a new update started before the previous one finished")
         self._vllm_round = model
@@ -180,21 +168,14 @@ class EngineRank:
             self._vllm_round = None
             if self.receiver.in_session:
                 self.abort(payload)
-            raise VllmRoundAborted(
-                f"weightcast: round aborted ({payload}); no weights changed"
-            )
+            raise VllmRoundAborted(f"weightcast: round aborted ({payload}); no weights changed")
         if model is None:
             raise RuntimeError(
-                "update_weights without start_weight_update (or after an abort or a "
-                "failed bucket)"
+                "update_weights without start_weight_update (or after an abort or a " "failed bucket)"
             )
         selector = payload.get("selector") or model
         if selector not in ("all", model):
-            route = (
-                "/start_draft_weight_update"
-                if selector == "draft"
-                else "/start_weight_update"
-            )
+            route = "/start_draft_weight_update" if selector == "draft" else "/start_weight_update"
             self._vllm_round = None
             self.abort(f"a '{selector}' bucket in a {model} round")
             raise ValueError(
@@ -214,13 +195,10 @@ class EngineRank:
         model, self._vllm_round = getattr(self, "_vllm_round", None), None
         if model is None:
             raise RuntimeError(
-                "finish_weight_update without start_weight_update (or after an abort "
-                "or a failed bucket)"
+                "finish_weight_update without start_weight_update (or after an abort " "or a failed bucket)"
             )
         if not self.receiver.in_session:
-            self.begin(
-                model
-            )  # an update of no bucket still commits (and sets the version)
+            self.begin(model)  # an update of no bucket still commits (and sets the version)
         return self.end(version)
 
 

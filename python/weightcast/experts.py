@@ -100,46 +100,78 @@ def _split(named_tensors, *, num_experts, ep_size, ep_rank, index):
             continue
         if index == "local":
             if e >= len(mine):
-                return [], [], (f"EP rank {ep_rank}: local expert {e} of '{name}' is outside "
-                                f"[0, {len(mine)}) ({num_experts} experts over {ep_size} EP ranks)")
+                return (
+                    [],
+                    [],
+                    (
+                        f"EP rank {ep_rank}: local expert {e} of '{name}' is outside "
+                        f"[0, {len(mine)}) ({num_experts} experts over {ep_size} EP ranks)"
+                    ),
+                )
             e = mine[e]
         elif e not in mine:
-            return [], [], (f"EP rank {ep_rank}: expert {e} of '{name}' is not one of this rank's "
-                            f"[{mine.start}, {mine.stop})")
+            return (
+                [],
+                [],
+                (
+                    f"EP rank {ep_rank}: expert {e} of '{name}' is not one of this rank's "
+                    f"[{mine.start}, {mine.stop})"
+                ),
+            )
         experts.append((with_expert_index(name, e), tensor))
     return dense, experts, None
 
 
 def _meta(name, tensor):
     import torch
+
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expert tensor '{name}' is a {type(tensor).__name__}, not a torch.Tensor")
-    return (name, str(tensor.dtype).replace("torch.", ""), tuple(tensor.shape),
-            tensor.numel() * tensor.element_size())
+    return (
+        name,
+        str(tensor.dtype).replace("torch.", ""),
+        tuple(tensor.shape),
+        tensor.numel() * tensor.element_size(),
+    )
 
 
 def _as_bytes(tensor):
     import torch
+
     return tensor.detach().cpu().contiguous().view(-1).view(torch.uint8)
 
 
-def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_experts,
-                           ep_group=None, expert_index="local", stage=0, stages=1,
-                           sources_group=None, version=None, gather="auto"):
+def expert_parallel_update(
+    updater,
+    named_tensors,
+    *,
+    ep_rank,
+    ep_size,
+    num_experts,
+    ep_group=None,
+    expert_index="local",
+    stage=0,
+    stages=1,
+    sources_group=None,
+    version=None,
+    gather="auto",
+):
     import torch.distributed as dist
 
     _check_arguments(num_experts, ep_size, ep_rank, expert_index, gather)
     if ep_group is None and ep_size != dist.get_world_size():
-        raise ValueError(f"ep_size {ep_size} is not the default group's size "
-                         f"{dist.get_world_size()}: pass ep_group")
+        raise ValueError(
+            f"ep_size {ep_size} is not the default group's size " f"{dist.get_world_size()}: pass ep_group"
+        )
     if ep_group is not None and dist.get_rank(ep_group) != ep_rank:
         raise ValueError(f"ep_rank {ep_rank} is rank {dist.get_rank(ep_group)} of ep_group")
     if ep_rank == 0 and updater is None:
         raise ValueError("EP rank 0 sends the stage: it needs a DistributedUpdater")
 
     ep = _EpGroup(ep_group, ep_rank, ep_size)
-    dense, experts, error = _split(named_tensors, num_experts=num_experts, ep_size=ep_size,
-                                   ep_rank=ep_rank, index=expert_index)
+    dense, experts, error = _split(
+        named_tensors, num_experts=num_experts, ep_size=ep_size, ep_rank=ep_rank, index=expert_index
+    )
     refused, offers, gather = ep.negotiate(error, experts, gather)
     if ep_rank != 0:
         return ep.send_own_experts(experts, refused)
@@ -151,8 +183,9 @@ def expert_parallel_update(updater, named_tensors, *, ep_rank, ep_size, num_expe
             raise InputError(refused)  # nothing was sent: no session to open
         if gather == "whole":
             source.drain()  # before the session opens: the engines are not paused meanwhile
-        return run_stages(updater, source.send, stage=stage, stages=stages, group=sources_group,
-                          version=version)
+        return run_stages(
+            updater, source.send, stage=stage, stages=stages, group=sources_group, version=version
+        )
     except BaseException as e:
         failure = f"{type(e).__name__}: {e}"
         raise
@@ -173,10 +206,12 @@ class _EpGroup:
 
     def peer(self, r):
         import torch.distributed as dist
+
         return r if self.group is None else dist.get_global_rank(self.group, r)
 
     def broadcast(self, objects):
         import torch.distributed as dist
+
         dist.broadcast_object_list(objects, src=self.peer(0), group=self.group)
         return objects[0]
 
@@ -184,6 +219,7 @@ class _EpGroup:
         """1. What each EP rank sends, to the source; the source's verdict, to every EP rank.
         Returns (refusal or None, the offers on the source, the gather mode)."""
         import torch.distributed as dist
+
         metas = []
         if error is None and self.rank != 0:
             try:
@@ -202,6 +238,7 @@ class _EpGroup:
     def send_own_experts(self, experts, refused):
         """2. A non-source rank: its own experts, one message each, then the stage's outcome."""
         import torch.distributed as dist
+
         works = []
         if refused is None:
             for i, data in enumerate(_as_bytes(t) for _, t in experts):
@@ -221,6 +258,7 @@ class _EpGroup:
         remote (name, tensor) pairs and {name: Work of its receive}."""
         import torch
         import torch.distributed as dist
+
         pending, remote = {}, []
         if refused is not None:
             return remote, pending
@@ -260,6 +298,7 @@ class _StageSource:
             # stage sources and the coordinator abort the session as for any failed stage.
             def refuse(name):
                 raise InputError(self.refused)
+
             return self.updater.send_stage(token, self.stage, self.tensors, await_tensor=refuse)
         if self.gather == "whole":
             return self.updater.send_stage(token, self.stage, self.tensors)

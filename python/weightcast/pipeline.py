@@ -19,8 +19,14 @@ from ._weightcast import UpdateError
 
 
 def pipeline_update(updater, named_tensors, *, stage, stages, group=None, version=None):
-    return run_stages(updater, lambda token: updater.send_stage(token, stage, named_tensors),
-                      stage=stage, stages=stages, group=group, version=version)
+    return run_stages(
+        updater,
+        lambda token: updater.send_stage(token, stage, named_tensors),
+        stage=stage,
+        stages=stages,
+        group=group,
+        version=version,
+    )
 
 
 def run_stages(updater, send, *, stage, stages, group=None, version=None):

@@ -38,11 +38,7 @@ def _torch():
 def as_tensor(name, dtype, shape, view):
     """A torch tensor over `view` (a memoryview of raw bytes), without copying."""
     torch = _torch()
-    flat = (
-        torch.frombuffer(view, dtype=torch.uint8)
-        if len(view)
-        else torch.empty(0, dtype=torch.uint8)
-    )
+    flat = torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)
     return flat.view(getattr(torch, dtype)).view(shape)
 
 
@@ -58,10 +54,7 @@ class Runner:
     def _spec(self):
         def load(items):
             pairs = _Tracked(
-                [
-                    (name, as_tensor(name, dtype, shape, view))
-                    for name, dtype, shape, view in items
-                ]
+                [(name, as_tensor(name, dtype, shape, view)) for name, dtype, shape, view in items]
             )
             try:
                 self.load(pairs)

@@ -49,12 +49,16 @@ RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 UPDATER = "sglang.srt.model_executor.model_runner_components.weight_updater.WeightUpdater"
 MANAGER = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager"
 SCHEDULER_STATE = "sglang.srt.managers.scheduler.Scheduler.get_internal_state"
-CONTROLLER_STATE = ("sglang.srt.managers.scheduler_components.internal_state."
-                    "SchedulerInternalStateController.get_internal_state")
+CONTROLLER_STATE = (
+    "sglang.srt.managers.scheduler_components.internal_state."
+    "SchedulerInternalStateController.get_internal_state"
+)
 SEAM = "sglang.srt.weight_sync.external_receiver"
 RECEIVER_FACTORY = "weightcast.sglang.receiver"
-MINIMUM = ("SGLang v0.5.x with TpModelWorker.update_weights_from_distributed (sessions and the "
-           "draft: sglang-miles v0.5.16 or main with SchedulerWeightUpdaterManager)")
+MINIMUM = (
+    "SGLang v0.5.x with TpModelWorker.update_weights_from_distributed (sessions and the "
+    "draft: sglang-miles v0.5.16 or main with SchedulerWeightUpdaterManager)"
+)
 GROUP_METHODS = ("init_weights_update_group", "destroy_weights_update_group")
 REQUEST_INTERNALS = ("rid", "http_worker_ipc")
 
@@ -99,8 +103,10 @@ def detect_mode():
     if _resolve(f"{WORKER}.update_weights_from_distributed") is not None:
         return "tp_worker"
     version = getattr(importlib.import_module("sglang"), "__version__", "?")
-    raise RuntimeError(f"weightcast.sglang: SGLang {version} has no weight-update path the plug-in "
-                       f"can take; it needs {MINIMUM}")
+    raise RuntimeError(
+        f"weightcast.sglang: SGLang {version} has no weight-update path the plug-in "
+        f"can take; it needs {MINIMUM}"
+    )
 
 
 def fields(req):
@@ -125,8 +131,13 @@ def announce():
     patched = _patched()
     hooked = [".".join(t.split(".")[-2:]) for t in _STATE.registered if t in patched]
     receiver = RECEIVER_FACTORY if _STATE.mode == "receiver" else "weightcast.Receiver"
-    return {"version": __version__, "receiver": receiver, "native_routes": False,
-            "mode": _STATE.mode, "hooked": hooked}
+    return {
+        "version": __version__,
+        "receiver": receiver,
+        "native_routes": False,
+        "mode": _STATE.mode,
+        "hooked": hooked,
+    }
 
 
 def _patched():
@@ -169,8 +180,9 @@ def _runners(target_model):
 
 def _make_rank(model, tp_rank, tp_size, device=None):
     if _STATE.rank is None:
-        _STATE.rank = EngineRank(runners=_runners(model), engine_rank=tp_rank, rank_count=tp_size,
-                                 device=device)
+        _STATE.rank = EngineRank(
+            runners=_runners(model), engine_rank=tp_rank, rank_count=tp_size, device=device
+        )
     return _STATE.rank
 
 
@@ -222,11 +234,17 @@ def _destroy(group_name):
 # --- hooks: the group and the buckets, where each build's calls go --------------------------
 
 
-def _init_body(master_address, master_port, rank_offset, world_size, group_name="weight_update_group",
-               backend="nccl"):
-    return {"master_address": master_address, "master_port": int(master_port),
-            "rank_offset": int(rank_offset), "world_size": int(world_size),
-            "group_name": group_name, "backend": backend}
+def _init_body(
+    master_address, master_port, rank_offset, world_size, group_name="weight_update_group", backend="nccl"
+):
+    return {
+        "master_address": master_address,
+        "master_port": int(master_port),
+        "rank_offset": int(rank_offset),
+        "world_size": int(world_size),
+        "group_name": group_name,
+        "backend": backend,
+    }
 
 
 def _guarded(fn):
@@ -237,18 +255,26 @@ def _guarded(fn):
         return False, f"weightcast: {e}"
 
 
-def _updater_init(updater, master_address, master_port, rank_offset, world_size, group_name,
-                  backend="nccl", *args, **kwargs):
+def _updater_init(
+    updater, master_address, master_port, rank_offset, world_size, group_name, backend="nccl", *args, **kwargs
+):
     runner = updater.get_model_runner() if callable(getattr(updater, "get_model_runner", None)) else updater
     model = updater.get_model() if callable(getattr(updater, "get_model", None)) else updater.model
     body = _init_body(master_address, master_port, rank_offset, world_size, group_name, backend)
-    return _guarded(lambda: _make_rank(model, runner.tp_rank, runner.tp_size, _device(runner)).init_group(body))
+    return _guarded(
+        lambda: _make_rank(model, runner.tp_rank, runner.tp_size, _device(runner)).init_group(body)
+    )
 
 
-def _updater_receive(updater, names, dtypes, shapes, group_name="weight_update_group", load_format=None,
-                     *args, **kwargs):
-    body = {"names": list(names), "dtypes": [str(d).replace("torch.", "") for d in dtypes],
-            "shapes": [list(s) for s in shapes], "group_name": group_name}
+def _updater_receive(
+    updater, names, dtypes, shapes, group_name="weight_update_group", load_format=None, *args, **kwargs
+):
+    body = {
+        "names": list(names),
+        "dtypes": [str(d).replace("torch.", "") for d in dtypes],
+        "shapes": [list(s) for s in shapes],
+        "group_name": group_name,
+    }
     if load_format is not None:
         body["load_format"] = load_format
     _receive(body)
@@ -319,8 +345,14 @@ class SeamReceiver:
         device = context.device
         ordinal = device.index if getattr(device, "type", "cpu") == "cuda" else None
         rank = _make_rank(context.model, context.tp_rank, context.tp_size, ordinal)
-        body = _init_body(context.master_address, context.master_port, context.rank_offset,
-                          context.world_size, context.group_name, payload.get("backend", "nccl"))
+        body = _init_body(
+            context.master_address,
+            context.master_port,
+            context.rank_offset,
+            context.world_size,
+            context.group_name,
+            payload.get("backend", "nccl"),
+        )
         ok, message = rank.init_group(body)
         if not ok:
             raise RuntimeError(message)
@@ -351,15 +383,19 @@ def _hooks(mode):
     hooks = []
     if mode in ("weight_updater", "model_runner"):
         owner = UPDATER if mode == "weight_updater" else RUNNER
-        hooks += [(f"{owner}.init_weights_update_group", _updater_init, HookType.REPLACE),
-                  (f"{owner}.receive_weights_from_distributed", _updater_receive, HookType.REPLACE),
-                  (f"{owner}.destroy_weights_update_group", _updater_destroy, HookType.REPLACE)]
+        hooks += [
+            (f"{owner}.init_weights_update_group", _updater_init, HookType.REPLACE),
+            (f"{owner}.receive_weights_from_distributed", _updater_receive, HookType.REPLACE),
+            (f"{owner}.destroy_weights_update_group", _updater_destroy, HookType.REPLACE),
+        ]
     elif mode == "tp_worker":
         for method in GROUP_METHODS + ("update_weights_from_distributed",):
             hooks.append((f"{WORKER}.{method}", _worker_call(method), HookType.REPLACE))
     if _resolve(f"{MANAGER}.begin_weight_update") is not None:
-        hooks += [(f"{MANAGER}.begin_weight_update", _begin, HookType.AROUND),
-                  (f"{MANAGER}.end_weight_update", _end, HookType.AROUND)]
+        hooks += [
+            (f"{MANAGER}.begin_weight_update", _begin, HookType.AROUND),
+            (f"{MANAGER}.end_weight_update", _end, HookType.AROUND),
+        ]
     state = CONTROLLER_STATE if _resolve(CONTROLLER_STATE) is not None else SCHEDULER_STATE
     hooks.append((state, _announce_state, HookType.AFTER))
     return hooks

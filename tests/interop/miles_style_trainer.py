@@ -33,8 +33,9 @@ from sglang_compat import custom_group
 
 def call(url, route, body=None, method="POST", timeout=60):
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + route, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + route, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as res:
             text = res.read().decode()
@@ -96,10 +97,19 @@ def join_group(args, urls, ranks, timeout):
 
     def init(url, offset):
         call(url, "/destroy_weights_update_group", {"group_name": args.group})  # errors ignored
-        status, text = call(url, "/init_weights_update_group", {
-            "master_address": "127.0.0.1", "master_port": port, "rank_offset": offset,
-            "world_size": world, "group_name": args.group, "backend": "gloo"},
-            timeout=args.timeout)
+        status, text = call(
+            url,
+            "/init_weights_update_group",
+            {
+                "master_address": "127.0.0.1",
+                "master_port": port,
+                "rank_offset": offset,
+                "world_size": world,
+                "group_name": args.group,
+                "backend": "gloo",
+            },
+            timeout=args.timeout,
+        )
         if status != 200:
             errors.append(f"{url}: HTTP {status}: {text}")
 
@@ -122,10 +132,14 @@ def send_bucket(args, urls, pg, bucket, gen, extra, digests):
     tensor lists and group), then one async dist.broadcast per tensor in `names` order, as Miles
     and slime send them; exits unless every engine answers 200. Adds the XXH3-128 of each sent
     tensor to `digests`; returns the bytes sent."""
-    tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen)
-               for _, d, s in bucket]
-    body = {"names": [m[0] for m in bucket], "dtypes": [m[1] for m in bucket],
-            "shapes": [m[2] for m in bucket], "group_name": args.group, **extra}
+    tensors = [torch.randint(0, 256, (nbytes(d, s),), dtype=torch.uint8, generator=gen) for _, d, s in bucket]
+    body = {
+        "names": [m[0] for m in bucket],
+        "dtypes": [m[1] for m in bucket],
+        "shapes": [m[2] for m in bucket],
+        "group_name": args.group,
+        **extra,
+    }
     answers = [None] * len(urls)
 
     def post(i):
@@ -171,9 +185,19 @@ def update(args, urls, pg, metas, step):
         ok(url, "/end_weight_update", {})
         ok(url, "/continue_generation", {})
     seconds = time.monotonic() - start
-    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds,
-                      "dense_buckets": len(dense_buckets), "expert_buckets": len(expert_buckets)}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "step": step,
+                "digests": digests,
+                "bytes": total,
+                "seconds": seconds,
+                "dense_buckets": len(dense_buckets),
+                "expert_buckets": len(expert_buckets),
+            }
+        ),
+        flush=True,
+    )
 
 
 def run(update_fn, group):

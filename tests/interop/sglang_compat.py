@@ -14,9 +14,15 @@ import torch.distributed.distributed_c10d as c10d
 def custom_group(store, world_size, rank, group_name, backend="gloo", timeout=None):
     timeout = timeout or datetime.timedelta(seconds=60)
     store.set_timeout(timeout)
-    pg = c10d._new_process_group_helper(world_size, rank, [], backend,
-                                        dist.PrefixStore(group_name, store),
-                                        group_name=group_name, timeout=timeout)
+    pg = c10d._new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        backend,
+        dist.PrefixStore(group_name, store),
+        group_name=group_name,
+        timeout=timeout,
+    )
     c10d._pg_map[pg] = (backend, store)
     c10d._pg_names[pg] = group_name
     c10d._pg_group_ranks[pg] = {i: i for i in range(world_size)}

@@ -41,8 +41,17 @@ import xxhash
 
 from sglang_compat import connect_store, custom_group, release_group
 
-SIZES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
-         "int32": 4, "int64": 8, "float8_e4m3fn": 1}
+SIZES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "float8_e4m3fn": 1,
+}
 
 
 class State:
@@ -59,16 +68,25 @@ class State:
         self.lock = threading.Lock()
 
     def record(self, path):
-        if path in ("/health", "/health_generate", "/server_info", "/get_server_info",
-                    "/get_weight_version", "/model_info", "/get_model_info"):
+        if path in (
+            "/health",
+            "/health_generate",
+            "/server_info",
+            "/get_server_info",
+            "/get_weight_version",
+            "/model_info",
+            "/get_model_info",
+        ):
             return
         with self.lock:
             if not self.calls or self.calls[-1] != path:
                 self.calls.append(path)
 
     def write_digests(self):
-        doc = {"weight_version": self.version,
-               "digests": {n: xxhash.xxh3_128(b).hexdigest() for n, b in self.weights.items()}}
+        doc = {
+            "weight_version": self.version,
+            "digests": {n: xxhash.xxh3_128(b).hexdigest() for n, b in self.weights.items()},
+        }
         tmp = self.args.digests + ".tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f)
@@ -90,7 +108,7 @@ def receive(state, body):
         dist.broadcast(flat, src=0, group=pg)
         data, offset = flat.numpy().tobytes(), 0
         for name, size in zip(body["names"], sizes):
-            state.weights[name] = data[offset:offset + size]
+            state.weights[name] = data[offset : offset + size]
             offset += size
         return
     # Per tensor, as SGLang: allocate each, one async broadcast each, then wait for all.
@@ -126,20 +144,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path in ("/health", "/health_generate"):
             return self.reply(200, "", "text/plain")
         if self.path == "/get_server_info":
-            return self.reply(200, {"tp_size": 1, "dp_size": 1, "pp_size": 1, "ep_size": 1,
-                                    "speculative_algorithm": None, "weight_version": s.version,
-                                    "internal_states": [{"last_gen_throughput": 0.0}],
-                                    "version": "0.5.0-style",
-                                    "stand_in": {"paused": s.paused, "continues": s.continues,
-                                                 "reloads": s.reloads, "calls": s.calls}})
+            return self.reply(
+                200,
+                {
+                    "tp_size": 1,
+                    "dp_size": 1,
+                    "pp_size": 1,
+                    "ep_size": 1,
+                    "speculative_algorithm": None,
+                    "weight_version": s.version,
+                    "internal_states": [{"last_gen_throughput": 0.0}],
+                    "version": "0.5.0-style",
+                    "stand_in": {
+                        "paused": s.paused,
+                        "continues": s.continues,
+                        "reloads": s.reloads,
+                        "calls": s.calls,
+                    },
+                },
+            )
         if self.path == "/get_weight_version":
             return self.reply(200, {"weight_version": s.version})
         if self.path in ("/model_info", "/get_model_info"):
-            return self.reply(200, {"model_path": "style", "is_generation": True,
-                                    "weight_version": s.version})
+            return self.reply(
+                200, {"model_path": "style", "is_generation": True, "weight_version": s.version}
+            )
         if self.path == "/flush_cache":
-            return self.reply(200, "Cache flushed.\nPlease check backend logs for more details.\n",
-                              "text/plain")
+            return self.reply(
+                200, "Cache flushed.\nPlease check backend logs for more details.\n", "text/plain"
+            )
         return self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self):
@@ -155,23 +188,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if old is not None:
                 release_group(old[1])
             timeout = datetime.timedelta(seconds=s.args.timeout)
-            store = connect_store(body["master_address"], body["master_port"],
-                                  body["world_size"], timeout)
-            pg = custom_group(store, body["world_size"], body["rank_offset"],
-                              body["group_name"], body.get("backend", "nccl"), timeout)
+            store = connect_store(body["master_address"], body["master_port"], body["world_size"], timeout)
+            pg = custom_group(
+                store,
+                body["world_size"],
+                body["rank_offset"],
+                body["group_name"],
+                body.get("backend", "nccl"),
+                timeout,
+            )
             s.groups[body["group_name"]] = (store, pg)
-            return self.reply(200, {"success": True,
-                                    "message": "Succeeded to initialize custom process group."})
+            return self.reply(
+                200, {"success": True, "message": "Succeeded to initialize custom process group."}
+            )
         if path == "/destroy_weights_update_group":
             old = s.groups.pop(body.get("group_name", "weight_update_group"), None)
             if old is None:
-                return self.reply(400, {"success": False,
-                                        "message": "The group to be destroyed does not exist."})
+                return self.reply(
+                    400, {"success": False, "message": "The group to be destroyed does not exist."}
+                )
             release_group(old[1])
             return self.reply(200, {"success": True, "message": "Succeeded to destroy."})
         if path == "/flush_cache":
-            return self.reply(200, "Cache flushed.\nPlease check backend logs for more details.\n",
-                              "text/plain")
+            return self.reply(
+                200, "Cache flushed.\nPlease check backend logs for more details.\n", "text/plain"
+            )
         if path in ("/pause_generation", "/continue_generation"):
             pausing = path == "/pause_generation"
             s.paused = pausing
@@ -185,8 +226,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/update_weights_from_disk":
             s.reloads.append(body["model_path"])
             s.weights = {}
-            return self.reply(200, {"success": True, "message": "Succeeded to update model "
-                                    "weights.", "num_paused_requests": 0})
+            return self.reply(
+                200,
+                {
+                    "success": True,
+                    "message": "Succeeded to update model " "weights.",
+                    "num_paused_requests": 0,
+                },
+            )
         if path == "/update_weights_from_distributed":
             with s.lock:  # SGLang serializes weight updates
                 k = s.buckets
@@ -199,16 +246,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if s.args.fault_bucket == k and s.args.fault == "never_answer":
                 time.sleep(3600)
             if s.args.fault_bucket == k and s.args.fault == "fail_400":
-                return self.reply(400, {"success": False, "message": "Failed to update weights: "
-                                        "simulated load_weights error"})
+                return self.reply(
+                    400,
+                    {
+                        "success": False,
+                        "message": "Failed to update weights: " "simulated load_weights error",
+                    },
+                )
             message = "Succeeded to update parameter online."
             if body.get("weight_version"):
                 message += f" Weight version updated to {body['weight_version']}."
             return self.reply(200, {"success": True, "message": message})
         if path == "/update_weight_version":
             s.version = str(body["new_version"])
-            return self.reply(200, {"success": True, "message": "Weight version updated to " +
-                                    s.version, "new_version": s.version})
+            return self.reply(
+                200,
+                {
+                    "success": True,
+                    "message": "Weight version updated to " + s.version,
+                    "new_version": s.version,
+                },
+            )
         if path == "/end_weight_update":
             s.write_digests()
             return self.reply(200, {"success": True, "message": "end"})

@@ -39,8 +39,7 @@ def update(args, urls, pg, metas, step):
         if held != version:
             sys.exit(f"{url} /get_weight_version: {held!r}, expected {version!r}")
     seconds = time.monotonic() - start
-    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds}),
-          flush=True)
+    print(json.dumps({"step": step, "digests": digests, "bytes": total, "seconds": seconds}), flush=True)
 
 
 if __name__ == "__main__":

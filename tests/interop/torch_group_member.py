@@ -22,8 +22,14 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 import xxhash
 
-DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "float32": torch.float32,
-          "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32}
+DTYPES = {
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int32": torch.int32,
+}
 
 
 def parse_spec(spec):
@@ -43,8 +49,9 @@ def form_group(args, timeout):
         store, _, _ = next(dist.rendezvous(url, args.rank, args.world, timeout=timeout))
     store.set_timeout(timeout)
     store = c10d.PrefixStore(args.group, store)
-    return c10d._new_process_group_helper(args.world, args.rank, [], "gloo", store,
-                                          group_name=args.group, timeout=timeout)
+    return c10d._new_process_group_helper(
+        args.world, args.rank, [], "gloo", store, group_name=args.group, timeout=timeout
+    )
 
 
 def broadcast(pg, tensor, root):

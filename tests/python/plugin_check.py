@@ -60,6 +60,7 @@ def check_vllm():
         print(f"vLLM: not importable here ({e})")
         return
     import weightcast.vllm as shim
+
     methods = [n for n, _ in inspect.getmembers(shim.WeightcastWorkerExtension, inspect.isfunction)]
     assert methods and all(n.startswith(("weightcast_", "_weightcast")) for n in methods), methods
     reason = shim.backend_unsupported()
@@ -73,6 +74,7 @@ def check_vllm():
         return
     if os.environ.get("WEIGHTCAST_VLLM_STANDIN"):
         from vllm.plugins import load_general_plugins
+
         load_general_plugins()  # through the entry point, as every vLLM process does
     shim.register()
     shim.register()  # idempotent: every process loads plugins once, some twice
@@ -86,9 +88,15 @@ def check_vllm():
     assert info.body["world_size"] == 2 and info.options == {"keep_delta_base": False}, info
     update = cls.parse_update_info(None, {"names": ["a"], "dtypes": ["bfloat16"], "shapes": [[2]]})
     assert update.info["names"] == ["a"], update
-    for name in ("init_transfer_engine", "start_weight_update", "receive_weights",
-                 "finish_weight_update", "shutdown", "set_weight_update_target",
-                 "reset_weight_update_target"):
+    for name in (
+        "init_transfer_engine",
+        "start_weight_update",
+        "receive_weights",
+        "finish_weight_update",
+        "shutdown",
+        "set_weight_update_target",
+        "reset_weight_update_target",
+    ):
         assert name in vars(cls), f"{name} not implemented"
     ran.append(f"vLLM {vllm.__version__}")
 
@@ -111,6 +119,7 @@ def _sglang_build(label, through_entry_point):
     mode = shim.detect_mode()
     if through_entry_point:
         from sglang.srt.plugins import load_plugins
+
         load_plugins()  # the entry point from the package metadata, as every SGLang process does
     else:
         shim.register()
@@ -176,6 +185,7 @@ def check_sglang():
         print(f"SGLang: not importable here ({e})")
         return
     _sglang_build("SGLang", through_entry_point=False)
+
 
 check_vllm()
 check_sglang()

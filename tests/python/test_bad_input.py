@@ -70,8 +70,9 @@ class BadInput(unittest.TestCase):
         before = engines.server_info(self.urls[0])["weight_version"]
         tensors = big_model()
         victim = tensors["model.big.15"]
-        slow = weightcast.DistributedUpdater(engines=self.urls, selector="target",
-                                             bucket_bytes=8 << 20, bucket_delay=0.05)
+        slow = weightcast.DistributedUpdater(
+            engines=self.urls, selector="target", bucket_bytes=8 << 20, bucket_delay=0.05
+        )
         done = threading.Event()
 
         def meddle():
@@ -83,8 +84,9 @@ class BadInput(unittest.TestCase):
         # Caught here (the bytes changed between packing and the send check) or by the engine
         # (the bucket's bytes no longer match the digest the trainer sent with it): either way
         # named, and nothing commits.
-        with slow, self.assertRaisesRegex((weightcast.InputError, weightcast.EngineError),
-                                          "'model.big.15'.*(during|after the broadcast)"):
+        with slow, self.assertRaisesRegex(
+            (weightcast.InputError, weightcast.EngineError), "'model.big.15'.*(during|after the broadcast)"
+        ):
             slow.update(tensors.items())
         self.assertTrue(done.is_set())
         unchanged(self, self.urls, before)
@@ -98,8 +100,9 @@ class BadInput(unittest.TestCase):
     def test_numpy_array_cannot_be_resized_during_update(self):
         array = np.zeros(1 << 20, dtype=np.float32)
         tensors = dict(big_model(), **{"model.np": array})
-        slow = weightcast.DistributedUpdater(engines=self.urls, selector="target",
-                                             bucket_bytes=8 << 20, bucket_delay=0.05)
+        slow = weightcast.DistributedUpdater(
+            engines=self.urls, selector="target", bucket_bytes=8 << 20, bucket_delay=0.05
+        )
         errors = []
 
         def resize():
@@ -119,9 +122,14 @@ class BadInput(unittest.TestCase):
 class EngineFailures(unittest.TestCase):
     def test_engine_killed_mid_update(self):
         with engines.running(2) as (urls, procs):
-            updater = weightcast.DistributedUpdater(engines=urls, selector="target",
-                                                    bucket_bytes=8 << 20, bucket_delay=0.1,
-                                                    update_timeout=20, request_timeout=10)
+            updater = weightcast.DistributedUpdater(
+                engines=urls,
+                selector="target",
+                bucket_bytes=8 << 20,
+                bucket_delay=0.1,
+                update_timeout=20,
+                request_timeout=10,
+            )
             tensors = big_model()
             with updater:
                 # A first update sets up the group, so the kill lands in the second one's data
@@ -146,8 +154,8 @@ class EngineFailures(unittest.TestCase):
     def test_ctrl_c_aborts_the_update(self):
         with engines.running(1) as (urls, _):
             child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, urls[0]], stdout=subprocess.PIPE, text=True,
-                env=os.environ)
+                [sys.executable, "-c", CHILD, urls[0]], stdout=subprocess.PIPE, text=True, env=os.environ
+            )
             self.assertEqual(child.stdout.readline().strip(), "updating")
             time.sleep(0.5)
             child.send_signal(signal.SIGINT)

@@ -15,17 +15,21 @@ import weightcast  # noqa: E402
 
 def model(step):
     g = torch.Generator().manual_seed(step)
-    return {f"model.layers.{i}.weight": torch.randn(64, 96, generator=g).to(torch.bfloat16)
-            for i in range(4)}
+    return {f"model.layers.{i}.weight": torch.randn(64, 96, generator=g).to(torch.bfloat16) for i in range(4)}
 
 
 class Elastic(unittest.TestCase):
     def run_with(self, policy):
         with engines.running(2) as (urls, procs):
-            with weightcast.DistributedUpdater(engines=urls, selector="target",
-                                               on_engine_failure=policy, probe_timeout=0.5,
-                                               request_timeout=5.0, group_timeout=10.0,
-                                               update_timeout=10.0) as updater:
+            with weightcast.DistributedUpdater(
+                engines=urls,
+                selector="target",
+                on_engine_failure=policy,
+                probe_timeout=0.5,
+                request_timeout=5.0,
+                group_timeout=10.0,
+                update_timeout=10.0,
+            ) as updater:
                 first = updater.update(model(1))
                 self.assertTrue(first.ok, first.error)
                 procs[1].kill()

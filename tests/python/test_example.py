@@ -11,14 +11,16 @@ import engines
 engines.require_torch()
 
 EXAMPLE = os.environ.get("WEIGHTCAST_EXAMPLE") or os.path.join(
-    os.path.dirname(__file__), "..", "..", "examples", "python", "update_from_torch.py")
+    os.path.dirname(__file__), "..", "..", "examples", "python", "update_from_torch.py"
+)
 
 
 class Example(unittest.TestCase):
     def test_example_updates_two_engines_each_step(self):
         with engines.running(2, ranks=[1, 2], layout="none") as (urls, _):
-            run = subprocess.run([sys.executable, EXAMPLE, *urls], capture_output=True,
-                                 text=True, timeout=120)
+            run = subprocess.run(
+                [sys.executable, EXAMPLE, *urls], capture_output=True, text=True, timeout=120
+            )
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         lines = run.stdout.splitlines()
         self.assertEqual(lines[0], "selector target")

@@ -13,6 +13,7 @@ import xxhash  # noqa: E402
 
 import weightcast  # noqa: E402
 
+
 def model():
     g = torch.Generator().manual_seed(3)
     return {
@@ -36,43 +37,42 @@ class RoundTrip(unittest.TestCase):
             held, held_version = engines.checksums(url, "target")
             self.assertEqual(held_version, version)
             for name, t in tensors.items():
-                self.assertEqual(held[name], xxhash.xxh3_128(engines.source_bytes(t)).hexdigest(),
-                                 f"{url} {name}")
+                self.assertEqual(
+                    held[name], xxhash.xxh3_128(engines.source_bytes(t)).hexdigest(), f"{url} {name}"
+                )
 
     def test_torch_and_numpy_reach_both_engines_bit_exact(self):
         with engines.running(2, ranks=[1, 2], layout="none") as (urls, _):
-            selector = weightcast.weight_update_selector(speculative_algorithm="EAGLE",
-                                                         mtp_num_layers=0)
+            selector = weightcast.weight_update_selector(speculative_algorithm="EAGLE", mtp_num_layers=0)
             self.assertEqual(selector, "target")
-            with weightcast.DistributedUpdater(engines=urls, selector=selector,
-                                               bucket_bytes=16 << 10, verify=True) as updater:
+            with weightcast.DistributedUpdater(
+                engines=urls, selector=selector, bucket_bytes=16 << 10, verify=True
+            ) as updater:
                 tensors = model()
                 report = updater.update(tensors.items())
                 self.assertTrue(report.ok)
                 self.assertTrue(report.verified)
                 self.assertEqual(report.tensors, len(tensors))
                 self.assertGreater(report.buckets, 1)
-                self.assertEqual(list(report.phases),
-                                 ["prepare", "pause", "begin", "data", "commit", "resume"])
+                self.assertEqual(
+                    list(report.phases), ["prepare", "pause", "begin", "data", "commit", "resume"]
+                )
                 self.assertGreater(report.phases["data"], 0)
                 self.assertEqual(report.failures, [])
                 self.check(urls, tensors, report.version)
 
                 # A generator of fresh tensors (renamed on the fly): only update() holds them.
-                step2 = ((name, t * 2 if isinstance(t, torch.Tensor) else t)
-                         for name, t in model().items())
+                step2 = ((name, t * 2 if isinstance(t, torch.Tensor) else t) for name, t in model().items())
                 report = updater.update(step2, version="step-2")
                 self.assertEqual(report.version, "step-2")
-                expected = {n: (t * 2 if isinstance(t, torch.Tensor) else t)
-                            for n, t in model().items()}
+                expected = {n: (t * 2 if isinstance(t, torch.Tensor) else t) for n, t in model().items()}
                 self.check(urls, expected, "step-2")
                 updater.verify()
 
     def test_layouts_are_verified(self):
         # Shuffle layouts on both runners: verify() compares with the laid-out digests.
         with engines.running(1) as (urls, _):
-            with weightcast.DistributedUpdater(engines=urls, selector="target",
-                                               verify=True) as updater:
+            with weightcast.DistributedUpdater(engines=urls, selector="target", verify=True) as updater:
                 report = updater.update(model())
                 self.assertTrue(report.verified)
                 self.assertIn("target", str(report))

@@ -32,12 +32,15 @@ PROMPT = [3, 14, 15, 92, 65]
 def full_tensors(step, runner="target"):
     out = {}
     for name, dtype, shape, raw in _weightcast._model_tensors("tiny", runner, SEED, step):
-        out[name] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+        out[name] = (
+            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+        )
     return out
 
 
 def spec():
     import json
+
     return json.loads(_weightcast._model_spec("tiny"))
 
 
@@ -49,16 +52,20 @@ def shard(full, dim, rank, tp):
 def expected_worker(full, rank, tp):
     """What worker `rank` of a TP-`tp` engine must hold, fused as its parameters are."""
     s = spec()
-    out = {"model.embed_tokens.weight": shard(full["model.embed_tokens.weight"], 0, rank, tp),
-           "model.norm.weight": full["model.norm.weight"],
-           "lm_head.weight": shard(full["lm_head.weight"], 0, rank, tp)}
+    out = {
+        "model.embed_tokens.weight": shard(full["model.embed_tokens.weight"], 0, rank, tp),
+        "model.norm.weight": full["model.norm.weight"],
+        "lm_head.weight": shard(full["lm_head.weight"], 0, rank, tp),
+    }
     for i in range(s["num_hidden_layers"]):
         p = f"model.layers.{i}."
         f = lambda n: full[p + n]  # noqa: E731
         out[p + "self_attn.qkv_proj.weight"] = torch.cat(
-            [shard(f(f"self_attn.{x}_proj.weight"), 0, rank, tp) for x in "qkv"])
+            [shard(f(f"self_attn.{x}_proj.weight"), 0, rank, tp) for x in "qkv"]
+        )
         out[p + "mlp.gate_up_proj.weight"] = torch.cat(
-            [shard(f(f"mlp.{x}_proj.weight"), 0, rank, tp) for x in ("gate", "up")])
+            [shard(f(f"mlp.{x}_proj.weight"), 0, rank, tp) for x in ("gate", "up")]
+        )
         out[p + "self_attn.o_proj.weight"] = shard(f("self_attn.o_proj.weight"), 1, rank, tp)
         out[p + "mlp.down_proj.weight"] = shard(f("mlp.down_proj.weight"), 1, rank, tp)
         out[p + "input_layernorm.weight"] = f("input_layernorm.weight")
@@ -113,9 +120,14 @@ def raw(t):
 
 def accept_length(full_target, draft_fc):
     s = spec()
-    return _weightcast._spec_accept_length("bfloat16", s["vocab_size"], s["hidden_size"],
-                                           raw(full_target["model.embed_tokens.weight"]),
-                                           raw(full_target["lm_head.weight"]), raw(draft_fc))
+    return _weightcast._spec_accept_length(
+        "bfloat16",
+        s["vocab_size"],
+        s["hidden_size"],
+        raw(full_target["model.embed_tokens.weight"]),
+        raw(full_target["lm_head.weight"]),
+        raw(draft_fc),
+    )
 
 
 class TorchEngine(unittest.TestCase):
@@ -124,11 +136,15 @@ class TorchEngine(unittest.TestCase):
             expected = expected_worker(full, rank, engine.tp)
             self.assertEqual(set(held["target"]), set(expected))
             for name, t in expected.items():
-                self.assertTrue(torch.equal(held["target"][name], t),
-                                f"TP{engine.tp} worker {rank}: {name} differs from the narrowed slice")
+                self.assertTrue(
+                    torch.equal(held["target"][name], t),
+                    f"TP{engine.tp} worker {rank}: {name} differs from the narrowed slice",
+                )
             if draft_before is not None:
                 for name, t in draft_before[rank]["draft"].items():
-                    self.assertTrue(torch.equal(held["draft"][name], t), f"draft {name} changed on worker {rank}")
+                    self.assertTrue(
+                        torch.equal(held["draft"][name], t), f"draft {name} changed on worker {rank}"
+                    )
 
     def test_trainer_update(self):
         """TP 2 and TP 1 engines, trainer tp 2 x pp 2, delta on, 5 steps, --verify."""
@@ -156,7 +172,7 @@ class TorchEngine(unittest.TestCase):
             # Layer order, and zero copy: within each load call the views of one bucket sit
             # back to back in one staged block (gaps below the bucket alignment), never copies.
             order = [name for name, ptr, size in engines[0].params()[0]["loaded_order"]]
-            last = order[-len(full):]
+            last = order[-len(full) :]
             layers = [int(n.split(".")[2]) for n in last if n.startswith("model.layers.")]
             self.assertEqual(layers, sorted(layers))
             self.assertEqual(last[0], "model.embed_tokens.weight")
@@ -175,14 +191,25 @@ class TorchEngine(unittest.TestCase):
             digests = []
             for name, t in full.items():
                 raw = t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-                layout.append({"name": name, "dtype": str(t.dtype).replace("torch.", ""),
-                               "shape": list(t.shape), "offset": offset})
+                layout.append(
+                    {
+                        "name": name,
+                        "dtype": str(t.dtype).replace("torch.", ""),
+                        "shape": list(t.shape),
+                        "offset": offset,
+                    }
+                )
                 digests.append(_weightcast._tensor_digest(raw))
                 blob += raw
                 offset += len(raw)
             bucket = _weightcast._ColocatedBucket(bytes(blob))
-            body = {"load_format": "weightcast_segment", "manifest": layout, "digests": digests,
-                    "segment": {"socket": bucket.socket, "size": bucket.size}, "selector": "target"}
+            body = {
+                "load_format": "weightcast_segment",
+                "manifest": layout,
+                "digests": digests,
+                "segment": {"socket": bucket.socket, "size": bucket.size},
+                "selector": "target",
+            }
             pickled = {"serialized_named_tensors": ["gASV"], "load_format": "flattened_bucket"}
             status, answer = e.call("/update_weights_from_tensor", pickled)
             self.assertEqual(status, 400, answer)
@@ -219,11 +246,20 @@ class TorchEngine(unittest.TestCase):
         """A 1 GiB update adds at most one bucket to a worker's peak RSS beyond its staging
         pool (reserved at start): the load callbacks get views, nobody copies the update."""
         bucket = 64 << 20
-        with torch_engines.running([1], SEED, ["--model", "small", "--num-layers", "170", "--no-draft"]) as (e,):
+        with torch_engines.running([1], SEED, ["--model", "small", "--num-layers", "170", "--no-draft"]) as (
+            e,
+        ):
             e.ok("/debug/reset_peak", {})
             (before,) = e.ok("/debug/info")["workers"]
-            code, out = torch_engines.train([e], 1, SEED, ["--model", "small", "--num-layers", "170",
-                                                           "--bucket-bytes", "64M"], tp=1, pp=1, timeout=400)
+            code, out = torch_engines.train(
+                [e],
+                1,
+                SEED,
+                ["--model", "small", "--num-layers", "170", "--bucket-bytes", "64M"],
+                tp=1,
+                pp=1,
+                timeout=400,
+            )
             self.assertEqual(code, 0, out)
             (after,) = e.ok("/debug/info")["workers"]
             sent = after["bytes_received"]
@@ -231,13 +267,18 @@ class TorchEngine(unittest.TestCase):
             slack = 48 << 20  # interpreter and allocator noise
             self.assertLessEqual(after["staging_pool_bytes"], sent + sent // 64 + (4 << 20) + bucket)
             grew = after["peak_rss"] - before["rss"]
-            print(f"1 GiB update: peak RSS grew {grew / 2**20:.1f} MiB; staging pool "
-                  f"{after['staging_pool_bytes'] / 2**20:.1f} MiB (reserved at start)")
-            self.assertLessEqual(grew, bucket + slack,
-                                 f"peak RSS grew {grew} bytes during a {sent}-byte update")
+            print(
+                f"1 GiB update: peak RSS grew {grew / 2**20:.1f} MiB; staging pool "
+                f"{after['staging_pool_bytes'] / 2**20:.1f} MiB (reserved at start)"
+            )
+            self.assertLessEqual(
+                grew, bucket + slack, f"peak RSS grew {grew} bytes during a {sent}-byte update"
+            )
 
     def test_failed_updates_change_nothing(self):
-        with torch_engines.running([2], SEED, ["--delta", "--comm-timeout", "15", "--session-timeout", "6"]) as (e,):
+        with torch_engines.running(
+            [2], SEED, ["--delta", "--comm-timeout", "15", "--session-timeout", "6"]
+        ) as (e,):
             before = e.params()
             # 1. A load callback raising: the commit fails naming runner and tensor; what was
             # already loaded is loaded again from the kept base.
@@ -248,9 +289,15 @@ class TorchEngine(unittest.TestCase):
             self.assert_unchanged(e, before, "default")
             e.ok("/debug/fail_load", {"tensor": None})
             # 2. The trainer killed mid-update: small, slow buckets; killed once bytes arrived.
-            argv = torch_engines.train_argv([e], 1, SEED, ["--bucket-bytes", "128K", "--bucket-delay-ms", "400"])
-            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    preexec_fn=torch_engines._die_with_parent)
+            argv = torch_engines.train_argv(
+                [e], 1, SEED, ["--bucket-bytes", "128K", "--bucket-delay-ms", "400"]
+            )
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=torch_engines._die_with_parent,
+            )
             try:
                 deadline = time.monotonic() + 60
                 while not any(w["bytes_received"] for w in e.ok("/debug/info")["workers"]):
@@ -297,8 +344,9 @@ class TorchEngine(unittest.TestCase):
         as a bucket whose bytes do not match their digests is) fails the update; the trainer
         aborts through /update_weights {"abort"} and resumes: previous version and weights on
         every worker, generation running, and the next update goes through."""
-        with torch_engines.running([2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "15",
-                                               "--session-timeout", "6"]) as (e,):
+        with torch_engines.running(
+            [2], SEED, ["--delta", "--api", "vllm", "--comm-timeout", "15", "--session-timeout", "6"]
+        ) as (e,):
             before = e.params()
             e.ok("/debug/fail_bucket", {"sequence": 2})
             code, out = torch_engines.train([e], 1, SEED, ["--bucket-bytes", "256K"])
@@ -338,10 +386,20 @@ class TorchEngine(unittest.TestCase):
         """A TP engine's answer names the worker that failed first, not the one that saw it leave:
         worker 1 timed out mid-copy, so worker 0 saw the ring close under it."""
         from weightcast.reference.workers import WorkerError, most_telling
-        closed = WorkerError({"status": 500, "message": "engine rank 0 (group rank 1), bucket 0: the "
-                                                        "connection to rank 2 closed [peer: rank 2]"})
-        timeout = WorkerError({"status": 504, "message": "engine rank 0 (group rank 2), bucket 0: "
-                                                         "timed out after copying 1376256 bytes"})
+
+        closed = WorkerError(
+            {
+                "status": 500,
+                "message": "engine rank 0 (group rank 1), bucket 0: the "
+                "connection to rank 2 closed [peer: rank 2]",
+            }
+        )
+        timeout = WorkerError(
+            {
+                "status": 504,
+                "message": "engine rank 0 (group rank 2), bucket 0: " "timed out after copying 1376256 bytes",
+            }
+        )
         for errors in ([(0, closed), (1, timeout)], [(1, timeout), (0, closed)]):
             e = most_telling(errors)
             self.assertEqual(e.status, 504)
@@ -359,15 +417,18 @@ class TorchEngine(unittest.TestCase):
         for rank in range(e.tp):
             for part in ("target", "draft"):
                 for name, t in before[rank][part].items():
-                    self.assertTrue(torch.equal(after[rank][part][name], t), f"{part} {name} changed on {rank}")
+                    self.assertTrue(
+                        torch.equal(after[rank][part][name], t), f"{part} {name} changed on {rank}"
+                    )
         answer = e.generate(PROMPT, 4)  # still generating, on the previous weights
         self.assertEqual(answer["meta_info"]["weight_version"], version)
         self.assertEqual(answer["output_ids"], reference_generate(full_tensors(0), PROMPT, 4))
 
     def test_frozen_draft(self):
         """`all` with the old finalize corrupts the frozen draft; the Receiver's scoping does not."""
-        with torch_engines.running([2, 1], SEED, []) as (fixed, _), \
-                torch_engines.running([1], SEED, ["--legacy-finalize"]) as (legacy,):
+        with torch_engines.running([2, 1], SEED, []) as (fixed, _), torch_engines.running(
+            [1], SEED, ["--legacy-finalize"]
+        ) as (legacy,):
             draft_fc = full_tensors(0, "draft")["draft.fc.weight"]
             start = accept_length(full_tensors(0), draft_fc)
             self.assertGreater(start, 2.0, "the initial draft should be a good one")

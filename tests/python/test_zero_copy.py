@@ -40,14 +40,14 @@ def reset_peak():
 class ZeroCopy(unittest.TestCase):
     def test_one_gib_update_adds_less_than_two_buckets_to_peak_rss(self):
         # 16 tensors of 64 MiB, filled in place (no temporaries) and touched before measuring.
-        tensors = {f"model.layers.{i}.weight": torch.empty(4096, 4096).fill_(float(i))
-                   for i in range(16)}
+        tensors = {f"model.layers.{i}.weight": torch.empty(4096, 4096).fill_(float(i)) for i in range(16)}
         self.assertEqual(sum(t.numel() * t.element_size() for t in tensors.values()), GIB)
         with engines.running(1) as (urls, _):
             # delta="off": no base copy of what was sent (delta updates keep one, a model's worth
             # by design: docs/performance.md); what is measured here is the capture's copies.
-            with weightcast.DistributedUpdater(engines=urls, selector="target",
-                                               bucket_bytes=BUCKET, delta="off") as updater:
+            with weightcast.DistributedUpdater(
+                engines=urls, selector="target", bucket_bytes=BUCKET, delta="off"
+            ) as updater:
                 updater.update({"model.warmup": torch.zeros(1024)})  # group set up, threads
                 if not reset_peak():
                     self.skipTest("/proc/self/clear_refs refused: cannot reset the peak RSS")
@@ -56,8 +56,10 @@ class ZeroCopy(unittest.TestCase):
                 grown = status_kib("VmHWM") - before
         self.assertEqual(report.bytes, GIB)
         limit = 2 * BUCKET + SLACK
-        print(f"peak RSS grew by {grown / (1 << 20):.1f} MiB during a 1 GiB update "
-              f"(bucket {BUCKET >> 20} MiB, limit {limit >> 20} MiB)")
+        print(
+            f"peak RSS grew by {grown / (1 << 20):.1f} MiB during a 1 GiB update "
+            f"(bucket {BUCKET >> 20} MiB, limit {limit >> 20} MiB)"
+        )
         self.assertLess(grown, limit)
 
 

@@ -21,6 +21,7 @@ import urllib.request
 
 def _die_with_parent():
     import ctypes
+
     os.setsid()
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -31,10 +32,22 @@ class Engine:
         self.dir = tempfile.mkdtemp(prefix="wc-torch-engine-")
         port_file = os.path.join(self.dir, "port")
         self.log = open(os.path.join(self.dir, "log"), "w+")
-        argv = [sys.executable, "-m", "weightcast.reference", "--tp", str(tp), "--seed", str(seed),
-                "--port-file", port_file, "--debug-routes", *extra]
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
+        argv = [
+            sys.executable,
+            "-m",
+            "weightcast.reference",
+            "--tp",
+            str(tp),
+            "--seed",
+            str(seed),
+            "--port-file",
+            port_file,
+            "--debug-routes",
+            *extra,
+        ]
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -63,8 +76,12 @@ class Engine:
 
     def call(self, route, body=None, timeout=120):
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + route, data=data, method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + route,
+            data=data,
+            method="GET" if body is None else "POST",
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, json.load(r)
@@ -80,6 +97,7 @@ class Engine:
     def params(self):
         """Every worker's parameters as held: [{"target": {...}, "draft": {...}, ...}] by rank."""
         import torch
+
         self.ok("/debug/save_params", {"path": self.dir})
         return [torch.load(os.path.join(self.dir, f"rank{r}.pt")) for r in range(self.tp)]
 
@@ -108,14 +126,34 @@ def train_argv(engines, steps, seed, extra=(), tp=2, pp=2):
     binary = os.environ.get("WEIGHTCAST_TRAIN")
     if not binary:
         raise SystemExit("WEIGHTCAST_TRAIN must name the weightcast-train binary")
-    return [*mpirun(), "-np", str(tp * pp), binary, "--tp", str(tp), "--pp", str(pp), "--steps", str(steps),
-            "--seed", str(seed), "--engines", ",".join(e.url for e in engines), *extra]
+    return [
+        *mpirun(),
+        "-np",
+        str(tp * pp),
+        binary,
+        "--tp",
+        str(tp),
+        "--pp",
+        str(pp),
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+        "--engines",
+        ",".join(e.url for e in engines),
+        *extra,
+    ]
 
 
 def train(engines, steps, seed, extra=(), timeout=240, tp=2, pp=2):
     """Runs weightcast-train to the end: (exit code, output)."""
-    proc = subprocess.Popen(train_argv(engines, steps, seed, extra, tp, pp), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(
+        train_argv(engines, steps, seed, extra, tp, pp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_die_with_parent,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -26,13 +26,9 @@ class Engine:
         self.sessions = Sessions(cfg["session_timeout"])
         self.paused = threading.Event()
         self.weight_version = "default"
-        self.fail_bucket = (
-            None  # test hook: the bucket (sequence) refused once received
-        )
+        self.fail_bucket = None  # test hook: the bucket (sequence) refused once received
         self._counts = None
-        self.sessions.start_watchdog(
-            lambda reason: self.workers.call_all("abort", reason), self.paused
-        )
+        self.sessions.start_watchdog(lambda reason: self.workers.call_all("abort", reason), self.paused)
 
     def touch(self):
         self.sessions.touch()
@@ -66,12 +62,8 @@ class Engine:
 
     # --- groups and sessions -------------------------------------------------------------------
     def init_group(self, body):
-        self.workers.call_all(
-            "join", json.dumps(body), timeout=self.cfg["init_timeout"] + 30
-        )
-        return {
-            "message": f"joined group '{body.get('group_name', 'weight_update_group')}'"
-        }
+        self.workers.call_all("join", json.dumps(body), timeout=self.cfg["init_timeout"] + 30)
+        return {"message": f"joined group '{body.get('group_name', 'weight_update_group')}'"}
 
     def destroy_group(self, body):
         self.workers.call_all("leave", body.get("group_name", "weight_update_group"))
@@ -80,9 +72,7 @@ class Engine:
     def begin(self, body):
         selector = body.get("selector", "all")
         if self.cfg["api"] != "weightcast":
-            body = {
-                k: v for k, v in body.items() if k != "holder"
-            }  # SGLang and vLLM own no sessions
+            body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
         with self.sessions.mu:
             token = self.sessions.open(selector, body.get("holder"))
             try:
@@ -106,11 +96,7 @@ class Engine:
         # Clients that open no session (SGLang's own, slime) get one per bucket: staged, verified
         # and committed by the workers before the answer (the plug-ins' rule, engine_rank.py).
         # vLLM's routes never do: a bucket outside start/finish (after an abort) is refused.
-        implicit = (
-            implicit_ok
-            and not self.sessions.is_open()
-            and body.get("session_id") is None
-        )
+        implicit = implicit_ok and not self.sessions.is_open() and body.get("session_id") is None
         self.sessions.bucket_started(body.get("session_id"), check=not implicit)
         try:
             answers = self._receive(body, implicit)
@@ -141,9 +127,7 @@ class Engine:
         try:
             relayed = {k: v for k, v in body.items() if k != "session_id"}
             token = self.sessions.machine.token
-            answers = self.workers.call_all(
-                "receive_segment", json.dumps(relayed), token
-            )
+            answers = self.workers.call_all("receive_segment", json.dumps(relayed), token)
         finally:
             self.sessions.bucket_done()
         return {
@@ -163,9 +147,7 @@ class Engine:
             # Test hook (/debug/fail_bucket): the engine fails this bucket after the broadcast,
             # as it would a bucket whose bytes do not match their digests.
             self.fail_bucket = None
-            message = (
-                f"injected failure of bucket {body['sequence']} after it was received"
-            )
+            message = f"injected failure of bucket {body['sequence']} after it was received"
             raise WorkerError({"status": 500, "message": message})
         return answers
 
@@ -216,9 +198,7 @@ class Engine:
         if not body.get("force"):
             self.sessions.check_owner(body.get("session_id"), "abort_weight_update")
         self.abort_all("aborted by abort_weight_update")
-        return {
-            "message": "session aborted; staged tensors discarded, previous weights kept"
-        }
+        return {"message": "session aborted; staged tensors discarded, previous weights kept"}
 
     # --- serving -------------------------------------------------------------------------------
     def generate(self, body):
@@ -228,14 +208,8 @@ class Engine:
                 raise WorkerError({"status": 503, "message": "generation is paused"})
             time.sleep(0.01)
         ids = body.get("input_ids")
-        if (
-            not isinstance(ids, list)
-            or not ids
-            or not all(isinstance(i, int) for i in ids)
-        ):
-            raise WorkerError(
-                {"status": 400, "message": "input_ids: a non-empty list of token ids"}
-            )
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            raise WorkerError({"status": 400, "message": "input_ids: a non-empty list of token ids"})
         n = int(body.get("sampling_params", {}).get("max_new_tokens", 8))
         with self.model_lock:
             version = self.weight_version
@@ -259,12 +233,8 @@ class Engine:
         }
 
     def checksum(self, runner, recompute):
-        if runner not in ("target", "draft") or (
-            runner == "draft" and not self.cfg["draft"]
-        ):
-            raise WorkerError(
-                {"status": 400, "message": f"runner: no runner '{runner}'"}
-            )
+        if runner not in ("target", "draft") or (runner == "draft" and not self.cfg["draft"]):
+            raise WorkerError({"status": 400, "message": f"runner: no runner '{runner}'"})
         with self.model_lock:
             answer = self.workers.call_all("checksum", runner, recompute)[0]
         return {

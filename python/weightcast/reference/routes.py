@@ -71,9 +71,7 @@ def weightcast_routes(engine):
 def sglang_routes(engine):
     """weightcast's routes, with /server_info in SGLang's shape (no "success")."""
     table = weightcast_routes(engine)
-    table.gets["/server_info"] = table.gets[
-        "/get_server_info"
-    ] = lambda q: info.sglang_info(engine)
+    table.gets["/server_info"] = table.gets["/get_server_info"] = lambda q: info.sglang_info(engine)
     table.plain |= {"/server_info", "/get_server_info"}
     return table
 
@@ -101,13 +99,9 @@ class VllmDialect:
         raise WorkerError({"status": 500, "message": message})
 
     def init(self, body):
-        group, _ = parse_init_info(
-            body.get("init_info")
-        )  # keep_delta_base: this engine's --delta
+        group, _ = parse_init_info(body.get("init_info"))  # keep_delta_base: this engine's --delta
         if self.engine.sessions.is_open() and not self.active:
-            self.engine.abort_all(
-                "the trainer joined again before the previous round ended"
-            )
+            self.engine.abort_all("the trainer joined again before the previous round ended")
         self.engine.init_group(group)
         return {"message": "Weight transfer initialized"}
 
@@ -118,22 +112,14 @@ class VllmDialect:
                 "Call finish_weight_update first."
             )
         if self.engine.sessions.is_open():
-            self.engine.abort_all(
-                "a new update started before the previous one finished"
-            )
+            self.engine.abort_all("a new update started before the previous one finished")
         self.engine.begin({"selector": model})
         self.active, self.model = True, model
-        return {
-            "message": "Draft weight update started"
-            if model == "draft"
-            else "Weight update started"
-        }
+        return {"message": "Draft weight update started" if model == "draft" else "Weight update started"}
 
     def update(self, body):
         if "update_info" not in body:
-            raise WorkerError(
-                {"status": 400, "message": "Missing 'update_info' in request body"}
-            )
+            raise WorkerError({"status": 400, "message": "Missing 'update_info' in request body"})
         if not self.active:
             self._raise("start_weight_update must be called before update_weights.")
         try:
@@ -141,9 +127,7 @@ class VllmDialect:
             if kind == "abort":
                 if self.engine.sessions.is_open():
                     self.engine.abort_all(payload)
-                self._raise(
-                    f"weightcast: round aborted ({payload}); no weights changed"
-                )
+                self._raise(f"weightcast: round aborted ({payload}); no weights changed")
             selector = payload.get("selector") or self.model
             if selector not in ("all", self.model):
                 self.engine.abort_all(f"a '{selector}' bucket in a {self.model} round")
@@ -152,17 +136,13 @@ class VllmDialect:
                 )
             self.engine.update(dict(payload, selector=self.model), implicit_ok=False)
         except BaseException:
-            self.active = (
-                False  # vLLM's worker leaves the update when the backend raises
-            )
+            self.active = False  # vLLM's worker leaves the update when the backend raises
             raise
         return {"message": "Weights updated"}
 
     def finish(self, body):
         if not self.active:
-            self._raise(
-                "finish_weight_update called without a matching start_weight_update."
-            )
+            self._raise("finish_weight_update called without a matching start_weight_update.")
         version = body.get("weight_version")
         if version is not None:  # vLLM records any string, "" included
             self.engine.set_version({"new_version": str(version)})

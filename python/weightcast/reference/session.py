@@ -30,9 +30,7 @@ class Sessions:
         self.mu = threading.Lock()
         self.machine = SessionMachine()
         self.last_activity = time.monotonic()
-        self.busy = (
-            0  # bucket requests in flight (bounded by the workers' comm timeout)
-        )
+        self.busy = 0  # bucket requests in flight (bounded by the workers' comm timeout)
 
     def touch(self):
         self.last_activity = time.monotonic()
@@ -91,9 +89,7 @@ class Sessions:
         self.touch()
 
     def start_watchdog(self, abort_workers, paused):
-        threading.Thread(
-            target=self._watchdog, args=(abort_workers, paused), daemon=True
-        ).start()
+        threading.Thread(target=self._watchdog, args=(abort_workers, paused), daemon=True).start()
 
     def _watchdog(self, abort_workers, paused):
         """As weightcast-engine: a session that sees no request for the timeout is aborted

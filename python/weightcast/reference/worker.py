@@ -27,11 +27,7 @@ DRAFT_FILTER = "draft.*"
 
 
 def _tensor(dtype, shape, raw):
-    return (
-        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        .view(getattr(torch, dtype))
-        .view(shape)
-    )
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
 
 
 class Worker:
@@ -48,11 +44,7 @@ class Worker:
         runners = [Runner("target", self._loader(self.target), filter=TARGET_FILTER)]
         if self.draft is not None:
             # The fixed behaviour: post-processing runs when the draft loaded something.
-            finish = (
-                None
-                if cfg["legacy_finalize"]
-                else self.draft.process_weights_after_loading
-            )
+            finish = None if cfg["legacy_finalize"] else self.draft.process_weights_after_loading
             runners.append(
                 Runner(
                     "draft",
@@ -75,9 +67,7 @@ class Worker:
         self.rx = self.core.receiver
         for runner in ["target"] + (["draft"] if self.draft is not None else []):
             tensors = []
-            for name, dtype, shape, raw in _weightcast._model_tensors(
-                cfg["model"], runner, cfg["seed"], 0
-            ):
+            for name, dtype, shape, raw in _weightcast._model_tensors(cfg["model"], runner, cfg["seed"], 0):
                 tensors.append((name, _tensor(dtype, shape, raw)))
                 self.metas[name] = (dtype, shape)
             self.rx.install(runner, tensors)
@@ -90,9 +80,7 @@ class Worker:
             for name, tensor in pairs:
                 if name == self.fail_on:
                     raise RuntimeError(f"injected load failure on '{name}'")
-                self.loaded_order.append(
-                    (name, tensor.data_ptr(), tensor.numel() * tensor.element_size())
-                )
+                self.loaded_order.append((name, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
             model.load_weights(iter(pairs))
 
         return load
@@ -125,11 +113,7 @@ class Worker:
         start = time.monotonic()
         result = self.core.end(version)
         result["seconds"] = time.monotonic() - start
-        if (
-            self.cfg["legacy_finalize"]
-            and self.draft is not None
-            and selector in ("all", "draft")
-        ):
+        if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
             # The old behaviour: every covered runner's resident weights are post-processed again
             # at the end of the session, whether or not it loaded anything.
             self.draft.process_weights_after_loading()
@@ -137,14 +121,10 @@ class Worker:
                 if entry["runner"] == "draft":
                     break
             else:
-                result["runners"].append(
-                    {"runner": "draft", "tensors_loaded": 0, "tensors_transformed": 0}
-                )
+                result["runners"].append({"runner": "draft", "tensors_loaded": 0, "tensors_transformed": 0})
             for entry in result["runners"]:
                 if entry["runner"] == "draft":
-                    entry["tensors_transformed"] = sum(
-                        1 for p in self.draft.parameters() if p.dim() == 2
-                    )
+                    entry["tensors_transformed"] = sum(1 for p in self.draft.parameters() if p.dim() == 2)
         return result
 
     def op_generate(self, ids, max_new_tokens):
@@ -170,13 +150,8 @@ class Worker:
         digests = self.rx.digests(runner)
         if recompute:
             model = self.target if runner == "target" else self.draft
-            raw = (
-                lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()
-            )  # noqa: E731
-            digests = {
-                n: _weightcast._tensor_digest(raw(t))
-                for n, t in model.hf_tensors().items()
-            }
+            raw = lambda t: t.contiguous().view(-1).view(torch.uint8).numpy()  # noqa: E731
+            digests = {n: _weightcast._tensor_digest(raw(t)) for n, t in model.hf_tensors().items()}
         tensors = [
             {
                 "name": n,
@@ -197,9 +172,7 @@ class Worker:
             f.write("5")
 
     def op_info(self):
-        status = dict(
-            line.split(":", 1) for line in open("/proc/self/status") if ":" in line
-        )
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
         kib = lambda key: int(status[key].split()[0]) * 1024  # noqa: E731
         return {
             "rss": kib("VmRSS"),
@@ -222,9 +195,7 @@ class Worker:
         """Test hook: this worker's parameters (its shards, as held) to `path`/rank<r>.pt."""
         state = {
             "target": {k: v.clone() for k, v in self.target.state_dict().items()},
-            "draft": {k: v.clone() for k, v in self.draft.state_dict().items()}
-            if self.draft
-            else {},
+            "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
             "loaded_order": list(self.loaded_order),
         }
         torch.save(state, os.path.join(path, f"rank{self.rank}.pt"))

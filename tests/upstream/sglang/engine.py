@@ -30,7 +30,6 @@ import threading
 import traceback
 
 
-
 # --- one TP rank -------------------------------------------------------------------------------
 
 
@@ -48,6 +47,7 @@ def _initial(model, runner, seed):
 
 def _models(rank, tp, seed):
     from weightcast.reference.model import DraftModel, Parallel, TargetModel, model_spec
+
     spec = model_spec("tiny")
     target, draft = TargetModel(spec, Parallel(rank, tp)), DraftModel(spec)
     target.load_weights(iter(_initial("tiny", "target", seed)))
@@ -62,8 +62,10 @@ def _state(scheduler):
     out = {"params": {}, "runners": {}}
     for role, worker in (("target", scheduler.tp_worker), ("draft", scheduler.draft_worker)):
         runner = worker.model_runner
-        out["params"][role] = {n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-                               for n, p in runner.model.named_parameters()}
+        out["params"][role] = {
+            n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
+            for n, p in runner.model.named_parameters()
+        }
         out["runners"][role] = {"begun": runner.begun, "post_processed": runner.post_processed}
     return out
 
@@ -83,8 +85,10 @@ def worker_main(rank, tp, seed, conn):
         from sglang.srt.model_executor.model_runner import ModelRunner
 
         target, draft = _models(rank, tp, seed)
-        scheduler = Scheduler(TpModelWorker(ModelRunner(target, tp_rank=rank, tp_size=tp)),
-                              TpModelWorker(ModelRunner(draft, tp_rank=rank, tp_size=tp, role="draft"), role="draft"))
+        scheduler = Scheduler(
+            TpModelWorker(ModelRunner(target, tp_rank=rank, tp_size=tp)),
+            TpModelWorker(ModelRunner(draft, tp_rank=rank, tp_size=tp, role="draft"), role="draft"),
+        )
         conn.send(("ready", None))
     except Exception:
         conn.send(("crashed", traceback.format_exc()))
@@ -209,21 +213,36 @@ def make_handler(front):
                 return self._send(*front.weight_call(path, body))
             if path == "/update_weight_version":
                 front.version = str(body["new_version"])
-                return self._send(200, {"success": True, "message": f"Weight version updated to {front.version}",
-                                        "new_version": front.version})
+                return self._send(
+                    200,
+                    {
+                        "success": True,
+                        "message": f"Weight version updated to {front.version}",
+                        "new_version": front.version,
+                    },
+                )
             if path in ("/pause_generation", "/continue_generation"):
                 word = "paused" if path == "/pause_generation" else "continued"
                 return self._send(200, {"message": f"Generation {word} successfully.", "status": "ok"})
             if path == "/flush_cache":
-                return self._send(200, "Cache flushed.\nPlease check backend logs for more details.\n", text=True)
+                return self._send(
+                    200, "Cache flushed.\nPlease check backend logs for more details.\n", text=True
+                )
             if path in ("/health", "/health_generate"):
                 return self._send(503 if front.dead else 200, "", text=True)
             if path == "/get_weight_version":
                 return self._send(200, {"weight_version": front.version})
             if path == "/get_server_info" or (path == "/server_info" and front.cell.state_controller):
                 states = [o.internal_state for o in front.call(front.io.GetInternalStateReq())]
-                return self._send(200, {"tp_size": front.args.tp, "weight_version": front.version,
-                                        "internal_states": states, "version": front.cell.version})
+                return self._send(
+                    200,
+                    {
+                        "tp_size": front.args.tp,
+                        "weight_version": front.version,
+                        "internal_states": states,
+                        "version": front.cell.version,
+                    },
+                )
             if path == "/stand_in/state":
                 return self._send(200, {"ranks": front.call("state"), "weight_version": front.version})
             self._send(404, {"detail": "Not Found"})

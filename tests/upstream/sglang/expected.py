@@ -13,26 +13,39 @@ from weightcast import _weightcast
 def initial(runner, seed):
     out = {}
     for name, dtype, shape, raw in _weightcast._model_tensors("tiny", runner, seed, 0):
-        out[name] = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+        out[name] = (
+            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+        )
     return out
 
 
 def _hex(model):
-    return {n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-            for n, p in model.named_parameters()}
+    return {
+        n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
+        for n, p in model.named_parameters()
+    }
 
 
 class Expected:
     def __init__(self, tp, seed):
         self.tp, self.spec = tp, model_spec("tiny")
         self.tensors = {"target": initial("target", seed), "draft": initial("draft", seed)}
-        self.counts = {"target": {"begun": 0, "post_processed": 0}, "draft": {"begun": 0, "post_processed": 0}}
+        self.counts = {
+            "target": {"begun": 0, "post_processed": 0},
+            "draft": {"begun": 0, "post_processed": 0},
+        }
 
     def random(self, runner, gen):
         """New values for every tensor of `runner`, same names, dtypes and shapes."""
-        return [(n, torch.randint(0, 1 << 15, t.shape, dtype=torch.int16, generator=gen).view(torch.bfloat16)
-                 if t.dtype == torch.bfloat16 else torch.rand(t.shape, generator=gen).to(t.dtype))
-                for n, t in self.tensors[runner].items()]
+        return [
+            (
+                n,
+                torch.randint(0, 1 << 15, t.shape, dtype=torch.int16, generator=gen).view(torch.bfloat16)
+                if t.dtype == torch.bfloat16
+                else torch.rand(t.shape, generator=gen).to(t.dtype),
+            )
+            for n, t in self.tensors[runner].items()
+        ]
 
     def landed(self, runner, pairs):
         for name, t in pairs:
@@ -40,7 +53,7 @@ class Expected:
 
     def session(self, selector):
         """SGLang's begin and end ran on the runners `selector` covers."""
-        for runner in (["target", "draft"] if selector == "all" else [selector]):
+        for runner in ["target", "draft"] if selector == "all" else [selector]:
             self.counts[runner]["begun"] += 1
             self.counts[runner]["post_processed"] += 1
 
@@ -62,6 +75,8 @@ class Expected:
                     if held["params"][runner].get(name) != data:
                         out.append(f"rank {rank} {runner} {name}: bytes differ")
                 if held["runners"][runner] != self.counts[runner]:
-                    out.append(f"rank {rank} {runner}: began/post-processed {held['runners'][runner]}, "
-                               f"expected {self.counts[runner]}")
+                    out.append(
+                        f"rank {rank} {runner}: began/post-processed {held['runners'][runner]}, "
+                        f"expected {self.counts[runner]}"
+                    )
         return out

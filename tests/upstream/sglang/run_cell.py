@@ -45,18 +45,32 @@ from expected import Expected  # noqa: E402
 
 TP, SEED, GROUP = 2, 1, "miles-pp_0"
 TIMEOUT = 60.0
-SESSIONS = {"v0.5-dataclass": False, "miles-v0.5.16": True, "main-weight-updater": True,
-            "main-external-receivers": True}
+SESSIONS = {
+    "v0.5-dataclass": False,
+    "miles-v0.5.16": True,
+    "main-weight-updater": True,
+    "main-external-receivers": True,
+}
 FACTORY = "weightcast.sglang.receiver"
-_MANAGER = ["SchedulerWeightUpdaterManager.begin_weight_update", "SchedulerWeightUpdaterManager.end_weight_update"]
+_MANAGER = [
+    "SchedulerWeightUpdaterManager.begin_weight_update",
+    "SchedulerWeightUpdaterManager.end_weight_update",
+]
 _GROUP = ["init_weights_update_group", "receive_weights_from_distributed", "destroy_weights_update_group"]
 # The hooks each build must report as applied (the announce lists only those), in order.
 HOOKED = {
-    "v0.5-dataclass": [f"TpModelWorker.{m}" for m in ("init_weights_update_group", "destroy_weights_update_group",
-                                                      "update_weights_from_distributed")]
+    "v0.5-dataclass": [
+        f"TpModelWorker.{m}"
+        for m in (
+            "init_weights_update_group",
+            "destroy_weights_update_group",
+            "update_weights_from_distributed",
+        )
+    ]
     + ["Scheduler.get_internal_state"],
     "miles-v0.5.16": [f"ModelRunner.{m}" for m in _GROUP] + _MANAGER + ["Scheduler.get_internal_state"],
-    "main-weight-updater": [f"WeightUpdater.{m}" for m in _GROUP] + _MANAGER
+    "main-weight-updater": [f"WeightUpdater.{m}" for m in _GROUP]
+    + _MANAGER
     + ["SchedulerInternalStateController.get_internal_state"],
     "main-external-receivers": _MANAGER + ["SchedulerInternalStateController.get_internal_state"],
 }
@@ -93,11 +107,18 @@ class Engine:
         if cell == "main-external-receivers":
             env["SGLANG_STANDIN_WEIGHT_UPDATE_RECEIVERS"] = FACTORY  # --weight-update-receivers
         self.log = open(os.path.join(root, "engine.log"), "w+")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "engine.py"), "--tp", str(TP),
-                                      "--seed", str(SEED)], stdout=subprocess.PIPE, stderr=self.log,
-                                     env=env, text=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "engine.py"), "--tp", str(TP), "--seed", str(SEED)],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+            text=True,
+            preexec_fn=_die_with_parent,
+        )
         line = [None]
-        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
+        reader = threading.Thread(
+            target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True
+        )
         reader.start()
         reader.join(TIMEOUT)
         if not line[0] or "listening on" not in line[0]:
@@ -140,13 +161,21 @@ class Trainer:
     def connect(self):
         timeout = datetime.timedelta(seconds=TIMEOUT)
         self.store = dist.TCPStore("127.0.0.1", 0, 1 + TP, True, timeout, wait_for_workers=False)
-        body = {"master_address": "127.0.0.1", "master_port": self.store.port, "rank_offset": 1,
-                "world_size": 1 + TP, "group_name": GROUP, "backend": "gloo"}
+        body = {
+            "master_address": "127.0.0.1",
+            "master_port": self.store.port,
+            "rank_offset": 1,
+            "world_size": 1 + TP,
+            "group_name": GROUP,
+            "backend": "gloo",
+        }
         if self.external:
             body.update(receiver=FACTORY, receiver_init_payload={"backend": "gloo"})
         self.engine.post("/destroy_weights_update_group", {"group_name": GROUP})  # errors ignored
         answer = []
-        t = threading.Thread(target=lambda: answer.append(self.engine.post("/init_weights_update_group", body)))
+        t = threading.Thread(
+            target=lambda: answer.append(self.engine.post("/init_weights_update_group", body))
+        )
         t.start()
         self.pg = custom_group(self.store, 1 + TP, 0, GROUP, "gloo", timeout)
         t.join(TIMEOUT)
@@ -167,8 +196,11 @@ class Trainer:
     def bucket(self, tensors, selector, version):
         """One bucket request, then one broadcast per tensor (uint8 views: torch 1.13's gloo
         refuses bfloat16); returns (status, answer)."""
-        metas = {"names": [n for n, _ in tensors], "dtypes": [str(t.dtype)[6:] for _, t in tensors],
-                 "shapes": [list(t.shape) for _, t in tensors]}
+        metas = {
+            "names": [n for n, _ in tensors],
+            "dtypes": [str(t.dtype)[6:] for _, t in tensors],
+            "shapes": [list(t.shape) for _, t in tensors],
+        }
         body = {"group_name": GROUP, "flush_cache": False, "weight_version": version}
         if self.sessions:
             body["selector"] = selector
@@ -177,10 +209,14 @@ class Trainer:
         else:
             body.update(metas)
         answer = []
-        t = threading.Thread(target=lambda: answer.append(self.engine.post("/update_weights_from_distributed", body)))
+        t = threading.Thread(
+            target=lambda: answer.append(self.engine.post("/update_weights_from_distributed", body))
+        )
         t.start()
-        works = [dist.broadcast(t.contiguous().view(-1).view(torch.uint8), src=0, group=self.pg, async_op=True)
-                 for _, t in tensors]
+        works = [
+            dist.broadcast(t.contiguous().view(-1).view(torch.uint8), src=0, group=self.pg, async_op=True)
+            for _, t in tensors
+        ]
         for w in works:
             w.wait()
         t.join(TIMEOUT)
@@ -206,7 +242,7 @@ def check(engine, expected, what, version=None):
 
 
 def halves(pairs):
-    return [pairs[: len(pairs) // 2], pairs[len(pairs) // 2:]]
+    return [pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]]
 
 
 def normal_round(trainer, expected, gen, version, selector="target"):
@@ -248,7 +284,9 @@ def aborted_round(trainer, expected, gen, version):
     status, text = trainer.end(None)
     if trainer.sessions:
         if status != 400 or "destroyed" not in text:
-            fail(f"aborted round: end_weight_update answered {status}: {text}, expected 400 naming the destroy")
+            fail(
+                f"aborted round: end_weight_update answered {status}: {text}, expected 400 naming the destroy"
+            )
         expected.session("target")
     else:
         expected.landed("target", first)  # no sessions: each bucket committed on its own

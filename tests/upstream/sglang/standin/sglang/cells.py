@@ -32,8 +32,9 @@ CELLS = {
     "v0.5-dataclass": Cell("v0.5-dataclass", "0.5.9", False, True, False, False, False, False),
     "miles-v0.5.16": Cell("miles-v0.5.16", "0.5.16", True, False, True, False, False, False),
     "main-weight-updater": Cell("main-weight-updater", "0.5.17.dev0", True, False, True, True, False, True),
-    "main-external-receivers": Cell("main-external-receivers", "0.5.17.dev1", True, False, True, True, True,
-                                    True),
+    "main-external-receivers": Cell(
+        "main-external-receivers", "0.5.17.dev1", True, False, True, True, True, True
+    ),
 }
 
 _name = os.environ.get("SGLANG_STANDIN_CELL", "")
@@ -45,5 +46,6 @@ CELL = CELLS[_name]
 def require(flag, module):
     """Makes `module` absent (ModuleNotFoundError, as for a file the version lacks)."""
     if not flag:
-        raise ModuleNotFoundError(f"No module named '{module}' (SGLang {CELL.version}, cell {CELL.name})",
-                                  name=module)
+        raise ModuleNotFoundError(
+            f"No module named '{module}' (SGLang {CELL.version}, cell {CELL.name})", name=module
+        )

@@ -50,7 +50,9 @@ class Struct(metaclass=_StructMeta):
         return type(self) is type(other) and asdict(self) == asdict(other)
 
     def __repr__(self):
-        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__struct_fields__)})"
+        return (
+            f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__struct_fields__)})"
+        )
 
     def __reduce__(self):
         return (_rebuild, (type(self), asdict(self)))

@@ -15,8 +15,15 @@ def init_custom_process_group(backend, init_method, world_size, rank, group_name
     timeout = timeout or datetime.timedelta(seconds=60)
     store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
-    pg = c10d._new_process_group_helper(world_size, rank, [], backend, dist.PrefixStore(group_name, store),
-                                        group_name=group_name, timeout=timeout)
+    pg = c10d._new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        backend,
+        dist.PrefixStore(group_name, store),
+        group_name=group_name,
+        timeout=timeout,
+    )
     c10d._pg_map[pg] = (backend, store)
     c10d._pg_names[pg] = group_name
     c10d._pg_group_ranks[pg] = {i: i for i in range(world_size)}

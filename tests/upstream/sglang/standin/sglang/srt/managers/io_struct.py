@@ -21,14 +21,18 @@ from sglang.cells import CELL
 from sglang.srt.msgspec_like import Struct
 
 if CELL.msgspec:
+
     class BaseReq(Struct, tag=True, kw_only=True, array_like=True):
         rid: Optional[str] = None
         http_worker_ipc: Optional[str] = None
+
 else:
+
     @dataclass
     class BaseReq:
         rid: Optional[str] = None
         http_worker_ipc: Optional[str] = None
+
 
 _REQUIRED = object()
 
@@ -48,11 +52,25 @@ def _define(name, spec):
 
 
 _answer = [("success", _REQUIRED), ("message", _REQUIRED)]
-_init = [("master_address", _REQUIRED), ("master_port", _REQUIRED), ("rank_offset", _REQUIRED),
-         ("world_size", _REQUIRED), ("group_name", "weight_update_group"), ("backend", "nccl")]
-_update = [("names", _REQUIRED), ("dtypes", _REQUIRED), ("shapes", _REQUIRED),
-           ("group_name", "weight_update_group"), ("flush_cache", True), ("abort_all_requests", False),
-           ("weight_version", None), ("load_format", None), ("torch_empty_cache", False)]
+_init = [
+    ("master_address", _REQUIRED),
+    ("master_port", _REQUIRED),
+    ("rank_offset", _REQUIRED),
+    ("world_size", _REQUIRED),
+    ("group_name", "weight_update_group"),
+    ("backend", "nccl"),
+]
+_update = [
+    ("names", _REQUIRED),
+    ("dtypes", _REQUIRED),
+    ("shapes", _REQUIRED),
+    ("group_name", "weight_update_group"),
+    ("flush_cache", True),
+    ("abort_all_requests", False),
+    ("weight_version", None),
+    ("load_format", None),
+    ("torch_empty_cache", False),
+]
 if CELL.manager:
     _update.append(("selector", "all"))
 if CELL.external_receivers:
@@ -61,8 +79,9 @@ if CELL.external_receivers:
 
 InitWeightsUpdateGroupReqInput = _define("InitWeightsUpdateGroupReqInput", _init)
 InitWeightsUpdateGroupReqOutput = _define("InitWeightsUpdateGroupReqOutput", _answer)
-DestroyWeightsUpdateGroupReqInput = _define("DestroyWeightsUpdateGroupReqInput",
-                                            [("group_name", "weight_update_group")])
+DestroyWeightsUpdateGroupReqInput = _define(
+    "DestroyWeightsUpdateGroupReqInput", [("group_name", "weight_update_group")]
+)
 DestroyWeightsUpdateGroupReqOutput = _define("DestroyWeightsUpdateGroupReqOutput", _answer)
 UpdateWeightsFromDistributedReqInput = _define("UpdateWeightsFromDistributedReqInput", _update)
 UpdateWeightsFromDistributedReqOutput = _define("UpdateWeightsFromDistributedReqOutput", _answer)
@@ -82,8 +101,9 @@ ROUTES = {
     "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
 }
 if CELL.manager:
-    ROUTES.update({"/begin_weight_update": "BeginWeightUpdateReqInput",
-                   "/end_weight_update": "EndWeightUpdateReqInput"})
+    ROUTES.update(
+        {"/begin_weight_update": "BeginWeightUpdateReqInput", "/end_weight_update": "EndWeightUpdateReqInput"}
+    )
 
 
 def from_json(cls, body):

@@ -20,9 +20,12 @@ class Scheduler:
             from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
 
             self.weight_updater_manager = SchedulerWeightUpdaterManager(
-                tp_worker=tp_worker, draft_worker=draft_worker, record_weight_version=self._record)
+                tp_worker=tp_worker, draft_worker=draft_worker, record_weight_version=self._record
+            )
         if CELL.state_controller:
-            from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
+            from sglang.srt.managers.scheduler_components.internal_state import (
+                SchedulerInternalStateController,
+            )
 
             self.internal_state_controller = SchedulerInternalStateController(self)
 
@@ -40,16 +43,22 @@ class Scheduler:
                 return self.internal_state_controller.get_internal_state(req)
             return self.get_internal_state(req)
         if CELL.manager:
-            method = {"InitWeightsUpdateGroupReqInput": "init_weights_update_group",
-                      "DestroyWeightsUpdateGroupReqInput": "destroy_weights_update_group",
-                      "UpdateWeightsFromDistributedReqInput": "update_weights_from_distributed",
-                      "BeginWeightUpdateReqInput": "begin_weight_update",
-                      "EndWeightUpdateReqInput": "end_weight_update"}[kind]
+            method = {
+                "InitWeightsUpdateGroupReqInput": "init_weights_update_group",
+                "DestroyWeightsUpdateGroupReqInput": "destroy_weights_update_group",
+                "UpdateWeightsFromDistributedReqInput": "update_weights_from_distributed",
+                "BeginWeightUpdateReqInput": "begin_weight_update",
+                "EndWeightUpdateReqInput": "end_weight_update",
+            }[kind]
             return getattr(self.weight_updater_manager, method)(req)
         if kind == "InitWeightsUpdateGroupReqInput":
-            return io.InitWeightsUpdateGroupReqOutput(**_answer(self.tp_worker.init_weights_update_group(req)))
+            return io.InitWeightsUpdateGroupReqOutput(
+                **_answer(self.tp_worker.init_weights_update_group(req))
+            )
         if kind == "DestroyWeightsUpdateGroupReqInput":
-            return io.DestroyWeightsUpdateGroupReqOutput(**_answer(self.tp_worker.destroy_weights_update_group(req)))
+            return io.DestroyWeightsUpdateGroupReqOutput(
+                **_answer(self.tp_worker.destroy_weights_update_group(req))
+            )
         if kind == "UpdateWeightsFromDistributedReqInput":
             success, message = self.tp_worker.update_weights_from_distributed(req)
             if success:

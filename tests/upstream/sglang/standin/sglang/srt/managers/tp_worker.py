@@ -27,8 +27,14 @@ class TpModelWorker:
         if CELL.external_receivers:
             extra = {"receiver": recv_req.receiver, "receiver_init_payload": recv_req.receiver_init_payload}
         return self._groups().init_weights_update_group(
-            recv_req.master_address, recv_req.master_port, recv_req.rank_offset, recv_req.world_size,
-            recv_req.group_name, recv_req.backend, **extra)
+            recv_req.master_address,
+            recv_req.master_port,
+            recv_req.rank_offset,
+            recv_req.world_size,
+            recv_req.group_name,
+            recv_req.backend,
+            **extra
+        )
 
     def destroy_weights_update_group(self, recv_req):
         return self._groups().destroy_weights_update_group(recv_req.group_name)
@@ -36,7 +42,8 @@ class TpModelWorker:
 
 def _update_weights_from_distributed(self, recv_req):
     return self.model_runner.update_weights_from_distributed(
-        recv_req.names, recv_req.dtypes, recv_req.shapes, recv_req.group_name, recv_req.load_format)
+        recv_req.names, recv_req.dtypes, recv_req.shapes, recv_req.group_name, recv_req.load_format
+    )
 
 
 if CELL.per_worker_update:

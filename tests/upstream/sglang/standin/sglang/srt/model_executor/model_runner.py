@@ -39,10 +39,14 @@ class ModelRunner:
         if CELL.weight_updater:
             from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
 
-            self.weight_updater = WeightUpdater(tp_rank=tp_rank, device=self.device, gpu_id=self.gpu_id,
-                                                get_model=lambda: self.model,
-                                                get_model_runner=lambda: self,
-                                                weight_update_receivers=_receivers())
+            self.weight_updater = WeightUpdater(
+                tp_rank=tp_rank,
+                device=self.device,
+                gpu_id=self.gpu_id,
+                get_model=lambda: self.model,
+                get_model_runner=lambda: self,
+                weight_update_receivers=_receivers(),
+            )
 
     def begin_weight_update(self):
         _restore(self.model)
@@ -61,12 +65,17 @@ def _receivers():
     return [p for p in os.environ.get("SGLANG_STANDIN_WEIGHT_UPDATE_RECEIVERS", "").split(",") if p] or None
 
 
-def init_weights_update_group(self, master_address, master_port, rank_offset, world_size, group_name,
-                              backend="nccl"):
+def init_weights_update_group(
+    self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl"
+):
     try:
         self._model_update_group[group_name] = init_custom_process_group(
-            backend=backend, init_method=f"tcp://{master_address}:{master_port}", world_size=world_size,
-            rank=rank_offset + self.tp_rank, group_name=group_name)
+            backend=backend,
+            init_method=f"tcp://{master_address}:{master_port}",
+            world_size=world_size,
+            rank=rank_offset + self.tp_rank,
+            group_name=group_name,
+        )
         return True, "Succeeded to initialize custom process group."
     except Exception as e:
         return False, f"Failed to initialize custom process group: {e}."
@@ -82,7 +91,8 @@ def destroy_weights_update_group(self, group_name):
 def receive_weights_from_distributed(self, names, dtypes, shapes, group_name, load_format=None):
     assert group_name in self._model_update_group, (
         f"Group {group_name} not in {list(self._model_update_group.keys())}. "
-        "Please call `init_weights_update_group` first.")
+        "Please call `init_weights_update_group` first."
+    )
     return _receive.receive(names, dtypes, shapes, self._model_update_group[group_name])
 
 
@@ -96,8 +106,10 @@ def update_weights_from_distributed(self, names, dtypes, shapes, group_name, loa
         self.model.load_weights(iter(weights))
         return True, "Succeeded to update parameter online."
     except Exception as e:
-        return False, (f"Failed to update parameter online: {e}. The full weights of the ModelRunner are "
-                       "partially updated. Please discard the whole weights.")
+        return False, (
+            f"Failed to update parameter online: {e}. The full weights of the ModelRunner are "
+            "partially updated. Please discard the whole weights."
+        )
 
 
 if not CELL.weight_updater:

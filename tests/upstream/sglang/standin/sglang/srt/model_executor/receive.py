@@ -11,8 +11,9 @@ def receive(names, dtypes, shapes, group):
     out, works = [], []
     for name, dtype, shape in zip(names, dtypes, shapes):
         dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
-        raw = torch.empty(int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype).element_size(),
-                          dtype=torch.uint8)
+        raw = torch.empty(
+            int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype).element_size(), dtype=torch.uint8
+        )
         works.append(dist.broadcast(raw, src=0, group=group, async_op=True))
         out.append((name, raw, dtype, shape))
     for w in works:

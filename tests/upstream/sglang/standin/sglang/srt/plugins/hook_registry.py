@@ -26,22 +26,30 @@ class HookType(Enum):
 
 def _wrap(original, hook, kind):
     if kind == HookType.REPLACE:
+
         def wrapper(*args, **kwargs):
             return hook(*args, **kwargs)
+
     elif kind == HookType.BEFORE:
+
         def wrapper(*args, **kwargs):
             changed = hook(*args, **kwargs)
             if changed is not None:
                 args, kwargs = changed
             return original(*args, **kwargs)
+
     elif kind == HookType.AFTER:
+
         def wrapper(*args, **kwargs):
             result = original(*args, **kwargs)
             modified = hook(result, *args, **kwargs)
             return result if modified is None else modified
+
     elif kind == HookType.AROUND:
+
         def wrapper(*args, **kwargs):
             return hook(original, *args, **kwargs)
+
     else:
         raise ValueError(f"Unknown hook type: {kind}")
     wrapper = functools.wraps(original)(wrapper)

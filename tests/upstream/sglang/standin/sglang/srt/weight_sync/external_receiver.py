@@ -37,7 +37,9 @@ def build_weight_update_receiver(path, allowed, context):
         raise ValueError(f"receiver {path!r} is not listed in --weight-update-receivers")
     receiver = dynamic_import(path)(context)
     if not callable(getattr(receiver, "receive", None)) or not callable(getattr(receiver, "destroy", None)):
-        error = TypeError(f"receiver factory {path!r} must return an object with receive(payload) and destroy()")
+        error = TypeError(
+            f"receiver factory {path!r} must return an object with receive(payload) and destroy()"
+        )
         destroy = getattr(receiver, "destroy", None)
         if callable(destroy):
             try:

@@ -69,16 +69,22 @@ class SchedulerWeightUpdaterManager:
         runner = self.tp_worker.model_runner
         if CELL.external_receivers:
             return runner.weight_updater.receive_weights_from_distributed(
-                names=recv_req.names, dtypes=recv_req.dtypes, shapes=recv_req.shapes,
-                group_name=recv_req.group_name, load_format=recv_req.load_format,
-                receiver_payload=recv_req.receiver_payload)
+                names=recv_req.names,
+                dtypes=recv_req.dtypes,
+                shapes=recv_req.shapes,
+                group_name=recv_req.group_name,
+                load_format=recv_req.load_format,
+                receiver_payload=recv_req.receiver_payload,
+            )
         source = runner.weight_updater if CELL.weight_updater else runner
-        return source.receive_weights_from_distributed(recv_req.names, recv_req.dtypes, recv_req.shapes,
-                                                       recv_req.group_name, recv_req.load_format)
+        return source.receive_weights_from_distributed(
+            recv_req.names, recv_req.dtypes, recv_req.shapes, recv_req.group_name, recv_req.load_format
+        )
 
     def update_weights_from_distributed(self, recv_req):
-        assert self._weight_update_in_progress, \
-            "update_weights_from_distributed requires an open begin_weight_update session"
+        assert (
+            self._weight_update_in_progress
+        ), "update_weights_from_distributed requires an open begin_weight_update session"
         try:
             weights = self._receive(recv_req)
             for _, runner in self.get_model_runners(recv_req.selector):
@@ -86,16 +92,19 @@ class SchedulerWeightUpdaterManager:
             success, message = True, "Succeeded to update parameter online."
         except Exception as e:
             success = False
-            message = (f"Failed to update parameter online: {e}. The full weights of the ModelRunner are "
-                       "partially updated. Please discard the whole weights.")
+            message = (
+                f"Failed to update parameter online: {e}. The full weights of the ModelRunner are "
+                "partially updated. Please discard the whole weights."
+            )
         if success:
             self._weight_update_loaded = True
             self.record_weight_version(recv_req.weight_version)
         return io.UpdateWeightsFromDistributedReqOutput(success=success, message=message)
 
     def begin_weight_update(self, recv_req):
-        assert not self._weight_update_in_progress, \
-            "begin_weight_update called while a weight-update session is already open"
+        assert (
+            not self._weight_update_in_progress
+        ), "begin_weight_update called while a weight-update session is already open"
         self._weight_update_selector = recv_req.selector
         for _, runner in self.get_model_runners(recv_req.selector):
             runner.begin_weight_update()
