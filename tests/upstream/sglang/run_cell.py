@@ -103,14 +103,7 @@ def plugin_metadata(root):
 class Engine:
     def __init__(self, cell, root):
         env = dict(os.environ, SGLANG_STANDIN_CELL=cell, PYTHONDONTWRITEBYTECODE="1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [
-                os.path.join(HERE, "standin"),
-                os.path.join(HERE, "..", "..", "interop"),
-                root,
-                env.get("PYTHONPATH", ""),
-            ]
-        )
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "standin"), root, env.get("PYTHONPATH", "")])
         if cell == "main-external-receivers":
             env["SGLANG_STANDIN_WEIGHT_UPDATE_RECEIVERS"] = FACTORY  # --weight-update-receivers
         self.log = open(os.path.join(root, "engine.log"), "w+")

@@ -1,25 +1,38 @@
 """Stand-in of sgl-project/sglang python/sglang/srt/utils/common.py (``init_custom_process_group``,
 ``dynamic_import``), as INTEROP.md §2(c) records them: a tcp:// rendezvous, then
 PrefixStore(group_name, store) and torch's ``_new_process_group_helper`` with the group's name.
-On Debian's torch 1.13 the helper does not register the group; tests/interop/sglang_compat.py
-registers it the way torch 2.x does (identity rank map), for the interop peers and this stand-in
-alike."""
+On Debian's torch 1.13 the helper does not register the group, so it is registered here the way
+torch 2.x does (identity rank map)."""
 
 import datetime
 import importlib
 
 import torch.distributed as dist
-from sglang_compat import custom_group, release_group  # tests/interop: torch 1.13's missing step
+import torch.distributed.distributed_c10d as c10d
 
 
 def init_custom_process_group(backend, init_method, world_size, rank, group_name, timeout=None):
     timeout = timeout or datetime.timedelta(seconds=60)
     store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
-    return custom_group(store, world_size, rank, group_name, backend, timeout)
+    store.set_timeout(timeout)
+    pg = c10d._new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        backend,
+        dist.PrefixStore(group_name, store),
+        group_name=group_name,
+        timeout=timeout,
+    )
+    c10d._pg_map[pg] = (backend, store)
+    c10d._pg_names[pg] = group_name
+    c10d._pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
 
 
 def destroy_custom_process_group(pg):
-    release_group(pg)
+    for table in (c10d._pg_map, c10d._pg_names, c10d._pg_group_ranks):
+        table.pop(pg, None)
 
 
 def dynamic_import(path):
