@@ -8,10 +8,15 @@
 // no selector, the version in every bucket and read back from /get_weight_version; the first
 // engine's draft is marked frozen (--frozen-runner draft), and it stays bit-identical though the
 // sessionless scope would otherwise cover it.
+// MilesInterop.ExpertBuckets...: the same trainer against two engines holding a mixture of
+// experts (moe-tiny): it sends the non-expert buckets first and the expert buckets after them, as
+// Miles does after its expert-parallel all-gather, and every target tensor, each expert's
+// included, ends with the XXH3-128 of what torch sent.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -55,6 +60,19 @@ std::vector<Json> steps_of(const std::string& output) {
   return steps;
 }
 
+// Miles' sequence from the torch trainer against two engines (ranks 1 and 2): 3 steps with
+// selector target. Its exit code (none: it did not exit) and output, within `budget`.
+std::pair<std::optional<int>, std::string> run_miles_trainer(const std::vector<TestEngine>& engines,
+                                                             seconds budget) {
+  Subprocess trainer({testing::torch_python(), testing::interop_script("miles_style_trainer.py"),
+                      "--engines", engines[0].url + "," + engines[1].url, "--ranks", "1,2",
+                      "--steps", "3", "--selector", "target", "--timeout", "60"},
+                     testing::torch_env());
+  std::string output = trainer.drain(budget);
+  const std::optional<int> code = trainer.wait(seconds(10));
+  return {code, std::move(output)};
+}
+
 // Every engine's target holds exactly `sent` at version "3"; its draft is `drafts[i]` still.
 void expect_sent(const std::vector<TestEngine>& engines, const std::vector<std::string>& drafts,
                  const Json& sent);
@@ -68,12 +86,8 @@ TEST(MilesInterop, TorchTrainerUpdatesTwoWeightcastEnginesThroughDetection) {
   for (const auto& e : engines)
     drafts.push_back(client(e.url).weights_checksum(sync::Runner::kDraft).digest);
 
-  Subprocess trainer({testing::torch_python(), testing::interop_script("miles_style_trainer.py"),
-                      "--engines", engines[0].url + "," + engines[1].url, "--ranks", "1,2",
-                      "--steps", "3", "--selector", "target", "--timeout", "60"},
-                     testing::torch_env());
-  const std::string output = trainer.drain(seconds(150));
-  ASSERT_EQ(trainer.wait(seconds(10)), 0) << output;
+  const auto [code, output] = run_miles_trainer(engines, seconds(150));
+  ASSERT_EQ(code, 0) << output;
   const auto steps = steps_of(output);
   ASSERT_EQ(steps.size(), 3u) << output;
 
@@ -125,6 +139,43 @@ void expect_sent(const std::vector<TestEngine>& engines, const std::vector<std::
     EXPECT_EQ(c.weights_checksum(sync::Runner::kDraft).digest, drafts[i])
         << engines[i].url << ": the frozen draft changed";
   }
+}
+
+TestEngine start_moe_engine(int ranks) {
+  auto argv =
+      testing::test_engine_argv(WEIGHTCAST_ENGINE_BIN, ranks, 5, {"--init-timeout-ms", "30000"});
+  testing::set_flag_value(argv, "--model", "moe-tiny");
+  testing::set_flag_value(argv, "--target-layout", "none");
+  return sync::trainer::testing::start_engine_process(argv);
+}
+
+TEST(MilesInterop, ExpertBucketsAfterDenseOnesReachMoeEngines) {
+  if (testing::torch_python().empty()) GTEST_SKIP() << testing::torch_missing_reason();
+  std::vector<TestEngine> engines;
+  engines.push_back(start_moe_engine(1));
+  engines.push_back(start_moe_engine(2));
+  const auto [code, output] = run_miles_trainer(engines, seconds(180));
+  ASSERT_EQ(code, 0) << output;
+  const auto steps = steps_of(output);
+  ASSERT_EQ(steps.size(), 3u) << output;
+  // The expert path ran: separate expert buckets, after the dense ones.
+  EXPECT_GT(steps.back()["dense_buckets"].get<int>(), 0) << output;
+  EXPECT_GT(steps.back()["expert_buckets"].get<int>(), 0) << output;
+
+  const Json& sent = steps.back()["digests"];
+  int experts = 0;
+  for (const auto& e : engines) {
+    const auto target =
+        sync::trainer::testing::test_client(e.url).weights_checksum(sync::Runner::kTarget);
+    EXPECT_EQ(target.weight_version, "3") << e.url;
+    ASSERT_EQ(target.tensors.size(), sent.size()) << e.url;
+    for (const auto& t : target.tensors) {
+      ASSERT_TRUE(sent.contains(t.name)) << t.name;
+      EXPECT_EQ(t.digest, sent[t.name].get<std::string>()) << e.url << " " << t.name;
+      experts += t.name.find(".mlp.experts.") != std::string::npos;
+    }
+  }
+  EXPECT_EQ(experts, 2 * 2 * 8 * 3);  // 2 engines x 2 layers x 8 experts x 3 matrices
 }
 
 }  // namespace
