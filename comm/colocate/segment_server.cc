@@ -1,10 +1,12 @@
 #include "comm/colocate/segment_server.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -35,38 +37,77 @@ SegmentServer::SegmentServer() : name_(fresh_name()) {
     ::close(listener_);
     throw Error("segment server: cannot listen on '" + name_ + "': " + strerror(err));
   }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    const int err = errno;
+    ::close(listener_);
+    throw Error("segment server: eventfd(): " + std::string(strerror(err)));
+  }
 }
 
 SegmentServer::~SegmentServer() {
   ::close(listener_);
+  ::close(wake_fd_);
+}
+
+void SegmentServer::wake() {
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+bool SegmentServer::answer_one(const std::string& token, int segment_fd, std::size_t size,
+                               Millis wait) {
+  const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (conn < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      throw Error("segment server: accept(): " + std::string(strerror(errno)));
+    }
+    pollfd p[2] = {{listener_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    ::poll(p, 2, static_cast<int>(std::max<std::int64_t>(wait.count(), 0)));
+    std::uint64_t wakes = 0;
+    if ((p[1].revents & POLLIN) != 0) (void)!::read(wake_fd_, &wakes, sizeof(wakes));
+    return false;
+  }
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != ::getuid()) {
+    ::close(conn);  // another user's process: it gets nothing
+    return false;
+  }
+  try {
+    send_handle(conn, token, segment_fd, size);
+  } catch (...) {
+    ::close(conn);
+    throw;
+  }
+  ::close(conn);  // the descriptor travelled in the message; the engine needs nothing else
+  return true;
 }
 
 void SegmentServer::serve(const std::string& token, int segment_fd, std::size_t size,
                           int connections, Deadline deadline) {
   for (int served = 0; served < connections;) {
-    const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw Error("segment server: accept(): " + std::string(strerror(errno)));
-      }
-      const auto left = remaining(deadline);
-      if (left.count() <= 0) {
-        throw TimeoutError("segment server: " + std::to_string(served) + " of " +
-                           std::to_string(connections) + " engine ranks took the segment in time");
-      }
-      pollfd p{listener_, POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 100)));
-      continue;
+    const auto left = remaining(deadline);
+    if (left.count() <= 0) {
+      throw TimeoutError("segment server: " + std::to_string(served) + " of " +
+                         std::to_string(connections) + " engine ranks took the segment in time");
     }
-    try {
-      send_handle(conn, token, segment_fd, size);
-    } catch (...) {
-      ::close(conn);
-      throw;
-    }
-    ::close(conn);  // the descriptor travelled in the message; the engine needs nothing else
-    ++served;
+    served += answer_one(token, segment_fd, size, std::min(left, Millis(100))) ? 1 : 0;
   }
+}
+
+int SegmentServer::serve_until(const std::string& token, int segment_fd, std::size_t size,
+                               const std::function<bool()>& done, Deadline deadline) {
+  int served = 0;
+  while (!done()) {
+    const auto left = remaining(deadline);
+    if (left.count() <= 0) {
+      throw TimeoutError("segment server: the engines did not finish with the segment in time (" +
+                         std::to_string(served) + " took it)");
+    }
+    served += answer_one(token, segment_fd, size, std::min(left, Millis(20))) ? 1 : 0;
+  }
+  return served;
 }
 
 }  // namespace weightcast::comm::colocate

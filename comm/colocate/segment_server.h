@@ -4,13 +4,15 @@
 // network namespace, never in the file system, and vanish with the socket). serve() answers
 // connections with a segment's read-only descriptor and the session token
 // (comm/colocate/handle_exchange.h), one per engine rank that maps the bucket, and returns when
-// all were answered or the deadline passed. Only processes of the same uid get a descriptor:
-// each engine checks the token, and the kernel checks the peer on the engine's side.
+// all were answered or the deadline passed. Only processes of the same uid get a descriptor: the
+// server refuses (closes) a peer of another uid (SO_PEERCRED), each engine checks the token, and
+// the kernel checks the peer on the engine's side.
 // Lifetime: one per trainer rank that sends colocated buckets; destruction closes the socket.
 // Threading: serve() from one thread at a time; name() from any.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "comm/deadline.h"
@@ -32,10 +34,23 @@ class SegmentServer {
   // comm::TimeoutError when fewer connected before `deadline`, comm::Error on a failed send.
   void serve(const std::string& token, int segment_fd, std::size_t size, int connections,
              Deadline deadline);
+  // Hands the segment to every peer that connects until `done()` is true (checked after each
+  // peer, after each wake() and at least every 20 ms), for trainers that do not know how many
+  // ranks of an engine will map the bucket. Returns how many took it. Throws comm::TimeoutError
+  // when `deadline` passes first.
+  int serve_until(const std::string& token, int segment_fd, std::size_t size,
+                  const std::function<bool()>& done, Deadline deadline);
+  // Makes a serve_until() in progress (or the next one) check done() at once. Any thread.
+  void wake();
 
  private:
+  // Accepts one peer and hands it the segment; false when none connected within `wait` (or the
+  // peer was refused).
+  bool answer_one(const std::string& token, int segment_fd, std::size_t size, Millis wait);
+
   std::string name_;
   int listener_ = -1;
+  int wake_fd_ = -1;  // an eventfd: wake() writes it, the serving poll drains it
 };
 
 }  // namespace weightcast::comm::colocate

@@ -3,20 +3,19 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
-#include <fstream>
 #include <new>
 #include <random>
 #include <sstream>
 
 #include "comm/errors.h"
 #include "comm/gloo/gloo_store_adapter.h"
+#include "comm/host_identity.h"
 
 namespace weightcast::comm::gloo_backend {
 namespace {
@@ -26,23 +25,6 @@ static_assert(sizeof(CopyControl) <= kPageBytes);
 
 std::string copy_key(int rank) {
   return "chain/copy/" + std::to_string(rank);
-}
-
-// "<boot id>/<net ns>/<pid ns>/<uid>": processes with equal identities see one another's pids and
-// may read one another's memory; empty when any part cannot be read.
-std::string host_identity() {
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (!(boot >> boot_id)) return {};
-  std::ostringstream os;
-  os << boot_id;
-  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
-    struct stat st {};
-    if (::stat(ns, &st) != 0) return {};
-    os << '/' << st.st_dev << ':' << st.st_ino;
-  }
-  os << '/' << ::getuid();
-  return os.str();
 }
 
 std::string to_hex(const std::array<std::uint8_t, 16>& bytes) {

@@ -59,6 +59,12 @@ void add_transfer_options(CLI::App& app, TrainOptions& o) {
          {"auto", "fused", "experts", "off"});
   ranged(app, "--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine", 1, 64);
   one_of(app, "--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)", {"gloo", "nccl"});
+  one_of(app, "--colocate", o.colocate,
+         "the colocated path for engines on this host (weightcast-engine; docs/colocated.md): "
+         "they copy each bucket out of shared memory while the others take the chain, in one "
+         "update; on: as auto, but an error when no engine offers it; off: every engine on the "
+         "chain. The step line's path says which ran",
+         {"off", "on", "auto"});
   ranged(app, "--cuda-device", o.cuda_device,
          "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
          "and an engine on one machine each take their own (the engine's --base-gpu-id)",
@@ -282,6 +288,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.group_timeout = Millis(o.group_timeout_ms);
   u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
   u.delta = sync::trainer::parse_delta_mode(o.delta);
+  u.colocate = sync::trainer::parse_colocate_mode(o.colocate);
   u.cuda_device = o.cuda_device;
   u.delta_codec = sync::parse_delta_codec(o.delta_codec);
   u.probe_timeout = Millis(o.probe_timeout_ms);

@@ -206,6 +206,9 @@ ServerInfoResponse parse_server_info_response(std::string_view body, const Proto
   if (const Json* v = r.optional("session_selector")) {
     out.session_selector = wire::as_enum(*v, "session_selector", parse_selector);
   }
+  if (const Json* v = r.optional("colocate_host")) {
+    out.colocate_host = wire::as_text(*v, "colocate_host", limits.max_string_length);
+  }
   return out;
 }
 
@@ -292,6 +295,7 @@ std::string to_json_string(const ServerInfoResponse& response) {
       response.speculative_algorithm ? Json(*response.speculative_algorithm) : Json(nullptr);
   j["session_selector"] =
       response.session_selector ? Json(to_string(*response.session_selector)) : Json(nullptr);
+  if (response.colocate_host) j["colocate_host"] = *response.colocate_host;
   return wire::dump(j);
 }
 

@@ -102,6 +102,9 @@ struct ServerInfoResponse {
   std::string weight_version;       // of the committed weights
   std::optional<std::string> speculative_algorithm;  // null when off
   std::optional<Selector> session_selector;          // null when no session is open
+  // The engine takes colocated buckets (POST /update_weights_from_tensor, docs/colocated.md)
+  // from trainers whose comm::host_identity() is this; absent: it takes none.
+  std::optional<std::string> colocate_host;
   bool operator==(const ServerInfoResponse&) const = default;
 };
 

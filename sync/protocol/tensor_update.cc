@@ -141,4 +141,27 @@ UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view
   return out;
 }
 
+std::string to_json_string(const UpdateWeightsFromTensorRequest& request) {
+  WC_ENFORCE_EQ(request.tensors.size(), request.offsets.size(), "manifest offsets");
+  WC_ENFORCE_EQ(request.tensors.size(), request.digests.size(), "manifest digests");
+  Json manifest = Json::array();
+  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
+    const TensorMeta& t = request.tensors[i];
+    manifest.push_back({{"name", t.name},
+                        {"dtype", std::string(to_string(t.dtype))},
+                        {"shape", t.shape},
+                        {"offset", request.offsets[i]}});
+  }
+  Json j{{"load_format", std::string(kSegmentLoadFormat)},
+         {"segment", {{"socket", request.segment.socket}, {"size", request.segment.size}}},
+         {"manifest", std::move(manifest)},
+         {"digests", request.digests},
+         {"flush_cache", request.flush_cache},
+         {"abort_all_requests", request.abort_all_requests}};
+  if (request.selector) j["selector"] = std::string(to_string(*request.selector));
+  if (request.session_id) j["session_id"] = *request.session_id;
+  if (request.weight_version) j["weight_version"] = *request.weight_version;
+  return j.dump();
+}
+
 }  // namespace weightcast::sync

@@ -49,5 +49,7 @@ struct UpdateWeightsFromTensorRequest {
 
 UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view body,
                                                                 const ProtocolLimits& limits);
+// The body the trainer sends (parse_update_weights_from_tensor reads it back unchanged).
+std::string to_json_string(const UpdateWeightsFromTensorRequest& request);
 
 }  // namespace weightcast::sync

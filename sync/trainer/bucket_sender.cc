@@ -25,11 +25,13 @@ using comm::seconds_since;
 class Sender {
  public:
   Sender(const UpdateSession& session, const std::string& group, comm::Communicator& comm,
-         std::span<EngineApi* const> engines, const BucketSendOptions& options)
+         std::span<EngineApi* const> engines, const BucketSendOptions& options,
+         std::span<const std::size_t> members)
       : session_(session),
         group_(group),
         comm_(comm),
         engines_(engines),
+        members_(members),
         options_(options),
         broadcaster_(comm, options.memory, options.load_format, result_.broadcast_seconds) {}
 
@@ -70,6 +72,7 @@ class Sender {
   const std::string& group_;
   comm::Communicator& comm_;
   std::span<EngineApi* const> engines_;
+  std::span<const std::size_t> members_;  // empty: engine i is member i of the session
   const BucketSendOptions& options_;
 
   std::vector<BucketPlan> plans_;
@@ -165,8 +168,8 @@ void Sender::issue(std::uint64_t k, const std::optional<BucketDelta>& delta) {
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineApi* engine = engines_[e];
     // The last engine takes the base itself: a bucket of experts lists thousands of tensors.
-    auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(
-        session_.for_engine(e + 1 == engines_.size() ? std::move(base) : base, e));
+    auto request = std::make_shared<const UpdateWeightsFromDistributedRequest>(session_.for_engine(
+        e + 1 == engines_.size() ? std::move(base) : base, members_.empty() ? e : members_[e]));
     flight.answers.push_back(std::async(std::launch::async, [this, engine, request] {
       try {
         engine->update_weights_from_distributed(*request);
@@ -378,8 +381,11 @@ void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOpt
 BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,
                               comm::Communicator& comm, std::span<EngineApi* const> engines,
                               std::span<const NamedTensor> tensors,
-                              const BucketSendOptions& options) {
-  Sender sender(session, group_name, comm, engines, options);
+                              const BucketSendOptions& options,
+                              std::span<const std::size_t> members) {
+  WC_ENFORCE(members.empty() || members.size() == engines.size(), "members of ", engines.size(),
+             " engines: ", members.size());
+  Sender sender(session, group_name, comm, engines, options, members);
   return sender.run(tensors);
 }
 

@@ -103,10 +103,12 @@ void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOpt
 
 // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) in order on
 // group `group_name`, where this process is rank 0 of `comm`. Engine and data-plane failures are
-// returned, not thrown.
+// returned, not thrown. `members`: engine i of `engines` is member members[i] of the session
+// (UpdateSession::session_id); empty: member i.
 BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,
                               comm::Communicator& comm, std::span<EngineApi* const> engines,
                               std::span<const NamedTensor> tensors,
-                              const BucketSendOptions& options);
+                              const BucketSendOptions& options,
+                              std::span<const std::size_t> members = {});
 
 }  // namespace weightcast::sync::trainer

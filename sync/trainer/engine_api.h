@@ -20,6 +20,7 @@
 #include "comm/errors.h"
 #include "sync/protocol/protocol.h"
 #include "sync/protocol/selector.h"
+#include "sync/protocol/tensor_update.h"
 
 namespace weightcast::sync::trainer {
 
@@ -77,6 +78,9 @@ class EngineApi {
   // Answers after the bucket was received on the data plane and staged (or failed).
   virtual BasicResponse update_weights_from_distributed(
       const UpdateWeightsFromDistributedRequest& req) = 0;
+  // The colocated path (docs/colocated.md): a bucket in a shared segment the engine copies out
+  // of; answers once staged. Engines without the route throw EngineError (status 404).
+  virtual BasicResponse update_weights_from_tensor(const UpdateWeightsFromTensorRequest& req);
   virtual BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) = 0;
   virtual EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) = 0;
   virtual BasicResponse continue_generation(const ContinueGenerationRequest& req) = 0;

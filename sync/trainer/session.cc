@@ -24,6 +24,24 @@ UpdateWeightsFromDistributedRequest UpdateSession::bucket_request(const BucketPl
   return request;
 }
 
+UpdateWeightsFromTensorRequest UpdateSession::segment_request(const BucketPlan& plan,
+                                                              SegmentHandle segment,
+                                                              std::vector<std::string> digests,
+                                                              std::size_t engine) const {
+  UpdateWeightsFromTensorRequest request;
+  for (const auto& entry : plan.entries) {
+    request.tensors.push_back(entry.meta);
+    request.offsets.push_back(entry.offset);
+  }
+  request.segment = std::move(segment);
+  request.digests = std::move(digests);
+  request.selector = selector_;
+  request.session_id = session_id(engine);
+  request.weight_version = version_;
+  request.flush_cache = false;  // as bucket_request(): the session flushed caches at begin
+  return request;
+}
+
 std::optional<std::string> UpdateSession::session_id(std::size_t engine) const {
   if (engine >= session_ids_.size() || session_ids_[engine].empty()) return std::nullopt;
   return session_ids_[engine];

@@ -20,6 +20,7 @@
 #include "sync/model/bucket.h"
 #include "sync/protocol/protocol.h"
 #include "sync/protocol/selector.h"
+#include "sync/protocol/tensor_update.h"
 
 namespace weightcast::sync::trainer {
 
@@ -39,6 +40,13 @@ class UpdateSession {
   UpdateWeightsFromDistributedRequest bucket_request(
       const BucketPlan& plan, const std::string& group_name,
       LoadFormat format = LoadFormat::kWeightcastBucket) const;
+
+  // The colocated request announcing bucket `plan`, laid out in the segment `segment` with
+  // `digests` (one per tensor), as engine `engine` must receive it: stamped like bucket_request()
+  // and with that engine's session id, which the engine also expects on the segment's handle.
+  UpdateWeightsFromTensorRequest segment_request(const BucketPlan& plan, SegmentHandle segment,
+                                                 std::vector<std::string> digests,
+                                                 std::size_t engine) const;
 
   // The engines the session covers (indices into the updater's engine list, in order), and the
   // group epoch they form (sync/trainer/engine_set.h). Empty members: every engine, epoch 0.

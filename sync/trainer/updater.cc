@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 
 #include "comm/device_memory.h"
 #include "comm/errors.h"
+#include "comm/host_identity.h"
 #include "sync/trainer/engine_calls.h"
 #include "sync/trainer/http/engine_client.h"
 
@@ -51,6 +53,22 @@ std::vector<EngineApi*> pointers(const std::vector<std::unique_ptr<EngineApi>>& 
     out.push_back(e.get());
   }
   return out;
+}
+
+// The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one
+// update, one result; the tensors are the same, the bytes moved add up.
+void merge_beside(BucketSendResult& chain, BucketSendResult colocated) {
+  chain.ok = chain.ok && colocated.ok;
+  chain.wire_bytes += colocated.wire_bytes;
+  chain.seconds = std::max(chain.seconds, colocated.seconds);
+  chain.pack_wait_seconds += colocated.pack_wait_seconds;
+  chain.http_wait_seconds += colocated.http_wait_seconds;
+  chain.failures.insert(chain.failures.end(), colocated.failures.begin(), colocated.failures.end());
+  if (chain.error.empty() && !colocated.error.empty()) {
+    chain.error = std::move(colocated.error);
+    chain.source_fault = colocated.source_fault;
+  }
+  chain.data_path += "+" + colocated.data_path;
 }
 
 }  // namespace
@@ -117,6 +135,7 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
     version = std::max(version, numeric_version(infos[i].weight_version));
   }
   group_ranks(counts);  // validates
+  choose_colocated(infos);
   common_ = std::any_of(engines_.begin(), engines_.end(),
                         [](const auto& e) { return e->flavor() == EngineFlavor::kSglang; });
   check_capabilities();
@@ -124,6 +143,35 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   sessions_.set_engines(common_, version);
   infos_ = std::move(infos);
   return infos_;
+}
+
+void DistributedUpdater::choose_colocated(const std::vector<ServerInfoResponse>& infos) {
+  colocated_.assign(engines_.size(), false);
+  if (options_.colocate == ColocateMode::kOff) return;
+  const std::string here = comm::host_identity();
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    colocated_[i] = !here.empty() && engines_[i]->flavor() == EngineFlavor::kWeightcast &&
+                    infos[i].colocate_host == here;
+  }
+  if (options_.colocate == ColocateMode::kOn &&
+      std::none_of(colocated_.begin(), colocated_.end(), [](bool c) { return c; })) {
+    throw comm::ConfigError(
+        "colocate on: no engine takes colocated buckets from this process (none is a "
+        "weightcast-engine on this host, in this network namespace, of this user); use "
+        "colocate auto to fall back to the chain");
+  }
+}
+
+bool DistributedUpdater::colocated(std::size_t engine) const {
+  return engine < colocated_.size() && colocated_[engine];
+}
+
+std::vector<std::size_t> DistributedUpdater::chain_members() const {
+  std::vector<std::size_t> out;
+  for (std::size_t e : elastic_.members()) {
+    if (!colocated(e)) out.push_back(e);
+  }
+  return out;
 }
 
 LoadFormat DistributedUpdater::load_format() const {
@@ -153,7 +201,9 @@ void DistributedUpdater::ensure_group(int stage) {
   }
   auto& group = groups_[index];
   const std::uint64_t epoch = elastic_.epoch();
-  if (group && !group->broken() && group_epochs_[index] == epoch) return;
+  const std::vector<std::size_t> chain = chain_members();
+  // No group is needed while every member takes the colocated path.
+  if (group ? !group->broken() && group_epochs_[index] == epoch : chain.empty()) return;
   if (group) {
     std::vector<EngineApi*> live;  // a dropped engine is not asked to leave (it may be gone)
     for (std::size_t e : group_members_[index]) {
@@ -175,14 +225,17 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.allow_same_user_reads = options_.allow_same_user_reads;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
+  group_members_[index] = chain;
+  if (chain.empty()) return;  // every engine takes the colocated path: no group
   std::vector<int> counts;
-  for (std::size_t e : elastic_.members()) {
+  std::vector<EngineApi*> engines;
+  for (std::size_t e : chain) {
     opts.name_rendezvous.push_back(engines_[e]->flavor() != EngineFlavor::kSglang);
     counts.push_back(elastic_.rank_counts()[e]);
+    engines.push_back(engine_ptrs_[e]);
   }
-  group = WeightGroup::create(elastic_.member_ptrs(), counts, opts);
+  group = WeightGroup::create(engines, counts, opts);
   group_epochs_[index] = epoch;
-  group_members_[index] = elastic_.members();
 }
 
 BucketSendResult DistributedUpdater::send_stage(
@@ -191,8 +244,21 @@ BucketSendResult DistributedUpdater::send_stage(
   WC_ENFORCE(session.selector() == selector_, "a session with selector ",
              to_string(session.selector()), " on an updater with selector ", to_string(selector_));
   const auto index = static_cast<std::size_t>(stage);
-  WC_ENFORCE(index < groups_.size() && groups_[index], "ensure_group(", stage, ") first");
-  WeightGroup& group = *groups_[index];
+  WC_ENFORCE(index < groups_.size(), "ensure_group(", stage, ") first");
+  // Member i of the session goes on the chain or takes the colocated path.
+  std::vector<EngineApi*> chain;
+  std::vector<std::size_t> chain_slots;
+  std::vector<ColocatedEngine> same_host;
+  const auto& members = elastic_.members();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (colocated(members[i])) {
+      same_host.push_back({engine_ptrs_[members[i]], i});
+    } else {
+      chain.push_back(engine_ptrs_[members[i]]);
+      chain_slots.push_back(i);
+    }
+  }
+  WC_ENFORCE(chain.empty() || groups_[index], "ensure_group(", stage, ") first");
   BucketSendOptions opts = options_.buckets;
   opts.memory =
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
@@ -204,16 +270,28 @@ BucketSendResult DistributedUpdater::send_stage(
   if (await_tensor) opts.await_tensor = std::move(await_tensor);
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
-  if (options_.delta != DeltaMode::kOff && !common_) {
+  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty()) {
     if (delta_sources_.size() <= index) delta_sources_.resize(index + 1);
     if (!delta_sources_[index]) {
       delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec, options_.delta);
     }
     opts.delta = delta_sources_[index].get();
   }
+  // The same-host engines copy out of shared segments while the chain broadcasts.
+  std::future<BucketSendResult> beside;
+  if (!same_host.empty()) {
+    if (colocated_senders_.size() <= index) colocated_senders_.resize(index + 1);
+    if (!colocated_senders_[index]) colocated_senders_[index] = std::make_unique<ColocatedSender>();
+    beside = std::async(std::launch::async, [&] {
+      return colocated_senders_[index]->send(session, same_host, tensors, opts);
+    });
+  }
+  if (chain.empty()) return beside.get();
+  WeightGroup& group = *groups_[index];
   BucketSendResult result =
-      send_buckets(session, group.name(), group.comm(), elastic_.member_ptrs(), tensors, opts);
+      send_buckets(session, group.name(), group.comm(), chain, tensors, opts, chain_slots);
   result.data_path = std::string(group.comm().data_path());
+  if (beside.valid()) merge_beside(result, beside.get());
   return result;
 }
 

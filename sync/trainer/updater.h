@@ -38,6 +38,7 @@
 #include "sync/protocol/decision.h"
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/bucket_sender.h"
+#include "sync/trainer/colocated_sender.h"
 #include "sync/trainer/delta_source.h"
 #include "sync/trainer/elastic_members.h"
 #include "sync/trainer/engine_api.h"
@@ -81,6 +82,10 @@ struct UpdaterOptions {
   // The lease taken on each weightcast engine (sync/engine/control/lease.h): its time to live;
   // unset: the engine's default. Released when the updater is destroyed.
   std::optional<std::uint64_t> lease_ttl_s;
+
+  // The colocated path (sync/trainer/colocated_sender.h, docs/colocated.md) for the engines on
+  // this host that offer it; the others stay on the chain, in the same update.
+  ColocateMode colocate = ColocateMode::kOff;
 
   BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout
   comm::Millis connect_timeout{5000};        // TCP connect to an engine
@@ -136,6 +141,9 @@ class DistributedUpdater {
   const std::vector<ServerInfoResponse>& connect();
   // After connect(): whether the group runs the common mode (some engine is an SGLang one).
   bool common_mode() const { return common_; }
+  // After connect(): whether engine `engine` (an index into engines()) takes the colocated path
+  // rather than the group's chain.
+  bool colocated(std::size_t engine) const;
   // The format buckets travel in (native: kWeightcastBucket).
   LoadFormat load_format() const;
 
@@ -202,6 +210,10 @@ class DistributedUpdater {
 
  private:
   void check_capabilities() const;
+  // Decides colocated_ from the engines' /server_info (UpdaterOptions::colocate).
+  void choose_colocated(const std::vector<ServerInfoResponse>& infos);
+  // The members on the chain, as indices into engines_, in member order.
+  std::vector<std::size_t> chain_members() const;
   UpdateReport update_once(std::span<const NamedTensor> tensors,
                            const std::optional<std::string>& version);
 
@@ -212,7 +224,9 @@ class DistributedUpdater {
   std::string holder_;
   std::vector<ServerInfoResponse> infos_;
   bool common_ = false;
-  std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage
+  std::vector<bool> colocated_;                                      // index: engine
+  std::vector<std::unique_ptr<ColocatedSender>> colocated_senders_;  // index: stage
+  std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage; null: no chain engine
   std::vector<std::uint64_t> group_epochs_;           // index: stage
   std::vector<std::vector<std::size_t>> group_members_;
   // Delta updates: per stage, the base of what this process sent.

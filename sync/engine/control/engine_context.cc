@@ -1,12 +1,16 @@
 #include "sync/engine/control/engine_context.h"
 
 #include "comm/errors.h"
+#include "comm/host_identity.h"
 
 namespace weightcast::sync::engine {
 
 EngineContext::EngineContext(const EngineOptions& options, RunnerSet& runner_set,
                              Receiver& data_plane)
-    : opts(options), runners(runner_set), receiver(data_plane) {
+    : opts(options),
+      runners(runner_set),
+      receiver(data_plane),
+      host_identity(comm::host_identity()) {
   last_activity = comm::Clock::now();
 }
 

@@ -60,6 +60,8 @@ class EngineContext {
   comm::Deadline last_activity;                         // under mu
   std::chrono::steady_clock::time_point session_start;  // under mu
   mutable ProbeCache probe_cache;                       // its own lock
+  // comm::host_identity() of this process, read once: /server_info's colocate_host.
+  const std::string host_identity;
 };
 
 }  // namespace weightcast::sync::engine

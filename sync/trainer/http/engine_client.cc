@@ -79,6 +79,12 @@ EngineError::EngineError(std::string engine, std::string route, int status,
       route_(std::move(route)),
       status_(status) {}
 
+BasicResponse EngineApi::update_weights_from_tensor(const UpdateWeightsFromTensorRequest&) {
+  throw EngineError(url(), "POST /update_weights_from_tensor", 404,
+                    "this engine (" + std::string(to_string(flavor())) +
+                        ") takes no colocated buckets in weightcast's segment form");
+}
+
 EngineClient::EngineClient(std::string url, EngineClientOptions options)
     : url_(normalize_url(std::move(url))),
       options_(std::move(options)),
@@ -325,6 +331,13 @@ BasicResponse EngineClient::update_weights_from_distributed(
     const UpdateWeightsFromDistributedRequest& req) {
   if (vllm_on_) return vllm_->update(req);
   return post("/update_weights_from_distributed", req, Answer::kFlavored, options_.data_timeout);
+}
+
+BasicResponse EngineClient::update_weights_from_tensor(const UpdateWeightsFromTensorRequest& req) {
+  if (flavor() != EngineFlavor::kWeightcast) {
+    return EngineApi::update_weights_from_tensor(req);  // weightcast's segment form only
+  }
+  return post("/update_weights_from_tensor", req, Answer::kStrict, options_.data_timeout);
 }
 
 BasicResponse EngineClient::update_weight_version(const UpdateWeightVersionRequest& req) {

@@ -60,6 +60,7 @@ class EngineClient final : public EngineApi {
   BeginWeightUpdateResponse begin_weight_update(const BeginWeightUpdateRequest& req) override;
   BasicResponse update_weights_from_distributed(
       const UpdateWeightsFromDistributedRequest& req) override;
+  BasicResponse update_weights_from_tensor(const UpdateWeightsFromTensorRequest& req) override;
   BasicResponse update_weight_version(const UpdateWeightVersionRequest& req) override;
   EndWeightUpdateResponse end_weight_update(const EndWeightUpdateRequest& req) override;
   BasicResponse continue_generation(const ContinueGenerationRequest& req) override;

@@ -1,0 +1,299 @@
+#include "sync/trainer/colocated_sender.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "comm/errors.h"
+#include "sync/model/checksum.h"
+#include "sync/trainer/engine_calls.h"
+
+namespace weightcast::sync::trainer {
+
+namespace {
+
+using comm::seconds_since;
+
+constexpr std::size_t kChunk = 256 * 1024;  // copied, then hashed while in cache
+constexpr std::size_t kSegmentGranule = std::size_t{1} << 20;
+const std::string kRoute = "POST /update_weights_from_tensor";
+
+}  // namespace
+
+std::string_view to_string(ColocateMode mode) {
+  switch (mode) {
+    case ColocateMode::kOff:
+      return "off";
+    case ColocateMode::kOn:
+      return "on";
+    case ColocateMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+ColocateMode parse_colocate_mode(std::string_view text) {
+  for (ColocateMode m : {ColocateMode::kOff, ColocateMode::kOn, ColocateMode::kAuto}) {
+    if (text == to_string(m)) return m;
+  }
+  throw comm::ConfigError("colocate: '" + std::string(text) + "' is not one of off, on, auto");
+}
+
+// One send(): the plan, the packer thread and the buckets' delivery.
+class ColocatedSend {
+ public:
+  ColocatedSend(ColocatedSender& owner, const UpdateSession& session,
+                std::span<const ColocatedEngine> engines, const BucketSendOptions& options)
+      : owner_(owner), session_(session), engines_(engines), options_(options) {}
+
+  BucketSendResult run(std::span<const NamedTensor> tensors);
+
+ private:
+  void plan(std::span<const NamedTensor> tensors);
+  // The packer thread: bucket k into segment k % 2 once bucket k - 2 was answered.
+  void pack_all();
+  std::vector<std::string> pack(std::uint64_t k);
+  // Waits until bucket k is packed; rethrows the packer's error, TimeoutError past the deadline.
+  void await_packed(std::uint64_t k);
+  // Bucket k to every engine: its request, and its handle on the engine's socket until answered.
+  void deliver(std::uint64_t k);
+  void deliver_to(std::uint64_t k, const ColocatedEngine& target,
+                  comm::colocate::SegmentServer& server);
+  void record(EngineFailure failure) {
+    std::lock_guard lock(mu_);
+    result_.failures.push_back(std::move(failure));
+    failed_ = true;
+  }
+  void stop_packer() {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+
+  ColocatedSender& owner_;
+  const UpdateSession& session_;
+  std::span<const ColocatedEngine> engines_;
+  const BucketSendOptions& options_;
+  comm::Deadline deadline_{};
+
+  std::vector<BucketPlan> plans_;
+  std::unordered_map<std::string, const NamedTensor*> tensor_of_;
+  std::vector<std::vector<std::string>> digests_;  // per bucket, written by the packer
+
+  std::mutex mu_;  // guards what follows, and result_.failures
+  std::condition_variable cv_;
+  std::uint64_t packed_ = 0;    // buckets [0, packed_) are in their segment
+  std::uint64_t answered_ = 0;  // buckets [0, answered_) were answered by every engine
+  bool stop_ = false;
+  std::exception_ptr pack_error_;
+  std::atomic<bool> failed_{false};
+  BucketSendResult result_;
+};
+
+void ColocatedSend::plan(std::span<const NamedTensor> tensors) {
+  std::vector<TensorMeta> metas;
+  for (const auto& t : tensors) {
+    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
+    WC_ENFORCE(tensor_of_.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
+    metas.push_back(t.meta);
+    result_.bytes += t.bytes.size();
+  }
+  result_.tensors = metas.size();
+  BucketSendOptions layout = options_;
+  layout.load_format = LoadFormat::kWeightcastBucket;  // aligned tensors: whole cache lines
+  plans_ = plan_send(metas, layout);
+  digests_.resize(plans_.size());
+}
+
+std::vector<std::string> ColocatedSend::pack(std::uint64_t k) {
+  std::byte* segment = owner_.segments_[k % 2]->bytes().data();
+  std::vector<std::string> digests;
+  for (const BucketEntry& e : plans_[k].entries) {
+    if (options_.await_tensor) options_.await_tensor(e.meta.name, deadline_);
+    const NamedTensor& t = *tensor_of_.at(e.meta.name);
+    std::byte* out = segment + e.offset;
+    Hasher hasher;
+    for (std::size_t at = 0; at < e.bytes; at += kChunk) {
+      if (failed_) throw comm::Error("the data phase failed");
+      const std::size_t n = std::min(kChunk, e.bytes - at);
+      std::memcpy(out + at, t.bytes.data() + at, n);
+      if (t.digest == nullptr) hasher.update({out + at, n});
+    }
+    digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
+  }
+  return digests;
+}
+
+void ColocatedSend::pack_all() {
+  try {
+    for (std::uint64_t k = 0; k < plans_.size(); ++k) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || k < answered_ + 2; });
+        if (stop_) return;
+      }
+      std::vector<std::string> digests = pack(k);
+      std::lock_guard lock(mu_);
+      digests_[k] = std::move(digests);
+      packed_ = k + 1;
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    pack_error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void ColocatedSend::await_packed(std::uint64_t k) {
+  const auto start = comm::Clock::now();
+  std::unique_lock lock(mu_);
+  const bool done = cv_.wait_until(lock, deadline_, [&] { return packed_ > k || pack_error_; });
+  result_.pack_wait_seconds += seconds_since(start);
+  if (packed_ > k) return;
+  if (pack_error_) std::rethrow_exception(pack_error_);
+  if (!done) {
+    throw comm::TimeoutError("bucket " + std::to_string(k) +
+                             " was not laid out before the data phase deadline");
+  }
+}
+
+void ColocatedSend::deliver_to(std::uint64_t k, const ColocatedEngine& target,
+                               comm::colocate::SegmentServer& server) {
+  EngineApi* engine = target.engine;
+  const std::size_t size = owner_.segment_bytes_;
+  const auto request = std::make_shared<const UpdateWeightsFromTensorRequest>(
+      session_.segment_request(plans_[k], {server.name(), size}, digests_[k], target.member));
+  WC_ENFORCE(request->session_id.has_value(), "engine ", engine->url(),
+             " issued no session id: the colocated path needs one");
+  // Set (then the server woken) once the call returned, answered or failed: the serving stops at
+  // once. The future alone is not enough: it becomes ready only after the wake.
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  std::future<void> answer = std::async(std::launch::async, [engine, request, &server, returned] {
+    struct Wake {
+      comm::colocate::SegmentServer& s;
+      std::atomic<bool>& flag;
+      ~Wake() {
+        flag = true;
+        s.wake();
+      }
+    } wake{server, *returned};
+    engine->update_weights_from_tensor(*request);
+  });
+  try {
+    // Every rank of the engine that asks gets the handle until the engine answered; a failure
+    // elsewhere stops the serving (this engine's copy then fails on its own bounded wait).
+    server.serve_until(
+        *request->session_id, owner_.segments_[k % 2]->reader_fd(), size,
+        [&] { return failed_ || *returned; }, deadline_);
+  } catch (const comm::TimeoutError&) {
+    record({engine->url(), kRoute,
+            "bucket " + std::to_string(k) + " not answered before the data phase deadline", false,
+            true});
+    return;  // `answer` waits for the call's own read timeout
+  } catch (...) {
+    record(current_failure(engine->url(), kRoute));
+    return;
+  }
+  try {
+    answer.get();
+  } catch (...) {
+    record(current_failure(engine->url(), kRoute));
+  }
+}
+
+void ColocatedSend::deliver(std::uint64_t k) {
+  const auto start = comm::Clock::now();
+  std::vector<std::future<void>> deliveries;
+  for (const ColocatedEngine& target : engines_) {
+    comm::colocate::SegmentServer& server = owner_.server_for(target.engine);
+    deliveries.push_back(std::async(
+        std::launch::async, [this, k, &target, &server] { deliver_to(k, target, server); }));
+  }
+  for (auto& d : deliveries) d.get();  // deliver_to() records its failures, never throws
+  const double seconds = seconds_since(start);
+  result_.broadcast_seconds += seconds;
+  result_.http_wait_seconds += seconds;
+  result_.wire_bytes += plans_[k].total_bytes;
+}
+
+BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
+  const auto start = comm::Clock::now();
+  deadline_ = start + options_.timeout;
+  plan(tensors);
+  result_.data_path = "colocated";
+  if (plans_.empty() || engines_.empty()) {
+    result_.seconds = seconds_since(start);
+    return std::move(result_);
+  }
+  owner_.reserve(max_total_bytes(plans_));
+  for (const ColocatedEngine& target : engines_) owner_.server_for(target.engine);
+  std::thread packer([this] { pack_all(); });
+  struct Join {
+    ColocatedSend& s;
+    std::thread& t;
+    ~Join() {
+      s.stop_packer();
+      t.join();
+    }
+  } join{*this, packer};
+  for (std::uint64_t k = 0; k < plans_.size() && !failed_; ++k) {
+    try {
+      await_packed(k);
+      deliver(k);
+    } catch (const comm::EnforceError&) {
+      failed_ = true;
+      throw;
+    } catch (const std::exception& e) {
+      result_.error = "bucket " + std::to_string(k) + " (colocated): " + e.what();
+      result_.source_fault = true;  // the tensors' source or the packer, not an engine
+      failed_ = true;
+      break;
+    }
+    if (failed_) break;
+    ++result_.buckets;
+    std::lock_guard lock(mu_);
+    answered_ = k + 1;
+    cv_.notify_all();
+  }
+  result_.ok = !failed_ && result_.failures.empty() && result_.error.empty();
+  result_.seconds = seconds_since(start);
+  return std::move(result_);
+}
+
+comm::colocate::SegmentServer& ColocatedSender::server_for(const EngineApi* engine) {
+  auto& server = servers_[engine];
+  if (!server) server = std::make_unique<comm::colocate::SegmentServer>();
+  return *server;
+}
+
+void ColocatedSender::reserve(std::size_t bytes) {
+  if (segment_bytes_ >= bytes && segments_[0]) return;
+  const std::size_t size = std::max<std::size_t>(
+      kSegmentGranule, (bytes + kSegmentGranule - 1) / kSegmentGranule * kSegmentGranule);
+  for (auto& segment : segments_) {
+    segment.reset();  // the old one first: both at once could double the memory held
+    segment.emplace(size, "weightcast-bucket");
+  }
+  segment_bytes_ = size;
+}
+
+BucketSendResult ColocatedSender::send(const UpdateSession& session,
+                                       std::span<const ColocatedEngine> engines,
+                                       std::span<const NamedTensor> tensors,
+                                       const BucketSendOptions& options) {
+  ColocatedSend send(*this, session, engines, options);
+  return send.run(tensors);
+}
+
+}  // namespace weightcast::sync::trainer

@@ -1,0 +1,81 @@
+// ColocatedSender: the data phase of one stage for the engines on this process's host — the
+// colocated path (docs/colocated.md). Beside send_buckets() (the chain), not instead of it: an
+// update sends to its same-host engines here and to the others on the group, at the same time.
+//
+// Each bucket (planned as send_buckets() plans it) is laid out once in one of two sealed memfd
+// segments (comm/colocate/segment.h); each tensor is copied in and hashed in one pass, chunk by
+// chunk while the chunk is in cache. Every colocated engine is then sent
+// POST /update_weights_from_tensor (UpdateSession::segment_request: the session's selector,
+// version and that engine's session id) naming its own abstract socket, on which this sender
+// hands the segment's read-only descriptor, with that engine's session id as the handle's token,
+// to each of the engine's ranks that asks, until the engine answered. Double buffered: bucket k+1
+// is packed into the other segment while the engines copy bucket k out; a segment is written
+// again only after every engine answered for the bucket it held.
+// Failures (an engine's refusal or silence, the deadline, the tensors' source) stop the phase and
+// come back in the result as send_buckets()'s do; the engines then hold nothing of the bucket
+// (an engine stages a bucket whole or not at all), and the caller runs the abort path.
+// No segment outlives the sender, and none has a name in /dev/shm; the kernel reclaims them if
+// this process dies.
+// Lifetime: one per stage source, kept between updates (segments and sockets are reused).
+// Threading: one caller at a time; send() uses one packer thread and two threads per engine and
+// bucket (the request and its socket).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "comm/colocate/segment.h"
+#include "comm/colocate/segment_server.h"
+#include "sync/trainer/bucket_sender.h"
+#include "sync/trainer/engine_api.h"
+#include "sync/trainer/session.h"
+#include "sync/trainer/tensors.h"
+
+namespace weightcast::sync::trainer {
+
+// Which engines take the colocated path (UpdaterOptions::colocate, weightcast-train --colocate).
+// kOff: none, every engine is on the chain. kOn: every engine on this host that offers it
+// (/server_info's colocate_host equals comm::host_identity()); none offering it is a
+// comm::ConfigError. kAuto: as kOn, but with none the chain alone, without an error.
+enum class ColocateMode { kOff, kOn, kAuto };
+std::string_view to_string(ColocateMode mode);
+// "off", "on" or "auto"; comm::ConfigError otherwise.
+ColocateMode parse_colocate_mode(std::string_view text);
+
+struct ColocatedEngine {
+  EngineApi* engine = nullptr;
+  std::size_t member = 0;  // its index among the session's members (UpdateSession::session_id)
+};
+
+class ColocatedSender {
+ public:
+  ColocatedSender() = default;
+  ColocatedSender(const ColocatedSender&) = delete;
+  ColocatedSender& operator=(const ColocatedSender&) = delete;
+
+  // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) to
+  // `engines` with options.bucket_bytes, options.timeout (the whole phase), options.failure_grace
+  // and options.await_tensor; the other options are the chain's. Failures are returned.
+  BucketSendResult send(const UpdateSession& session, std::span<const ColocatedEngine> engines,
+                        std::span<const NamedTensor> tensors, const BucketSendOptions& options);
+
+  // The segments' size (0 before the first send).
+  std::size_t segment_bytes() const { return segment_bytes_; }
+
+ private:
+  friend class ColocatedSend;
+  // The socket engine `engine` fetches handles on (made at its first bucket).
+  comm::colocate::SegmentServer& server_for(const EngineApi* engine);
+  // Two segments of at least `bytes`, reused when large enough.
+  void reserve(std::size_t bytes);
+
+  std::map<const EngineApi*, std::unique_ptr<comm::colocate::SegmentServer>> servers_;
+  std::optional<comm::colocate::SharedSegment> segments_[2];
+  std::size_t segment_bytes_ = 0;
+};
+
+}  // namespace weightcast::sync::trainer
