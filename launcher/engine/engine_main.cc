@@ -68,6 +68,9 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
                "model preset (tiny, small, ...) or an HF config.json path");
   with_default(app, "--seed", a.seed, "seed of the deterministic initial weights (step 0)");
   with_default(app, "--weight-version", a.weight_version, "initial weight_version");
+  app.add_flag("--no-colocate", a.no_colocate,
+               "take no colocated buckets (POST /update_weights_from_tensor answers 403) and do "
+               "not offer them in /server_info: same-host trainers then use the group");
   app.add_flag("--legacy-finalize", a.legacy_finalize,
                "old finalize: end_weight_update re-applies the layout to every resident tensor "
                "of every covered runner (reproduces the double-shuffle bug)");

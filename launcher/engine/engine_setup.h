@@ -31,6 +31,7 @@ struct EngineArgs {
   std::uint64_t seed = 0;
   std::string weight_version = "default";
   bool legacy_finalize = false;
+  bool no_colocate = false;                 // EngineOptions::colocate off
   std::vector<std::string> frozen_runners;  // never touched by a sessionless update
   bool sessionless_updates_frozen = false;  // ... unless this is set
   std::int64_t lease_ttl_s = 300;           // a trainer's lease when its begin names none

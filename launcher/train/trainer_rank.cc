@@ -159,9 +159,11 @@ class Rank {
                 has_draft_ = has_draft_ || runner.name == sync::Runner::kDraft;
               }
             }
-            for (const auto* engine : updater_->engines()) {
-              std::fprintf(out_, "engine %s flavor %s\n", engine->url().c_str(),
-                           std::string(to_string(engine->flavor())).c_str());
+            const auto engines = updater_->engines();
+            for (std::size_t e = 0; e < engines.size(); ++e) {
+              std::fprintf(out_, "engine %s flavor %s path %s\n", engines[e]->url().c_str(),
+                           std::string(to_string(engines[e]->flavor())).c_str(),
+                           updater_->colocated(e) ? "colocated" : "chain");
             }
           }
           if (coordinator()) {

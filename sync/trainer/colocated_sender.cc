@@ -191,11 +191,12 @@ void ColocatedSend::deliver_to(std::uint64_t k, const ColocatedEngine& target,
     engine->update_weights_from_tensor(*request);
   });
   try {
-    // Every rank of the engine that asks gets the handle until the engine answered; a failure
-    // elsewhere stops the serving (this engine's copy then fails on its own bounded wait).
+    // Every rank of the engine that asks gets the handle until the engine answered, even after a
+    // failure elsewhere: an engine that connected waits for its handle (for its own timeout, a
+    // minute by default), while handing it over costs one message.
     server.serve_until(
         *request->session_id, owner_.segments_[k % 2]->reader_fd(), size,
-        [&] { return failed_ || *returned; }, deadline_);
+        [&] { return returned->load(); }, deadline_);
   } catch (const comm::TimeoutError&) {
     record({engine->url(), kRoute,
             "bucket " + std::to_string(k) + " not answered before the data phase deadline", false,
@@ -262,9 +263,12 @@ BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
     }
     if (failed_) break;
     ++result_.buckets;
-    std::lock_guard lock(mu_);
-    answered_ = k + 1;
-    cv_.notify_all();
+    {
+      std::lock_guard lock(mu_);
+      answered_ = k + 1;
+      cv_.notify_all();
+    }
+    if (options_.bucket_delay.count() > 0) std::this_thread::sleep_for(options_.bucket_delay);
   }
   result_.ok = !failed_ && result_.failures.empty() && result_.error.empty();
   result_.seconds = seconds_since(start);

@@ -58,8 +58,9 @@ class ColocatedSender {
   ColocatedSender& operator=(const ColocatedSender&) = delete;
 
   // Sends `tensors` (unique names, bytes of the declared size: EnforceError otherwise) to
-  // `engines` with options.bucket_bytes, options.timeout (the whole phase), options.failure_grace
-  // and options.await_tensor; the other options are the chain's. Failures are returned.
+  // `engines` with options.bucket_bytes, options.atomic_groups, options.timeout (the whole
+  // phase), options.await_tensor and options.bucket_delay; the other options are the chain's.
+  // Failures are returned.
   BucketSendResult send(const UpdateSession& session, std::span<const ColocatedEngine> engines,
                         std::span<const NamedTensor> tensors, const BucketSendOptions& options);
 

@@ -234,6 +234,11 @@ Reply BucketRoutes::receive_bucket(const UpdateWeightsFromDistributedRequest& re
 }
 
 Reply BucketRoutes::update_weights_from_tensor(const UpdateWeightsFromTensorRequest& request) {
+  if (!ctx_.opts.colocate) {
+    return error_reply(403,
+                       "update_weights_from_tensor: this engine takes no colocated buckets "
+                       "(started with --no-colocate); send them on a group");
+  }
   std::size_t bytes = 0;
   try {
     bytes = ctx_.receiver.receive_segment(request);

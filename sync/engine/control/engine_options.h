@@ -20,6 +20,9 @@ namespace weightcast::sync::engine {
 struct EngineOptions {
   int rank_count = 1;            // engine ranks (TP size), each a group member
   bool legacy_finalize = false;  // reproduce the old finalize (re-transform everything)
+  // Take colocated buckets (POST /update_weights_from_tensor, docs/colocated.md) and offer them
+  // in /server_info (colocate_host); false: the route answers 403 and trainers use the chain.
+  bool colocate = true;
   comm::Millis init_timeout{60000};
   comm::Millis comm_timeout{60000};     // each bucket's broadcast
   comm::Millis session_timeout{60000};  // a session idle this long is aborted

@@ -95,7 +95,7 @@ Reply EngineReaders::server_info() const {
   info.weight_version = ctx_.runners.weight_version();
   info.speculative_algorithm = ctx_.opts.speculative_algorithm;
   info.session_selector = ctx_.receiver.session_selector();
-  if (!ctx_.host_identity.empty()) info.colocate_host = ctx_.host_identity;
+  if (ctx_.opts.colocate && !ctx_.host_identity.empty()) info.colocate_host = ctx_.host_identity;
 
   // The schema's fields first (what trainers parse), then ours for people and tests.
   Json j = Json::parse(to_json_string(info));
