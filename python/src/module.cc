@@ -57,6 +57,7 @@ struct Settings {
   std::string delta = "auto";
   std::string on_engine_failure = "fail";
   double probe_timeout = 2;
+  std::string colocate = "off";
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -85,6 +86,7 @@ wt::UpdaterOptions updater_options(const Settings& s) {
   o.delta = wt::parse_delta_mode(s.delta);
   o.on_engine_failure = wt::parse_engine_failure_policy(s.on_engine_failure);
   o.probe_timeout = millis(s.probe_timeout, "probe_timeout");
+  o.colocate = wt::parse_colocate_mode(s.colocate);
   return o;
 }
 
@@ -101,7 +103,7 @@ std::unique_ptr<PyUpdater> construct_updater(
     std::optional<std::string> store_token, std::string bind_address, std::string group_prefix,
     std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
     double update_timeout, bool verify, double bucket_delay, std::string delta,
-    std::string on_engine_failure, double probe_timeout) {
+    std::string on_engine_failure, double probe_timeout, std::string colocate) {
   Settings s{std::move(selector),
              std::move(backend),
              bucket_bytes,
@@ -118,7 +120,8 @@ std::unique_ptr<PyUpdater> construct_updater(
              bucket_delay,
              std::move(delta),
              std::move(on_engine_failure),
-             probe_timeout};
+             probe_timeout,
+             std::move(colocate)};
   return make_updater(std::move(engines), s, verify);
 }
 
@@ -132,7 +135,7 @@ void bind_constructor(py::class_<PyUpdater>& c) {
         py::arg("request_timeout") = 60.0, py::arg("group_timeout") = 120.0,
         py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
         py::arg("delta") = "auto", py::arg("on_engine_failure") = "fail",
-        py::arg("probe_timeout") = 2.0);
+        py::arg("probe_timeout") = 2.0, py::arg("colocate") = "off");
 }
 
 // update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.

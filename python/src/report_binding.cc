@@ -63,6 +63,7 @@ void bind_report(py::module_& m) {
       .def_property_readonly("buckets", field(&sync::trainer::UpdateReport::buckets))
       .def_property_readonly("wire_bytes", field(&sync::trainer::UpdateReport::wire_bytes))
       .def_property_readonly("delta_buckets", field(&sync::trainer::UpdateReport::delta_buckets))
+      .def_property_readonly("data_path", field(&sync::trainer::UpdateReport::data_path))
       .def_property_readonly("seconds", field(&sync::trainer::UpdateReport::seconds))
       .def_property_readonly("gbps", [](const Report& r) { return r.base.gbps(); })
       .def_property_readonly("phases",
