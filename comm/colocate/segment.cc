@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -22,7 +25,30 @@ constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
   throw Error("colocated segment: " + what + ": " + std::strerror(errno));
 }
 
+// The live segments of this process, by base address: reader descriptor and size.
+struct Registry {
+  std::mutex mu;
+  std::map<const std::byte*, std::pair<int, std::size_t>, std::greater<>> segments;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: segments may outlive static destructors
+  return *r;
+}
+
 }  // namespace
+
+std::optional<SharedLocation> find_shared(std::span<const std::byte> bytes) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  // The segment with the highest base at or below bytes.data().
+  auto it = r.segments.lower_bound(bytes.data());
+  if (it == r.segments.end()) return std::nullopt;
+  const auto offset = static_cast<std::size_t>(bytes.data() - it->first);
+  const auto [fd, size] = it->second;
+  if (offset > size || bytes.size() > size - offset) return std::nullopt;
+  return SharedLocation{fd, size, offset};
+}
 
 SharedSegment::SharedSegment(std::size_t size, const std::string& name) : size_(size) {
   if (size == 0) {
@@ -52,6 +78,9 @@ SharedSegment::SharedSegment(std::size_t size, const std::string& name) : size_(
     release();
     fail("reopen read-only");
   }
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.segments[data_] = {reader_fd_, size_};
 }
 
 SharedSegment::~SharedSegment() {
@@ -77,6 +106,11 @@ SharedSegment& SharedSegment::operator=(SharedSegment&& other) noexcept {
 
 void SharedSegment::release() noexcept {
   if (data_ != nullptr) {
+    {
+      Registry& r = registry();
+      std::lock_guard lock(r.mu);
+      r.segments.erase(data_);
+    }
     munmap(data_, size_);
     data_ = nullptr;
   }
@@ -157,12 +191,20 @@ void MappedSegment::copy_through(std::size_t offset, std::span<std::byte> destin
   if (chunk_bytes == 0) {
     chunk_bytes = destination.size();
   }
-  for (std::size_t done = 0; done < destination.size(); done += chunk_bytes) {
+  // pread, not the mapping: the kernel copies out of the shared pages as process_vm_readv would,
+  // while reading through a fresh mapping faults every 4 KiB page into this process first (shared
+  // memory rarely gets huge pages), which measured as the larger part of the copy.
+  for (std::size_t done = 0; done < destination.size();) {
     const std::size_t n = std::min(chunk_bytes, destination.size() - done);
-    std::memcpy(destination.data() + done, data_ + offset + done, n);
+    const ssize_t got =
+        ::pread(fd_, destination.data() + done, n, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("pread");
+    const auto read = static_cast<std::size_t>(got);
     if (visit) {
-      visit(destination.subspan(done, n));
+      visit(destination.subspan(done, read));
     }
+    done += read;
   }
 }
 

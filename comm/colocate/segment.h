@@ -10,12 +10,14 @@
 // MappedSegment (engine side) maps a received descriptor read-only after checking its size and
 // seals, and copy_through() copies a byte range into the caller's staging in cache-sized chunks,
 // handing each chunk to a visitor (e.g. an XXH3 hasher) while it is still in cache: one pass.
+// Every live SharedSegment is registered by address (find_shared()).
 // Lifetime/threading: both are move-only, single-thread objects; destruction unmaps and closes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -44,6 +46,17 @@ class SharedSegment {
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// Where `bytes` lie inside a live SharedSegment of this process: the segment's read-only
+// descriptor (owned by the segment), its size and the offset of bytes.data() in it; nullopt when
+// they do not lie wholly inside one. Lets a sender hand memory that already is a segment (a
+// TensorArena made shared) to engines as it is, without copying it into one. Thread-safe.
+struct SharedLocation {
+  int reader_fd = -1;
+  std::size_t segment_size = 0;
+  std::size_t offset = 0;
+};
+std::optional<SharedLocation> find_shared(std::span<const std::byte> bytes);
 
 class MappedSegment {
  public:

@@ -223,6 +223,14 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
                "delta-vs-full ratios");
   one_of(*up, "--delta-codec", uo.delta_codec, "delta payload codec (sync/model/delta.h)",
          {"xor_zstd", "xor_lz4", "sparse"});
+  one_of(*up, "--colocate", uo.colocate,
+         "the colocated path for the engines on this host (docs/colocated.md): on, auto or off",
+         {"off", "on", "auto"});
+  up->add_flag("--compare-colocate", uo.compare_colocate,
+               "feed the same steps to an engine set on the chain and then to one through the "
+               "colocated path, for colocated-vs-chain ratios")
+      ->excludes("--compare-full")
+      ->excludes("--colocate");
   up->add_option_function<std::string>(
       "--full-engine-urls",
       [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },

@@ -7,8 +7,8 @@
 namespace weightcast::launcher {
 
 StepWeights::StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr,
-                         bool digest_at_write)
-    : metas_(metas), storage_(metas) {
+                         bool digest_at_write, bool shared)
+    : metas_(metas), storage_(metas, sync::kDefaultBucketAlignment, shared) {
   if (digest_at_write) digests_.resize(metas.size());
   for (std::size_t i = 0; i < metas.size(); ++i) {
     if (!realistic) continue;

@@ -20,8 +20,9 @@ namespace weightcast::launcher {
 // as weightcast-train's stage does; that time is kept apart from the update's.
 class StepWeights {
  public:
+  // `shared`: the arena is a memfd segment the colocated path sends from as it is.
   StepWeights(const std::vector<sync::TensorMeta>& metas, bool realistic, double lr,
-              bool digest_at_write);
+              bool digest_at_write, bool shared = false);
   // Moves to `step`; returns the fraction of elements that changed (1 for jumps).
   double advance(int step);
   std::vector<sync::trainer::NamedTensor> views() const;

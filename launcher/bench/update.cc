@@ -53,7 +53,8 @@ class UpdateBench {
         model_bytes_(sync::total_bytes(metas_)),
         spec_file_(write_model_spec(spec)),
         sets_(make_sets(o, self, spec_file_.path(), model_bytes_)),
-        weights_(metas_, o.drift == "realistic", sync::kRealisticLr, o.digest_at == "write"),
+        weights_(metas_, o.drift == "realistic", sync::kRealisticLr, o.digest_at == "write",
+                 o.compare_colocate || o.colocate != "off"),
         table_(update_table()) {}
 
   // The set under test's mean GB/s over its counted updates (0 when none succeeded).
@@ -83,12 +84,13 @@ class UpdateBench {
     char head[320];
     std::snprintf(
         head, sizeof(head),
-        "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s), model %s%s (%zu "
-        "tensors), bucket %s, %d updates, drift %s, codec %s, gloo%s",
+        "weightcast-bench update: %zu engines x %d ranks per set (delta %s%s, colocate %s), "
+        "model %s%s (%zu tensors), bucket %s, %d updates, drift %s, codec %s, gloo%s",
         sets_[0].urls.size(), o_.ranks_per_engine, o_.delta.c_str(),
-        o_.compare_full ? " vs off" : "", label_.c_str(), format_bytes(model_bytes_).c_str(),
-        metas_.size(), format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(),
-        o_.delta_codec.c_str(), o_.single_copy ? "" : " without single copy");
+        o_.compare_full ? " vs off" : "", o_.compare_colocate ? "off vs on" : o_.colocate.c_str(),
+        label_.c_str(), format_bytes(model_bytes_).c_str(), metas_.size(),
+        format_bytes(o_.bucket_bytes).c_str(), o_.iters, o_.drift.c_str(), o_.delta_codec.c_str(),
+        o_.single_copy ? "" : " without single copy");
     table_.begin(head);
   }
 
@@ -103,7 +105,11 @@ class UpdateBench {
     std::vector<sync::trainer::UpdateReport> reports;
     for (UpdateSet& set : sets_) reports.push_back(update_set(set, step, changed, tensors));
     if (sets_.size() == 2 && reports[0].ok && reports[1].ok && step > 1) {
-      note_delta_vs_full(step, reports[0], reports[1], changed);
+      if (o_.compare_colocate) {
+        note_colocated_vs_chain(step, reports[0], reports[1]);
+      } else {
+        note_delta_vs_full(step, reports[0], reports[1], changed);
+      }
     }
   }
 
@@ -147,6 +153,16 @@ class UpdateBench {
     table_.note(buf);
   }
 
+  void note_colocated_vs_chain(int step, const sync::trainer::UpdateReport& chain,
+                               const sync::trainer::UpdateReport& colocated) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "step %d: colocated (%s) vs chain (%s): %.2fx the chain's throughput", step,
+                  colocated.data_path.c_str(), chain.data_path.c_str(),
+                  chain.seconds / colocated.seconds);
+    table_.note(buf);
+  }
+
   void note_memory_and_stop_engines() {
     std::vector<pid_t> pids;
     for (auto& set : sets_) {
@@ -177,6 +193,12 @@ class UpdateBench {
                   format_bytes(model_bytes_).c_str(), receivers, raw_s, raw_s / update_s,
                   static_cast<unsigned long long>(table_.wrong()));
     table_.note(buf);
+    if (o_.compare_colocate && sets_.front().ok) {
+      const double chain_s = sets_.front().seconds / sets_.front().ok;
+      std::snprintf(buf, sizeof(buf), "update (chain) avg %.3f s; chain / raw = %.2fx", chain_s,
+                    raw_s / chain_s);
+      table_.note(buf);
+    }
     if (o_.digest_at == "write" && digest_steps_ > 0) {
       const double digest_s = digest_seconds_ / digest_steps_;
       std::snprintf(buf, sizeof(buf),

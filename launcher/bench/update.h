@@ -56,6 +56,11 @@ struct UpdateBenchOptions {
   // Also feed the same steps to a second engine set with delta "off", for delta-vs-full ratios.
   bool compare_full = false;
   std::string delta_codec = "xor_zstd";  // sync/model/delta.h
+  // The updater's colocated path (sync/trainer/colocated_sender.h): "off", "on" or "auto".
+  std::string colocate = "off";
+  // Also feed the same steps to a second engine set on the chain (colocate "off") before the set
+  // under test (colocate "on"), for colocated-vs-chain ratios; not with compare_full.
+  bool compare_colocate = false;
   // With compare_full and engine_urls: the engines of the full set (engine_urls: the other).
   std::vector<std::string> full_engine_urls;
   BenchOutput output;  // --csv / --json

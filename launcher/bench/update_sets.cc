@@ -132,23 +132,30 @@ void note_memory(BenchTable& table, const std::vector<pid_t>& engines, std::uint
 
 std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string& self,
                                  const std::string& spec_path, std::uint64_t model_bytes) {
-  // The set under test ("off" is the full set), after the full set when comparing.
-  std::vector<std::string> modes;
-  if (o.compare_full && o.delta != "off") modes.push_back("off");
-  modes.push_back(o.delta);
+  // The set under test, after the full set (delta "off") or the chain set (colocate "off") when
+  // comparing.
+  struct Spec {
+    std::string label, delta, colocate;
+    bool first_of_two = false;
+  };
+  std::vector<Spec> specs;
+  if (o.compare_full && o.delta != "off") specs.push_back({"full", "off", o.colocate, true});
+  if (o.compare_colocate) specs.push_back({"chain", o.delta, "off", true});
+  specs.push_back({o.delta == "off" ? "full" : o.delta, o.delta, o.colocate, false});
+  if (o.compare_colocate) specs.back() = {"colocated", o.delta, "on", false};
   std::vector<UpdateSet> sets;
-  for (const std::string& mode : modes) {
+  for (const Spec& spec : specs) {
     UpdateSet set;
-    set.mode = mode == "off" ? "full" : mode;
-    const bool full_of_two = modes.size() == 2 && mode == "off";
-    set.urls = full_of_two ? o.full_engine_urls : o.engine_urls;
+    set.mode = spec.label;
+    set.urls = spec.first_of_two ? o.full_engine_urls : o.engine_urls;
     if (set.urls.empty()) {
       set.local = start_engines(o, self, spec_path, model_bytes);
       set.urls = set.local.urls;
     }
     auto uo = updater_options(o);
-    uo.delta = sync::trainer::parse_delta_mode(mode);
+    uo.delta = sync::trainer::parse_delta_mode(spec.delta);
     uo.delta_codec = sync::parse_delta_codec(o.delta_codec);
+    uo.colocate = sync::trainer::parse_colocate_mode(spec.colocate);
     uo.group_prefix = "bench-" + set.mode;
     set.updater = std::make_unique<sync::trainer::DistributedUpdater>(set.urls, uo);
     sets.push_back(std::move(set));

@@ -48,7 +48,7 @@ void StageGather::prepare(int stage_ranks) {
     std::vector<sync::TensorMeta> metas;
     for (const auto& param : params_)
       metas.insert(metas.end(), param.parts.begin(), param.parts.end());
-    arena_ = sync::trainer::TensorArena(metas);
+    arena_ = sync::trainer::TensorArena(metas, sync::kDefaultBucketAlignment, shared_arena_);
     digests_.resize(metas.size());  // never resized again: views_ point into it
     for (std::size_t i = 0; i < metas.size(); ++i) {
       spans_.push_back(arena_[i]);

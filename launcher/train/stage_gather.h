@@ -57,7 +57,9 @@ class StageGather {
   using Shards = std::shared_ptr<const std::vector<std::byte>>;
 
   // Source, at setup: allocates and writes the stage's HF tensors and, with `stage_ranks` > 1,
-  // the receive buffer, so that the first step costs what the others do.
+  // the receive buffer, so that the first step costs what the others do. Before it: whether the
+  // tensors live in a memfd segment (the colocated path sends them as they are).
+  void share_tensors(bool shared) { shared_arena_ = shared; }
   void prepare(int stage_ranks);
   // Source: gathers `mine` (this rank's rank_shards()) and every other rank's blocks group by
   // group into tensors(), on a thread when `threaded`, else before returning.
@@ -99,6 +101,7 @@ class StageGather {
   const int ep_;
   std::vector<Group> groups_;
   sync::trainer::TensorArena arena_;               // the stage's HF tensors (prepare())
+  bool shared_arena_ = false;                      // arena_ in a memfd segment
   std::vector<std::span<std::byte>> spans_;        // arena_'s tensors, written by the gather
   std::vector<sync::trainer::NamedTensor> views_;  // the same, read by the sender
   std::vector<sync::Digest> digests_;  // each tensor's, written with it; views_ point here

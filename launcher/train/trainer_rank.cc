@@ -67,6 +67,7 @@ class Rank {
     // before the update opens, as the bench's weights are ready before it, rather than on a
     // thread racing the update's own (measured: 2.5x the bench overlapped, 1.0x before).
     threaded_gather_ = !whole && provided == MPI_THREAD_MULTIPLE && stage_comm_.size() > 1;
+    gather_->share_tensors(o.colocate != "off");
     if (topo_.is_stage_source()) gather_->prepare(stage_comm_.size());
   }
 

@@ -59,10 +59,22 @@ class ColocatedSend {
   BucketSendResult run(std::span<const NamedTensor> tensors);
 
  private:
+  // Per bucket, written by the packer: where its tensors lie (a segment and their offsets in it)
+  // and their digests.
+  struct Laid {
+    int fd = -1;  // the segment's read-only descriptor
+    std::size_t size = 0;
+    std::vector<std::uint64_t> offsets;
+    std::vector<std::string> digests;
+  };
+
   void plan(std::span<const NamedTensor> tensors);
   // The packer thread: bucket k into segment k % 2 once bucket k - 2 was answered.
   void pack_all();
-  std::vector<std::string> pack(std::uint64_t k);
+  // Bucket k's tensors where they are, when all lie in one segment already (a shared
+  // TensorArena); else nullopt.
+  std::optional<Laid> in_place(std::uint64_t k);
+  Laid pack(std::uint64_t k);
   // Waits until bucket k is packed; rethrows the packer's error, TimeoutError past the deadline.
   void await_packed(std::uint64_t k);
   // Bucket k to every engine: its request, and its handle on the engine's socket until answered.
@@ -88,7 +100,7 @@ class ColocatedSend {
 
   std::vector<BucketPlan> plans_;
   std::unordered_map<std::string, const NamedTensor*> tensor_of_;
-  std::vector<std::vector<std::string>> digests_;  // per bucket, written by the packer
+  std::vector<Laid> laid_;
 
   std::mutex mu_;  // guards what follows, and result_.failures
   std::condition_variable cv_;
@@ -112,16 +124,47 @@ void ColocatedSend::plan(std::span<const NamedTensor> tensors) {
   BucketSendOptions layout = options_;
   layout.load_format = LoadFormat::kWeightcastBucket;  // aligned tensors: whole cache lines
   plans_ = plan_send(metas, layout);
-  digests_.resize(plans_.size());
+  laid_.resize(plans_.size());
 }
 
-std::vector<std::string> ColocatedSend::pack(std::uint64_t k) {
-  std::byte* segment = owner_.segments_[k % 2]->bytes().data();
-  std::vector<std::string> digests;
+std::optional<ColocatedSend::Laid> ColocatedSend::in_place(std::uint64_t k) {
+  Laid laid;
   for (const BucketEntry& e : plans_[k].entries) {
     if (options_.await_tensor) options_.await_tensor(e.meta.name, deadline_);
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
-    std::byte* out = segment + e.offset;
+    if (t.bytes.empty()) {
+      laid.offsets.push_back(0);  // nothing to read: any segment serves
+      continue;
+    }
+    const auto where = comm::colocate::find_shared(t.bytes);
+    if (!where || (laid.fd >= 0 && where->reader_fd != laid.fd)) return std::nullopt;
+    laid.fd = where->reader_fd;
+    laid.size = where->segment_size;
+    laid.offsets.push_back(where->offset);
+  }
+  if (laid.fd < 0) return std::nullopt;
+  for (const BucketEntry& e : plans_[k].entries) {
+    const NamedTensor& t = *tensor_of_.at(e.meta.name);
+    laid.digests.push_back(to_string(t.digest != nullptr ? *t.digest : tensor_digest(t.bytes)));
+  }
+  return laid;
+}
+
+ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
+  if (auto laid = in_place(k)) return std::move(*laid);
+  {
+    // Segment k % 2 is written again only once bucket k - 2, which it held, was answered.
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return stop_ || k < answered_ + 2; });
+    if (stop_) throw comm::Error("the data phase stopped");
+  }
+  owner_.reserve(max_total_bytes(plans_));
+  const comm::colocate::SharedSegment& segment = *owner_.segments_[k % 2];
+  Laid laid{segment.reader_fd(), segment.size(), {}, {}};
+  std::byte* base = owner_.segments_[k % 2]->bytes().data();
+  for (const BucketEntry& e : plans_[k].entries) {
+    const NamedTensor& t = *tensor_of_.at(e.meta.name);
+    std::byte* out = base + e.offset;
     Hasher hasher;
     for (std::size_t at = 0; at < e.bytes; at += kChunk) {
       if (failed_) throw comm::Error("the data phase failed");
@@ -129,22 +172,19 @@ std::vector<std::string> ColocatedSend::pack(std::uint64_t k) {
       std::memcpy(out + at, t.bytes.data() + at, n);
       if (t.digest == nullptr) hasher.update({out + at, n});
     }
-    digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
+    laid.offsets.push_back(e.offset);
+    laid.digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
   }
-  return digests;
+  return laid;
 }
 
 void ColocatedSend::pack_all() {
   try {
     for (std::uint64_t k = 0; k < plans_.size(); ++k) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || k < answered_ + 2; });
-        if (stop_) return;
-      }
-      std::vector<std::string> digests = pack(k);
+      Laid laid = pack(k);
       std::lock_guard lock(mu_);
-      digests_[k] = std::move(digests);
+      if (stop_) return;
+      laid_[k] = std::move(laid);
       packed_ = k + 1;
       cv_.notify_all();
     }
@@ -171,9 +211,10 @@ void ColocatedSend::await_packed(std::uint64_t k) {
 void ColocatedSend::deliver_to(std::uint64_t k, const ColocatedEngine& target,
                                comm::colocate::SegmentServer& server) {
   EngineApi* engine = target.engine;
-  const std::size_t size = owner_.segment_bytes_;
-  const auto request = std::make_shared<const UpdateWeightsFromTensorRequest>(
-      session_.segment_request(plans_[k], {server.name(), size}, digests_[k], target.member));
+  const Laid& laid = laid_[k];
+  const auto request =
+      std::make_shared<const UpdateWeightsFromTensorRequest>(session_.segment_request(
+          plans_[k], laid.offsets, {server.name(), laid.size}, laid.digests, target.member));
   WC_ENFORCE(request->session_id.has_value(), "engine ", engine->url(),
              " issued no session id: the colocated path needs one");
   // Set (then the server woken) once the call returned, answered or failed: the serving stops at
@@ -195,8 +236,7 @@ void ColocatedSend::deliver_to(std::uint64_t k, const ColocatedEngine& target,
     // failure elsewhere: an engine that connected waits for its handle (for its own timeout, a
     // minute by default), while handing it over costs one message.
     server.serve_until(
-        *request->session_id, owner_.segments_[k % 2]->reader_fd(), size,
-        [&] { return returned->load(); }, deadline_);
+        *request->session_id, laid.fd, laid.size, [&] { return returned->load(); }, deadline_);
   } catch (const comm::TimeoutError&) {
     record({engine->url(), kRoute,
             "bucket " + std::to_string(k) + " not answered before the data phase deadline", false,
@@ -237,7 +277,6 @@ BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
     result_.seconds = seconds_since(start);
     return std::move(result_);
   }
-  owner_.reserve(max_total_bytes(plans_));
   for (const ColocatedEngine& target : engines_) owner_.server_for(target.engine);
   std::thread packer([this] { pack_all(); });
   struct Join {

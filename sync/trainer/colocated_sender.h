@@ -2,8 +2,10 @@
 // colocated path (docs/colocated.md). Beside send_buckets() (the chain), not instead of it: an
 // update sends to its same-host engines here and to the others on the group, at the same time.
 //
-// Each bucket (planned as send_buckets() plans it) is laid out once in one of two sealed memfd
-// segments (comm/colocate/segment.h); each tensor is copied in and hashed in one pass, chunk by
+// Each bucket (planned as send_buckets() plans it) goes out from where its tensors lie when they
+// all lie in one live segment already (a TensorArena made shared: comm::colocate::find_shared),
+// with nothing copied; else it is laid out once in one of two sealed memfd segments of the
+// sender's (comm/colocate/segment.h), each tensor copied in and hashed in one pass, chunk by
 // chunk while the chunk is in cache. Every colocated engine is then sent
 // POST /update_weights_from_tensor (UpdateSession::segment_request: the session's selector,
 // version and that engine's session id) naming its own abstract socket, on which this sender

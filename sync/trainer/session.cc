@@ -25,14 +25,14 @@ UpdateWeightsFromDistributedRequest UpdateSession::bucket_request(const BucketPl
 }
 
 UpdateWeightsFromTensorRequest UpdateSession::segment_request(const BucketPlan& plan,
+                                                              std::vector<std::uint64_t> offsets,
                                                               SegmentHandle segment,
                                                               std::vector<std::string> digests,
                                                               std::size_t engine) const {
+  WC_ENFORCE_EQ(offsets.size(), plan.entries.size(), "segment offsets of a bucket");
   UpdateWeightsFromTensorRequest request;
-  for (const auto& entry : plan.entries) {
-    request.tensors.push_back(entry.meta);
-    request.offsets.push_back(entry.offset);
-  }
+  for (const auto& entry : plan.entries) request.tensors.push_back(entry.meta);
+  request.offsets = std::move(offsets);
   request.segment = std::move(segment);
   request.digests = std::move(digests);
   request.selector = selector_;

@@ -41,10 +41,13 @@ class UpdateSession {
       const BucketPlan& plan, const std::string& group_name,
       LoadFormat format = LoadFormat::kWeightcastBucket) const;
 
-  // The colocated request announcing bucket `plan`, laid out in the segment `segment` with
-  // `digests` (one per tensor), as engine `engine` must receive it: stamped like bucket_request()
-  // and with that engine's session id, which the engine also expects on the segment's handle.
-  UpdateWeightsFromTensorRequest segment_request(const BucketPlan& plan, SegmentHandle segment,
+  // The colocated request announcing bucket `plan`, its tensors at `offsets` (one per entry) of
+  // the segment `segment`, with `digests` (one per tensor), as engine `engine` must receive it:
+  // stamped like bucket_request() and with that engine's session id, which the engine also
+  // expects on the segment's handle.
+  UpdateWeightsFromTensorRequest segment_request(const BucketPlan& plan,
+                                                 std::vector<std::uint64_t> offsets,
+                                                 SegmentHandle segment,
                                                  std::vector<std::string> digests,
                                                  std::size_t engine) const;
 

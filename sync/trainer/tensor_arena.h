@@ -11,6 +11,10 @@
 // Threading: distinct tensors may be written concurrently; the arena itself is immutable.
 #pragma once
 
+#include <optional>
+
+#include "comm/colocate/segment.h"
+
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -25,9 +29,12 @@ class TensorArena {
  public:
   TensorArena() = default;
   // Lays out `metas` in order. `alignment`: a power of two, the buckets' (kDefaultBucketAlignment
-  // for weightcast buckets; in_place() fails, harmlessly, for any other).
+  // for weightcast buckets; in_place() fails, harmlessly, for any other). `shared`: the memory is
+  // a sealed memfd segment (comm/colocate/segment.h) instead of huge pages, so the colocated path
+  // hands it to same-host engines as it is (comm::colocate::find_shared) instead of copying each
+  // bucket into a segment of its own.
   explicit TensorArena(std::span<const TensorMeta> metas,
-                       std::size_t alignment = kDefaultBucketAlignment);
+                       std::size_t alignment = kDefaultBucketAlignment, bool shared = false);
 
   std::size_t size() const { return views_.size(); }
   // Tensor i's bytes (metas[i].byte_count() long).
@@ -36,7 +43,8 @@ class TensorArena {
   std::size_t total_bytes() const { return bytes_; }
 
  private:
-  PackBuffer memory_;  // huge pages, freed as pack buffers are
+  PackBuffer memory_;                                     // huge pages, freed as pack buffers are
+  std::optional<comm::colocate::SharedSegment> segment_;  // instead, when shared
   std::size_t bytes_ = 0;
   std::vector<std::span<std::byte>> views_;
 };

@@ -163,5 +163,26 @@ TEST(ColocateSegment, TrainerKilledAfterSendLeavesNothingBehind) {
   EXPECT_EQ(dev_shm(), before);
 }
 
+// find_shared(): a span inside a live segment is found with its offset; one that crosses its
+// end, or lies in memory of no segment, is not; a moved segment stays registered, a destroyed
+// one does not.
+TEST(ColocateSegment, FindSharedLocatesSpansOfLiveSegmentsOnly) {
+  SharedSegment segment(1 << 20);
+  std::byte* base = segment.bytes().data();
+  auto where = find_shared({base + 4096, 100});
+  ASSERT_TRUE(where.has_value());
+  EXPECT_EQ(where->reader_fd, segment.reader_fd());
+  EXPECT_EQ(where->segment_size, std::size_t{1} << 20);
+  EXPECT_EQ(where->offset, 4096u);
+  EXPECT_FALSE(find_shared({base + (1 << 20) - 10, 20}).has_value());
+  std::vector<std::byte> elsewhere(64);
+  EXPECT_FALSE(find_shared({elsewhere.data(), elsewhere.size()}).has_value());
+
+  SharedSegment moved(std::move(segment));
+  EXPECT_TRUE(find_shared({base, 1}).has_value());
+  { SharedSegment gone(std::move(moved)); }
+  EXPECT_FALSE(find_shared({base, 1}).has_value());
+}
+
 }  // namespace
 }  // namespace weightcast::comm::colocate
