@@ -7,8 +7,10 @@
 # update after each, --verify on.
 #   fixed:  safe finalize, selector chosen by the decision function (-> target)
 #   legacy: engines with --legacy-finalize, selector forced to `all` (the old behaviour)
+#   colo-fix, colo-old: the same two over the colocated path (--colocate on: the buckets go
+#           through shared memory on this host, docs/colocated.md) instead of the chain
 # Prints one row per step and scenario, then the accept-length comparison. Exits 0 only when
-# the fixed scenario verified every step. Everything it starts is stopped on exit.
+# both fixed scenarios verified every step. Everything it starts is stopped on exit.
 #
 # Usage: scripts/demo.sh [--model small|tiny|qwen3-0.6b|moe-small|deepseek-tiny|config.json]
 #                        [--steps N] [--bucket-bytes 16M] [--backend gloo] [--ep N]
@@ -76,19 +78,25 @@ train_extra=(--drift realistic --delta on --delta-codec sparse)
 run_scenario fixed auto
 train_extra=(--delta off)
 run_scenario legacy all --legacy-finalize
+# The same case on the colocated path: the selector scopes a colocated bucket as it does one on
+# the chain, so the fix holds there too, and the old behaviour corrupts the draft there too.
+train_extra=(--drift realistic --colocate on)
+run_scenario colo-fix auto
+train_extra=(--delta off --colocate on)
+run_scenario colo-old all --legacy-finalize
 
 model_line=$(grep -m1 -o 'model .*' "$work/fixed.out" || true)
 echo "weightcast demo: frozen EAGLE draft under weight updates"
 echo "  ${model_line:-model $model}; engines: 2 (1 and 2 ranks), target + frozen draft, layout shuffle"
 echo "  trainer: mpirun -np $np, tp 2 x ep $ep x pp 2; backend $backend; bucket $bucket; $steps steps; --verify"
 echo
-printf '%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s\n' scenario step version bytes \
-  wire changed buckets seconds GB/s target_ok draft_same accept_length
-for name in fixed legacy; do
+printf '%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s %s\n' scenario step version bytes \
+  wire changed buckets seconds GB/s target_ok draft_same accept_length path
+for name in fixed legacy colo-fix colo-old; do
   awk -v scen="$name" '
     / initial weights/ { for (i = 1; i <= NF; i++) if ($i == "accept_length") acc = $(i + 1);
-      printf "%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s\n", scen, 0, "-", "-", "-",
-             "-", "-", "-", "-", "-", "-", acc; next }
+      printf "%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s %s\n", scen, 0, "-", "-", "-",
+             "-", "-", "-", "-", "-", "-", acc, "-"; next }
     /^step [0-9]+\/[0-9]+ version/ {
       split($2, s, "/"); acc = "-"; ch = "-"
       for (i = 1; i <= NF; i++) {
@@ -97,9 +105,10 @@ for name in fixed legacy; do
         if ($i == "GB/s") gb = $(i + 1); if ($i == "target_ok") t = $(i + 1)
         if ($i == "draft_ok") d = $(i + 1); if ($i == "accept_length") acc = $(i + 1)
         if ($i == "wire") w = $(i + 1); if ($i == "changed") ch = $(i + 1)
+        if ($i == "path") p = $(i + 1)
       }
-      printf "%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s\n", scen, s[1], v, by, w, ch, bu,
-             se, gb, t, d, acc
+      printf "%-9s %4s %8s %12s %12s %6s %7s %8s %7s %8s %9s %14s %s\n", scen, s[1], v, by, w, ch, bu,
+             se, gb, t, d, acc, p
     }' "$work/$name.out"
   if [ "$(cat "$work/$name.rc")" != 0 ]; then
     grep -h -m2 -E 'VERIFY FAILED|FAILED|error' "$work/$name.err" "$work/$name.out" 2>/dev/null |
@@ -121,10 +130,19 @@ awk '/^step [0-9]+\/[0-9]+ version/ { n++; if (n == 1) next
       for (i = 1; i <= NF; i++) { if ($i == "bytes") b += $(i + 1); if ($i == "wire") w += $(i + 1) } }
      END { if (w > 0) printf "delta updates (fixed, steps 2..%d): %d bytes of weights, %d on the wire (%.1fx less)\n", n, b, w, b / w }' \
   "$work/fixed.out"
-if [ "$(cat "$work/fixed.rc")" = 0 ] && [ "$fixed_rows" = "$steps" ]; then
+colo_rows=$(grep -c '^step [0-9]*/[0-9]* version.* verified yes.* path colocated' "$work/colo-fix.out" || true)
+echo "colocated path (colo-fix): verified $colo_rows/$steps steps, every one through shared memory; old behaviour there: $(grep -c 'verified no' "$work/colo-old.out" || true)/$steps steps failed verification, accept length after step $steps: $(last "$work/colo-old.out") (fixed: $(last "$work/colo-fix.out"))"
+status=0
+for scen in fixed colo-fix; do
+  rows=$fixed_rows
+  [ "$scen" = colo-fix ] && rows=$colo_rows
+  if [ "$(cat "$work/$scen.rc")" != 0 ] || [ "$rows" != "$steps" ]; then
+    echo "$scen scenario FAILED (exit $(cat "$work/$scen.rc"), $rows/$steps steps verified):" >&2
+    tail -5 "$work/$scen.err" "$work/$scen.out" >&2
+    status=1
+  fi
+done
+if [ "$status" = 0 ]; then
   echo "fixed scenario: verified $fixed_rows/$steps steps (selector $(grep -m1 -o 'selector [a-z]*' "$work/fixed.out" | cut -d' ' -f2)); old behaviour: $(grep -c 'verified no' "$work/legacy.out" || true)/$steps steps failed verification"
-  exit 0
 fi
-echo "fixed scenario FAILED (exit $(cat "$work/fixed.rc"), $fixed_rows/$steps steps verified):" >&2
-tail -5 "$work/fixed.err" "$work/fixed.out" >&2
-exit 1
+exit "$status"
