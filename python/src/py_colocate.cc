@@ -10,6 +10,7 @@
 #include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
 #include "comm/errors.h"
+#include "comm/host_identity.h"
 
 namespace py = pybind11;
 
@@ -57,6 +58,9 @@ void bind_colocate(py::module_& m) {
       .def_property_readonly("size", &ColocatedBucket::size)
       .def("serve", &ColocatedBucket::serve, py::arg("token"), py::arg("connections"),
            py::arg("timeout") = 30.0);
+  m.def("host_identity", &comm::host_identity,
+        "This process's host identity (comm/host_identity.h): an engine reports it as /server_info "
+        "colocate_host, so trainers with the same one send it colocated buckets.");
 }
 
 }  // namespace weightcast::python

@@ -177,6 +177,26 @@ class TorchEngine(unittest.TestCase):
             self.assertEqual(layers, sorted(layers))
             self.assertEqual(last[0], "model.embed_tokens.weight")
 
+    def test_colocated_trainer_update(self):
+        """weightcast-train --colocate on (tp 2 x pp 2) updates a TP-2 and a TP-1 torch engine
+        through shared memory: every TP worker copies each bucket out of the trainer's segment.
+        Every worker holds the narrowed slices of what was sent, the draft is bit-identical, and
+        /generate matches the single-process reference."""
+        with torch_engines.running([2, 1], SEED, []) as engines:
+            self.assertTrue(engines[0].ok("/server_info")["colocate_host"])
+            drafts = [e.params() for e in engines]
+            code, out = torch_engines.train(engines, 3, SEED, ["--verify", "--colocate", "on"])
+            self.assertEqual(code, 0, out)
+            for engine in engines:
+                self.assertIn(f"engine {engine.url} flavor weightcast path colocated", out)
+            self.assertRegex(out, r"step 3/3 version 3 .* verified yes .* path colocated ")
+            full = full_tensors(3)
+            for engine, before in zip(engines, drafts):
+                self.assert_holds(engine, full, draft_before=before)
+                answer = engine.generate(PROMPT, 8)
+                self.assertEqual(answer["meta_info"]["weight_version"], "3")
+                self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
     def test_colocated_bucket(self):
         """POST /update_weights_from_tensor in weightcast's segment form: a Python trainer lays the
         target out in a sealed memfd segment and serves it to both TP workers, which copy it into

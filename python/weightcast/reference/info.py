@@ -2,7 +2,7 @@
 `weightcast` key every shape carries (what a trainer reads to know a weightcast receiver runs
 inside; the SGLang plug-in adds the same key to SGLang's answer)."""
 
-from .. import __version__
+from .. import __version__, _weightcast
 
 
 def announce(engine):
@@ -34,6 +34,9 @@ def native_info(engine):
         "weight_receiver": "weightcast.Receiver",
         "speculative_algorithm": "EAGLE" if cfg["draft"] else None,
         "session_selector": engine.sessions.selector(),
+        # Same-host trainers may send colocated buckets (docs/colocated.md): every TP worker runs
+        # on this host and copies each bucket out of the trainer's segment.
+        "colocate_host": _weightcast.host_identity() or None,
         "weightcast": announce(engine),
         "internal_states": [{"weightcast": announce(engine)}],
     }
