@@ -38,6 +38,7 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
       runners_(std::move(runners)),
       pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
       ranks_(local_ranks_options(opts_, pool_)),
+      session_(ranks_.count()),
       base_(opts_.keep_delta_base),
       version_(opts_.version ? opts_.version
                              : std::make_shared<WeightVersion>(opts_.initial_version)) {
@@ -59,7 +60,7 @@ Receiver::~Receiver() {
   {
     std::lock_guard lock(mu_);
     groups = groups_.take_all();
-    if (staging_) staging_->discard();
+    if (session_.staging()) session_.staging()->discard();
   }
   groups.clear();  // each Group aborts and joins its threads, without our lock
 }
@@ -95,7 +96,8 @@ void Receiver::join(const GroupSpec& spec) {
     }
     // Re-init replaces a group (the recovery path), but not one the open session relies on.
     if (auto g = groups_.find(spec.group_name);
-        g && (g->busy() || (session_.in_session() && g->used_in(session_.session_id())))) {
+        g && (g->busy() ||
+              (session_.machine().in_session() && g->used_in(session_.machine().session_id())))) {
       throw ReceiverError(409, "group_name: group '" + spec.group_name +
                                    "' is in use by the open session; abort it first");
     }
@@ -121,8 +123,9 @@ bool Receiver::leave(const std::string& group_name) {
     std::lock_guard lock(mu_);
     group = groups_.find(group_name);
     if (!group) throw ReceiverError(400, "The group to be destroyed does not exist.");
-    if (session_.in_session() && (group->busy() || group->used_in(session_.session_id()))) {
-      ended = fail_session_locked(session_.session_id(), false, 409,
+    if (session_.machine().in_session() &&
+        (group->busy() || group->used_in(session_.machine().session_id()))) {
+      ended = fail_session_locked(session_.machine().session_id(), false, 409,
                                   "group '" + group_name + "' left during the session");
     }
     groups_.remove(group_name);
@@ -141,39 +144,37 @@ std::vector<std::string> Receiver::groups() const {
 ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder,
                               bool sessionless) {
   std::lock_guard lock(mu_);
-  if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
-  if (auto refusal = session_.begin(selector, std::move(holder), sessionless)) refuse(*refusal);
-  staging_ = std::make_shared<Staging>(ranks_.count());
-  session_names_.clear();
-  return {session_.token(), version_->get(), base_.held_digest(selector)};
+  session_.begin(selector, std::move(holder), sessionless);
+  return {session_.machine().token(), version_->get(), base_.held_digest(selector)};
 }
 
 std::optional<SessionView> Receiver::session() const {
   std::lock_guard lock(mu_);
-  if (!session_.in_session()) return std::nullopt;
-  return SessionView{session_.session_id(), *session_.selector(), session_.owned(),
-                     session_.sessionless(), session_.holder_text()};
+  if (!session_.machine().in_session()) return std::nullopt;
+  return SessionView{session_.machine().session_id(), *session_.machine().selector(),
+                     session_.machine().owned(), session_.machine().sessionless(),
+                     session_.machine().holder_text()};
 }
 
 bool Receiver::sessionless() const {
   std::lock_guard lock(mu_);
-  return session_.in_session() && session_.sessionless();
+  return session_.machine().in_session() && session_.machine().sessionless();
 }
 
 bool Receiver::paused() const {
   std::lock_guard lock(mu_);
-  return session_.paused();
+  return session_.machine().paused();
 }
 
 void Receiver::set_paused(bool paused) {
   std::lock_guard lock(mu_);
-  session_.set_paused(paused);
+  session_.machine().set_paused(paused);
 }
 
 std::optional<Refusal> Receiver::check_owner(const std::optional<std::string>& token,
                                              std::string_view route) const {
   std::lock_guard lock(mu_);
-  return session_.check_owner(token, route);
+  return session_.machine().check_owner(token, route);
 }
 
 bool Receiver::abort_session(std::uint64_t id, const std::string& reason, int status,
@@ -184,11 +185,7 @@ bool Receiver::abort_session(std::uint64_t id, const std::string& reason, int st
 
 bool Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                                    const std::string& reason, bool abort_used_groups) {
-  if (!session_.in_session() || session_.session_id() != session_id) return false;
-  if (staging_) staging_->discard();
-  staging_.reset();
-  session_names_.clear();
-  session_.close();
+  if (!session_.discard(session_id)) return false;
   // A group left half-way through a broadcast cannot be reused: its peers are out of step.
   for (auto& [name, group] : groups_.all()) {
     if ((abort_busy_groups && group->busy()) || (abort_used_groups && group->used_in(session_id))) {
@@ -200,8 +197,8 @@ bool Receiver::fail_session_locked(std::uint64_t session_id, bool abort_busy_gro
 
 void Receiver::abort(const std::string& reason, int status, bool abort_used_groups) {
   std::lock_guard lock(mu_);
-  if (session_.in_session()) {
-    fail_session_locked(session_.session_id(), true, status, reason, abort_used_groups);
+  if (session_.machine().in_session()) {
+    fail_session_locked(session_.machine().session_id(), true, status, reason, abort_used_groups);
   }
 }
 
@@ -212,7 +209,7 @@ void Receiver::abort_groups(int status, const std::string& reason) {
 
 bool Receiver::busy() const {
   std::lock_guard lock(mu_);
-  return groups_.any_busy() || segments_in_flight_ > 0;
+  return groups_.any_busy() || session_.copying();
 }
 
 GroupTable::Groups Receiver::joined() const {
@@ -220,27 +217,16 @@ GroupTable::Groups Receiver::joined() const {
   return groups_.all();
 }
 
-Selector Receiver::check_payload_locked(const std::optional<std::string>& token,
-                                        const std::optional<Selector>& selector,
-                                        std::string_view route) const {
-  if (auto refusal = session_.check_open(token, route)) refuse(*refusal);
-  // A request without a selector (SGLang's body) takes the session's.
-  const Selector chosen = selector.value_or(*session_.selector());
-  if (auto refusal = session_.check_payload(chosen)) refuse(*refusal);
-  if (auto refusal = session_.check_owner(token, route)) refuse(*refusal);
-  return chosen;
-}
-
 Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedRequest& request) {
-  const Selector selector =
-      check_payload_locked(request.session_id, request.selector, "update_weights_from_distributed");
-  Ticket out{nullptr, groups_.find(request.group_name), session_.session_id()};
+  const Selector selector = session_.check_payload(request.session_id, request.selector,
+                                                   "update_weights_from_distributed");
+  Ticket out{nullptr, groups_.find(request.group_name), session_.machine().session_id()};
   if (!out.group) {
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
                                  "' is joined; call init_weights_update_group first");
   }
-  std::vector<std::vector<Runner>> destinations =
-      route_tensors(runners_, ranks_, selector, request.tensors, session_names_, experts_dropped_);
+  std::vector<std::vector<Runner>> destinations = route_tensors(
+      runners_, ranks_, selector, request.tensors, session_.names(), experts_dropped_);
   const std::uint64_t sequence =
       groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
@@ -264,14 +250,15 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
-  out.job = std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
-                                        staging_, request.load_format == LoadFormat::kPerTensor,
-                                        std::move(delta), parse_expected_digests(request.digests));
+  out.job =
+      std::make_shared<BucketJob>(out.session_id, std::move(plan), std::move(destinations),
+                                  session_.staging(), request.load_format == LoadFormat::kPerTensor,
+                                  std::move(delta), parse_expected_digests(request.digests));
   if (auto refusal = out.group->submit(out.job)) refuse(*refusal);
   groups_.queued(request.group_name, sequence);
-  for (const auto& meta : request.tensors) session_names_.insert(meta.name);
-  if (request.weight_version) session_.set_version(*request.weight_version);
-  if (request.flush_cache) session_.request_flush();
+  for (const auto& meta : request.tensors) session_.names().insert(meta.name);
+  if (request.weight_version) session_.machine().set_version(*request.weight_version);
+  if (request.flush_cache) session_.machine().request_flush();
   return out;
 }
 
@@ -283,13 +270,12 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
   std::string token;
   {
     std::lock_guard lock(mu_);
-    const Selector selector = check_payload_locked(request.session_id, request.selector, kRoute);
-    destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_names_,
+    const Selector selector = session_.check_payload(request.session_id, request.selector, kRoute);
+    destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_.names(),
                                  experts_dropped_);
-    id = session_.session_id();
-    token = handle_token.value_or(session_.token());
-    for (const auto& meta : request.tensors) session_names_.insert(meta.name);  // reserved
-    ++segments_in_flight_;  // a commit waits for it, as for a bucket on a group
+    id = session_.machine().session_id();
+    token = handle_token.value_or(session_.machine().token());
+    session_.begin_copy(request.tensors);  // a commit waits for it, as for a bucket on a group
   }
   // Without the lock: the copy is bounded by the handle's wait and the bucket's size.
   std::vector<SegmentTensor> copied;
@@ -297,15 +283,11 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
     copied = copy_segment(request, token, *pool_, opts_.comm_timeout);
   } catch (...) {
     std::lock_guard lock(mu_);
-    --segments_in_flight_;
-    if (session_.in_session() && session_.session_id() == id) {
-      for (const auto& meta : request.tensors) session_names_.erase(meta.name);
-    }
+    session_.end_copy(id, request.tensors, /*staged=*/false);
     throw;
   }
   std::lock_guard lock(mu_);
-  --segments_in_flight_;
-  if (!session_.in_session() || session_.session_id() != id) {
+  if (!session_.end_copy(id, request.tensors, /*staged=*/true)) {
     throw ReceiverError(409, std::string(kRoute) +
                                  ": the session ended while the bucket was copied; nothing staged");
   }
@@ -314,13 +296,13 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
     if (!destinations[i].empty()) bytes += copied[i].bytes.size();
     for (Runner runner : destinations[i]) {
       for (int r = 0; r < ranks_.count(); ++r) {
-        staging_->stage(runner, r, request.tensors[i], r == 0 ? copied[i].bytes : SharedBytes(),
-                        copied[i].digest);
+        session_.staging()->stage(runner, r, request.tensors[i],
+                                  r == 0 ? copied[i].bytes : SharedBytes(), copied[i].digest);
       }
     }
   }
-  if (request.weight_version) session_.set_version(*request.weight_version);
-  if (request.flush_cache) session_.request_flush();
+  if (request.weight_version) session_.machine().set_version(*request.weight_version);
+  if (request.flush_cache) session_.machine().request_flush();
   return bytes;
 }
 
@@ -368,11 +350,11 @@ bool Receiver::set_version(const std::string& version,
                            const std::optional<std::string>& session_id) {
   constexpr std::string_view kRoute = "update_weight_version";
   std::lock_guard lock(mu_);
-  if (auto refusal = session_.check_owner(session_id, kRoute)) refuse(*refusal);
+  if (auto refusal = session_.machine().check_owner(session_id, kRoute)) refuse(*refusal);
   if (session_id) {
-    if (auto refusal = session_.check_open(session_id, kRoute)) refuse(*refusal);
+    if (auto refusal = session_.machine().check_open(session_id, kRoute)) refuse(*refusal);
   }
-  if (!session_.set_version(version)) return false;
+  if (!session_.machine().set_version(version)) return false;
   version_->set(version);
   return true;
 }
@@ -381,43 +363,28 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
                                 const std::optional<std::string>& session_id,
                                 const PublishFn& publish) {
   std::lock_guard commit_lock(commit_mu_);
-  std::map<Runner, std::map<std::string, StagedTensor>> staged;
-  Selector selector = Selector::kAll;
-  std::optional<std::string> next_version;
-  bool flush = false;
+  SessionTaken taken;
   {
     std::lock_guard lock(mu_);
-    if (auto refusal = session_.check_end()) refuse(*refusal);
-    if (auto refusal = session_.check_owner(session_id, "end_weight_update")) refuse(*refusal);
+    session_.check_end(session_id);
     for (const auto& [name, group] : groups_.all()) {
       if (group->busy()) {
         throw ReceiverError(409, "end_weight_update: buckets of group '" + name +
                                      "' are still in flight; wait for their responses");
       }
     }
-    if (segments_in_flight_ > 0) {
-      throw ReceiverError(409, "end_weight_update: " + std::to_string(segments_in_flight_) +
-                                   " colocated bucket(s) are still being copied; wait for their "
-                                   "responses");
-    }
-    selector = *session_.selector();
-    next_version = version ? version : session_.pending_version();
-    flush = session_.flush_requested();
-    for (const auto& r : runners_) {
-      if (covers(selector, r.id)) staged[r.id] = staging_->take(r.id);
-    }
-    staging_.reset();
-    session_names_.clear();
-    session_.close();
-    committing_ = true;
+    taken = session_.take(runners_, version);
   }
   struct Done {
     Receiver* self;
     ~Done() {
       std::lock_guard lock(self->mu_);
-      self->committing_ = false;
+      self->session_.committed();
     }
   } done{this};
+  auto& staged = taken.staged;
+  const Selector selector = taken.selector;
+  const std::optional<std::string>& next_version = taken.version;
   ranks_.verify(staged, opts_.verify_at_commit);
   ReceiverCommit out;
   out.runners = load_staged(runners_, staged, base_);
@@ -436,7 +403,7 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   hand_over(runners_, staged);
   if (publish) publish(selector, next_version);
   out.selector = selector;
-  out.flush_requested = flush;
+  out.flush_requested = taken.flush;
   out.weight_version = version_->get();
   return out;
 }
@@ -449,7 +416,7 @@ void Receiver::install(Runner id, const std::vector<TensorMeta>& metas,
   std::lock_guard commit_lock(commit_mu_);
   {
     std::lock_guard lock(mu_);
-    if (session_.in_session()) throw ReceiverError(409, "install: a session is open");
+    if (session_.machine().in_session()) throw ReceiverError(409, "install: a session is open");
   }
   std::vector<TensorView> views;
   for (std::size_t i = 0; i < metas.size(); ++i) {
@@ -474,12 +441,12 @@ void Receiver::install(Runner id, const std::vector<TensorMeta>& metas,
 
 bool Receiver::in_session() const {
   std::lock_guard lock(mu_);
-  return session_.in_session();
+  return session_.machine().in_session();
 }
 
 std::optional<Selector> Receiver::session_selector() const {
   std::lock_guard lock(mu_);
-  return session_.selector();
+  return session_.machine().selector();
 }
 
 std::string Receiver::weight_version() const {

@@ -48,6 +48,7 @@
 #include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/engine/commit/local_ranks.h"
+#include "sync/engine/commit/open_session.h"
 #include "sync/engine/commit/receiver_base.h"
 #include "sync/engine/commit/receiver_loader.h"
 #include "sync/engine/commit/weight_version.h"
@@ -244,12 +245,6 @@ class Receiver {
 
  private:
   Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
-  // The session rules a payload meets, in order: a session is open (`token` names it, if given),
-  // its selector is the request's (absent: the session's), and `token` may act on it. Returns
-  // the selector; throws ReceiverError with the refusal.
-  Selector check_payload_locked(const std::optional<std::string>& token,
-                                const std::optional<Selector>& selector,
-                                std::string_view route) const;
   // Returns whether it ended session `session_id` (false: no longer the open one).
   bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                            const std::string& reason, bool abort_used_groups = false);
@@ -261,16 +256,11 @@ class Receiver {
   const LocalRanks ranks_;
   mutable std::mutex mu_;
   std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)
-  SessionMachine session_;
-  std::shared_ptr<Staging> staging_;
-  // Names sent in this session (a hash set: every bucket request looks up each of its names).
-  std::unordered_set<std::string> session_names_;
+  OpenSession session_;   // the session state machine and what the open session holds
   GroupTable groups_;
   ReceiverBase base_;
   const std::shared_ptr<WeightVersion> version_;
-  bool committing_ = false;  // a commit is loading: no new session may begin
   std::uint64_t experts_dropped_ = 0;
-  int segments_in_flight_ = 0;  // colocated buckets being copied (receive_segment)
 };
 
 }  // namespace weightcast::sync::engine

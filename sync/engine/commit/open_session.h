@@ -1,0 +1,82 @@
+// OpenSession: the Receiver's session (sync/engine/commit/receiver.h) — its one state machine
+// (sync/engine/control/session.h) and what the open session holds: the staging its buckets land
+// in, the names it was sent (each at most once per session), the colocated copies still running,
+// and whether a commit is loading what it staged. The Receiver owns one and calls it under its
+// lock; the rules of a session's start, payloads, end and failure live here.
+// Errors: refusals throw ReceiverError with the control plane's status.
+// Lifetime: owned by the Receiver. Threading: none of its own; the Receiver's lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/control/session.h"
+#include "sync/engine/stage/staging.h"
+#include "sync/protocol/protocol.h"
+
+namespace weightcast::sync::engine {
+
+// What a commit takes out of the session it ends.
+struct SessionTaken {
+  Selector selector = Selector::kAll;
+  std::optional<std::string> version;  // to publish: the commit's, else the session's pending one
+  bool flush = false;
+  std::map<Runner, std::map<std::string, StagedTensor>> staged;  // per covered runner
+};
+
+class OpenSession {
+ public:
+  explicit OpenSession(int ranks) : ranks_(ranks) {}
+
+  SessionMachine& machine() { return machine_; }
+  const SessionMachine& machine() const { return machine_; }
+
+  // Opens a session with fresh staging; refused while a commit is still loading.
+  void begin(Selector selector, std::optional<std::string> holder, bool sessionless);
+  // The session rules a payload meets, in order: a session is open (`token` names it, if given),
+  // its selector is the request's (absent: the session's), and `token` may act on it. Returns
+  // the selector.
+  Selector check_payload(const std::optional<std::string>& token,
+                         const std::optional<Selector>& selector, std::string_view route) const;
+  // Names sent in this session (each at most once); a payload's are added once it is accepted.
+  std::unordered_set<std::string>& names() { return names_; }
+  const std::shared_ptr<Staging>& staging() const { return staging_; }
+
+  // Ends session `id` without loading anything: staging discarded. False when it is not the open
+  // one (already ended).
+  bool discard(std::uint64_t id);
+
+  // A colocated bucket's copy starts (its names reserved) and ends; a commit waits for every
+  // started one. end_copy() releases the names of a copy that staged nothing, and returns whether
+  // the session `id` is still the open one.
+  void begin_copy(const std::vector<TensorMeta>& tensors);
+  bool copying() const { return copies_ > 0; }
+  bool end_copy(std::uint64_t id, const std::vector<TensorMeta>& tensors, bool staged);
+
+  // A commit, in order: check_end() (a session is open, may end, and `token` owns it), the
+  // caller's own checks, then take(): refused while a colocated copy runs; takes what each runner
+  // the selector covers staged, ends the session, and marks a commit loading until committed()
+  // (no session may begin meanwhile).
+  void check_end(const std::optional<std::string>& token) const;
+  SessionTaken take(const std::vector<ReceiverRunner>& runners,
+                    const std::optional<std::string>& version);
+  void committed() { committing_ = false; }
+
+ private:
+  const int ranks_;
+  SessionMachine machine_;
+  std::shared_ptr<Staging> staging_;
+  // Names sent in this session (a hash set: every bucket request looks up each of its names).
+  std::unordered_set<std::string> names_;
+  int copies_ = 0;           // colocated buckets being copied
+  bool committing_ = false;  // a commit is loading: no new session may begin
+};
+
+}  // namespace weightcast::sync::engine
