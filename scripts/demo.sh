@@ -74,9 +74,9 @@ run_scenario() {  # name selector engine-flags...
 # whose smaller payloads pay on slow links instead (docs/performance.md, "Delta updates"); the old
 # behaviour re-sends every element in full, as it always did (a delta would be refused there: the
 # engine checks the base it holds, and the double shuffle corrupts it).
-train_extra=(--drift realistic --delta on --delta-codec sparse)
+train_extra=(--drift realistic --delta on --delta-codec sparse --colocate off)
 run_scenario fixed auto
-train_extra=(--delta off)
+train_extra=(--delta off --colocate off)
 run_scenario legacy all --legacy-finalize
 # The same case on the colocated path: the selector scopes a colocated bucket as it does one on
 # the chain, so the fix holds there too, and the old behaviour corrupts the draft there too.

@@ -41,20 +41,30 @@ StageGather::StageGather(std::vector<MegatronParam> params, int tp, int tp_rank,
   }
 }
 
-void StageGather::prepare(int stage_ranks) {
+void StageGather::lay_out() {
   // Zero-filled, so every page is written now: on a virtual machine a page costs its first
   // write (docs/performance.md), which made the first step's gather 4-5 s for 1 GiB.
-  if (views_.empty() && !params_.empty()) {
-    std::vector<sync::TensorMeta> metas;
-    for (const auto& param : params_)
-      metas.insert(metas.end(), param.parts.begin(), param.parts.end());
-    arena_ = sync::trainer::TensorArena(metas, sync::kDefaultBucketAlignment, shared_arena_);
-    digests_.resize(metas.size());  // never resized again: views_ point into it
-    for (std::size_t i = 0; i < metas.size(); ++i) {
-      spans_.push_back(arena_[i]);
-      views_.push_back({metas[i], arena_[i], &digests_[i]});
-    }
+  std::vector<sync::TensorMeta> metas;
+  for (const auto& param : params_)
+    metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+  views_.clear();
+  spans_.clear();
+  arena_ = sync::trainer::TensorArena(metas, sync::kDefaultBucketAlignment, shared_arena_);
+  digests_.assign(metas.size(), {});  // not resized until the next lay_out: views_ point into it
+  for (std::size_t i = 0; i < metas.size(); ++i) {
+    spans_.push_back(arena_[i]);
+    views_.push_back({metas[i], arena_[i], &digests_[i]});
   }
+}
+
+void StageGather::share_tensors(bool shared) {
+  if (shared == shared_arena_) return;
+  shared_arena_ = shared;
+  if (!views_.empty()) lay_out();  // prepared already: again, in the other kind of memory
+}
+
+void StageGather::prepare(int stage_ranks) {
+  if (views_.empty() && !params_.empty()) lay_out();
   if (stage_ranks <= 1) return;
   // What one gatherv brings from the other ranks, at most: a group's bytes less the source's.
   std::size_t most = 0;

@@ -57,10 +57,12 @@ class StageGather {
   using Shards = std::shared_ptr<const std::vector<std::byte>>;
 
   // Source, at setup: allocates and writes the stage's HF tensors and, with `stage_ranks` > 1,
-  // the receive buffer, so that the first step costs what the others do. Before it: whether the
-  // tensors live in a memfd segment (the colocated path sends them as they are).
-  void share_tensors(bool shared) { shared_arena_ = shared; }
+  // the receive buffer, so that the first step costs what the others do.
   void prepare(int stage_ranks);
+  // Source, at setup, before the first step: whether the tensors live in a memfd segment, which
+  // the colocated path sends as it is (huge pages otherwise, which the chain reads fastest).
+  // Lays them out again when prepare() laid them out in the other kind.
+  void share_tensors(bool shared);
   // Source: gathers `mine` (this rank's rank_shards()) and every other rank's blocks group by
   // group into tensors(), on a thread when `threaded`, else before returning.
   void start(MPI_Comm stage, Shards mine, comm::Deadline deadline, bool threaded);
@@ -89,6 +91,8 @@ class StageGather {
   std::size_t groups() const { return groups_.size(); }
 
  private:
+  // arena_, spans_ and views_ for params_, in the memory share_tensors() chose.
+  void lay_out();
   struct Group {
     std::size_t first_param = 0, end_param = 0;    // params [first, end)
     std::size_t first_tensor = 0, end_tensor = 0;  // HF tensors [first, end)

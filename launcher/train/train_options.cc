@@ -60,10 +60,11 @@ void add_transfer_options(CLI::App& app, TrainOptions& o) {
   ranged(app, "--max-in-flight", o.max_in_flight, "unanswered bucket requests per engine", 1, 64);
   one_of(app, "--backend", o.backend, "data plane: gloo (host) or nccl (CUDA)", {"gloo", "nccl"});
   one_of(app, "--colocate", o.colocate,
-         "the colocated path for engines on this host (weightcast-engine; docs/colocated.md): "
-         "they copy each bucket out of shared memory while the others take the chain, in one "
-         "update; on: as auto, but an error when no engine offers it; off: every engine on the "
-         "chain. The step line's path says which ran",
+         "the colocated path for engines on this host (weightcast-engine, the torch reference "
+         "engine; docs/colocated.md): auto (with --backend gloo): they copy each bucket out of "
+         "shared memory while the others take the chain, in one update; on: also with nccl, and "
+         "an error when no engine offers it; off: every engine on the chain. The step line's "
+         "path says which ran",
          {"off", "on", "auto"});
   ranged(app, "--cuda-device", o.cuda_device,
          "nccl: the CUDA device of each stage source (-1: the current one); a trainer "

@@ -63,7 +63,7 @@ struct TrainOptions {
   std::string sglang_reload_path;      // reload a half-updated SGLang engine from here
   int lease_ttl_s = 0;                 // 0: the engine's default
   bool allow_same_user_reads = false;  // PR_SET_PTRACER_ANY for single copy under Yama 1
-  std::string colocate = "off";        // off | on | auto (sync/trainer/colocated_sender.h)
+  std::string colocate = "auto";       // off | on | auto (sync/trainer/colocated_sender.h)
 
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 60000;

@@ -67,7 +67,6 @@ class Rank {
     // before the update opens, as the bench's weights are ready before it, rather than on a
     // thread racing the update's own (measured: 2.5x the bench overlapped, 1.0x before).
     threaded_gather_ = !whole && provided == MPI_THREAD_MULTIPLE && stage_comm_.size() > 1;
-    gather_->share_tensors(o.colocate != "off");
     if (topo_.is_stage_source()) gather_->prepare(stage_comm_.size());
   }
 
@@ -149,6 +148,12 @@ class Rank {
       if (s == topo_.pp_rank()) {
         mine = guarded([&] {
           updater_->ensure_group(s);
+          // Colocated engines read the stage's tensors where they lie: in shared memory.
+          bool colocated = false;
+          for (std::size_t e = 0; e < updater_->engines().size(); ++e) {
+            colocated = colocated || updater_->colocated(e);
+          }
+          gather_->share_tensors(colocated);
           // The first update should cost what the others do: its buffers are set up now.
           std::vector<sync::TensorMeta> metas;
           for (const auto& param : params_)

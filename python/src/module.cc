@@ -57,7 +57,7 @@ struct Settings {
   std::string delta = "auto";
   std::string on_engine_failure = "fail";
   double probe_timeout = 2;
-  std::string colocate = "off";
+  std::string colocate = "auto";
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -135,7 +135,7 @@ void bind_constructor(py::class_<PyUpdater>& c) {
         py::arg("request_timeout") = 60.0, py::arg("group_timeout") = 120.0,
         py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
         py::arg("delta") = "auto", py::arg("on_engine_failure") = "fail",
-        py::arg("probe_timeout") = 2.0, py::arg("colocate") = "off");
+        py::arg("probe_timeout") = 2.0, py::arg("colocate") = "auto");
 }
 
 // update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.

@@ -128,9 +128,12 @@ void ColocatedSend::plan(std::span<const NamedTensor> tensors) {
 }
 
 std::optional<ColocatedSend::Laid> ColocatedSend::in_place(std::uint64_t k) {
+  // Every tensor of the bucket is there before any is read (here or by pack()).
+  if (options_.await_tensor) {
+    for (const BucketEntry& e : plans_[k].entries) options_.await_tensor(e.meta.name, deadline_);
+  }
   Laid laid;
   for (const BucketEntry& e : plans_[k].entries) {
-    if (options_.await_tensor) options_.await_tensor(e.meta.name, deadline_);
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
     if (t.bytes.empty()) {
       laid.offsets.push_back(0);  // nothing to read: any segment serves

@@ -42,7 +42,8 @@ namespace weightcast::sync::trainer {
 // Which engines take the colocated path (UpdaterOptions::colocate, weightcast-train --colocate).
 // kOff: none, every engine is on the chain. kOn: every engine on this host that offers it
 // (/server_info's colocate_host equals comm::host_identity()); none offering it is a
-// comm::ConfigError. kAuto: as kOn, but with none the chain alone, without an error.
+// comm::ConfigError. kAuto (the default): as kOn with the Gloo backend, but with none the chain
+// alone, without an error; with NCCL every engine stays on the chain.
 enum class ColocateMode { kOff, kOn, kAuto };
 std::string_view to_string(ColocateMode mode);
 // "off", "on" or "auto"; comm::ConfigError otherwise.

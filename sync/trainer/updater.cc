@@ -148,6 +148,9 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
 void DistributedUpdater::choose_colocated(const std::vector<ServerInfoResponse>& infos) {
   colocated_.assign(engines_.size(), false);
   if (options_.colocate == ColocateMode::kOff) return;
+  // auto stays on the chain with NCCL: device buffers travel fastest there, and the colocated
+  // path is host memory.
+  if (options_.colocate == ColocateMode::kAuto && options_.backend != Backend::kGloo) return;
   const std::string here = comm::host_identity();
   for (std::size_t i = 0; i < infos.size(); ++i) {
     colocated_[i] = !here.empty() && engines_[i]->flavor() == EngineFlavor::kWeightcast &&

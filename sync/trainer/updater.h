@@ -84,8 +84,8 @@ struct UpdaterOptions {
   std::optional<std::uint64_t> lease_ttl_s;
 
   // The colocated path (sync/trainer/colocated_sender.h, docs/colocated.md) for the engines on
-  // this host that offer it; the others stay on the chain, in the same update.
-  ColocateMode colocate = ColocateMode::kOff;
+  // this host that offer it; the others stay on the chain, in the same update. kAuto: with Gloo.
+  ColocateMode colocate = ColocateMode::kAuto;
 
   BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout
   comm::Millis connect_timeout{5000};        // TCP connect to an engine

@@ -155,6 +155,9 @@ void expect_engine_at(const std::string& url, std::uint64_t v, const std::string
 sync::trainer::UpdaterOptions updater_options(const TrainerConfig& config) {
   sync::trainer::UpdaterOptions o;
   o.selector = sync::Selector::kTarget;
+  // These faults are injected on the chain's routes and groups; the colocated path has its own
+  // (tests/sync/trainer/colocate_e2e_test.cc).
+  o.colocate = sync::trainer::ColocateMode::kOff;
   o.buckets.bucket_bytes = config.bucket_bytes;
   o.buckets.bucket_delay = config.bucket_delay;
   o.buckets.timeout = config.data_timeout;

@@ -141,6 +141,9 @@ def train_argv(engines, steps, seed, extra=(), tp=2, pp=2):
         str(seed),
         "--engines",
         ",".join(e.url for e in engines),
+        # The chain unless a test asks for the colocated path: these engines share the test's
+        # host, which the trainer's default (auto) would send through shared memory.
+        *([] if "--colocate" in extra else ["--colocate", "off"]),
         *extra,
     ]
 

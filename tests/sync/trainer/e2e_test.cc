@@ -60,7 +60,9 @@ TEST(TrainerE2E, AutoSelectsTargetAndVerifiesOnMixedEngines) {
   std::vector<Engine> engines;
   engines.push_back(start_engine(1));
   engines.push_back(start_engine(2));
-  auto trainer = start_trainer(engines, {"--steps", "3", "--verify", "--bucket-bytes", "256K"});
+  // The chain's path (same-host engines would take the colocated one by default).
+  auto trainer = start_trainer(
+      engines, {"--steps", "3", "--verify", "--bucket-bytes", "256K", "--colocate", "off"});
   std::vector<std::string> engine_paths;
   for (const auto& e : engines) engine_paths.push_back(engine_data_path(e, milliseconds(60000)));
   const auto code = trainer->wait(seconds(90));
