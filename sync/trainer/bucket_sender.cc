@@ -227,15 +227,7 @@ const NamedTensor& Sender::awaited(const BucketEntry& entry) const {
 }
 
 void Sender::plan(std::span<const NamedTensor> tensors) {
-  std::vector<TensorMeta> metas;
-  for (const auto& t : tensors) {
-    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
-    WC_ENFORCE(tensor_of_.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
-    metas.push_back(t.meta);
-    result_.bytes += t.bytes.size();
-  }
-  result_.tensors = metas.size();
-  plans_ = plan_send(metas, options_);
+  plans_ = plan_send(index_tensors(tensors, tensor_of_, result_), options_);
   if (options_.memory == comm::MemoryKind::kCuda) broadcaster_.reserve(max_total_bytes(plans_));
 }
 
@@ -352,6 +344,20 @@ BucketSendResult Sender::run(std::span<const NamedTensor> tensors) {
 }
 
 }  // namespace
+
+std::vector<TensorMeta> index_tensors(std::span<const NamedTensor> tensors,
+                                      std::unordered_map<std::string, const NamedTensor*>& by_name,
+                                      BucketSendResult& result) {
+  std::vector<TensorMeta> metas;
+  for (const auto& t : tensors) {
+    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
+    WC_ENFORCE(by_name.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
+    metas.push_back(t.meta);
+    result.bytes += t.bytes.size();
+  }
+  result.tensors += metas.size();
+  return metas;
+}
 
 std::vector<BucketPlan> plan_send(std::span<const TensorMeta> metas,
                                   const BucketSendOptions& options) {

@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -93,6 +94,13 @@ struct BucketSendResult {
   std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
+
+// The tensors of one send indexed by name into `by_name` (unique names, bytes of the declared
+// size: EnforceError otherwise), their count and bytes added to `result`; returns their metas, in
+// order. The senders' (send_buckets(), sync/trainer/colocated_sender.h) one check of their input.
+std::vector<TensorMeta> index_tensors(std::span<const NamedTensor> tensors,
+                                      std::unordered_map<std::string, const NamedTensor*>& by_name,
+                                      BucketSendResult& result);
 
 // The buckets send_buckets() cuts `metas` into with `options`.
 std::vector<BucketPlan> plan_send(std::span<const TensorMeta> metas,

@@ -14,8 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
+#include "sync/protocol/protocol_text.h"
 #include "sync/trainer/engine_calls.h"
 
 namespace weightcast::sync::trainer {
@@ -28,25 +30,18 @@ constexpr std::size_t kChunk = 256 * 1024;  // copied, then hashed while in cach
 constexpr std::size_t kSegmentGranule = std::size_t{1} << 20;
 const std::string kRoute = "POST /update_weights_from_tensor";
 
+constexpr auto kModes = comm::enum_names<ColocateMode>(
+    "colocate mode",
+    {{ColocateMode::kOff, "off"}, {ColocateMode::kOn, "on"}, {ColocateMode::kAuto, "auto"}});
+
 }  // namespace
 
 std::string_view to_string(ColocateMode mode) {
-  switch (mode) {
-    case ColocateMode::kOff:
-      return "off";
-    case ColocateMode::kOn:
-      return "on";
-    case ColocateMode::kAuto:
-      return "auto";
-  }
-  return "?";
+  return kModes.name(mode);
 }
 
 ColocateMode parse_colocate_mode(std::string_view text) {
-  for (ColocateMode m : {ColocateMode::kOff, ColocateMode::kOn, ColocateMode::kAuto}) {
-    if (text == to_string(m)) return m;
-  }
-  throw comm::ConfigError("colocate: '" + std::string(text) + "' is not one of off, on, auto");
+  return parse_name<comm::ConfigError>(kModes, text);
 }
 
 // One send(): the plan, the packer thread and the buckets' delivery.
@@ -113,14 +108,7 @@ class ColocatedSend {
 };
 
 void ColocatedSend::plan(std::span<const NamedTensor> tensors) {
-  std::vector<TensorMeta> metas;
-  for (const auto& t : tensors) {
-    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
-    WC_ENFORCE(tensor_of_.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
-    metas.push_back(t.meta);
-    result_.bytes += t.bytes.size();
-  }
-  result_.tensors = metas.size();
+  const std::vector<TensorMeta> metas = index_tensors(tensors, tensor_of_, result_);
   BucketSendOptions layout = options_;
   layout.load_format = LoadFormat::kWeightcastBucket;  // aligned tensors: whole cache lines
   plans_ = plan_send(metas, layout);

@@ -88,6 +88,18 @@ def checksums(url, runner="target"):
     return {t["name"]: t["digest"] for t in body["tensors"]}, body["weight_version"]
 
 
+def assert_hold(test, urls, tensors, version):
+    """Every engine of `urls` holds `version` and, per tensor, XXH3-128 of the source's bytes
+    (computed here by python-xxhash) as its target digest."""
+    import xxhash
+
+    for url in urls:
+        held, held_version = checksums(url, "target")
+        test.assertEqual(held_version, version)
+        for name, t in tensors.items():
+            test.assertEqual(held[name], xxhash.xxh3_128(source_bytes(t)).hexdigest(), f"{url} {name}")
+
+
 def require_torch():
     """Exit with ctest's skip code (77) when this interpreter cannot import torch."""
     try:

@@ -10,7 +10,6 @@ import engines
 engines.require_torch()
 
 import torch  # noqa: E402
-import xxhash  # noqa: E402
 
 import weightcast  # noqa: E402
 
@@ -31,13 +30,7 @@ def shm_names():
 
 class Colocate(unittest.TestCase):
     def check(self, urls, tensors, version):
-        for url in urls:
-            held, held_version = engines.checksums(url, "target")
-            self.assertEqual(held_version, version)
-            for name, t in tensors.items():
-                self.assertEqual(
-                    held[name], xxhash.xxh3_128(engines.source_bytes(t)).hexdigest(), f"{url} {name}"
-                )
+        engines.assert_hold(self, urls, tensors, version)
 
     def test_colocated_updates_are_bit_exact_and_leave_nothing_in_dev_shm(self):
         before = shm_names()
@@ -63,7 +56,7 @@ class Colocate(unittest.TestCase):
                 self.assertNotIn("colocated", report.data_path)
 
     def test_bad_mode_is_a_config_error(self):
-        with self.assertRaisesRegex(weightcast.ConfigError, "not one of off, on, auto"):
+        with self.assertRaisesRegex(weightcast.ConfigError, "unknown colocate mode"):
             weightcast.DistributedUpdater(engines=["http://127.0.0.1:1"], colocate="yes")
 
 

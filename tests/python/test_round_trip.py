@@ -9,7 +9,6 @@ engines.require_torch()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import xxhash  # noqa: E402
 
 import weightcast  # noqa: E402
 
@@ -33,13 +32,7 @@ def model():
 
 class RoundTrip(unittest.TestCase):
     def check(self, urls, tensors, version):
-        for url in urls:
-            held, held_version = engines.checksums(url, "target")
-            self.assertEqual(held_version, version)
-            for name, t in tensors.items():
-                self.assertEqual(
-                    held[name], xxhash.xxh3_128(engines.source_bytes(t)).hexdigest(), f"{url} {name}"
-                )
+        engines.assert_hold(self, urls, tensors, version)
 
     def test_torch_and_numpy_reach_both_engines_bit_exact(self):
         with engines.running(2, ranks=[1, 2], layout="none") as (urls, _):

@@ -146,6 +146,15 @@ class TorchEngine(unittest.TestCase):
                         torch.equal(held["draft"][name], t), f"draft {name} changed on worker {rank}"
                     )
 
+    def assert_serve(self, engines, drafts, full, version):
+        """Every engine holds `full` (narrowed per worker) with its draft as in `drafts`, and
+        /generate at `version` matches the single-process reference."""
+        for engine, before in zip(engines, drafts):
+            self.assert_holds(engine, full, draft_before=before)
+            answer = engine.generate(PROMPT, 8)
+            self.assertEqual(answer["meta_info"]["weight_version"], version)
+            self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+
     def test_trainer_update(self):
         """TP 2 and TP 1 engines, trainer tp 2 x pp 2, delta on, 5 steps, --verify."""
         with torch_engines.running([2, 1], SEED, ["--delta"]) as engines:
@@ -162,11 +171,8 @@ class TorchEngine(unittest.TestCase):
             # Deltas really travelled and were applied to the receivers' kept bases.
             self.assertRegex(out, r"step 2/5 .*delta_buckets [1-9]")
             full = full_tensors(5)
-            for engine, before in zip(engines, drafts):
-                self.assert_holds(engine, full, draft_before=before)
-                answer = engine.generate(PROMPT, 8)
-                self.assertEqual(answer["meta_info"]["weight_version"], "5")
-                self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+            self.assert_serve(engines, drafts, full, "5")
+            for engine in engines:
                 info = engine.ok("/debug/info")["workers"]
                 self.assertTrue(all(w["delta_base_bytes"] > 0 for w in info))
             # Layer order, and zero copy: within each load call the views of one bucket sit
@@ -190,12 +196,7 @@ class TorchEngine(unittest.TestCase):
             for engine in engines:
                 self.assertIn(f"engine {engine.url} flavor weightcast path colocated", out)
             self.assertRegex(out, r"step 3/3 version 3 .* verified yes .* path colocated ")
-            full = full_tensors(3)
-            for engine, before in zip(engines, drafts):
-                self.assert_holds(engine, full, draft_before=before)
-                answer = engine.generate(PROMPT, 8)
-                self.assertEqual(answer["meta_info"]["weight_version"], "3")
-                self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
+            self.assert_serve(engines, drafts, full_tensors(3), "3")
 
     def test_colocated_bucket(self):
         """POST /update_weights_from_tensor in weightcast's segment form: a Python trainer lays the

@@ -37,14 +37,7 @@ using engine::testing::shm_entries;
 using testing::count_matches;
 using testing::regex_escape;
 using testing::start_engine;
-
-std::unique_ptr<Subprocess> start_trainer(const std::vector<Engine>& engines,
-                                          std::vector<std::string> extra) {
-  std::vector<std::string> urls;
-  for (const auto& e : engines) urls.push_back(e.url);
-  extra.insert(extra.begin(), {"--tp", "2", "--pp", "2"});
-  return testing::start_trainer(4, urls, extra);
-}
+using testing::start_trainer;
 
 EngineClient client(const Engine& e) {
   return testing::test_client(e.url);

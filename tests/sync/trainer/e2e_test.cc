@@ -26,16 +26,7 @@ using weightcast::testing::Subprocess;
 using Engine = testing::TestEngine;
 using testing::count_matches;
 using testing::start_engine;
-
-// mpirun -np 4 weightcast-train --tp 2 --pp 2 --engines a,b <extra> (tests/sync/trainer/
-// train_launch.h), stderr folded into stdout so the test sees the error lines too.
-std::unique_ptr<Subprocess> start_trainer(const std::vector<Engine>& engines,
-                                          std::vector<std::string> extra) {
-  std::vector<std::string> urls;
-  for (const auto& e : engines) urls.push_back(e.url);
-  extra.insert(extra.begin(), {"--tp", "2", "--pp", "2"});
-  return testing::start_trainer(4, urls, extra);
-}
+using testing::start_trainer;
 
 EngineClient client(const Engine& e) {
   return testing::test_client(e.url);

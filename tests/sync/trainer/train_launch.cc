@@ -23,6 +23,14 @@ TestEngine start_engine_process(const std::vector<std::string>& argv) {
 }
 
 std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
+    const std::vector<TestEngine>& engines, std::vector<std::string> extra) {
+  std::vector<std::string> urls;
+  for (const auto& e : engines) urls.push_back(e.url);
+  extra.insert(extra.begin(), {"--tp", "2", "--pp", "2"});
+  return start_trainer(4, urls, extra);
+}
+
+std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
     int np, const std::vector<std::string>& urls, const std::vector<std::string>& args) {
   std::string list;
   for (const auto& url : urls) list += (list.empty() ? "" : ",") + url;

@@ -33,6 +33,10 @@ TestEngine start_engine(int ranks, const std::vector<std::string>& extra = {}, i
 std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
     int np, const std::vector<std::string>& urls, const std::vector<std::string>& args);
 
+// `mpirun -np 4 weightcast-train --tp 2 --pp 2 --engines <the engines' URLs> <extra>`, as above.
+std::unique_ptr<weightcast::testing::Subprocess> start_trainer(
+    const std::vector<TestEngine>& engines, std::vector<std::string> extra);
+
 // A client with short timeouts, for checking an engine from the test.
 EngineClient test_client(const std::string& url);
 
