@@ -293,6 +293,7 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
   }
   std::size_t bytes = 0;
   for (std::size_t i = 0; i < copied.size(); ++i) {
+    bytes_copied_ += copied[i].bytes.size();
     if (!destinations[i].empty()) bytes += copied[i].bytes.size();
     for (Runner runner : destinations[i]) {
       for (int r = 0; r < ranks_.count(); ++r) {
@@ -481,7 +482,7 @@ std::uint64_t Receiver::experts_dropped() const {
 
 std::uint64_t Receiver::bytes_received() const {
   std::lock_guard lock(mu_);
-  return groups_.bytes_received();
+  return groups_.bytes_received() + bytes_copied_;
 }
 
 }  // namespace weightcast::sync::engine

@@ -234,6 +234,8 @@ class Receiver {
   std::map<std::string, Digest> digests(Runner runner) const;
   std::vector<Runner> runners() const;
   const NameFilter& filter(Runner runner) const;
+  // Bytes that came in on the data plane since start: the groups' broadcasts and the colocated
+  // copies (receive_segment).
   std::uint64_t bytes_received() const;
   // Expert parallelism: each local rank's experts (empty without), and the routed expert tensors
   // this receiver dropped as not its rank's since it started.
@@ -261,6 +263,7 @@ class Receiver {
   ReceiverBase base_;
   const std::shared_ptr<WeightVersion> version_;
   std::uint64_t experts_dropped_ = 0;
+  std::uint64_t bytes_copied_ = 0;  // colocated buckets copied out of trainers' segments
 };
 
 }  // namespace weightcast::sync::engine

@@ -112,6 +112,14 @@ TEST_F(ColocateRoute, StagesAndCommitsTheTargetOnlyLeavingTheDraftUntouched) {
     EXPECT_EQ(after.draft_digest, before.draft_digest) << "after update " << step;
     EXPECT_EQ(after.weight_version, "v" + std::to_string(step));
   }
+  // The copies count as received bytes, as a group's broadcasts do: three updates of the target.
+  std::size_t sent = 0;
+  for (const auto& t : target_weights(1)) sent += t.bytes.size();
+  const std::string metrics = http().get("/metrics").text;
+  const std::string key = "\nweightcast_engine_bytes_received_total ";
+  const auto at = metrics.find(key);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_EQ(std::stoull(metrics.substr(at + key.size())), 3 * sent) << metrics;
   EXPECT_EQ(shm_entries(), shm_before) << "a segment left a name in /dev/shm";
 }
 
