@@ -47,10 +47,8 @@ void StageGather::lay_out() {
   std::vector<sync::TensorMeta> metas;
   for (const auto& param : params_)
     metas.insert(metas.end(), param.parts.begin(), param.parts.end());
-  views_.clear();
-  spans_.clear();
   arena_ = sync::trainer::TensorArena(metas, sync::kDefaultBucketAlignment, shared_arena_);
-  digests_.assign(metas.size(), {});  // not resized until the next lay_out: views_ point into it
+  digests_.resize(metas.size());  // never resized again: views_ point into it
   for (std::size_t i = 0; i < metas.size(); ++i) {
     spans_.push_back(arena_[i]);
     views_.push_back({metas[i], arena_[i], &digests_[i]});
@@ -58,9 +56,8 @@ void StageGather::lay_out() {
 }
 
 void StageGather::share_tensors(bool shared) {
-  if (shared == shared_arena_) return;
+  WC_ENFORCE(views_.empty(), "share_tensors() after the tensors were laid out");
   shared_arena_ = shared;
-  if (!views_.empty()) lay_out();  // prepared already: again, in the other kind of memory
 }
 
 void StageGather::prepare(int stage_ranks) {

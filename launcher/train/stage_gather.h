@@ -59,9 +59,8 @@ class StageGather {
   // Source, at setup: allocates and writes the stage's HF tensors and, with `stage_ranks` > 1,
   // the receive buffer, so that the first step costs what the others do.
   void prepare(int stage_ranks);
-  // Source, at setup, before the first step: whether the tensors live in a memfd segment, which
-  // the colocated path sends as it is (huge pages otherwise, which the chain reads fastest).
-  // Lays them out again when prepare() laid them out in the other kind.
+  // Source, at setup, before prepare(): whether the tensors live in a memfd segment, which the
+  // colocated path sends as it is (huge pages otherwise, which the chain reads fastest).
   void share_tensors(bool shared);
   // Source: gathers `mine` (this rank's rank_shards()) and every other rank's blocks group by
   // group into tensors(), on a thread when `threaded`, else before returning.

@@ -67,7 +67,7 @@ class Rank {
     // before the update opens, as the bench's weights are ready before it, rather than on a
     // thread racing the update's own (measured: 2.5x the bench overlapped, 1.0x before).
     threaded_gather_ = !whole && provided == MPI_THREAD_MULTIPLE && stage_comm_.size() > 1;
-    if (topo_.is_stage_source()) gather_->prepare(stage_comm_.size());
+    // A source lays its stage out at setup (setup_sources()), once its engines' paths are known.
   }
 
   int run() {
@@ -154,6 +154,7 @@ class Rank {
             colocated = colocated || updater_->colocated(e);
           }
           gather_->share_tensors(colocated);
+          gather_->prepare(stage_comm_.size());
           // The first update should cost what the others do: its buffers are set up now.
           std::vector<sync::TensorMeta> metas;
           for (const auto& param : params_)

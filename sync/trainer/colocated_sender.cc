@@ -94,6 +94,7 @@ class ColocatedSend {
   comm::Deadline deadline_{};
 
   std::vector<BucketPlan> plans_;
+  std::size_t largest_ = 0;  // the largest bucket: what the sender's segments must hold
   std::unordered_map<std::string, const NamedTensor*> tensor_of_;
   std::vector<Laid> laid_;
 
@@ -112,6 +113,7 @@ void ColocatedSend::plan(std::span<const NamedTensor> tensors) {
   BucketSendOptions layout = options_;
   layout.load_format = LoadFormat::kWeightcastBucket;  // aligned tensors: whole cache lines
   plans_ = plan_send(metas, layout);
+  largest_ = max_total_bytes(plans_);
   laid_.resize(plans_.size());
 }
 
@@ -149,10 +151,10 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
     cv_.wait(lock, [&] { return stop_ || k < answered_ + 2; });
     if (stop_) throw comm::Error("the data phase stopped");
   }
-  owner_.reserve(max_total_bytes(plans_));
-  const comm::colocate::SharedSegment& segment = *owner_.segments_[k % 2];
+  owner_.reserve(largest_);
+  comm::colocate::SharedSegment& segment = *owner_.segments_[k % 2];
   Laid laid{segment.reader_fd(), segment.size(), {}, {}};
-  std::byte* base = owner_.segments_[k % 2]->bytes().data();
+  std::byte* base = segment.bytes().data();
   for (const BucketEntry& e : plans_[k].entries) {
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
     std::byte* out = base + e.offset;
@@ -312,14 +314,13 @@ comm::colocate::SegmentServer& ColocatedSender::server_for(const EngineApi* engi
 }
 
 void ColocatedSender::reserve(std::size_t bytes) {
-  if (segment_bytes_ >= bytes && segments_[0]) return;
+  if (segments_[0] && segments_[0]->size() >= bytes) return;
   const std::size_t size = std::max<std::size_t>(
       kSegmentGranule, (bytes + kSegmentGranule - 1) / kSegmentGranule * kSegmentGranule);
   for (auto& segment : segments_) {
     segment.reset();  // the old one first: both at once could double the memory held
     segment.emplace(size, "weightcast-bucket");
   }
-  segment_bytes_ = size;
 }
 
 BucketSendResult ColocatedSender::send(const UpdateSession& session,

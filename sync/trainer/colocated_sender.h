@@ -67,9 +67,6 @@ class ColocatedSender {
   BucketSendResult send(const UpdateSession& session, std::span<const ColocatedEngine> engines,
                         std::span<const NamedTensor> tensors, const BucketSendOptions& options);
 
-  // The segments' size (0 before the first send).
-  std::size_t segment_bytes() const { return segment_bytes_; }
-
  private:
   friend class ColocatedSend;
   // The socket engine `engine` fetches handles on (made at its first bucket).
@@ -79,7 +76,6 @@ class ColocatedSender {
 
   std::map<const EngineApi*, std::unique_ptr<comm::colocate::SegmentServer>> servers_;
   std::optional<comm::colocate::SharedSegment> segments_[2];
-  std::size_t segment_bytes_ = 0;
 };
 
 }  // namespace weightcast::sync::trainer
