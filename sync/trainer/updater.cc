@@ -300,6 +300,9 @@ BucketSendResult DistributedUpdater::send_stage(
 
 void DistributedUpdater::reserve_buffers(std::span<const TensorMeta> tensors) {
   connect();  // the load format depends on the engines
+  // Pack buffers and the delta calibration serve the chain only: colocated engines read the
+  // tensors in place or from the colocated sender's own segments.
+  if (chain_members().empty()) return;
   BucketSendOptions opts = options_.buckets;
   opts.memory =
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;

@@ -191,7 +191,8 @@ class DistributedUpdater {
       std::function<void(const std::string&, comm::Deadline)> await_tensor = nullptr);
   // Optional, after ensure_group(): sets up now, ahead of the first update, what sending
   // `tensors` (the stage's, as send_stage() will get them) needs, so the first update costs what
-  // a later one does: the packer's buffers, allocated and faulted in.
+  // a later one does: the chain packer's buffers, allocated and faulted in (none when every
+  // engine takes the colocated path).
   void reserve_buffers(std::span<const TensorMeta> tensors);
   // Adds a stage's result to `report`; on failure runs the abort path.
   void record(const BucketSendResult& result, UpdateReport& report);
