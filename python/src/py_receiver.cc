@@ -342,6 +342,24 @@ void bind_receiver_calls(ReceiverClass& cls) {
             return r.receive_segment(req, handle_token);
           },
           py::arg("body"), py::arg("handle_token") = py::none())
+      .def(
+          "receive_local",
+          [](se::Receiver& r, const std::string& body, const py::buffer& bytes) {
+            const py::buffer_info info = bytes.request();
+            const auto size = static_cast<std::size_t>(info.size * info.itemsize);
+            auto expected = static_cast<py::ssize_t>(info.itemsize);
+            for (auto d = info.ndim; d-- > 0; expected *= info.shape[d]) {
+              if (info.shape[d] > 1 && info.strides[d] != expected) {
+                throw comm::ConfigError("receive_local: the bucket's bytes must be contiguous");
+              }
+            }
+            const auto req = parsed(
+                [&] { return sync::parse_local_bucket(body, size, sync::ProtocolLimits{}); });
+            const std::span<const std::byte> view(static_cast<const std::byte*>(info.ptr), size);
+            py::gil_scoped_release nogil;
+            return r.receive_local(req, view);
+          },
+          py::arg("body"), py::arg("bytes"))
       .def("set_version", [](se::Receiver& r, const std::string& v) { r.set_version(v); })
       .def(
           "commit",

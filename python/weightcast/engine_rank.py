@@ -11,6 +11,7 @@ the model on complete previous tensors, never a half-written bucket.
 
 import json
 
+from . import pickled
 from .receiver import Receiver, load_weights_runner
 
 # vLLM's weight-transfer dialect (docs/protocol.md, "vLLM's dialect"): weightcast-train sends our
@@ -139,6 +140,14 @@ class EngineRank:
         the open session: staged like a distributed bucket, committed at end."""
         size = self.receiver.receive_segment(body, handle_token)
         return True, f"copied {size} bytes from the shared segment"
+
+    def update_pickled(self, body):
+        """One colocated bucket in the pickled form SGLang and Miles send (weightcast.pickled:
+        read only when opted in), inside the open session: this rank decodes its own entry."""
+        body = json.loads(body) if isinstance(body, str) else body
+        local, data = pickled.decode(body, self.engine_rank)
+        size = self.receiver.receive_local(local, data)
+        return True, f"copied {size} bytes from the pickled bucket"
 
     def end(self, version=None):
         return self.receiver.commit(version)

@@ -174,6 +174,14 @@ class Receiver:
         (a worker behind an engine front that owns the session)."""
         return self._rx.receive_segment(self._body(body), handle_token)
 
+    def receive_local(self, body, data):
+        """A bucket already in this process's memory, in the open session: `body` holds its
+        manifest and session fields (weightcast.pickled.decode), `data` its bytes (a contiguous
+        uint8 tensor or buffer). Staged like a segment's bucket; digests computed in the copy."""
+        if hasattr(data, "numpy"):
+            data = data.numpy()
+        return self._rx.receive_local(self._body(body), data)
+
     def set_version(self, version):
         self._rx.set_version(version)
 

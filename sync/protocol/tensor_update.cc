@@ -98,6 +98,15 @@ void check_layout(const UpdateWeightsFromTensorRequest& r) {
   }
 }
 
+void read_session_fields(const Json& j, const ProtocolLimits& limits,
+                         UpdateWeightsFromTensorRequest& out) {
+  if (auto s = optional_text(j, "selector", 16)) out.selector = parse_selector(*s);
+  out.session_id = optional_text(j, "session_id", limits.max_string_length);
+  out.weight_version = optional_text(j, "weight_version", limits.max_string_length);
+  out.flush_cache = boolean_or(j, "flush_cache", true);
+  out.abort_all_requests = boolean_or(j, "abort_all_requests", false);
+}
+
 }  // namespace
 
 UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view body,
@@ -133,11 +142,24 @@ UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view
     out.digests.push_back(text_of(digests[i], "digests[" + std::to_string(i) + "]", 64));
   }
   check_layout(out);
-  if (auto s = optional_text(j, "selector", 16)) out.selector = parse_selector(*s);
-  out.session_id = optional_text(j, "session_id", limits.max_string_length);
-  out.weight_version = optional_text(j, "weight_version", limits.max_string_length);
-  out.flush_cache = boolean_or(j, "flush_cache", true);
-  out.abort_all_requests = boolean_or(j, "abort_all_requests", false);
+  read_session_fields(j, limits, out);
+  return out;
+}
+
+UpdateWeightsFromTensorRequest parse_local_bucket(std::string_view body, std::uint64_t size,
+                                                  const ProtocolLimits& limits) {
+  if (body.size() > limits.max_body_bytes) bad("body: larger than the engine's limit");
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) bad("body: must be a JSON object");
+  if (size == 0 || size > limits.max_bucket_bytes) {
+    bad("bucket: must be 1 to " + std::to_string(limits.max_bucket_bytes) + " bytes (got " +
+        std::to_string(size) + ")");
+  }
+  UpdateWeightsFromTensorRequest out;
+  out.segment.size = size;
+  read_manifest(field(j, "manifest", ""), limits, out);
+  check_layout(out);
+  read_session_fields(j, limits, out);
   return out;
 }
 

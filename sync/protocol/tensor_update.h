@@ -49,6 +49,11 @@ struct UpdateWeightsFromTensorRequest {
 
 UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view body,
                                                                 const ProtocolLimits& limits);
+// A bucket already in this process's memory (`size` bytes): what a Python receiver decoded from
+// the pickled form, opted in (python/weightcast/pickled.py). Reads `manifest` and the session
+// fields as above, no segment and no digests; the same layout checks against `size`.
+UpdateWeightsFromTensorRequest parse_local_bucket(std::string_view body, std::uint64_t size,
+                                                  const ProtocolLimits& limits);
 // The body the trainer sends (parse_update_weights_from_tensor reads it back unchanged).
 std::string to_json_string(const UpdateWeightsFromTensorRequest& request);
 

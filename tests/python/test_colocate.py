@@ -24,7 +24,14 @@ def model(scale=1.0):
     }
 
 
-def shm_names():
+def shm_names(expected=None, wait=10.0):
+    """/dev/shm's names; with `expected`, waits up to `wait` s for them (torch's shm manager, which
+    the file_system sharing strategy starts, unlinks a sender's files after it has gone)."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while expected is not None and sorted(os.listdir("/dev/shm")) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
     return sorted(os.listdir("/dev/shm"))
 
 
@@ -58,6 +65,48 @@ class Colocate(unittest.TestCase):
     def test_bad_mode_is_a_config_error(self):
         with self.assertRaisesRegex(weightcast.ConfigError, "unknown colocate mode"):
             weightcast.DistributedUpdater(engines=["http://127.0.0.1:1"], colocate="yes")
+
+    def test_miles_sender_drives_weightcast_engine(self):
+        """The Miles-style sender (miles_sender.py, a process of its own) against weightcast-engine:
+        the pickled form is a 400 that says what to send, and nothing changes; weightcast's segment
+        form of the same flattened buckets updates a 2-rank engine for 2 steps, bit-exact."""
+        import subprocess
+        import sys
+        import tempfile
+
+        from weightcast import _weightcast
+
+        def send(url, steps, extra):
+            sender = os.path.join(os.path.dirname(__file__), "miles_sender.py")
+            argv = [sys.executable, sender, "--engine", url, "--steps", steps, *extra]
+            with tempfile.TemporaryFile("w+") as out:  # a file: torch's shm daemon keeps a pipe open
+                code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=120).returncode
+                out.seek(0)
+                return code, out.read()
+
+        def step_tensors(k):
+            out = {}
+            for name, dtype, shape, raw in _weightcast._model_tensors("tiny", "target", 7, k):
+                out[name] = (
+                    torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+                    .view(getattr(torch, dtype))
+                    .view(shape)
+                )
+            return out
+
+        before = shm_names()
+        with engines.running(1, ranks=[2], layout="none") as ((url,), _):
+            held = engines.checksums(url)
+            code, out = send(url, "1", ["--tp-size", "2", "--expect", "400"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("not read by weightcast-engine", out)
+            self.assertIn("weightcast_segment", out)
+            self.assertEqual(engines.checksums(url), held)
+            code, out = send(url, "1:2", ["--tp-size", "2", "--form", "segment", "--fetches", "1"])
+            self.assertEqual(code, 0, out)
+            self.assertEqual(out.count('"route": "end", "status": 200'), 2, out)
+            self.check([url], step_tensors(2), "2")
+        self.assertEqual(shm_names(before), before)
 
 
 if __name__ == "__main__":

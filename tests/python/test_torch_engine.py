@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -128,6 +129,18 @@ def accept_length(full_target, draft_fc):
         raw(full_target["lm_head.weight"]),
         raw(draft_fc),
     )
+
+
+def miles_send(engine, steps, extra):
+    """Runs the Miles-style sender against `engine`: (exit code, its output)."""
+    sender = os.path.join(os.path.dirname(__file__), "miles_sender.py")
+    argv = [sys.executable, sender, "--engine", engine.url, "--seed", str(SEED), "--steps", steps, *extra]
+    # Output to a file, not a pipe: torch's shared-memory manager (the file_system strategy), a
+    # daemon the sender starts, keeps its inherited descriptors until its last client is gone.
+    with tempfile.TemporaryFile("w+") as out:
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=300).returncode
+        out.seek(0)
+        return code, out.read()
 
 
 class TorchEngine(unittest.TestCase):
@@ -250,6 +263,44 @@ class TorchEngine(unittest.TestCase):
             e.ok("/end_weight_update", {"session_id": session})
             self.assert_holds(e, full, draft_before=before)
             self.assertEqual(e.generate(PROMPT, 8)["output_ids"], reference_generate(full, PROMPT, 8))
+
+    def test_colocated_miles_sender(self):
+        """A Miles-style sender (tests/python/miles_sender.py, a torch process of its own: flattened
+        buckets, one ForkingPickler pickle per TP rank) drives the torch engine through
+        /update_weights_from_tensor. Without WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION the pickled
+        form is a 400 naming the flag; opted in, a TP-2 engine takes 2 steps of it, then a third
+        in weightcast's segment form. A descriptor-shared pickle and a non-pickle entry for one
+        rank are 400s that commit nothing. Workers hold the narrowed slices, the draft is
+        bit-identical, /generate matches the reference, and /dev/shm is as before."""
+        shm = sorted(os.listdir("/dev/shm"))
+        opt_in = {"WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION": "1"}
+        with torch_engines.running([1], SEED, []) as (closed,), torch_engines.running(
+            [2], SEED, [], opt_in
+        ) as (e,):
+            code, out = miles_send(closed, "1", ["--expect", "400"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1", out)
+            self.assertEqual(closed.generate(PROMPT, 1)["meta_info"]["weight_version"], "default")
+            drafts = [e.params()]
+            code, out = miles_send(e, "1:2", ["--tp-size", "2"])
+            self.assertEqual(code, 0, out)
+            self.assertEqual(out.count('"route": "end", "status": 200'), 2, out)
+            self.assert_serve([e], drafts, full_tensors(2), "2")
+            for refused, why in (
+                (["--sharing", "file_descriptor"], "file_system"),
+                (["--corrupt-rank", "1"], "does not unpickle"),
+            ):
+                code, out = miles_send(e, "3", ["--tp-size", "2", "--expect", "400", *refused])
+                self.assertEqual(code, 0, out)
+                self.assertIn(why, out)
+                self.assertEqual(e.generate(PROMPT, 1)["meta_info"]["weight_version"], "2")
+            code, out = miles_send(e, "3", ["--tp-size", "2", "--form", "segment"])
+            self.assertEqual(code, 0, out)
+            self.assert_serve([e], drafts, full_tensors(3), "3")
+        deadline = time.monotonic() + 10  # torch's shm manager unlinks a gone sender's files
+        while sorted(os.listdir("/dev/shm")) != shm and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(sorted(os.listdir("/dev/shm")), shm)
 
     def test_views_are_zero_copy(self):
         with torch_engines.running([1], SEED) as engines:

@@ -27,7 +27,7 @@ def _die_with_parent():
 
 
 class Engine:
-    def __init__(self, tp, seed, extra=()):
+    def __init__(self, tp, seed, extra=(), env=None):
         self.tp = tp
         self.dir = tempfile.mkdtemp(prefix="wc-torch-engine-")
         port_file = os.path.join(self.dir, "port")
@@ -46,7 +46,11 @@ class Engine:
             *extra,
         ]
         self.proc = subprocess.Popen(
-            argv, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env=None if env is None else {**os.environ, **env},
         )
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
@@ -106,11 +110,12 @@ class Engine:
 
 
 @contextlib.contextmanager
-def running(tps, seed, extra=()):
+def running(tps, seed, extra=(), env=None):
+    """Engines of TP sizes `tps`; `env`: variables added to each engine's environment."""
     engines = []
     try:
         for tp in tps:
-            engines.append(Engine(tp, seed, extra))
+            engines.append(Engine(tp, seed, extra, env))
         yield engines
     finally:
         for e in engines:

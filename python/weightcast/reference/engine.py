@@ -11,6 +11,7 @@ import json
 import threading
 import time
 
+from .. import pickled
 from . import worker
 from .session import Sessions
 from .workers import WorkerError, Workers
@@ -111,28 +112,33 @@ class Engine:
         return {"message": message}
 
     def update_from_tensor(self, body):
-        """POST /update_weights_from_tensor: one colocated bucket in weightcast's segment form,
-        inside the open session; every worker copies its copy out of the trainer's segment. The
-        pickled form SGLang and Miles send is refused: unpickling runs code, and this engine
-        reads only the JSON manifest (docs/colocated.md)."""
-        if "serialized_named_tensors" in body:
-            message = (
-                "serialized_named_tensors: torch-pickled tensors are not read by this engine "
-                '(unpickling runs code); send load_format "weightcast_segment" with a manifest '
-                "and a segment handle (docs/colocated.md)"
-            )
-            raise WorkerError({"status": 400, "message": message})
+        """POST /update_weights_from_tensor: one colocated bucket inside the open session, in
+        weightcast's segment form (every worker copies its copy out of the trainer's segment) or,
+        only when the engine was started with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1, in the
+        pickled form SGLang and Miles send (each worker unpickles its own TP rank's entry:
+        weightcast.pickled). Without the opt-in that form is a 400 naming the flag."""
         route = "update_weights_from_tensor"
+        op = "receive_segment"
+        if "serialized_named_tensors" in body:
+            try:
+                pickled.check(body)
+            except pickled.PickledFormError as e:
+                raise WorkerError({"status": 400, "message": str(e)}) from None
+            if len(body["serialized_named_tensors"]) < self.cfg["tp"]:
+                message = (
+                    f"serialized_named_tensors: {len(body['serialized_named_tensors'])} entries for "
+                    f"an engine of {self.cfg['tp']} TP ranks (one entry per rank)"
+                )
+                raise WorkerError({"status": 400, "message": message})
+            op = "receive_pickled"
         self.sessions.bucket_started(body.get("session_id"), check=True, route=route)
         try:
-            relayed = {k: v for k, v in body.items() if k != "session_id"}
-            token = self.sessions.machine.token
-            answers = self.workers.call_all("receive_segment", json.dumps(relayed), token)
+            relayed = json.dumps({k: v for k, v in body.items() if k != "session_id"})
+            args = (relayed,) if op == "receive_pickled" else (relayed, self.sessions.machine.token)
+            answers = self.workers.call_all(op, *args)
         finally:
             self.sessions.bucket_done()
-        return {
-            "message": f"bucket copied: {len(body.get('manifest', []))} tensors ({answers[0]['message']})"
-        }
+        return {"message": f"bucket copied ({answers[0]['message']})"}
 
     def _receive(self, body, implicit):
         # Ownership is checked by the caller; the workers' sessions are this front's own.

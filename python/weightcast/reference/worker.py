@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from .. import _weightcast
 from ..engine_rank import EngineRank
+from ..pickled import PickledFormError
 from ..receiver import LoadError, ReceiverError, Runner
 from .model import DraftModel, Parallel, TargetModel, model_spec
 
@@ -101,6 +102,10 @@ class Worker:
 
     def op_receive_segment(self, body, handle_token):
         ok, message = self.core.update_segment(body, handle_token)
+        return {"message": message}
+
+    def op_receive_pickled(self, body):
+        ok, message = self.core.update_pickled(body)
         return {"message": message}
 
     def op_set_version(self, version):
@@ -212,7 +217,7 @@ def _error(e):
             "runner": e.runner,
             "tensor": e.tensor,
         }
-    if isinstance(e, ReceiverError):
+    if isinstance(e, (ReceiverError, PickledFormError)):
         return {"status": e.status, "message": str(e)}
     return {
         "status": 500,

@@ -4,7 +4,6 @@
 #include <variant>
 
 #include "sync/engine/commit/tensor_routes.h"
-#include "sync/engine/receive/segment_copy.h"
 
 namespace weightcast::sync::engine {
 
@@ -264,6 +263,20 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
 
 std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
                                       const std::optional<std::string>& handle_token) {
+  return stage_copied(request, handle_token, [&](const std::string& token) {
+    return copy_segment(request, token, *pool_, opts_.comm_timeout);
+  });
+}
+
+std::size_t Receiver::receive_local(const UpdateWeightsFromTensorRequest& request,
+                                    std::span<const std::byte> bytes) {
+  return stage_copied(request, std::nullopt,
+                      [&](const std::string&) { return copy_local(request, bytes, *pool_); });
+}
+
+std::size_t Receiver::stage_copied(const UpdateWeightsFromTensorRequest& request,
+                                   const std::optional<std::string>& handle_token,
+                                   const CopyBucket& copy) {
   constexpr std::string_view kRoute = "update_weights_from_tensor";
   std::vector<std::vector<Runner>> destinations;
   std::uint64_t id = 0;
@@ -280,7 +293,7 @@ std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& requ
   // Without the lock: the copy is bounded by the handle's wait and the bucket's size.
   std::vector<SegmentTensor> copied;
   try {
-    copied = copy_segment(request, token, *pool_, opts_.comm_timeout);
+    copied = copy(token);
   } catch (...) {
     std::lock_guard lock(mu_);
     session_.end_copy(id, request.tensors, /*staged=*/false);

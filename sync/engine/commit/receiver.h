@@ -56,6 +56,7 @@
 #include "sync/engine/control/session.h"
 #include "sync/engine/receive/channel.h"
 #include "sync/engine/receive/receive_pipeline.h"
+#include "sync/engine/receive/segment_copy.h"
 #include "sync/engine/runners/delta_base.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/model/name_filter.h"
@@ -197,6 +198,10 @@ class Receiver {
   // session token (a worker behind an engine front whose session the front owns).
   std::size_t receive_segment(const UpdateWeightsFromTensorRequest& request,
                               const std::optional<std::string>& handle_token = std::nullopt);
+  // The same for a bucket already in this process's memory (parse_local_bucket's request and its
+  // bytes): the pickled form a Python receiver decoded, opted in. Digests are computed here.
+  std::size_t receive_local(const UpdateWeightsFromTensorRequest& request,
+                            std::span<const std::byte> bytes);
   ReceiveOutcome wait(const Ticket& ticket);
   // update_weight_version: staged for commit inside a session (returns false), applied at once
   // outside one (returns true). A session_id whose session is not open is refused.
@@ -251,6 +256,10 @@ class Receiver {
   bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                            const std::string& reason, bool abort_used_groups = false);
   const ReceiverRunner* find(Runner id) const;
+  // receive_segment / receive_local: the checks, then `copy` without the lock, then staging.
+  using CopyBucket = std::function<std::vector<SegmentTensor>(const std::string& token)>;
+  std::size_t stage_copied(const UpdateWeightsFromTensorRequest& request,
+                           const std::optional<std::string>& handle_token, const CopyBucket& copy);
 
   const ReceiverOptions opts_;
   const std::vector<ReceiverRunner> runners_;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "comm/colocate/handle_exchange.h"
@@ -35,6 +37,37 @@ comm::colocate::MappedSegment map_segment(const UpdateWeightsFromTensorRequest& 
   }
 }
 
+// Copies each manifest tensor through `source` into one pool block, hashing each chunk while it
+// is in cache; checks the digests when the request carries them.
+template <typename Source>
+std::vector<SegmentTensor> copy_bucket(const UpdateWeightsFromTensorRequest& request,
+                                       const std::vector<Digest>& expected, BlockPool& pool,
+                                       const Source& source) {
+  std::size_t total = 0;
+  for (const auto& t : request.tensors) total += t.byte_count();
+  auto block = pool.acquire(total);
+  std::vector<SegmentTensor> out;
+  out.reserve(request.tensors.size());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
+    const std::size_t bytes = request.tensors[i].byte_count();
+    const std::span<std::byte> into(block->data() + at, bytes);
+    Hasher hasher;
+    source(request.offsets[i], into, [&](std::span<const std::byte> chunk) { hasher.update(chunk); });
+    const Digest digest = hasher.digest();
+    if (!expected.empty() && digest != expected[i]) {
+      throw ReceiverError(400, "digests[" + std::to_string(i) + "]: '" + request.tensors[i].name +
+                                   "' holds " + to_string(digest) +
+                                   " in the segment, the "
+                                   "trainer sent " +
+                                   to_string(expected[i]));
+    }
+    out.push_back({SharedBytes(block, into), digest});
+    at += bytes;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
@@ -46,31 +79,26 @@ std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& re
   } catch (const comm::BadRequestError& e) {
     throw ReceiverError(400, e.what());
   }
+  WC_ENFORCE_EQ(expected.size(), request.tensors.size(), "segment digests");
   const comm::colocate::MappedSegment segment = map_segment(request, token, timeout);
-  std::size_t total = 0;
-  for (const auto& t : request.tensors) total += t.byte_count();
-  auto block = pool.acquire(total);
-  std::vector<SegmentTensor> out;
-  out.reserve(request.tensors.size());
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < request.tensors.size(); ++i) {
-    const std::size_t bytes = request.tensors[i].byte_count();
-    const std::span<std::byte> into(block->data() + at, bytes);
-    Hasher hasher;
-    segment.copy_through(request.offsets[i], into,
-                         [&](std::span<const std::byte> chunk) { hasher.update(chunk); });
-    const Digest digest = hasher.digest();
-    if (digest != expected[i]) {
-      throw ReceiverError(400, "digests[" + std::to_string(i) + "]: '" + request.tensors[i].name +
-                                   "' holds " + to_string(digest) +
-                                   " in the segment, the "
-                                   "trainer sent " +
-                                   to_string(expected[i]));
-    }
-    out.push_back({SharedBytes(block, into), digest});
-    at += bytes;
-  }
-  return out;
+  return copy_bucket(request, expected, pool,
+                     [&](std::uint64_t offset, std::span<std::byte> into, const auto& visit) {
+                       segment.copy_through(offset, into, visit);
+                     });
+}
+
+std::vector<SegmentTensor> copy_local(const UpdateWeightsFromTensorRequest& request,
+                                      std::span<const std::byte> bytes, BlockPool& pool) {
+  WC_ENFORCE_EQ(static_cast<std::uint64_t>(bytes.size()), request.segment.size, "local bucket");
+  constexpr std::size_t kChunk = 256 * 1024;
+  return copy_bucket(request, {}, pool,
+                     [&](std::uint64_t offset, std::span<std::byte> into, const auto& visit) {
+                       for (std::size_t done = 0; done < into.size(); done += kChunk) {
+                         const std::size_t n = std::min(kChunk, into.size() - done);
+                         std::memcpy(into.data() + done, bytes.data() + offset + done, n);
+                         visit(std::span<const std::byte>(into.data() + done, n));
+                       }
+                     });
 }
 
 }  // namespace weightcast::sync::engine

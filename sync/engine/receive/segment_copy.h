@@ -13,6 +13,7 @@
 // Threading: a free function; call it without the receiver's lock.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,11 @@ struct SegmentTensor {
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
                                         comm::Millis timeout);
+
+// The same copy from a bucket already in this process's memory (`bytes`, of the request's
+// segment.size): the pickled form a Python receiver decoded when opted in. The request carries no
+// digests; each tensor's digest is computed in the copy and recorded.
+std::vector<SegmentTensor> copy_local(const UpdateWeightsFromTensorRequest& request,
+                                      std::span<const std::byte> bytes, BlockPool& pool);
 
 }  // namespace weightcast::sync::engine
