@@ -65,6 +65,16 @@ def parse_update_info(info):
         raise ValueError(f"update_info: must be a JSON object (got {type(info).__name__})")
     if info.get("abort") is True:
         return "abort", str(info.get("reason") or "aborted")
+    if "ipc_handles_pickled" in info or "ipc_handles" in info:
+        # vLLM's ipc backend shape (ipc_engine.py @02837425): names, dtype_names, shapes and one
+        # handle per tensor; the handles are opened in the rank (weightcast.pickled.decode_ipc).
+        lists = [info.get(key) for key in ("names", "dtype_names", "shapes")]
+        for key, value in zip(("names", "dtype_names", "shapes"), lists):
+            if not isinstance(value, list) or not value:
+                raise ValueError(f"update_info.{key}: required, a non-empty list (ipc shape)")
+        if not len(lists[0]) == len(lists[1]) == len(lists[2]):
+            raise ValueError("update_info: names, dtype_names and shapes must have one entry per tensor")
+        return "ipc", {k: v for k, v in info.items() if k != "session_id"}
     lists = [info.get(key) for key in ("names", "dtypes", "shapes")]
     for key, value in zip(("names", "dtypes", "shapes"), lists):
         if not isinstance(value, list):
@@ -149,6 +159,14 @@ class EngineRank:
         size = self.receiver.receive_local(local, data)
         return True, f"copied {size} bytes from the pickled bucket"
 
+    def update_ipc(self, info):
+        """vLLM's ipc shape inside the open session: this rank opens its handles (weightcast.pickled:
+        only when opted in) and stages the tensors."""
+        info = json.loads(info) if isinstance(info, str) else info
+        local, data = pickled.decode_ipc(info)
+        size = self.receiver.receive_local(local, data)
+        return True, f"copied {size} bytes from IPC handles"
+
     def end(self, version=None):
         return self.receiver.commit(version)
 
@@ -194,6 +212,8 @@ class EngineRank:
         if not self.receiver.in_session:
             self.begin(model)
         try:
+            if kind == "ipc":
+                return self.update_ipc(dict(payload, selector=model))
             return self.update(dict(payload, selector=model))
         except Exception:
             self._vllm_round = None

@@ -190,6 +190,78 @@ def _pairs(obj):
     return manifest, torch.cat(parts)
 
 
+def ipc_refusal():
+    return (
+        "update_info.ipc_handles_pickled: pickled (function, args) handles, and unpickling runs "
+        f"code; this engine reads them only when started with {OPT_IN}=1 (vLLM itself needs "
+        "VLLM_ALLOW_INSECURE_SERIALIZATION=1)"
+    )
+
+
+def device_key():
+    """The key this process's handles are filed under in vLLM's ipc shape: the physical GPU's UUID
+    on a CUDA device (as vLLM's ipc backend reads them), "cpu" for a CPU engine."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return "cpu"
+
+
+def decode_ipc(info, key=None):
+    """vLLM's ipc update_info (names, dtype_names, shapes, ipc_handles_pickled: base64 of a pickled
+    list, per tensor {device key: (rebuild function, args)}) as (JSON body for
+    Receiver.receive_local, uint8 tensor). Needs the opt-in; raises PickledFormError (400)."""
+    import torch
+
+    if not allowed():
+        raise PickledFormError(ipc_refusal())
+    if info.get("ipc_handles") is not None:
+        raise PickledFormError(
+            "update_info.ipc_handles: (function, args) pairs cannot travel in JSON; over HTTP send "
+            "ipc_handles_pickled (base64 of their pickle), as vLLM's own http mode does"
+        )
+    names, dtypes, shapes = info["names"], info["dtype_names"], info["shapes"]
+    handles = _load(info.get("ipc_handles_pickled") or "")
+    if not isinstance(handles, list) or len(handles) != len(names):
+        raise PickledFormError(
+            f"update_info.ipc_handles_pickled: must hold one handle per name ({len(names)})"
+        )
+    key = key or device_key()
+    pairs = []
+    for i, (name, dtype, shape, handle) in enumerate(zip(names, dtypes, shapes, handles)):
+        if not isinstance(handle, dict) or key not in handle:
+            held = list(handle) if isinstance(handle, dict) else type(handle).__name__
+            raise PickledFormError(
+                f"ipc_handles[{i}] ('{name}'): no handle for this device '{key}' (has {held})"
+            )
+        try:
+            func, args = handle[key]
+            args = list(args)
+            if getattr(func, "__name__", "") == "rebuild_cuda_tensor":
+                args[6] = torch.cuda.current_device()  # the device index as this process counts
+            t = func(*args)
+        except PickledFormError:
+            raise
+        except Exception as e:
+            raise PickledFormError(
+                f"ipc_handles[{i}] ('{name}'): does not open ({type(e).__name__}: {e})"
+            ) from None
+        if not isinstance(t, torch.Tensor) or _dtype_name(t.dtype) != dtype or list(t.shape) != list(shape):
+            got = (
+                f"{_dtype_name(t.dtype)} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            )
+            raise PickledFormError(
+                f"ipc_handles[{i}] ('{name}'): opens as {got}, update_info says {dtype} {shape}"
+            )
+        pairs.append((name, t))
+    manifest, flat = _pairs(pairs)
+    keep = ("selector", "session_id", "weight_version")
+    local = {k: info[k] for k in keep if info.get(k) is not None}
+    local["manifest"] = manifest
+    return json.dumps(local), flat
+
+
 def decode(body, tp_rank):
     """The bucket TP rank `tp_rank` reads: (JSON body for Receiver.receive_local, uint8 tensor).
     Raises PickledFormError (400) for a request it cannot read, opted in or not."""

@@ -411,6 +411,59 @@ class TorchEngine(unittest.TestCase):
             self.assertEqual(answer["meta_info"]["weight_version"], "3")
             self.assertEqual(answer["output_ids"], reference_generate(full, PROMPT, 8))
 
+    def test_colocated_vllm_ipc(self):
+        """vLLM's ipc backend shape on the engine serving vLLM's routes: /update_weights with
+        update_info {names, dtype_names, shapes, ipc_handles_pickled}, each handle torch's
+        reduce_tensor of the trainer's tensor filed under the engine's device key ("cpu" here),
+        pickled and base64-encoded as vLLM's http mode does. Without
+        WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION it is a 400 naming the flag; opted in, 2 rounds of
+        it commit (narrowed slices exact, draft bit-identical, /generate = reference); a handle of
+        another device or of the wrong shape fails the round and nothing changes."""
+        import base64
+        import pickle
+
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        def update_info(full, key="cpu", wrong_shape=None):
+            names = list(full)
+            handles = [{key: reduce_tensor(full[n].contiguous())} for n in names]
+            shapes = [list(full[n].shape) for n in names]
+            if wrong_shape is not None:
+                shapes[wrong_shape] = [1]
+            return {
+                "names": names,
+                "dtype_names": [str(full[n].dtype).split(".")[-1] for n in names],
+                "shapes": shapes,
+                "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
+            }
+
+        def round_(engine, info, version):
+            engine.ok("/start_weight_update", {})
+            status, answer = engine.call("/update_weights", {"update_info": info})
+            if status == 200:
+                engine.ok("/finish_weight_update", {"weight_version": version})
+            return status, answer
+
+        opt_in = {"WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION": "1"}
+        with torch_engines.running([1], SEED, ["--api", "vllm"]) as (closed,):
+            status, answer = round_(closed, update_info(full_tensors(1)), "1")
+            self.assertEqual(status, 400, answer)
+            self.assertIn("WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1", str(answer))
+        with torch_engines.running([2], SEED, ["--api", "vllm"], opt_in) as (e,):
+            before = [e.params()]
+            for step in (1, 2):
+                status, answer = round_(e, update_info(full_tensors(step)), str(step))
+                self.assertEqual(status, 200, answer)
+            self.assert_serve([e], before, full_tensors(2), "2")
+            for bad, why in (
+                ({"key": "GPU-0"}, "no handle for this device"),
+                ({"wrong_shape": 3}, "opens as"),
+            ):
+                status, answer = round_(e, update_info(full_tensors(3), **bad), "3")
+                self.assertGreaterEqual(status, 400, answer)
+                self.assertIn(why, str(answer))
+            self.assert_serve([e], before, full_tensors(2), "2")
+
     def test_vllm_failed_update_changes_nothing(self):
         """A bucket failing mid-way through /update_weights (refused by the engine once received,
         as a bucket whose bytes do not match their digests is) fails the update; the trainer

@@ -140,6 +140,21 @@ class Engine:
             self.sessions.bucket_done()
         return {"message": f"bucket copied ({answers[0]['message']})"}
 
+    def update_ipc(self, info):
+        """vLLM's ipc update_info inside the open round (weightcast.pickled.decode_ipc): each worker
+        opens the handles and stages the tensors. Only with the opt-in; a failure aborts the round."""
+        if not pickled.allowed():
+            raise WorkerError({"status": 400, "message": pickled.ipc_refusal()})
+        self.sessions.bucket_started(None, check=True, route="update_weights")
+        try:
+            answers = self.workers.call_all("receive_ipc", json.dumps(info))
+        except WorkerError:
+            self.abort_all("an ipc bucket failed on a worker")
+            raise
+        finally:
+            self.sessions.bucket_done()
+        return {"message": answers[0]["message"]}
+
     def _receive(self, body, implicit):
         # Ownership is checked by the caller; the workers' sessions are this front's own.
         relayed = {k: v for k, v in body.items() if k != "session_id"}

@@ -134,7 +134,10 @@ class VllmDialect:
                 self._raise(
                     f"update_info.selector: '{selector}' in a round that updates the {self.model} model"
                 )
-            self.engine.update(dict(payload, selector=self.model), implicit_ok=False)
+            if kind == "ipc":
+                self.engine.update_ipc(dict(payload, selector=self.model))
+            else:
+                self.engine.update(dict(payload, selector=self.model), implicit_ok=False)
         except BaseException:
             self.active = False  # vLLM's worker leaves the update when the backend raises
             raise

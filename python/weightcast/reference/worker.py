@@ -108,6 +108,10 @@ class Worker:
         ok, message = self.core.update_pickled(body)
         return {"message": message}
 
+    def op_receive_ipc(self, info):
+        ok, message = self.core.update_ipc(info)
+        return {"message": message}
+
     def op_set_version(self, version):
         self.rx.set_version(version)
 

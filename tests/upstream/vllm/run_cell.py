@@ -8,7 +8,7 @@ the harness model (fused qkv/gate_up, EAGLE-style draft).
 Per way in (the `weightcast` backend where the version can host it, the worker extension on
 every version): a normal round, a draft round, an aborted round (a bucket fails on one worker
 after it was received: the trainer aborts) followed by a normal one, a round whose load raises,
-then a last normal round. After each round, every worker's target and draft are compared bit
+then a last normal round, and through the backend one round in vLLM's ipc shape. After each round, every worker's target and draft are compared bit
 for bit with the generator's tensors they must hold, post-processing must have run once per
 model the round loaded and never on the other, and no worker may be left inside an update.
 Where the version cannot host the backend, starting vLLM with it must fail with the plug-in's
@@ -285,6 +285,35 @@ def rounds(engine, tmp, way):
     must(train(engine, SEED + 3, 1), f"{way}: last round")
     e.target, e.processed["target"] = (SEED + 3, 1), 4
     check(engine, tmp, e, f"{way}: last round")
+    if way == "backend":
+        ipc_round(engine, SEED + 5)
+        e.target, e.processed["target"] = (SEED + 5, 1), 5
+        check(engine, tmp, e, f"{way}: ipc round")
+
+
+def ipc_round(engine, seed):
+    """One round in vLLM's ipc backend shape (vllm/distributed/weight_transfer/ipc_engine.py
+    @02837425, http mode): update_info {names, dtype_names, shapes, ipc_handles_pickled}, each
+    handle torch's reduce_tensor of a tensor filed under the worker's device key ("cpu" for these
+    CPU workers), pickled and base64-encoded. The stand-in runs with
+    WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1."""
+    import base64
+    import pickle
+
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    full = harness_model.generator_tensors("target", seed, 1)
+    info = {
+        "names": [n for n, _ in full],
+        "dtype_names": [str(t.dtype).split(".")[-1] for _, t in full],
+        "shapes": [list(t.shape) for _, t in full],
+        "ipc_handles_pickled": base64.b64encode(
+            pickle.dumps([{"cpu": reduce_tensor(t)} for _, t in full])
+        ).decode(),
+    }
+    engine.call("/start_weight_update", {})
+    engine.call("/update_weights", {"update_info": info})
+    engine.call("/finish_weight_update", {"weight_version": "ipc"})
 
 
 def collision_refused():
@@ -318,6 +347,7 @@ def main():
             WEIGHTCAST_STANDIN_MODEL="harness_model.build",
             WEIGHTCAST_STANDIN_HOOKS="harness_model",
             WEIGHTCAST_STANDIN_SEED=str(SEED),
+            WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION="1",  # the ipc round's pickled handles
             PYTHONDONTWRITEBYTECODE="1",
         )
         env["PYTHONPATH"] = os.pathsep.join(
