@@ -23,7 +23,10 @@ scope a weightcast session to SGLang's: begin records the selector and the runne
 (target, draft), buckets are staged and verified, and end commits into every covered runner's
 model before SGLang's own end runs its post-load processing on exactly those runners. The
 receive hooks hand SGLang no tensors to load (nothing reaches a model before the commit). A failed
-bucket or a destroyed group discards the round; end then answers ``success: false``.
+bucket or a destroyed group discards the round; end then answers ``success: false``. Where the
+manager has ``update_weights_from_tensor`` (the colocated path Miles drives), a REPLACE hook reads
+the pickled ``serialized_named_tensors`` only with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1
+(weightcast.pickled) and stages it in the same session.
 
 The plug-in announces itself: an AFTER hook on the scheduler's ``get_internal_state`` (on the
 ``SchedulerInternalStateController`` where the build has it) adds a ``weightcast`` key
@@ -38,7 +41,7 @@ import importlib.util
 import logging
 import pkgutil
 
-from . import __version__
+from . import __version__, pickled
 from .engine_rank import EngineRank
 from .receiver import Runner
 
@@ -54,6 +57,7 @@ CONTROLLER_STATE = (
     "SchedulerInternalStateController.get_internal_state"
 )
 SEAM = "sglang.srt.weight_sync.external_receiver"
+TENSOR_OUTPUT = "sglang.srt.managers.io_struct.UpdateWeightsFromTensorReqOutput"
 RECEIVER_FACTORY = "weightcast.sglang.receiver"
 MINIMUM = (
     "SGLang v0.5.x with TpModelWorker.update_weights_from_distributed (sessions and the "
@@ -330,6 +334,48 @@ def _end(original, manager, recv_req, *args, **kwargs):
     return type(out)(success=False, message=f"weightcast: {failure}")
 
 
+def _manager_tensor(manager, recv_req, *args, **kwargs):
+    """REPLACE hook on the manager's update_weights_from_tensor (main @00a2ca2e: it asserts an open
+    session, unpickles entry tp_rank of serialized_named_tensors and loads it into the selected
+    runners). Here the entry is read only with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1
+    (weightcast.pickled) and staged in the round's weightcast session; the commit at end loads it.
+    A refused or failed bucket discards the round (end answers success false)."""
+    out = _resolve(TENSOR_OUTPUT)
+    try:
+        message, ok = _receive_tensor(manager, fields(recv_req)), True
+    except Exception as e:
+        message, ok = f"weightcast: {e}", False
+    if ok:
+        manager._weight_update_loaded = True  # as after SGLang's own load: end skips post_load_weights
+        record = getattr(manager, "record_weight_version_after_update", None)
+        if record is not None:
+            record(fields(recv_req).get("weight_version"))
+    group = getattr(manager, "tp_cpu_group", None)
+    if group is not None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier(group=group)
+    return out(success=ok, message=message)
+
+
+def _receive_tensor(manager, req):
+    runner = manager.tp_worker.model_runner
+    rank = _make_rank(runner.model, runner.tp_rank, runner.tp_size, _device(runner))
+    if _STATE.selector is None:
+        raise RuntimeError("update_weights_from_tensor requires an open begin_weight_update session")
+    selector = req.pop("selector", None)
+    if selector not in (None, "all", _STATE.selector):
+        raise ValueError(f"selector: '{selector}' in a session begun for '{_STATE.selector}'")
+    _session_begin()
+    try:
+        local, data = pickled.decode(req, rank.engine_rank)
+        return f"copied {rank.receiver.receive_local(local, data)} bytes"
+    except Exception as e:
+        _discard(f"a bucket failed: {e}")
+        raise
+
+
 # --- the external-receiver seam -------------------------------------------------------------
 
 
@@ -396,6 +442,8 @@ def _hooks(mode):
             (f"{MANAGER}.begin_weight_update", _begin, HookType.AROUND),
             (f"{MANAGER}.end_weight_update", _end, HookType.AROUND),
         ]
+    if _resolve(f"{MANAGER}.update_weights_from_tensor") is not None:
+        hooks.append((f"{MANAGER}.update_weights_from_tensor", _manager_tensor, HookType.REPLACE))
     state = CONTROLLER_STATE if _resolve(CONTROLLER_STATE) is not None else SCHEDULER_STATE
     hooks.append((state, _announce_state, HookType.AFTER))
     return hooks

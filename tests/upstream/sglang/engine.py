@@ -11,8 +11,8 @@ keeps). SGLANG_STANDIN_CELL picks the upstream version (sglang/cells.py).
 
 Routes (SGLang's http_server.py, INTEROP.md §6): POST /init_weights_update_group,
 /destroy_weights_update_group, /update_weights_from_distributed ({"success", "message"}, 200 or
-400), /begin_weight_update and /end_weight_update (only where the version has sessions; 404
-elsewhere), /update_weight_version ({"success", "message", "new_version"}), /pause_generation and
+400), /begin_weight_update, /end_weight_update and /update_weights_from_tensor (only where the
+version has sessions; 404 elsewhere), /update_weight_version ({"success", "message", "new_version"}), /pause_generation and
 /continue_generation ({"message", "status": "ok"}), GET|POST /flush_cache (plain text), GET
 /health (empty body; 503 once a scheduler died), /get_server_info (and /server_info on main) with
 ``internal_states``, /get_weight_version. GET /stand_in/state (the harness's, not SGLang's): each
@@ -161,7 +161,11 @@ class Front:
         outs = self.call(self.io.from_json(cls, body))
         success = all(o.success for o in outs)
         message = next((o.message for o in outs if not o.success), outs[0].message)
-        if success and route == "/update_weights_from_distributed" and body.get("weight_version") is not None:
+        if (
+            success
+            and route in ("/update_weights_from_distributed", "/update_weights_from_tensor")
+            and body.get("weight_version") is not None
+        ):
             self.version = body["weight_version"]
             message += f" Weight version updated to {self.version}."
         return (200 if success else 400), {"success": success, "message": message}

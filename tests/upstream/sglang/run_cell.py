@@ -10,7 +10,9 @@ Usage: run_cell.py CELL   (v0.5-dataclass | miles-v0.5.16 | main-weight-updater 
 Rounds: a normal round (selector target), a draft round (selector draft), an aborted round (the
 trainer gives up after its first bucket: destroys the group, joins a new one, ends the session)
 followed by a normal round, a round whose load raises (a tensor the model has no parameter for),
-and a last normal round. After each, every rank's target shard and the draft hold exactly the bytes
+and a last normal round; where the version has sessions, colocated rounds (pickled flattened
+buckets on /update_weights_from_tensor, target then draft, then one whose entry is refused).
+After each, every rank's target shard and the draft hold exactly the bytes
 a reference model holds after loading what should have landed (bit for bit); each covered runner
 began and post-processed once per session and an uncovered draft never; the engine accepts the
 next round. Where the version has no sessions (v0.5.x) the draft round asserts SGLang's 404 and
@@ -19,9 +21,12 @@ The external-receivers cell names weightcast.sglang.receiver in the init request
 bucket as receiver_payload. Prints one line per round; exits non-zero on the first mismatch.
 """
 
+import base64
+import dataclasses
 import datetime
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -55,6 +60,7 @@ FACTORY = "weightcast.sglang.receiver"
 _MANAGER = [
     "SchedulerWeightUpdaterManager.begin_weight_update",
     "SchedulerWeightUpdaterManager.end_weight_update",
+    "SchedulerWeightUpdaterManager.update_weights_from_tensor",
 ]
 _GROUP = ["init_weights_update_group", "receive_weights_from_distributed", "destroy_weights_update_group"]
 # The hooks each build must report as applied (the announce lists only those), in order.
@@ -103,6 +109,7 @@ def plugin_metadata(root):
 class Engine:
     def __init__(self, cell, root):
         env = dict(os.environ, SGLANG_STANDIN_CELL=cell, PYTHONDONTWRITEBYTECODE="1")
+        env["WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION"] = "1"  # the colocated rounds' pickled buckets
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "standin"), root, env.get("PYTHONPATH", "")])
         if cell == "main-external-receivers":
             env["SGLANG_STANDIN_WEIGHT_UPDATE_RECEIVERS"] = FACTORY  # --weight-update-receivers
@@ -310,6 +317,71 @@ def failing_round(trainer, expected, version):
     expected.session("target")
 
 
+@dataclasses.dataclass
+class FlattenedTensorMetadata:  # SGLang's record (weight_sync/tensor_bucket.py), by field and name
+    name: str
+    shape: torch.Size
+    dtype: torch.dtype
+    start_idx: int
+    end_idx: int
+    numel: int
+
+
+def tensor_body(pairs, version, selector, entry=None):
+    """update_weights_from_tensor as Miles sends it: one flattened bucket (multi-dtype: uint8
+    views, byte indices) pickled and base64-encoded per TP rank (plain pickle: the bytes travel
+    in the pickle, no shared-memory daemon), load_format flattened_bucket."""
+    parts, metadata, at = [], [], 0
+    for name, t in pairs:
+        flat = t.contiguous().view(-1).view(torch.uint8)
+        metadata.append(FlattenedTensorMetadata(name, t.shape, t.dtype, at, at + flat.numel(), flat.numel()))
+        parts.append(flat)
+        at += flat.numel()
+    if entry is None:
+        entry = pickle.dumps({"flattened_tensor": torch.cat(parts), "metadata": metadata})
+    return {
+        "serialized_named_tensors": [base64.b64encode(entry).decode()] * TP,
+        "load_format": "flattened_bucket",
+        "flush_cache": False,
+        "weight_version": version,
+        "selector": selector,
+    }
+
+
+def tensor_round(trainer, expected, gen, version, selector="target"):
+    """A colocated round: begin, two pickled flattened buckets, end. The engine runs with
+    WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1; the plug-in's hook stages them in its session."""
+    pairs = expected.random(selector, gen)
+    trainer.begin(selector)
+    for bucket in halves(pairs):
+        status, text = trainer.engine.post(
+            "/update_weights_from_tensor", tensor_body(bucket, version, selector)
+        )
+        if status != 200:
+            fail(f"tensor round {version}: bucket answered {status}: {text}\n{trainer.engine.logs()}")
+    status, text = trainer.end(version)
+    if status != 200:
+        fail(f"tensor round {version}: end_weight_update answered {status}: {text}\n{trainer.engine.logs()}")
+    expected.landed(selector, pairs)
+    expected.session(selector)
+
+
+def refused_tensor_round(trainer, expected, gen):
+    """An entry that unpickles to something outside the allow-list (a function of the os module):
+    400 naming it, the round discarded at end, nothing changes."""
+    pairs = expected.random("target", gen)
+    trainer.begin("target")
+    status, text = trainer.engine.post(
+        "/update_weights_from_tensor", tensor_body(pairs, None, "target", entry=pickle.dumps(os.getcwd))
+    )
+    if status != 400 or "getcwd" not in text:
+        fail(f"refused tensor round: bucket answered {status}: {text}, expected 400 naming getcwd")
+    status, text = trainer.end(None)
+    if status != 400:
+        fail(f"refused tensor round: end_weight_update answered {status}: {text}, expected 400")
+    expected.session("target")
+
+
 def run(cell, root):
     engine = Engine(cell, root)
     try:
@@ -337,6 +409,13 @@ def run(cell, root):
         check(engine, expected, "a round whose load raises")
         normal_round(trainer, expected, gen, "6")
         check(engine, expected, "the normal round after it", "6")
+        if trainer.sessions:
+            tensor_round(trainer, expected, gen, "7")
+            check(engine, expected, "a colocated round (pickled flattened buckets)", "7")
+            tensor_round(trainer, expected, gen, "8", selector="draft")
+            check(engine, expected, "a colocated draft round")
+            refused_tensor_round(trainer, expected, gen)
+            check(engine, expected, "a colocated round whose entry is refused")
         return announced
     finally:
         engine.close()

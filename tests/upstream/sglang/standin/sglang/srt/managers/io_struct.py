@@ -88,6 +88,22 @@ UpdateWeightsFromDistributedReqOutput = _define("UpdateWeightsFromDistributedReq
 GetInternalStateReq = _define("GetInternalStateReq", [])
 GetInternalStateReqOutput = _define("GetInternalStateReqOutput", [("internal_state", _REQUIRED)])
 if CELL.manager:
+    # UpdateWeightsFromTensorReqInput's fields and defaults as io_struct.py @001067ff (the
+    # per-TP-rank base64 entries, load_format None or "flattened_bucket"), with the selector the
+    # manager reads on main @00a2ca2e.
+    UpdateWeightsFromTensorReqInput = _define(
+        "UpdateWeightsFromTensorReqInput",
+        [
+            ("serialized_named_tensors", _REQUIRED),
+            ("load_format", None),
+            ("flush_cache", True),
+            ("abort_all_requests", False),
+            ("weight_version", None),
+            ("torch_empty_cache", False),
+            ("selector", "all"),
+        ],
+    )
+    UpdateWeightsFromTensorReqOutput = _define("UpdateWeightsFromTensorReqOutput", _answer)
     BeginWeightUpdateReqInput = _define("BeginWeightUpdateReqInput", [("selector", "all")])
     BeginWeightUpdateReqOutput = _define("BeginWeightUpdateReqOutput", _answer)
     EndWeightUpdateReqInput = _define("EndWeightUpdateReqInput", [])
@@ -102,7 +118,11 @@ ROUTES = {
 }
 if CELL.manager:
     ROUTES.update(
-        {"/begin_weight_update": "BeginWeightUpdateReqInput", "/end_weight_update": "EndWeightUpdateReqInput"}
+        {
+            "/begin_weight_update": "BeginWeightUpdateReqInput",
+            "/end_weight_update": "EndWeightUpdateReqInput",
+            "/update_weights_from_tensor": "UpdateWeightsFromTensorReqInput",
+        }
     )
 
 

@@ -49,6 +49,7 @@ class Scheduler:
                 "UpdateWeightsFromDistributedReqInput": "update_weights_from_distributed",
                 "BeginWeightUpdateReqInput": "begin_weight_update",
                 "EndWeightUpdateReqInput": "end_weight_update",
+                "UpdateWeightsFromTensorReqInput": "update_weights_from_tensor",
             }[kind]
             return getattr(self.weight_updater_manager, method)(req)
         if kind == "InitWeightsUpdateGroupReqInput":

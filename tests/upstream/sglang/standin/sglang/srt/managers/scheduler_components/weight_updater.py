@@ -12,10 +12,15 @@ weight_updater; the external-receiver build passes keywords and ``receiver_paylo
 result into each selected runner, and answers success false with SGLang's "partially updated"
 message when that raises; ``end_weight_update`` asserts an open session and calls
 ``end_weight_update(run_post_load=...)`` on the runners of the recorded selector. The selector
-parser refuses anything but target, draft, all. (The TP CPU-group barriers are left out: the
+parser refuses anything but target, draft, all. ``update_weights_from_tensor`` (@00a2ca2e, taken for
+every manager cell) asserts an open session, deserializes entry ``tp_rank`` of
+``serialized_named_tensors`` (upstream: MultiprocessingSerializer, ForkingPickler's pickle; here
+plain pickle), reconstructs a flattened bucket, and loads it into each selected runner. (The TP CPU-group barriers are left out: the
 stand-in's TP workers share no torch group.)
 """
 
+import base64
+import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -100,6 +105,31 @@ class SchedulerWeightUpdaterManager:
             self._weight_update_loaded = True
             self.record_weight_version(recv_req.weight_version)
         return io.UpdateWeightsFromDistributedReqOutput(success=success, message=message)
+
+    def update_weights_from_tensor(self, recv_req):
+        assert (
+            self._weight_update_in_progress
+        ), "update_weights_from_tensor requires an open begin_weight_update session"
+        tp_rank = self.tp_worker.model_runner.tp_rank
+        named_tensors = pickle.loads(base64.b64decode(recv_req.serialized_named_tensors[tp_rank]))
+        if recv_req.load_format == "flattened_bucket":
+            flat, metadata = named_tensors["flattened_tensor"], named_tensors["metadata"]
+            named_tensors = [
+                (m.name, flat[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape)) for m in metadata
+            ]
+        success, message = True, "Success"
+        try:
+            for _, runner in self.get_model_runners(recv_req.selector):
+                (runner.weight_updater if CELL.weight_updater else runner).load_weights(named_tensors)
+        except Exception as e:
+            success, message = False, f"Failed to update weights from tensor: {e}"
+        if success:
+            self._weight_update_loaded = True
+            self.record_weight_version_after_update(recv_req.weight_version)
+        return io.UpdateWeightsFromTensorReqOutput(success=success, message=message)
+
+    def record_weight_version_after_update(self, weight_version):
+        self.record_weight_version(weight_version)
 
     def begin_weight_update(self, recv_req):
         assert (
