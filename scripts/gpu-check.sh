@@ -7,7 +7,9 @@
 #   2. configure                      -DWEIGHTCAST_WITH_NCCL=ON: fails loudly without CUDA/NCCL
 #   3. build                          everything, warnings as errors
 #   4. nvidia-smi -L                  the GPUs the tests will see
-#   5. ctest -R Nccl                  NCCL unit, device and conformance tests, one at a time
+#   5. ctest -R Nccl                  NCCL unit, device and conformance tests, and the colocated
+#                                     path's CUDA IPC (NcclColocateCudaIpc: a buffer exported by
+#                                     one process, read by another), one at a time
 #                                     (device tests take every GPU; with
 #                                     WEIGHTCAST_REQUIRE_CUDA_DEVICES=<GPUs> a device test that
 #                                     would skip fails instead)

@@ -53,7 +53,8 @@ std::vector<SegmentTensor> copy_bucket(const UpdateWeightsFromTensorRequest& req
     const std::size_t bytes = request.tensors[i].byte_count();
     const std::span<std::byte> into(block->data() + at, bytes);
     Hasher hasher;
-    source(request.offsets[i], into, [&](std::span<const std::byte> chunk) { hasher.update(chunk); });
+    source(request.offsets[i], into,
+           [&](std::span<const std::byte> chunk) { hasher.update(chunk); });
     const Digest digest = hasher.digest();
     if (!expected.empty() && digest != expected[i]) {
       throw ReceiverError(400, "digests[" + std::to_string(i) + "]: '" + request.tensors[i].name +
