@@ -4,6 +4,7 @@
 #include <string>
 
 #include "comm/errors.h"
+#include "comm/hex.h"
 #include "weightcast/config.h"
 
 #if WEIGHTCAST_HAVE_NCCL
@@ -12,13 +13,6 @@
 
 namespace weightcast::comm::colocate {
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 #if WEIGHTCAST_HAVE_NCCL
 void check_cuda(cudaError_t err, const char* what) {
@@ -37,30 +31,16 @@ static_assert(sizeof(cudaIpcMemHandle_t) == CudaIpcHandle::kBytes);
 }  // namespace
 
 std::string CudaIpcHandle::to_hex() const {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * kBytes);
-  for (unsigned char b : bytes) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 0xf]);
-  }
-  return out;
+  return comm::to_hex(bytes);
 }
 
 CudaIpcHandle CudaIpcHandle::from_hex(std::string_view hex, std::string_view field) {
-  if (hex.size() != 2 * kBytes) {
-    throw BadRequestError(std::string(field) + ": a CUDA IPC handle is " +
-                          std::to_string(2 * kBytes) + " hex digits (got " +
-                          std::to_string(hex.size()) + " characters)");
-  }
   CudaIpcHandle out;
-  for (std::size_t i = 0; i < kBytes; ++i) {
-    const int hi = hex_value(hex[2 * i]);
-    const int lo = hex_value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      throw BadRequestError(std::string(field) + ": not a hex digit at " + std::to_string(2 * i));
-    }
-    out.bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
+  if (!comm::from_hex(hex, out.bytes)) {
+    throw BadRequestError(std::string(field) + ": a CUDA IPC handle is " +
+                          std::to_string(2 * kBytes) + " hex digits (got '" +
+                          std::string(hex.substr(0, 16)) + (hex.size() > 16 ? "...'" : "'") + ", " +
+                          std::to_string(hex.size()) + " characters)");
   }
   return out;
 }

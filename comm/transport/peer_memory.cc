@@ -1,4 +1,5 @@
 #include "comm/transport/peer_memory.h"
+#include "comm/hex.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -25,16 +26,6 @@ static_assert(sizeof(CopyControl) <= kPageBytes);
 
 std::string copy_key(int rank) {
   return "chain/copy/" + std::to_string(rank);
-}
-
-std::string to_hex(const std::array<std::uint8_t, 16>& bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : bytes) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
 }
 
 // A shared mapping of a control page; nullptr on failure.

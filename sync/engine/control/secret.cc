@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/errors.h"
+#include "comm/hex.h"
 
 namespace weightcast::sync::engine {
 
@@ -21,14 +22,7 @@ std::string random_hex(std::size_t bytes) {
     }
     got += static_cast<std::size_t>(n);
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes);
-  for (unsigned char b : raw) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 0xF]);
-  }
-  return out;
+  return comm::to_hex(raw);
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

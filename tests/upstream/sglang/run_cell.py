@@ -22,7 +22,6 @@ bucket as receiver_payload. Prints one line per round; exits non-zero on the fir
 """
 
 import base64
-import dataclasses
 import datetime
 import json
 import os
@@ -43,10 +42,12 @@ except ImportError as e:  # the interpreter the module was built for has no torc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "interop"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from miles_style_trainer import call  # noqa: E402
 from sglang_compat import custom_group, release_group  # noqa: E402
 from expected import Expected  # noqa: E402
+from miles_sender import flatten  # noqa: E402
 
 TP, SEED, GROUP = 2, 1, "miles-pp_0"
 TIMEOUT = 60.0
@@ -252,11 +253,18 @@ def halves(pairs):
     return [pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]]
 
 
-def normal_round(trainer, expected, gen, version, selector="target"):
+def normal_round(trainer, expected, gen, version, selector="target", colocated=False):
+    """Begin, two buckets, end. `colocated`: the buckets go as pickled flattened buckets on
+    /update_weights_from_tensor (the engine runs with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1;
+    the plug-in's hook stages them in its session), else over the group."""
     pairs = expected.random(selector, gen)
     trainer.begin(selector)
     for bucket in halves(pairs):
-        status, text = trainer.bucket(bucket, selector, version)
+        if colocated:
+            body = tensor_body(bucket, version, selector)
+            status, text = trainer.engine.post("/update_weights_from_tensor", body)
+        else:
+            status, text = trainer.bucket(bucket, selector, version)
         if status != 200:
             fail(f"round {version}: bucket answered {status}: {text}\n{trainer.engine.logs()}")
     status, text = trainer.end(version)
@@ -317,28 +325,14 @@ def failing_round(trainer, expected, version):
     expected.session("target")
 
 
-@dataclasses.dataclass
-class FlattenedTensorMetadata:  # SGLang's record (weight_sync/tensor_bucket.py), by field and name
-    name: str
-    shape: torch.Size
-    dtype: torch.dtype
-    start_idx: int
-    end_idx: int
-    numel: int
-
-
 def tensor_body(pairs, version, selector, entry=None):
-    """update_weights_from_tensor as Miles sends it: one flattened bucket (multi-dtype: uint8
-    views, byte indices) pickled and base64-encoded per TP rank (plain pickle: the bytes travel
-    in the pickle, no shared-memory daemon), load_format flattened_bucket."""
-    parts, metadata, at = [], [], 0
-    for name, t in pairs:
-        flat = t.contiguous().view(-1).view(torch.uint8)
-        metadata.append(FlattenedTensorMetadata(name, t.shape, t.dtype, at, at + flat.numel(), flat.numel()))
-        parts.append(flat)
-        at += flat.numel()
+    """update_weights_from_tensor as Miles sends it: one flattened bucket (miles_sender.flatten:
+    multi-dtype uint8 views, byte indices, SGLang's metadata record) pickled and base64-encoded
+    per TP rank (plain pickle: the bytes travel in the pickle, no shared-memory daemon),
+    load_format flattened_bucket."""
     if entry is None:
-        entry = pickle.dumps({"flattened_tensor": torch.cat(parts), "metadata": metadata})
+        flat, metadata = flatten(pairs)
+        entry = pickle.dumps({"flattened_tensor": flat, "metadata": metadata})
     return {
         "serialized_named_tensors": [base64.b64encode(entry).decode()] * TP,
         "load_format": "flattened_bucket",
@@ -346,24 +340,6 @@ def tensor_body(pairs, version, selector, entry=None):
         "weight_version": version,
         "selector": selector,
     }
-
-
-def tensor_round(trainer, expected, gen, version, selector="target"):
-    """A colocated round: begin, two pickled flattened buckets, end. The engine runs with
-    WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1; the plug-in's hook stages them in its session."""
-    pairs = expected.random(selector, gen)
-    trainer.begin(selector)
-    for bucket in halves(pairs):
-        status, text = trainer.engine.post(
-            "/update_weights_from_tensor", tensor_body(bucket, version, selector)
-        )
-        if status != 200:
-            fail(f"tensor round {version}: bucket answered {status}: {text}\n{trainer.engine.logs()}")
-    status, text = trainer.end(version)
-    if status != 200:
-        fail(f"tensor round {version}: end_weight_update answered {status}: {text}\n{trainer.engine.logs()}")
-    expected.landed(selector, pairs)
-    expected.session(selector)
 
 
 def refused_tensor_round(trainer, expected, gen):
@@ -410,9 +386,9 @@ def run(cell, root):
         normal_round(trainer, expected, gen, "6")
         check(engine, expected, "the normal round after it", "6")
         if trainer.sessions:
-            tensor_round(trainer, expected, gen, "7")
+            normal_round(trainer, expected, gen, "7", colocated=True)
             check(engine, expected, "a colocated round (pickled flattened buckets)", "7")
-            tensor_round(trainer, expected, gen, "8", selector="draft")
+            normal_round(trainer, expected, gen, "8", selector="draft", colocated=True)
             check(engine, expected, "a colocated draft round")
             refused_tensor_round(trainer, expected, gen)
             check(engine, expected, "a colocated round whose entry is refused")
