@@ -14,11 +14,14 @@ namespace {
 
 }  // namespace
 
-void OpenSession::begin(Selector selector, std::optional<std::string> holder, bool sessionless) {
+void OpenSession::begin(Selector selector, std::optional<std::string> holder, bool sessionless,
+                        std::optional<AdapterTarget> adapter) {
   if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
+  if (adapter) check_adapter_begin(selector, *adapter);
   if (auto refusal = machine_.begin(selector, std::move(holder), sessionless)) refuse(*refusal);
   staging_ = std::make_shared<Staging>(ranks_);
   names_.clear();
+  adapter_ = std::move(adapter);
 }
 
 Selector OpenSession::check_payload(const std::optional<std::string>& token,
@@ -37,6 +40,7 @@ bool OpenSession::discard(std::uint64_t id) {
   if (staging_) staging_->discard();
   staging_.reset();
   names_.clear();
+  adapter_.reset();
   machine_.close();
   return true;
 }
@@ -74,6 +78,8 @@ SessionTaken OpenSession::take(const std::vector<ReceiverRunner>& runners,
   for (const auto& r : runners) {
     if (covers(out.selector, r.id)) out.staged[r.id] = staging_->take(r.id);
   }
+  out.adapter = std::move(adapter_);
+  adapter_.reset();
   staging_.reset();
   names_.clear();
   machine_.close();

@@ -18,6 +18,7 @@
 
 #include "sync/engine/commit/receiver_loader.h"
 #include "sync/engine/control/session.h"
+#include "sync/engine/lora/adapter_session.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/protocol/protocol.h"
 
@@ -29,6 +30,7 @@ struct SessionTaken {
   std::optional<std::string> version;  // to publish: the commit's, else the session's pending one
   bool flush = false;
   std::map<Runner, std::map<std::string, StagedTensor>> staged;  // per covered runner
+  std::optional<AdapterTarget> adapter;  // an adapter session's: commit builds it, loads nothing
 };
 
 class OpenSession {
@@ -38,8 +40,11 @@ class OpenSession {
   SessionMachine& machine() { return machine_; }
   const SessionMachine& machine() const { return machine_; }
 
-  // Opens a session with fresh staging; refused while a commit is still loading.
-  void begin(Selector selector, std::optional<std::string> holder, bool sessionless);
+  // Opens a session with fresh staging; refused while a commit is still loading. `adapter`: an
+  // adapter session (sync/engine/lora/adapter_session.h), selector target only.
+  void begin(Selector selector, std::optional<std::string> holder, bool sessionless,
+             std::optional<AdapterTarget> adapter = std::nullopt);
+  const std::optional<AdapterTarget>& adapter() const { return adapter_; }
   // The session rules a payload meets, in order: a session is open (`token` names it, if given),
   // its selector is the request's (absent: the session's), and `token` may act on it. Returns
   // the selector.
@@ -75,8 +80,9 @@ class OpenSession {
   std::shared_ptr<Staging> staging_;
   // Names sent in this session (a hash set: every bucket request looks up each of its names).
   std::unordered_set<std::string> names_;
-  int copies_ = 0;           // colocated buckets being copied
-  bool committing_ = false;  // a commit is loading: no new session may begin
+  std::optional<AdapterTarget> adapter_;  // the adapter an adapter session updates
+  int copies_ = 0;                        // colocated buckets being copied
+  bool committing_ = false;               // a commit is loading: no new session may begin
 };
 
 }  // namespace weightcast::sync::engine

@@ -141,9 +141,9 @@ std::vector<std::string> Receiver::groups() const {
 }
 
 ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder,
-                              bool sessionless) {
+                              bool sessionless, std::optional<AdapterTarget> adapter) {
   std::lock_guard lock(mu_);
-  session_.begin(selector, std::move(holder), sessionless);
+  session_.begin(selector, std::move(holder), sessionless, std::move(adapter));
   return {session_.machine().token(), version_->get(), base_.held_digest(selector)};
 }
 
@@ -224,8 +224,7 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
                                  "' is joined; call init_weights_update_group first");
   }
-  std::vector<std::vector<Runner>> destinations = route_tensors(
-      runners_, ranks_, selector, request.tensors, session_.names(), experts_dropped_);
+  std::vector<std::vector<Runner>> destinations = destinations_locked(selector, request.tensors);
   const std::uint64_t sequence =
       groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
@@ -261,6 +260,14 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   return out;
 }
 
+std::vector<std::vector<Runner>> Receiver::destinations_locked(
+    Selector selector, const std::vector<TensorMeta>& tensors) {
+  if (const auto& adapter = session_.adapter()) {
+    return route_adapter_tensors(*adapter, tensors, session_.names());
+  }
+  return route_tensors(runners_, ranks_, selector, tensors, session_.names(), experts_dropped_);
+}
+
 std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
                                       const std::optional<std::string>& handle_token) {
   return stage_copied(request, handle_token, [&](const std::string& token) {
@@ -284,8 +291,7 @@ std::size_t Receiver::stage_copied(const UpdateWeightsFromTensorRequest& request
   {
     std::lock_guard lock(mu_);
     const Selector selector = session_.check_payload(request.session_id, request.selector, kRoute);
-    destinations = route_tensors(runners_, ranks_, selector, request.tensors, session_.names(),
-                                 experts_dropped_);
+    destinations = destinations_locked(selector, request.tensors);
     id = session_.machine().session_id();
     token = handle_token.value_or(session_.machine().token());
     session_.begin_copy(request.tensors);  // a commit waits for it, as for a bucket on a group
@@ -396,6 +402,7 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
       self->session_.committed();
     }
   } done{this};
+  if (taken.adapter) return commit_adapter(taken);
   auto& staged = taken.staged;
   const Selector selector = taken.selector;
   const std::optional<std::string>& next_version = taken.version;
@@ -418,6 +425,21 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   if (publish) publish(selector, next_version);
   out.selector = selector;
   out.flush_requested = taken.flush;
+  out.weight_version = version_->get();
+  return out;
+}
+
+// An adapter session's commit: every rank's copies checked, one adapter built and swapped in
+// under its name; no runner loads, the base weights and their version stay as they are.
+ReceiverCommit Receiver::commit_adapter(SessionTaken& taken) {
+  ranks_.verify(taken.staged, opts_.verify_at_commit);
+  auto adapter = build_adapter(*taken.adapter, taken.staged[Runner::kTarget], find(Runner::kTarget),
+                               taken.version.value_or(""));
+  adapters_.put(adapter, taken.adapter->put);
+  ReceiverCommit out;
+  out.selector = Selector::kTarget;
+  out.adapter = adapter->name;
+  out.bytes_loaded = adapter->byte_count();
   out.weight_version = version_->get();
   return out;
 }

@@ -127,6 +127,7 @@ struct ReceiverCommit {
   std::vector<RunnerUpdateStats> runners;
   std::string runner_digest;
   std::size_t bytes_loaded = 0;
+  std::string adapter;  // an adapter session's: the adapter swapped in (no runner loaded)
 };
 
 // The open session as the control plane around a Receiver reads it.
@@ -163,8 +164,11 @@ class Receiver {
   // Opens the session (sync/engine/control/session.h: the one state machine of the engine side).
   // `sessionless`: the one-request session an engine opens itself for an update that arrives with
   // no session open; only calls carrying its token act on it.
+  // `adapter`: an adapter session (sync/engine/lora/adapter_session.h): its commit swaps the
+  // adapter into adapters() and loads no runner.
   ReceiverBegin begin(Selector selector, std::optional<std::string> holder = std::nullopt,
-                      bool sessionless = false);
+                      bool sessionless = false,
+                      std::optional<AdapterTarget> adapter = std::nullopt);
   // The open session, or none.
   std::optional<SessionView> session() const;
   bool sessionless() const;
@@ -249,6 +253,9 @@ class Receiver {
   // Host memory of the staging pool (blocks in use and pooled), sync/engine/stage/block_pool.h.
   std::size_t staging_pool_bytes() const { return pool_->stats().allocated_bytes; }
   const std::shared_ptr<BlockPool>& pool() const { return pool_; }
+  // The adapters committed adapter sessions swapped in (docs/lora.md).
+  const AdapterStore& adapters() const { return adapters_; }
+  bool unload_adapter(const std::string& name) { return adapters_.unload(name); }
 
  private:
   Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
@@ -256,6 +263,11 @@ class Receiver {
   bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
                            const std::string& reason, bool abort_used_groups = false);
   const ReceiverRunner* find(Runner id) const;
+  // The staging destinations of a payload's tensors in the open session (adapter sessions route
+  // LoRA tensors only).
+  std::vector<std::vector<Runner>> destinations_locked(Selector selector,
+                                                       const std::vector<TensorMeta>& tensors);
+  ReceiverCommit commit_adapter(SessionTaken& taken);
   // receive_segment / receive_local: the checks, then `copy` without the lock, then staging.
   using CopyBucket = std::function<std::vector<SegmentTensor>(const std::string& token)>;
   std::size_t stage_copied(const UpdateWeightsFromTensorRequest& request,
@@ -273,6 +285,7 @@ class Receiver {
   const std::shared_ptr<WeightVersion> version_;
   std::uint64_t experts_dropped_ = 0;
   std::uint64_t bytes_copied_ = 0;  // colocated buckets copied out of trainers' segments
+  AdapterStore adapters_;
 };
 
 }  // namespace weightcast::sync::engine

@@ -81,6 +81,9 @@ struct ReceiverRunner {
   // begin, load and finish. It is called once every other runner has loaded and the delta base
   // has recorded the commit, so it must not throw (hand_over() is noexcept).
   std::function<void(std::map<std::string, StagedTensor>&&)> adopt;
+  // Optional: the full (unsharded) shape of a weight this runner holds, or none; adapter commits
+  // check LoRA shapes against it (sync/engine/lora/adapter_session.h).
+  std::function<std::optional<std::vector<std::int64_t>>(const std::string&)> shape_of;
 };
 
 // Loads `staged` (per runner: name -> staged tensor) into `runners`; throws LoadError after the

@@ -31,6 +31,7 @@ struct Model {
   bool adopting[2] = {false, false};
   int adoptions[2] = {0, 0};
   std::map<std::string, StagedTensor> adopted[2];
+  std::map<std::string, std::vector<std::int64_t>> shapes;  // what the target reports (shape_of)
 
   ReceiverRunner runner(Runner id, const char* filter) {
     const int i = static_cast<int>(id);
@@ -46,6 +47,11 @@ struct Model {
       }
     };
     r.finish = [this, i] { finishes[i] += 1; };
+    r.shape_of = [this](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+      const auto it = shapes.find(name);
+      if (it == shapes.end()) return std::nullopt;
+      return it->second;
+    };
     if (adopting[i]) {
       r.adopt = [this, i](std::map<std::string, StagedTensor>&& tensors) {
         std::lock_guard lock(mu);
@@ -309,6 +315,115 @@ TEST(ReceiverOrder, LayersSortNumericallyEmbeddingsFirstHeadLast) {
   EXPECT_EQ(groups[1], (std::vector<std::string>{"model.layers.9.b", "model.layers.9.a"}));
   EXPECT_EQ(groups[2], std::vector<std::string>{"model.layers.10.a"});
   EXPECT_EQ(groups[3], (std::vector<std::string>{"model.norm.weight", "lm_head.weight"}));
+}
+
+// LoRA (docs/lora.md): an adapter session of up_proj (base [8, 16]) at rank `r`.
+std::vector<RawTensor> adapter_tensors(std::uint64_t step, int r = 2) {
+  const std::string m = "model.layers.2.mlp.up_proj";
+  return {tensor(lora_tensor_name(m, LoraPart::kA), {r, 16}, step),
+          tensor(lora_tensor_name(m, LoraPart::kB), {8, r}, step)};
+}
+
+AdapterTarget adapter_target(const std::string& name,
+                             AdapterStore::Put put = AdapterStore::Put::kLoad) {
+  return {name, parse_lora_config(R"({"r": 2, "lora_alpha": 4, "target_modules": ["up_proj"]})"),
+          put};
+}
+
+class LoraReceiverTest : public ReceiverTest {
+ protected:
+  // Begin an adapter session, one bucket, commit; the commit's answer.
+  ReceiverCommit adapter_round(Receiver& r, const std::vector<RawTensor>& tensors,
+                               const AdapterTarget& target, const std::string& version) {
+    r.begin(Selector::kTarget, std::nullopt, false, target);
+    source_->broadcast(pack_bucket(0, tensors).bytes);
+    r.receive(request_for(tensors, Selector::kTarget, 0));
+    return r.commit(version);
+  }
+  void SetUp() override {
+    for (const auto& t : target_round(0)) model_.shapes[t.meta.name] = t.meta.shape;
+  }
+};
+
+TEST_F(LoraReceiverTest, AnAdapterSessionSwapsTheAdapterInAndLoadsNoRunner) {
+  auto r = make(false);
+  round(*r, 1, Selector::kTarget);
+  const auto loads = model_.order[0].size();
+  const auto base = model_.weights[0];
+  const auto tensors = adapter_tensors(1);
+  const auto commit = adapter_round(*r, tensors, adapter_target("math"), "a1");
+  EXPECT_EQ(commit.adapter, "math");
+  EXPECT_EQ(commit.weight_version, "v1");  // the base's version is not the adapter's
+  EXPECT_EQ(r->weight_version(), "v1");
+  EXPECT_EQ(model_.order[0].size(), loads) << "an adapter session loaded the target";
+  EXPECT_EQ(model_.weights[0], base);
+  EXPECT_EQ(model_.finishes[0], 1);
+  EXPECT_EQ(model_.finishes[1], 0) << "an adapter session post-processed the draft";
+  const auto held = r->adapters().find("math");
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->version, "a1");
+  ASSERT_EQ(held->tensors.size(), 2u);
+  for (const auto& t : tensors) {
+    bool found = false;
+    for (std::size_t i = 0; i < held->tensors.size(); ++i) {
+      if (held->tensors[i].name != t.meta.name) continue;
+      found = true;
+      EXPECT_EQ(held->bytes[i], t.bytes) << t.meta.name;
+      EXPECT_EQ(held->digests[i], tensor_digest(t.bytes)) << t.meta.name;
+    }
+    EXPECT_TRUE(found) << t.meta.name;
+  }
+}
+
+TEST_F(LoraReceiverTest, RefusedAdapterUpdatesChangeNothing) {
+  auto r = make(false);
+  adapter_round(*r, adapter_tensors(1), adapter_target("math"), "a1");
+  const auto before = r->adapters().find("math");
+  for (Selector s : {Selector::kDraft, Selector::kAll}) {
+    try {
+      r->begin(s, std::nullopt, false, adapter_target("math"));
+      FAIL() << "an adapter session of selector " << to_string(s) << " was opened";
+    } catch (const ReceiverError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("target model only"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(r->in_session());
+  }
+  // A base tensor in an adapter session: refused before anything is received.
+  r->begin(Selector::kTarget, std::nullopt, false, adapter_target("math"));
+  const auto base = target_round(2);
+  try {
+    r->receive(request_for({base[0]}, Selector::kTarget, 0));
+    FAIL() << "a base tensor was taken in an adapter session";
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("is not a LoRA tensor"), std::string::npos) << e.what();
+  }
+  r->abort("refused");
+  // A load that fails half-way (shapes of another rank: checked at commit) keeps the adapter.
+  try {
+    adapter_round(*r, adapter_tensors(2, /*r=*/3),
+                  adapter_target("math", AdapterStore::Put::kUpsert), "a2");
+    FAIL() << "an adapter of the wrong rank was swapped in";
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("expected [2, 16]"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r->adapters().find("math"), before);
+  // A second load of a held name is a 409; an upsert replaces it.
+  try {
+    adapter_round(*r, adapter_tensors(3), adapter_target("math"), "a3");
+    FAIL() << "a second load of 'math' was accepted";
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 409);
+  }
+  EXPECT_EQ(r->adapters().find("math"), before);
+  adapter_round(*r, adapter_tensors(4), adapter_target("math", AdapterStore::Put::kUpsert), "a4");
+  EXPECT_EQ(r->adapters().find("math")->version, "a4");
+  EXPECT_EQ(before->version, "a1");  // a holder keeps what it took
+  EXPECT_TRUE(r->unload_adapter("math"));
+  EXPECT_EQ(r->adapters().find("math"), nullptr);
+  EXPECT_TRUE(model_.order[0].empty()) << "an adapter session loaded the target";
 }
 
 }  // namespace

@@ -1,0 +1,74 @@
+#include "sync/engine/lora/adapter_session.h"
+
+#include "comm/errors.h"
+
+namespace weightcast::sync::engine {
+
+void check_adapter_begin(Selector selector, const AdapterTarget& target) {
+  if (selector != Selector::kTarget) {
+    throw ReceiverError(400, "selector: '" + std::string(to_string(selector)) +
+                                 "' with lora: adapters apply to the target model only; begin "
+                                 "the adapter's update with selector \"target\"");
+  }
+  try {
+    validate_adapter_name(target.name, "lora.lora_name");
+  } catch (const comm::BadRequestError& e) {
+    throw ReceiverError(400, e.what());
+  }
+}
+
+std::vector<std::vector<Runner>> route_adapter_tensors(
+    const AdapterTarget& target, const std::vector<TensorMeta>& tensors,
+    const std::unordered_set<std::string>& sent) {
+  std::vector<std::vector<Runner>> out;
+  out.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].name;
+    const std::string where = "names[" + std::to_string(i) + "]: '" + name + "'";
+    if (sent.count(name)) throw ReceiverError(400, where + " was already sent in this session");
+    const auto lora = parse_lora_tensor_name(name);
+    if (!lora) {
+      throw ReceiverError(400, where + " is not a LoRA tensor; the session updates adapter '" +
+                                   target.name + "', which takes lora_A/lora_B tensors only");
+    }
+    if (!target.config.targets(lora->module)) {
+      throw ReceiverError(
+          400, where + ": its module is not in adapter '" + target.name + "''s target_modules");
+    }
+    out.push_back({Runner::kTarget});
+  }
+  return out;
+}
+
+std::shared_ptr<const Adapter> build_adapter(const AdapterTarget& target,
+                                             const std::map<std::string, StagedTensor>& staged,
+                                             const ReceiverRunner* runner,
+                                             const std::string& version) {
+  auto adapter = std::make_shared<Adapter>();
+  adapter->name = target.name;
+  adapter->config = target.config;
+  adapter->version = version;
+  std::map<std::string, std::vector<std::int64_t>> base;
+  for (const auto& [name, t] : staged) {
+    adapter->tensors.push_back(t.meta);
+    adapter->bytes.push_back(t.bytes);
+    WC_ENFORCE(!t.rank_digests.empty() && t.rank_digests[0].has_value(), "staged digest of ", name);
+    adapter->digests.push_back(*t.rank_digests[0]);
+    const std::string weight = parse_lora_tensor_name(name)->module + ".weight";
+    if (runner == nullptr || !runner->shape_of) {
+      throw ReceiverError(400,
+                          "lora: this engine's target runner reports no base weight shapes, "
+                          "so it cannot check an adapter against them");
+    }
+    if (auto shape = runner->shape_of(weight)) base[weight] = std::move(*shape);
+  }
+  try {
+    check_adapter(target.config, adapter->tensors, base);
+  } catch (const comm::BadRequestError& e) {
+    throw ReceiverError(400, std::string(e.what()) + "; adapter '" + target.name +
+                                 "' is not swapped in (what it held before is kept)");
+  }
+  return adapter;
+}
+
+}  // namespace weightcast::sync::engine
