@@ -113,7 +113,32 @@ BeginWeightUpdateRequest parse_begin_weight_update(std::string_view body,
   if (const Json* v = r.optional("lease_ttl_s")) {
     out.lease_ttl_s = static_cast<std::uint64_t>(wire::as_int(*v, "lease_ttl_s", 1, 86400));
   }
+  if (const Json* v = r.optional("lora")) {
+    if (!v->is_object())
+      throw comm::BadRequestError("lora: must be an object {lora_name, config, op}");
+    const wire::FieldReader l(*v, "lora.");
+    LoraBegin lora;
+    lora.name = wire::as_text(l.required("lora_name"), "lora.lora_name", limits.max_string_length);
+    const Json& config = l.required("config");
+    if (!config.is_object()) throw comm::BadRequestError("lora.config: must be an object (PEFT's)");
+    lora.config_json = config.dump();
+    if (const Json* op = l.optional("op")) {
+      const std::string text = wire::as_text(*op, "lora.op", 16);
+      if (text != "load" && text != "upsert") {
+        throw comm::BadRequestError("lora.op: '" + text + "' is not \"load\" or \"upsert\"");
+      }
+      lora.upsert = text == "upsert";
+    }
+    out.lora = std::move(lora);
+  }
   return out;
+}
+
+UnloadLoraAdapterRequest parse_unload_lora_adapter(std::string_view body,
+                                                   const ProtocolLimits& limits) {
+  const Json j = wire::parse_body(body, limits);
+  const wire::FieldReader r(j, "");
+  return {wire::as_text(r.required("lora_name"), "lora_name", limits.max_string_length)};
 }
 
 UpdateWeightVersionRequest parse_update_weight_version(std::string_view body,
@@ -188,6 +213,11 @@ std::string to_json_string(const BeginWeightUpdateRequest& request) {
   if (request.holder) j["holder"] = *request.holder;
   if (request.lease_id) j["lease_id"] = *request.lease_id;
   if (request.lease_ttl_s) j["lease_ttl_s"] = *request.lease_ttl_s;
+  if (request.lora) {
+    j["lora"] = {{"lora_name", request.lora->name},
+                 {"config", Json::parse(request.lora->config_json)},
+                 {"op", request.lora->upsert ? "upsert" : "load"}};
+  }
   return wire::dump(j);
 }
 

@@ -82,13 +82,31 @@ struct FlushCacheRequest {
 // A holder also takes a lease on the engine (sync/engine/control/lease.h): later begins carry the
 // lease_id the first answer returned; lease_ttl_s asks for a time to live (absent: the engine's
 // --lease-ttl-s).
+// Ours: begin_weight_update's "lora" object, an adapter update (docs/lora.md): `lora_name`, PEFT's
+// `config` (an object, kept as JSON text: the engine checks it) and `op` "load" (refused for a
+// held name) or "upsert".
+struct LoraBegin {
+  std::string name;
+  std::string config_json;
+  bool upsert = false;
+  bool operator==(const LoraBegin&) const = default;
+};
+
 struct BeginWeightUpdateRequest {
   Selector selector = Selector::kAll;  // required on the wire
   std::optional<std::string> holder = std::nullopt;
   std::optional<std::string> lease_id = std::nullopt;
   std::optional<std::uint64_t> lease_ttl_s = std::nullopt;  // 1 .. 86400
+  std::optional<LoraBegin> lora = std::nullopt;
   bool operator==(const BeginWeightUpdateRequest&) const = default;
 };
+
+// POST /unload_lora_adapter (SGLang's route and body): {"lora_name"}.
+struct UnloadLoraAdapterRequest {
+  std::string lora_name;
+};
+UnloadLoraAdapterRequest parse_unload_lora_adapter(std::string_view body,
+                                                   const ProtocolLimits& limits);
 
 // Ours: a bucket that travels as a delta against the bytes the engine committed at `base_version`
 // (update_weights_from_distributed's "delta" object; docs/protocol.md, "Delta buckets"). The

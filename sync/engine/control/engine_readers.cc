@@ -135,6 +135,18 @@ Reply EngineReaders::server_info() const {
                       {"data_path", group->data_path()}});
   }
   j["groups"] = groups;
+  Json adapters = Json::array();
+  for (const auto& name : ctx_.receiver.adapters().names()) {
+    if (const auto a = ctx_.receiver.adapters().find(name)) {
+      adapters.push_back({{"lora_name", a->name},
+                          {"config", Json::parse(to_json_string(a->config))},
+                          {"version", a->version},
+                          {"tensors", a->tensors.size()},
+                          {"bytes", a->byte_count()},
+                          {"digest", to_string(a->combined_digest())}});
+    }
+  }
+  j["lora_adapters"] = adapters;
   add_sglang_keys(j, ctx_.opts.rank_count, ctx_.opts.experts.ep_size,
                   ctx_.opts.speculative_algorithm);
   // Which routed experts each engine rank holds (its EP rank's), as SGLang's loaders keep them.
@@ -306,6 +318,23 @@ Reply EngineReaders::spec_accept_length() const {
 Reply EngineReaders::weights_checker(const WeightsCheckerRequest& request) {
   ctx_.touch();
   return checker_.handle(ctx_.runners, request);
+}
+
+Reply EngineReaders::lora_checksum(const std::string& name) const {
+  const auto adapter = ctx_.receiver.adapters().find(name);
+  if (!adapter) return error_reply(404, "lora: no adapter '" + name + "' is loaded");
+  Json tensors = Json::array();
+  for (std::size_t i = 0; i < adapter->tensors.size(); ++i) {
+    tensors.push_back({{"name", adapter->tensors[i].name},
+                       {"digest", to_string(adapter->digests[i])},
+                       {"bytes", adapter->bytes[i].size()}});
+  }
+  Json j{{"success", true},
+         {"lora_name", adapter->name},
+         {"version", adapter->version},
+         {"digest", to_string(adapter->combined_digest())},
+         {"tensors", std::move(tensors)}};
+  return {200, j.dump()};
 }
 
 }  // namespace weightcast::sync::engine

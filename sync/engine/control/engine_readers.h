@@ -23,6 +23,9 @@ class EngineReaders {
   Reply weight_version_info() const;
   Reply model_info() const;
   Reply weights_checksum(const std::string& runner, bool recompute = false) const;
+  // /weights_checksum?lora=NAME: the adapter's per-tensor digests and combined digest; 404 when no
+  // adapter of that name is held (docs/lora.md).
+  Reply lora_checksum(const std::string& name) const;
   Reply metrics() const;
   // The speculative accept-length probe (sync/model/spec_probe.h) on the committed weights, each
   // read through its runner's layout: the target's embedding and lm_head, the draft's EAGLE fc.

@@ -49,7 +49,17 @@ Reply SessionRoutes::begin_weight_update(const BeginWeightUpdateRequest& request
   }
   ReceiverBegin begun;
   try {
-    begun = ctx_.receiver.begin(request.selector, request.holder);
+    std::optional<AdapterTarget> adapter;
+    if (request.lora) {
+      try {
+        adapter = AdapterTarget{
+            request.lora->name, parse_lora_config(request.lora->config_json),
+            request.lora->upsert ? AdapterStore::Put::kUpsert : AdapterStore::Put::kLoad};
+      } catch (const comm::BadRequestError& e) {
+        return error_reply(400, std::string("lora.") + e.what());
+      }
+    }
+    begun = ctx_.receiver.begin(request.selector, request.holder, false, std::move(adapter));
   } catch (const ReceiverError& e) {
     return in_dialect(native, error_reply(e.status(), e.what()));
   }
@@ -69,6 +79,14 @@ Reply SessionRoutes::begin_weight_update(const BeginWeightUpdateRequest& request
   response.weight_version = ctx_.runners.weight_version();
   response.runner_digest = to_string(ctx_.runners.covered_digest(request.selector));
   return {200, to_json_string(response)};
+}
+
+Reply SessionRoutes::unload_lora_adapter(const UnloadLoraAdapterRequest& request) {
+  std::lock_guard lock(ctx_.mu);
+  if (!ctx_.receiver.unload_adapter(request.lora_name)) {
+    return error_reply(404, "lora_name: no adapter '" + request.lora_name + "' is loaded");
+  }
+  return ok_reply("adapter '" + request.lora_name + "' unloaded");
 }
 
 Reply SessionRoutes::release_lease(const ReleaseLeaseRequest& request) {
@@ -124,6 +142,7 @@ Reply SessionRoutes::end_weight_update(const EndWeightUpdateRequest& request) {
   response.message = ctx_.opts.legacy_finalize
                          ? "committed (legacy finalize: every resident tensor re-processed)"
                          : "committed";
+  if (!done.adapter.empty()) response.message = "adapter '" + done.adapter + "' committed";
   response.message += done.flush_note;
   response.weight_version = ctx_.runners.weight_version();
   for (const auto& c : done.runners) {

@@ -25,6 +25,7 @@ class SessionRoutes {
   Reply pause_generation(const PauseGenerationRequest& request);
   Reply continue_generation(const ContinueGenerationRequest& request);
   Reply flush_cache();
+  Reply unload_lora_adapter(const UnloadLoraAdapterRequest& request);
 
  private:
   EngineContext& ctx_;

@@ -85,6 +85,8 @@ void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limit
   post("/end_weight_update", parse_end_weight_update, &Engine::end_weight_update);
   // Ours: the trainer's abort path. Like end, it takes no fields.
   post("/abort_weight_update", parse_abort_weight_update, &Engine::abort_weight_update);
+  // SGLang's route and body: drops an adapter (requests that took it keep it; docs/lora.md).
+  post("/unload_lora_adapter", parse_unload_lora_adapter, &Engine::unload_lora_adapter);
   // Ours: ends the trainer's lease (with its id), or breaks it (force, an operator's call).
   post("/release_weight_update_lease", parse_release_lease, &Engine::release_lease);
   // SGLang's: checksum / snapshot / compare of the resident weights.
@@ -94,8 +96,11 @@ void add_update_routes(RouteTable& table, Engine* e, const ProtocolLimits& limit
        &Engine::update_weights_from_tensor);
 }
 
-// GET /weights_checksum?runner=NAME[&recompute=1]
+// GET /weights_checksum?runner=NAME[&recompute=1] or ?lora=NAME
 Reply weights_checksum_route(const Engine* e, const Request& request) {
+  if (auto lora = request.query.find("lora"); lora != request.query.end()) {
+    return e->lora_checksum(lora->second);
+  }
   auto it = request.query.find("runner");
   if (it == request.query.end()) {
     return error_reply(400, "runner: missing required query parameter");

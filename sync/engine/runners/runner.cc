@@ -326,6 +326,13 @@ ReceiverRunner RunnerSet::receiver_runner(Runner id) {
            " but runner '" + std::string(to_string(id)) + "' holds " +
            std::string(to_string(resident->dtype)) + shape_text(resident->shape);
   };
+  r.shape_of = [this, id](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+    std::shared_lock lock(mu_);
+    const Slot& held = get(id);
+    const auto it = held.tensors.find(name);
+    if (it == held.tensors.end()) return std::nullopt;
+    return it->second.meta.shape;
+  };
   return r;
 }
 

@@ -60,7 +60,9 @@ class EngineHttpFixture : public ::testing::Test {
                        "generated"};
     auto runners =
         std::make_unique<RunnerSet>(std::vector<RunnerConfig>{target, draft}, "v0", ranks);
-    runners->load_initial(Runner::kTarget, target_weights(0));
+    auto initial = target_weights(0);
+    initial.insert(initial.end(), extra_target_.begin(), extra_target_.end());
+    runners->load_initial(Runner::kTarget, std::move(initial));
     runners->load_initial(Runner::kDraft, draft_weights());
     engine_ = std::make_unique<Engine>(opts, std::move(runners));
     ServerOptions sopts;
@@ -190,6 +192,7 @@ class EngineHttpFixture : public ::testing::Test {
   }
 
   std::shared_ptr<FakeSource> source_ = std::make_shared<FakeSource>();
+  std::vector<RawTensor> extra_target_;  // more initial target tensors, set before start()
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;

@@ -257,5 +257,29 @@ TEST(ProtocolRequest, DeltaBucketRoundTripsAndIsCheckedFieldByField) {
   EXPECT_THROW(parse_update_weights_from_distributed(j.dump()), comm::BadRequestError);
 }
 
+TEST(LoraBeginRequest, RoundTripsAndRefusesABadLoraObjectNamingTheField) {
+  BeginWeightUpdateRequest req;
+  req.selector = Selector::kTarget;
+  req.lora = LoraBegin{"math", R"({"lora_alpha":8,"r":4,"target_modules":["q_proj"]})", true};
+  const ProtocolLimits limits;
+  EXPECT_EQ(parse_begin_weight_update(to_json_string(req), limits), req);
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"selector":"target","lora":[]})", "lora"},
+           {R"({"selector":"target","lora":{"config":{}}})", "lora.lora_name"},
+           {R"({"selector":"target","lora":{"lora_name":"m"}})", "lora.config"},
+           {R"({"selector":"target","lora":{"lora_name":"m","config":[]}})", "lora.config"},
+           {R"({"selector":"target","lora":{"lora_name":"m","config":{},"op":"merge"}})",
+            "lora.op"}}) {
+    try {
+      parse_begin_weight_update(body, limits);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const comm::BadRequestError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_unload_lora_adapter(R"({"lora_name":"math"})", limits).lora_name, "math");
+  EXPECT_THROW(parse_unload_lora_adapter("{}", limits), comm::BadRequestError);
+}
+
 }  // namespace
 }  // namespace weightcast::sync
