@@ -13,8 +13,10 @@ python/sglang/srt/weight_sync/tensor_bucket.py @07e90009 for the one-dtype form.
 Unpickling runs code: a payload can do whatever the engine's user can. So it is read only when the
 engine was started with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1, as vLLM reads its pickled IPC
 handles only with VLLM_ALLOW_INSECURE_SERIALIZATION=1; otherwise the request is a 400 naming the
-flag. Even opted in, the unpickler resolves only torch, the metadata record and a few builtins
-(SGLang's own receiver keeps an allow-list too): anything else is refused by name. CPU tensors must
+flag. Even opted in, the unpickler resolves only torch's tensor and storage rebuilders, the
+metadata record and a few builtins (SGLang's own receiver keeps an allow-list too): anything else
+is refused by name. The allow-list narrows what a payload can name; it is not a sandbox (a storage
+pickled by value is rebuilt through torch.load, itself an unpickler): the opt-in is the boundary. CPU tensors must
 be pickled so an unrelated process can open them: torch's "file_system" sharing strategy, or a
 plain pickle that carries the bytes; the default "file_descriptor" strategy hands descriptors only
 to the sender's own children.
