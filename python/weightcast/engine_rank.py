@@ -155,17 +155,16 @@ class EngineRank:
         """One colocated bucket in the pickled form SGLang and Miles send (weightcast.pickled:
         read only when opted in), inside the open session: this rank decodes its own entry."""
         body = json.loads(body) if isinstance(body, str) else body
-        local, data = pickled.decode(body, self.engine_rank)
-        size = self.receiver.receive_local(local, data)
-        return True, f"copied {size} bytes from the pickled bucket"
+        return self._receive_local(*pickled.decode(body, self.engine_rank), "the pickled bucket")
 
     def update_ipc(self, info):
         """vLLM's ipc shape inside the open session: this rank opens its handles (weightcast.pickled:
         only when opted in) and stages the tensors."""
         info = json.loads(info) if isinstance(info, str) else info
-        local, data = pickled.decode_ipc(info)
-        size = self.receiver.receive_local(local, data)
-        return True, f"copied {size} bytes from IPC handles"
+        return self._receive_local(*pickled.decode_ipc(info), "IPC handles")
+
+    def _receive_local(self, local, data, source):
+        return True, f"copied {self.receiver.receive_local(local, data)} bytes from {source}"
 
     def end(self, version=None):
         return self.receiver.commit(version)

@@ -257,11 +257,7 @@ def decode_ipc(info, key=None):
                 f"ipc_handles[{i}] ('{name}'): opens as {got}, update_info says {dtype} {shape}"
             )
         pairs.append((name, t))
-    manifest, flat = _pairs(pairs)
-    keep = ("selector", "session_id", "weight_version")
-    local = {k: info[k] for k in keep if info.get(k) is not None}
-    local["manifest"] = manifest
-    return json.dumps(local), flat
+    return _local_body(info, *_pairs(pairs))
 
 
 def decode(body, tp_rank):
@@ -274,8 +270,15 @@ def decode(body, tp_rank):
             f"serialized_named_tensors: {len(entries)} entries for an engine whose TP rank {tp_rank} reads entry {tp_rank}"
         )
     obj = _load(entries[tp_rank])
-    manifest, flat = _flattened(obj) if body.get("load_format") == "flattened_bucket" else _pairs(obj)
+    return _local_body(
+        body, *(_flattened(obj) if body.get("load_format") == "flattened_bucket" else _pairs(obj))
+    )
+
+
+def _local_body(request, manifest, flat):
+    """(JSON body for Receiver.receive_local, uint8 tensor): the manifest and the request's
+    session fields."""
     keep = ("selector", "session_id", "weight_version", "flush_cache", "abort_all_requests")
-    local = {k: body[k] for k in keep if body.get(k) is not None}
+    local = {k: request[k] for k in keep if request.get(k) is not None}
     local["manifest"] = manifest
     return json.dumps(local), flat

@@ -341,15 +341,16 @@ def _manager_tensor(manager, recv_req, *args, **kwargs):
     (weightcast.pickled) and staged in the round's weightcast session; the commit at end loads it.
     A refused or failed bucket discards the round (end answers success false)."""
     out = _resolve(TENSOR_OUTPUT)
+    req = fields(recv_req)
     try:
-        message, ok = _receive_tensor(manager, fields(recv_req)), True
+        message, ok = _receive_tensor(manager, dict(req)), True
     except Exception as e:
         message, ok = f"weightcast: {e}", False
     if ok:
         manager._weight_update_loaded = True  # as after SGLang's own load: end skips post_load_weights
         record = getattr(manager, "record_weight_version_after_update", None)
         if record is not None:
-            record(fields(recv_req).get("weight_version"))
+            record(req.get("weight_version"))
     group = getattr(manager, "tp_cpu_group", None)
     if group is not None:
         import torch.distributed as dist

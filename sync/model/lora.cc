@@ -111,27 +111,34 @@ std::string lora_tensor_name(std::string_view module, LoraPart part) {
          std::string(part == LoraPart::kA ? kSuffixA : kSuffixB);
 }
 
+LoraTensorName adapted_module(const LoraConfig& config, std::string_view tensor_name) {
+  const std::string where = "'" + std::string(tensor_name) + "'";
+  auto parsed = parse_lora_tensor_name(tensor_name);
+  if (!parsed) {
+    bad(where + " is not a LoRA tensor (PEFT names end in .lora_A.weight/.lora_B.weight)");
+  }
+  if (!config.targets(parsed->module)) {
+    bad(where + ": module '" + std::string(last_component(parsed->module)) +
+        "' is not in config.target_modules");
+  }
+  return std::move(*parsed);
+}
+
 void check_adapter(const LoraConfig& config, const std::vector<TensorMeta>& tensors,
                    const std::map<std::string, std::vector<std::int64_t>>& base_shapes) {
   if (tensors.empty()) bad("adapter: holds no tensor");
   std::map<std::string, std::set<LoraPart>> seen;
   for (const TensorMeta& t : tensors) {
-    const auto parsed = parse_lora_tensor_name(t.name);
+    const LoraTensorName parsed = adapted_module(config, t.name);
     const std::string where = "adapter tensor '" + t.name + "'";
-    if (!parsed)
-      bad(where + ": not a LoRA tensor (PEFT names end in .lora_A.weight/.lora_B.weight)");
-    if (!config.targets(parsed->module)) {
-      bad(where + ": module '" + std::string(last_component(parsed->module)) +
-          "' is not in config.target_modules");
-    }
-    if (!seen[parsed->module].insert(parsed->part).second) bad(where + ": appears twice");
-    const auto base = base_shapes.find(parsed->module + ".weight");
+    if (!seen[parsed.module].insert(parsed.part).second) bad(where + ": appears twice");
+    const auto base = base_shapes.find(parsed.module + ".weight");
     if (base == base_shapes.end() || base->second.size() != 2) {
-      bad(where + ": the model has no 2-D weight '" + parsed->module + ".weight' to adapt");
+      bad(where + ": the model has no 2-D weight '" + parsed.module + ".weight' to adapt");
     }
     const std::int64_t out = base->second[0];
     const std::int64_t in = base->second[1];
-    const std::vector<std::int64_t> want = parsed->part == LoraPart::kA
+    const std::vector<std::int64_t> want = parsed.part == LoraPart::kA
                                                ? std::vector<std::int64_t>{config.r, in}
                                                : std::vector<std::int64_t>{out, config.r};
     if (t.shape != want) {

@@ -50,6 +50,10 @@ std::optional<LoraTensorName> parse_lora_tensor_name(std::string_view name);
 // PEFT's name for `module`'s A or B.
 std::string lora_tensor_name(std::string_view module, LoraPart part);
 
+// The module `tensor_name` adapts: BadRequestError unless it is a LoRA tensor name in PEFT's form
+// of a module `config` targets. The one rule a bucket's names and check_adapter() both apply.
+LoraTensorName adapted_module(const LoraConfig& config, std::string_view tensor_name);
+
 // Checks that `tensors` are an adapter of `config` over a base whose weights have the shapes in
 // `base_shapes` (name -> shape): every tensor a LoRA tensor of a targeted module, each module with
 // exactly one A and one B, A [r, in] and B [out, r] for a base weight `<module>.weight` of shape

@@ -136,15 +136,13 @@ Reply EngineReaders::server_info() const {
   }
   j["groups"] = groups;
   Json adapters = Json::array();
-  for (const auto& name : ctx_.receiver.adapters().names()) {
-    if (const auto a = ctx_.receiver.adapters().find(name)) {
-      adapters.push_back({{"lora_name", a->name},
-                          {"config", Json::parse(to_json_string(a->config))},
-                          {"version", a->version},
-                          {"tensors", a->tensors.size()},
-                          {"bytes", a->byte_count()},
-                          {"digest", to_string(a->combined_digest())}});
-    }
+  for (const auto& a : ctx_.receiver.adapters().held()) {
+    adapters.push_back({{"lora_name", a->name},
+                        {"config", Json::parse(to_json_string(a->config))},
+                        {"version", a->version},
+                        {"tensors", a->tensors.size()},
+                        {"bytes", a->byte_count()},
+                        {"digest", to_string(a->combined_digest())}});
   }
   j["lora_adapters"] = adapters;
   add_sglang_keys(j, ctx_.opts.rank_count, ctx_.opts.experts.ep_size,

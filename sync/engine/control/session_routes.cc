@@ -47,18 +47,18 @@ Reply SessionRoutes::begin_weight_update(const BeginWeightUpdateRequest& request
           ctx_.lease.check(request.holder, request.lease_id, "begin_weight_update", now)) {
     return in_dialect(native, refusal_reply(*refusal));
   }
+  std::optional<AdapterTarget> adapter;
+  if (request.lora) {
+    try {
+      adapter = AdapterTarget{
+          request.lora->name, parse_lora_config(request.lora->config_json),
+          request.lora->upsert ? AdapterStore::Put::kUpsert : AdapterStore::Put::kLoad};
+    } catch (const comm::BadRequestError& e) {
+      return error_reply(400, std::string("lora.") + e.what());
+    }
+  }
   ReceiverBegin begun;
   try {
-    std::optional<AdapterTarget> adapter;
-    if (request.lora) {
-      try {
-        adapter = AdapterTarget{
-            request.lora->name, parse_lora_config(request.lora->config_json),
-            request.lora->upsert ? AdapterStore::Put::kUpsert : AdapterStore::Put::kLoad};
-      } catch (const comm::BadRequestError& e) {
-        return error_reply(400, std::string("lora.") + e.what());
-      }
-    }
     begun = ctx_.receiver.begin(request.selector, request.holder, false, std::move(adapter));
   } catch (const ReceiverError& e) {
     return in_dialect(native, error_reply(e.status(), e.what()));

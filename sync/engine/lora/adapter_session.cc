@@ -24,16 +24,15 @@ std::vector<std::vector<Runner>> route_adapter_tensors(
   out.reserve(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string& name = tensors[i].name;
-    const std::string where = "names[" + std::to_string(i) + "]: '" + name + "'";
-    if (sent.count(name)) throw ReceiverError(400, where + " was already sent in this session");
-    const auto lora = parse_lora_tensor_name(name);
-    if (!lora) {
-      throw ReceiverError(400, where + " is not a LoRA tensor; the session updates adapter '" +
-                                   target.name + "', which takes lora_A/lora_B tensors only");
+    const std::string where = "names[" + std::to_string(i) + "]: ";
+    if (sent.count(name)) {
+      throw ReceiverError(400, where + "'" + name + "' was already sent in this session");
     }
-    if (!target.config.targets(lora->module)) {
-      throw ReceiverError(
-          400, where + ": its module is not in adapter '" + target.name + "''s target_modules");
+    try {
+      adapted_module(target.config, name);
+    } catch (const comm::BadRequestError& e) {
+      throw ReceiverError(400,
+                          where + e.what() + "; the session updates adapter '" + target.name + "'");
     }
     out.push_back({Runner::kTarget});
   }
@@ -44,6 +43,11 @@ std::shared_ptr<const Adapter> build_adapter(const AdapterTarget& target,
                                              const std::map<std::string, StagedTensor>& staged,
                                              const ReceiverRunner* runner,
                                              const std::string& version) {
+  if (runner == nullptr || !runner->shape_of) {
+    throw ReceiverError(400,
+                        "lora: this engine's target runner reports no base weight shapes, "
+                        "so it cannot check an adapter against them");
+  }
   auto adapter = std::make_shared<Adapter>();
   adapter->name = target.name;
   adapter->config = target.config;
@@ -54,13 +58,10 @@ std::shared_ptr<const Adapter> build_adapter(const AdapterTarget& target,
     adapter->bytes.push_back(t.bytes);
     WC_ENFORCE(!t.rank_digests.empty() && t.rank_digests[0].has_value(), "staged digest of ", name);
     adapter->digests.push_back(*t.rank_digests[0]);
-    const std::string weight = parse_lora_tensor_name(name)->module + ".weight";
-    if (runner == nullptr || !runner->shape_of) {
-      throw ReceiverError(400,
-                          "lora: this engine's target runner reports no base weight shapes, "
-                          "so it cannot check an adapter against them");
+    if (const auto lora = parse_lora_tensor_name(name)) {  // others: refused by check_adapter
+      const std::string weight = lora->module + ".weight";
+      if (auto shape = runner->shape_of(weight)) base[weight] = std::move(*shape);
     }
-    if (auto shape = runner->shape_of(weight)) base[weight] = std::move(*shape);
   }
   try {
     check_adapter(target.config, adapter->tensors, base);

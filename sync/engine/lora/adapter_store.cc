@@ -54,6 +54,13 @@ std::vector<std::string> AdapterStore::names() const {
   return out;
 }
 
+std::vector<std::shared_ptr<const Adapter>> AdapterStore::held() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<const Adapter>> out;
+  for (const auto& [_, adapter] : held_) out.push_back(adapter);
+  return out;
+}
+
 std::size_t AdapterStore::size() const {
   std::lock_guard lock(mu_);
   return held_.size();

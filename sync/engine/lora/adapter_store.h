@@ -48,6 +48,8 @@ class AdapterStore {
   // The adapter held under `name`, or null.
   std::shared_ptr<const Adapter> find(const std::string& name) const;
   std::vector<std::string> names() const;
+  // Every adapter held, in name order (one lock: a listing sees one state of the store).
+  std::vector<std::shared_ptr<const Adapter>> held() const;
   std::size_t size() const;
 
  private:
