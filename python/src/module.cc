@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "comm/errors.h"
@@ -103,7 +104,11 @@ std::unique_ptr<PyUpdater> construct_updater(
     std::optional<std::string> store_token, std::string bind_address, std::string group_prefix,
     std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
     double update_timeout, bool verify, double bucket_delay, std::string delta,
-    std::string on_engine_failure, double probe_timeout, std::string colocate) {
+    std::string on_engine_failure, double probe_timeout, std::variant<bool, std::string> colocate) {
+  // colocate=True / False read as "on" / "off" (the and a user's first guess).
+  std::string colocate_mode = std::holds_alternative<bool>(colocate)
+                                  ? std::string(std::get<bool>(colocate) ? "on" : "off")
+                                  : std::get<std::string>(std::move(colocate));
   Settings s{std::move(selector),
              std::move(backend),
              bucket_bytes,
@@ -121,7 +126,7 @@ std::unique_ptr<PyUpdater> construct_updater(
              std::move(delta),
              std::move(on_engine_failure),
              probe_timeout,
-             std::move(colocate)};
+             std::move(colocate_mode)};
   return make_updater(std::move(engines), s, verify);
 }
 

@@ -62,6 +62,17 @@ class Colocate(unittest.TestCase):
                 self.assertTrue(report.ok, report.error)
                 self.assertNotIn("colocated", report.data_path)
 
+    def test_true_and_false_mean_on_and_off(self):
+        with engines.running(1, layout="none") as (urls, _):
+            with weightcast.DistributedUpdater(engines=urls, selector="target", colocate=True) as updater:
+                report = updater.update(model().items())
+                self.assertTrue(report.ok, report.error)
+                self.assertEqual(report.data_path, "colocated")
+            with weightcast.DistributedUpdater(engines=urls, selector="target", colocate=False) as updater:
+                report = updater.update(model(scale=2).items())
+                self.assertTrue(report.ok, report.error)
+                self.assertNotIn("colocated", report.data_path)
+
     def test_bad_mode_is_a_config_error(self):
         with self.assertRaisesRegex(weightcast.ConfigError, "unknown colocate mode"):
             weightcast.DistributedUpdater(engines=["http://127.0.0.1:1"], colocate="yes")
