@@ -1,5 +1,6 @@
 #include "launcher/train/stage_attempt.h"
 
+#include <functional>
 #include <string>
 
 #include "sync/trainer/engine_calls.h"
@@ -25,10 +26,14 @@ StageOutcome StageAttempt::send_own_stage(const std::optional<UpdateSession>& se
   try {
     updater_.adopt(*session);  // the coordinator's engine set for this attempt
     updater_.ensure_group(topo_.pp_rank());
-    outcome.result = updater_.send_stage(*session, topo_.pp_rank(), tensors,
-                                         [this](const std::string& name, comm::Deadline deadline) {
-                                           gather_.await(name, deadline);
-                                         });
+    std::function<void(const std::string&, comm::Deadline)> await;
+    // An adapter's tensors are made whole on the source: nothing to wait for.
+    if (!adapter_) {
+      await = [this](const std::string& name, comm::Deadline deadline) {
+        gather_.await(name, deadline);
+      };
+    }
+    outcome.result = updater_.send_stage(*session, topo_.pp_rank(), tensors, std::move(await));
     outcome.sent = true;
   } catch (const EngineCallError& e) {
     // Which engine failed the group setup: the coordinator's drop decision needs it.
@@ -48,7 +53,8 @@ RankStatus StageAttempt::run(const std::vector<NamedTensor>& tensors, UpdateRepo
   RankStatus opened = rank_status(kExitUpdateFailed, "");
   if (coordinator()) {
     opened = guarded([&] {
-      session = updater_.open_session(report);
+      session = adapter_ ? updater_.open_session(report, adapter_->version, adapter_->begin)
+                         : updater_.open_session(report);
       return session ? rank_status(kExitOk, session->token())
                      : rank_status(kExitUpdateFailed, report.error);
     });

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/deadline.h"
@@ -26,11 +27,24 @@ namespace weightcast::launcher::train {
 // The longest a source may spend on one stage's data phase, group setup included.
 comm::Millis stage_budget(const TrainOptions& o);
 
+// An adapter step (--lora-rank; docs/lora.md): the attempt's session is an adapter session of
+// `begin`'s adapter, committing the adapter's `version`; its tensors are ready, not gathered.
+struct AdapterStep {
+  sync::LoraBegin begin;
+  std::string version;
+};
+
 class StageAttempt {
  public:
   StageAttempt(const TrainOptions& o, const comm::mpi::Topology& topo, MPI_Comm sources,
-               sync::trainer::DistributedUpdater& updater, StageGather& gather)
-      : o_(o), topo_(topo), sources_(sources), updater_(updater), gather_(gather) {}
+               sync::trainer::DistributedUpdater& updater, StageGather& gather,
+               const AdapterStep* adapter = nullptr)
+      : o_(o),
+        topo_(topo),
+        sources_(sources),
+        updater_(updater),
+        gather_(gather),
+        adapter_(adapter) {}
 
   // Runs the attempt. Returns the coordinator's "opened" status; `report` and `digests` are the
   // coordinator's; `verify_seconds` gets the digest exchange's time when there was one.
@@ -54,6 +68,7 @@ class StageAttempt {
   MPI_Comm sources_;
   sync::trainer::DistributedUpdater& updater_;
   StageGather& gather_;
+  const AdapterStep* adapter_;  // null: the base weights
 };
 
 }  // namespace weightcast::launcher::train

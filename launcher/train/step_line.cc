@@ -60,8 +60,16 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
   std::string verified = "no", target_ok = "-", draft_ok = "-";
   if (verifier_) {
     follow();
-    verifier_->apply(report.selector, digests);
-    const auto problems = verifier_->check(report.version);
+    std::vector<UpdateVerifier::Problem> problems;
+    if (report.adapter.empty()) {
+      verifier_->apply(report.selector, digests);
+      problems = verifier_->check(report.version);
+    } else {
+      // An adapter update: the adapter's bytes exact, and the base and draft as they were.
+      problems = verifier_->check_adapter(report.adapter, report.version, digests);
+      const auto base = verifier_->check_unchanged();
+      problems.insert(problems.end(), base.begin(), base.end());
+    }
     bool call_failed = false, target_bad = false, draft_bad = false;
     for (const auto& p : problems) {
       if (!p.runner) {
@@ -96,12 +104,13 @@ std::pair<int, std::string> StepChecker::committed(int step, const UpdateReport&
   char line[896];
   std::snprintf(
       line, sizeof(line),
-      "step %d/%d version %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
+      "step %d/%d %sversion %s selector %s bytes %" PRIu64 " (%s) buckets %" PRIu64
       " seconds %.3f GB/s %.3f verified %s target_ok %s draft_ok %s wire %" PRIu64
       " (%s) delta_buckets %" PRIu64 " path %s%s%s",
-      step, o_.steps, report.version.c_str(), std::string(sync::to_string(report.selector)).c_str(),
-      report.bytes, format_bytes(report.bytes).c_str(), report.buckets, report.seconds,
-      report.gbps(), verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
+      step, o_.steps, report.adapter.empty() ? "" : ("lora " + report.adapter + " ").c_str(),
+      report.version.c_str(), std::string(sync::to_string(report.selector)).c_str(), report.bytes,
+      format_bytes(report.bytes).c_str(), report.buckets, report.seconds, report.gbps(),
+      verified.c_str(), target_ok.c_str(), draft_ok.c_str(), report.wire_bytes,
       format_bytes(report.wire_bytes).c_str(), report.delta_buckets,
       report.data_path.empty() ? "-" : report.data_path.c_str(), changed_.c_str(), accept.c_str());
   return {kExitOk, line + membership(report) + phases + phase_summary(report) + tail};

@@ -184,7 +184,37 @@ void add_step_options(CLI::App& app, TrainOptions& o) {
          {"auto", "whole", "overlap"});
 }
 
+// LoRA: adapters on a frozen base instead of the base weights (docs/lora.md).
+void add_lora_options(CLI::App& app, TrainOptions& o) {
+  ranged(app, "--lora-rank", o.lora_rank,
+         "train (perturb) a LoRA adapter of this rank on the frozen base and send only it each "
+         "step, swapped in under --lora-name on every engine; 0: send the base weights",
+         0, 65536);
+  app.add_option("--lora-alpha", o.lora_alpha,
+                 "the adapter's lora_alpha (its scaling is alpha / rank); 0: twice the rank")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--lora-targets", o.lora_targets,
+                 "modules the adapter adapts, comma separated (PEFT's target_modules)")
+      ->delimiter(',')
+      ->capture_default_str();
+  with_default(app, "--lora-name", o.lora_name, "the adapter's name on the engines (lora_name)");
+}
+
 }  // namespace
+
+std::optional<sync::LoraConfig> lora_config(const TrainOptions& o) {
+  if (o.lora_rank == 0) return std::nullopt;
+  nlohmann::json config = {{"r", o.lora_rank},
+                           {"lora_alpha", o.lora_alpha > 0 ? o.lora_alpha : 2.0 * o.lora_rank},
+                           {"target_modules", o.lora_targets}};
+  try {
+    sync::validate_adapter_name(o.lora_name, "--lora-name");
+    return sync::parse_lora_config(config.dump());
+  } catch (const comm::BadRequestError& e) {
+    throw comm::ConfigError(std::string("--lora-*: ") + e.what());
+  }
+}
 
 void add_options(CLI::App& app, TrainOptions& o) {
   add_parallelism_options(app, o);
@@ -195,6 +225,7 @@ void add_options(CLI::App& app, TrainOptions& o) {
   add_timeout_options(app, o);
   add_failure_options(app, o);
   add_step_options(app, o);
+  add_lora_options(app, o);
 }
 
 sync::ModelSpec resolve_model(const TrainOptions& o) {

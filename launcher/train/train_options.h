@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sync/model/atomic_groups.h"
+#include "sync/model/lora.h"
 #include "sync/model/model.h"
 #include "sync/protocol/decision.h"
 #include "sync/trainer/megatron.h"
@@ -84,6 +85,13 @@ struct TrainOptions {
   std::string tp_gather = "auto";
   std::string drift = "jump";  // jump (fill_tensor's step k) | realistic (sync/model/drift.h)
   double drift_lr = 0;         // 0: the realistic rate
+
+  // LoRA (docs/lora.md): with a rank, the base stays frozen and each step sends only an adapter
+  // of the modules --lora-targets names, under --lora-name.
+  int lora_rank = 0;
+  double lora_alpha = 0;  // 0: twice the rank
+  std::vector<std::string> lora_targets = {"q_proj", "v_proj"};
+  std::string lora_name = "weightcast";
 };
 
 // Registers every flag on `app`, writing into `options`.
@@ -108,6 +116,10 @@ void check_model_layout(const TrainOptions& options, const sync::ModelSpec& spec
 // engines report), the spec's MTP layers and the conversion mode.
 sync::SelectorConfig selector_config(const TrainOptions& options, const sync::ModelSpec& spec,
                                      const std::optional<std::string>& engines_algorithm);
+
+// The adapter's config under --lora-rank; nullopt without one. comm::ConfigError for a bad
+// alpha, target or name.
+std::optional<sync::LoraConfig> lora_config(const TrainOptions& options);
 
 // The updater options: selector (explicit, or unset for auto), buckets, timeouts, backend.
 sync::trainer::UpdaterOptions updater_options(const TrainOptions& options,

@@ -12,6 +12,7 @@
 #include "comm/mpi/mpi_helpers.h"
 #include "launcher/cli_util.h"
 #include "launcher/train/engine_queries.h"
+#include "launcher/train/lora_weights.h"
 #include "launcher/train/rank_messages.h"
 #include "launcher/train/rank_weights.h"
 #include "launcher/train/stage_attempt.h"
@@ -41,7 +42,8 @@ class Rank {
         params_(stage_params(spec_, topo_.pp_rank(), o.pp, expert_parallel(o))),
         // The first `ep` data-parallel replicas are the EP ranks; the others hold copies.
         ep_rank_(topo_.dp_rank() < o.ep ? topo_.dp_rank() : -1),
-        weights_(o, spec_, params_, topo_.tp_rank(), ep_rank_) {
+        weights_(o, spec_, params_, topo_.tp_rank(), ep_rank_),
+        lora_(lora_config(o)) {
     // Every rank checks every stage, so a bad split fails all ranks alike instead of leaving
     // some waiting in a collective for the others.
     check_model_layout(o, spec_);
@@ -153,13 +155,28 @@ class Rank {
           for (std::size_t e = 0; e < updater_->engines().size(); ++e) {
             colocated = colocated || updater_->colocated(e);
           }
-          gather_->share_tensors(colocated);
-          gather_->prepare(stage_comm_.size());
-          // The first update should cost what the others do: its buffers are set up now.
           std::vector<sync::TensorMeta> metas;
-          for (const auto& param : params_)
-            metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+          if (lora_) {
+            // The base is frozen: only the adapter is made and sent, never the stage's weights.
+            lora_weights_ = std::make_unique<LoraWeights>(*lora_, params_, o_.seed, s);
+            for (const auto& t : lora_weights_->at(0)) metas.push_back(t.meta);
+          } else {
+            gather_->share_tensors(colocated);
+            gather_->prepare(stage_comm_.size());
+            for (const auto& param : params_)
+              metas.insert(metas.end(), param.parts.begin(), param.parts.end());
+          }
+          // The first update should cost what the others do: its buffers are set up now.
           updater_->reserve_buffers(metas);
+          if (lora_ && coordinator()) {
+            std::string targets;
+            for (const auto& t : lora_->target_modules) targets += (targets.empty() ? "" : ",") + t;
+            std::fprintf(out_,
+                         "lora %s rank %d alpha %g targets %s: %zu tensors, %s per step "
+                         "(stage 0)\n",
+                         o_.lora_name.c_str(), lora_->r, lora_->lora_alpha, targets.c_str(),
+                         metas.size(), format_bytes(lora_weights_->byte_count()).c_str());
+          }
           if (coordinator()) {
             for (const auto& info : updater_->connect()) {
               for (const auto& runner : info.runners) {
@@ -209,6 +226,8 @@ class Rank {
   }
 
   int run_step(int step);
+  // --lora-rank: the stage sources send the step's adapter; the base weights are not touched.
+  int run_adapter_step(int step);
   // This rank's shards at `step`: the generator's step (--drift jump), or the fp32 masters moved
   // one more optimizer-like step from the initial weights (--drift realistic).
   std::vector<std::byte> shards_at(int step) {
@@ -235,8 +254,10 @@ class Rank {
   mpi::Comm stage_comm_;
   mpi::Comm sources_comm_;
   std::unique_ptr<DistributedUpdater> updater_;
-  std::unique_ptr<StepChecker> checker_;  // coordinator only
-  RankWeights weights_;                   // this rank's shards at each step
+  std::unique_ptr<StepChecker> checker_;       // coordinator only
+  RankWeights weights_;                        // this rank's shards at each step
+  std::optional<sync::LoraConfig> lora_;       // --lora-rank: adapters only, the base frozen
+  std::unique_ptr<LoraWeights> lora_weights_;  // a stage source's adapter (with lora_)
   std::unique_ptr<StageGather> gather_;
   std::string gather_mode_;  // whole | overlap (auto resolved)
   bool threaded_gather_ = false;
@@ -247,6 +268,7 @@ class Rank {
 int Rank::run_step(int step) {
   times_ = StepTimes{};
   times_.start = comm::Clock::now();
+  if (lora_) return run_adapter_step(step);
   StageGather::Shards mine;
   if (ep_rank_ >= 0) mine = std::make_shared<const std::vector<std::byte>>(shards_at(step));
   times_.gen = comm::seconds_since(times_.start);
@@ -262,6 +284,21 @@ int Rank::run_step(int step) {
     gather_->finish();
   } else {
     gather_->contribute(stage_comm_.get(), mine, mpi_deadline());
+  }
+  line = broadcast_status(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
+  if (coordinator()) {
+    std::fprintf(out_, "%s\n", line.text.c_str());
+    std::fflush(out_);
+  }
+  return line.code;
+}
+
+int Rank::run_adapter_step(int step) {
+  RankStatus line;
+  if (topo_.is_stage_source()) {
+    const std::vector<NamedTensor> adapter = lora_weights_->at(step);
+    times_.gen = comm::seconds_since(times_.start);
+    line = run_sources(step, adapter);
   }
   line = broadcast_status(MPI_COMM_WORLD, 0, line, mpi_deadline(step_budget()));
   if (coordinator()) {
@@ -290,7 +327,14 @@ RankStatus Rank::run_sources(int step, const std::vector<NamedTensor>& tensors) 
   for (std::size_t attempts = 1;; ++attempts) {
     report = UpdateReport{};
     digests.clear();
-    opened = StageAttempt(o_, topo_, sources_comm_.get(), *updater_, *gather_)
+    std::optional<AdapterStep> adapter;
+    if (lora_) {
+      // Upsert: the engines hold the last step's adapter under this name (or none yet).
+      adapter =
+          AdapterStep{{o_.lora_name, sync::to_json_string(*lora_), true}, std::to_string(step)};
+    }
+    opened = StageAttempt(o_, topo_, sources_comm_.get(), *updater_, *gather_,
+                          adapter ? &*adapter : nullptr)
                  .run(tensors, report, digests, times_.verify);
     AttemptNext next = AttemptNext::kDone;
     if (coordinator()) {

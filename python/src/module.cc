@@ -147,6 +147,13 @@ void bind_constructor(py::class_<PyUpdater>& c) {
 void bind_methods(py::class_<PyUpdater>& c) {
   c.def("update", &PyUpdater::update, py::arg("named_tensors"), py::arg("version") = py::none(),
         "Sends every (name, tensor) pair in one update; returns its UpdateReport.")
+      .def("update_lora", &PyUpdater::update_lora, py::arg("name"), py::arg("named_tensors"),
+           py::arg("config"), py::arg("op") = "upsert", py::arg("version") = py::none(),
+           "Sends one LoRA adapter (PEFT-named lora_A/lora_B tensors, PEFT's config with r, "
+           "lora_alpha, target_modules) and swaps it in under `name` on every engine, in a "
+           "session of selector target; the base weights and any draft stay as they are. "
+           "op: upsert (replace a held adapter) or load (refused where one is held). "
+           "Returns its UpdateReport (version: the adapter's).")
       .def("open_session", &PyUpdater::open_session, py::arg("version") = py::none(),
            "Coordinator of a pipeline-parallel update (stage 0's source): pauses the engines and "
            "opens the session; returns its token for the other stage sources.")

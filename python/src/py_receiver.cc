@@ -1,5 +1,7 @@
 #include "py_receiver.h"
 
+#include "py_adapters.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -101,6 +103,15 @@ se::ReceiverRunner runner_from(const py::dict& spec) {
     };
     (std::string(key) == "begin" ? r.begin : r.finish) = std::move(call);
   }
+  if (spec.contains("shape_of") && !spec["shape_of"].is_none()) {
+    auto fn = hold(spec["shape_of"]);
+    r.shape_of = [fn](const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+      py::gil_scoped_acquire gil;
+      const py::object shape = (*fn)(name);
+      if (shape.is_none()) return std::nullopt;
+      return shape.cast<std::vector<std::int64_t>>();
+    };
+  }
   return r;
 }
 
@@ -109,6 +120,7 @@ py::dict commit_dict(const se::ReceiverCommit& c) {
   d["weight_version"] = c.weight_version;
   d["runner_digest"] = c.runner_digest;
   d["bytes_loaded"] = c.bytes_loaded;
+  d["adapter"] = c.adapter;
   py::list runners;
   for (const auto& r : c.runners) {
     py::dict e;
@@ -315,16 +327,19 @@ void bind_receiver_calls(ReceiverClass& cls) {
       .def(
           "begin",
           [](se::Receiver& r, const std::string& selector, std::optional<std::string> holder,
-             bool sessionless) {
+             bool sessionless, std::optional<std::string> lora) {
             const auto sel = parsed([&] { return sync::parse_selector(selector); });
-            const auto b = r.begin(sel, std::move(holder), sessionless);
+            std::optional<se::AdapterTarget> adapter;
+            if (lora) adapter = parse_adapter_begin(*lora);
+            const auto b = r.begin(sel, std::move(holder), sessionless, std::move(adapter));
             py::dict d;
             d["session_id"] = b.session_id;
             d["weight_version"] = b.weight_version;
             d["runner_digest"] = b.runner_digest;
             return d;
           },
-          py::arg("selector"), py::arg("holder") = py::none(), py::arg("sessionless") = false)
+          py::arg("selector"), py::arg("holder") = py::none(), py::arg("sessionless") = false,
+          py::arg("lora") = py::none())
       .def("receive",
            [](se::Receiver& r, const std::string& body) {
              const auto req =
@@ -420,6 +435,7 @@ void bind_receiver(py::module_& m) {
         py::arg("expert_placement") = "linear");
   bind_receiver_calls(c);
   bind_receiver_state(c);
+  bind_receiver_adapters(m, c);
 }
 
 }  // namespace weightcast::python

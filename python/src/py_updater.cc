@@ -5,7 +5,9 @@
 
 #include "comm/errors.h"
 #include "errors.h"
+#include "sync/model/lora.h"
 #include "sync/trainer/engine_calls.h"
+#include "sync/trainer/verify.h"
 
 namespace py = pybind11;
 namespace wt = weightcast::sync::trainer;
@@ -111,7 +113,7 @@ void PyUpdater::run_attempt(const Job& job, Outcome& out) {
     return;
   }
   // The version the engines commit; unset: one more than the highest they hold.
-  auto session = u.open_session(report, job.version);
+  auto session = u.open_session(report, job.version, job.adapter);
   report.phases.prepare = prepared.count();
   if (!session) return;
   if (worker_.interrupted()) return u.abort(report, "interrupted");
@@ -129,6 +131,12 @@ void PyUpdater::run_attempt(const Job& job, Outcome& out) {
   if (worker_.interrupted()) return u.abort(report, "interrupted");
   u.finish(*session, report);
   if (!report.ok || !job.verify) return;
+  if (job.adapter) {
+    out.problems = wt::adapter_problems(u.members(), job.adapter->name, report.version,
+                                        wt::sent_digests(job.tensors->views()));
+    out.report.verified = out.problems.empty();
+    return;
+  }
   sent_.record(u.selector(), report.version, job.tensors->views());
   out.problems = sent_.check(u.engines(), u.connect());
   out.report.verified = out.problems.empty();
@@ -149,8 +157,44 @@ py::object PyUpdater::update(py::handle named_tensors, py::handle version) {
   live();
   Job job;
   job.version = version_text(version);
+  return run_job(job, named_tensors);
+}
+
+py::object PyUpdater::update_lora(const std::string& name, py::handle named_tensors,
+                                  py::handle config, const std::string& op, py::handle version) {
+  live();
+  if (op != "upsert" && op != "load") {
+    throw comm::ConfigError("update_lora: op '" + op + "' is not \"upsert\" or \"load\"");
+  }
+  std::string config_json =
+      py::isinstance<py::str>(config)
+          ? config.cast<std::string>()
+          : py::module_::import("json").attr("dumps")(config).cast<std::string>();
+  sync::LoraConfig parsed;
+  try {
+    sync::validate_adapter_name(name, "update_lora: name");
+    parsed = sync::parse_lora_config(config_json);
+  } catch (const comm::BadRequestError& e) {
+    throw comm::ConfigError(std::string("update_lora: ") + e.what());
+  }
+  Job job;
+  job.version = version_text(version);
+  job.adapter = sync::LoraBegin{name, sync::to_json_string(parsed), op == "upsert"};
+  return run_job(job, named_tensors);
+}
+
+py::object PyUpdater::run_job(Job& job, py::handle named_tensors) {
   job.verify = verify_each_;
   CapturedTensors tensors = CapturedTensors::capture(named_tensors);
+  if (job.adapter) {
+    const auto config = sync::parse_lora_config(job.adapter->config_json);
+    try {
+      // Misuse, refused before any engine is asked: each an A or B of a targeted module.
+      for (const auto& t : tensors.views()) sync::adapted_module(config, t.meta.name);
+    } catch (const comm::BadRequestError& e) {
+      throw InputFailure(std::string("update_lora: ") + e.what());
+    }
+  }
   job.tensors = &tensors;
   Outcome out;
   worker_.run([&] { out = run(job); });

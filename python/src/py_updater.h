@@ -43,6 +43,12 @@ class PyUpdater {
   PyUpdater& operator=(const PyUpdater&) = delete;
 
   pybind11::object update(pybind11::handle named_tensors, pybind11::handle version);
+  // One adapter update (DistributedUpdater::update_lora; docs/lora.md): `config` is PEFT's
+  // adapter config (a dict or its JSON), `op` "upsert" or "load". With verify=True, every
+  // engine's /weights_checksum?lora= is compared with what was sent.
+  pybind11::object update_lora(const std::string& name, pybind11::handle named_tensors,
+                               pybind11::handle config, const std::string& op,
+                               pybind11::handle version);
   // Checks every engine against the last committed update; raises VerifyError on a difference.
   void verify();
   void close();
@@ -73,7 +79,9 @@ class PyUpdater {
     const CapturedTensors* tensors = nullptr;
     std::optional<std::string> version;
     bool verify = false;
+    std::optional<sync::LoraBegin> adapter;  // an adapter update's
   };
+  pybind11::object run_job(Job& job, pybind11::handle named_tensors);
   using Outcome = UpdateOutcome;
 
   sync::trainer::DistributedUpdater& live();

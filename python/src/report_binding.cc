@@ -58,6 +58,8 @@ void bind_report(py::module_& m) {
       .def_property_readonly("version", field(&sync::trainer::UpdateReport::version))
       .def_property_readonly(
           "selector", [](const Report& r) { return std::string(sync::to_string(r.base.selector)); })
+      .def_property_readonly("adapter", field(&sync::trainer::UpdateReport::adapter),
+                             "An adapter update's lora_name; empty for the base weights.")
       .def_property_readonly("tensors", field(&sync::trainer::UpdateReport::tensors))
       .def_property_readonly("bytes", field(&sync::trainer::UpdateReport::bytes))
       .def_property_readonly("buckets", field(&sync::trainer::UpdateReport::buckets))

@@ -124,8 +124,9 @@ class EngineRank:
         self.receiver.leave(group_name)
         return True, "left"
 
-    def begin(self, selector="all"):
-        return self.receiver.begin(selector)
+    def begin(self, selector="all", lora=None):
+        """`lora`: begin_weight_update's "lora" object: an adapter session (docs/lora.md)."""
+        return self.receiver.begin(selector, lora=lora)
 
     def update(self, body):
         """One bucket request; with no session open it is its own sessionless update, committed

@@ -21,6 +21,7 @@ receiver loads the previous version back into what it had already loaded. The ve
 only when every ``load`` and ``finish`` returned.
 """
 
+import json
 
 from . import _weightcast
 
@@ -45,11 +46,15 @@ def as_tensor(name, dtype, shape, view):
 class Runner:
     """A runner: `name` ("target" or "draft"), the names it takes (`filter`: comma-separated
     globs), and its callbacks. `load(list of (hf_name, tensor))` gets one layer at a time.
+    `shape_of(hf_name)`: the full shape of a weight the runner holds (None if none), against which
+    an adapter's A and B are checked (docs/lora.md); by default the shapes of what it loaded.
     """
 
-    def __init__(self, name, load, filter="*", begin=None, finish=None):
+    def __init__(self, name, load, filter="*", begin=None, finish=None, shape_of=None):
         self.name, self.load, self.filter = name, load, filter
         self.begin, self.finish = begin, finish
+        self.shape_of = shape_of
+        self._shapes = {}  # hf_name -> shape of what load() took
 
     def _spec(self):
         def load(items):
@@ -63,6 +68,8 @@ class Runner:
                 failure = RuntimeError(f"{type(e).__name__}: {e}")
                 failure.weightcast_tensor = pairs.current
                 raise failure from e
+            for name, _, shape, _ in items:
+                self._shapes[name] = list(shape)
 
         return {
             "name": self.name,
@@ -70,6 +77,7 @@ class Runner:
             "load": load,
             "begin": self.begin,
             "finish": self.finish,
+            "shape_of": self.shape_of or self._shapes.get,
         }
 
 
@@ -146,8 +154,6 @@ class Receiver:
 
     @staticmethod
     def _body(body):
-        import json
-
         return body if isinstance(body, str) else json.dumps(body)
 
     def join(self, body):
@@ -157,11 +163,15 @@ class Receiver:
     def leave(self, group_name="weight_update_group"):
         self._rx.leave(group_name)
 
-    def begin(self, selector="all", holder=None, sessionless=False):
+    def begin(self, selector="all", holder=None, sessionless=False, lora=None):
         """Opens the session (the one state machine weightcast-engine keeps too). `sessionless`:
         the one-request session an engine opens itself for an update that arrives with none
-        open; only calls carrying its session_id act on it."""
-        return self._rx.begin(selector, holder, sessionless)
+        open; only calls carrying its session_id act on it. `lora`: begin_weight_update's
+        "lora" object ({lora_name, config, op}, dict or JSON): an adapter session, whose commit
+        swaps the adapter in and loads no runner (docs/lora.md)."""
+        if lora is not None and not isinstance(lora, str):
+            lora = json.dumps(lora)
+        return self._rx.begin(selector, holder, sessionless, lora)
 
     def receive(self, body):
         """update_weights_from_distributed's body: receives and stages one bucket (blocks)."""
@@ -205,6 +215,31 @@ class Receiver:
 
     def digests(self, runner="target"):
         return self._rx.digests(runner)
+
+    def adapter(self, name):
+        """The adapter held under `name` (None if none): lora_name, version, r, lora_alpha,
+        scaling, target_modules, and tensors as {PEFT name: CPU tensor} (copies)."""
+        held = self._rx.adapter(name)
+        if held is None:
+            return None
+        torch = _torch()
+        tensors = {}
+        for tname, dtype, shape, raw in held["tensors"]:
+            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+            tensors[tname] = flat.view(getattr(torch, dtype)).view(shape)
+        return dict(held, tensors=tensors)
+
+    def adapter_names(self):
+        return self._rx.adapter_names()
+
+    def unload_adapter(self, name):
+        """Drops the adapter `name`; whether it was held."""
+        return self._rx.unload_adapter(name)
+
+    def adapter_checksum(self, name):
+        """/weights_checksum?lora=NAME's answer for `name` (a dict), or None if not held."""
+        text = self._rx.adapter_checksum(name)
+        return None if text is None else json.loads(text)
 
     weight_version = property(lambda self: self._rx.weight_version)
     in_session = property(lambda self: self._rx.in_session)

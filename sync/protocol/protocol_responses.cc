@@ -209,6 +209,10 @@ ServerInfoResponse parse_server_info_response(std::string_view body, const Proto
   if (const Json* v = r.optional("colocate_host")) {
     out.colocate_host = wire::as_text(*v, "colocate_host", limits.max_string_length);
   }
+  if (const Json* v = r.optional("lora_adapters")) {
+    if (!v->is_array()) throw comm::BadRequestError("lora_adapters: must be a list");
+    out.lora = true;
+  }
   return out;
 }
 
@@ -296,6 +300,7 @@ std::string to_json_string(const ServerInfoResponse& response) {
   j["session_selector"] =
       response.session_selector ? Json(to_string(*response.session_selector)) : Json(nullptr);
   if (response.colocate_host) j["colocate_host"] = *response.colocate_host;
+  if (response.lora) j["lora_adapters"] = Json::array();
   return wire::dump(j);
 }
 

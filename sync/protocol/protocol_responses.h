@@ -105,6 +105,9 @@ struct ServerInfoResponse {
   // The engine takes colocated buckets (POST /update_weights_from_tensor, docs/colocated.md)
   // from trainers whose comm::host_identity() is this; absent: it takes none.
   std::optional<std::string> colocate_host;
+  // The engine takes adapter sessions (docs/lora.md): its answer lists the adapters it holds
+  // under lora_adapters (an engine that takes none has no such key).
+  bool lora = false;
   bool operator==(const ServerInfoResponse&) const = default;
 };
 

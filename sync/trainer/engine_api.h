@@ -95,6 +95,12 @@ class EngineApi {
   // The runner's stored digests, or with `recompute` the digests of the bytes the engine holds
   // now (/weights_checksum?recompute=1; an answer that does not say it recomputed is an error).
   virtual WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) = 0;
+  // The digests of the adapter held under `lora_name` (/weights_checksum?lora=NAME; docs/lora.md),
+  // `weight_version` the adapter's. An engine that takes no adapters throws EngineError.
+  virtual WeightsChecksumResponse adapter_checksum(const std::string& lora_name) {
+    throw EngineError(url(), "GET /weights_checksum?lora=" + lora_name, 0,
+                      "this engine serves no adapter checksums");
+  }
   // Prometheus text.
   virtual std::string metrics() = 0;
   virtual SpecAcceptLengthResponse spec_accept_length() = 0;

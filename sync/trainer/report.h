@@ -40,6 +40,9 @@ struct UpdateReport {
   bool ok = false;
   std::string version;  // the version committed (or attempted)
   Selector selector = Selector::kAll;
+  // An adapter update's lora_name (docs/lora.md); `version` is then the adapter's. Empty: the
+  // base weights.
+  std::string adapter;
   std::uint64_t tensors = 0;
   std::uint64_t bytes = 0;  // tensor bytes sent (without bucket padding)
   std::uint64_t buckets = 0;

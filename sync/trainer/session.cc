@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "comm/errors.h"
+#include "sync/model/lora.h"
 #include "sync/protocol/protocol_text.h"
 
 namespace weightcast::sync::trainer {
@@ -54,6 +55,7 @@ UpdateWeightsFromDistributedRequest UpdateSession::for_engine(
 }
 
 std::string UpdateSession::token() const {
+  if (adapter_) return token_without_base() + " lora=" + *adapter_;
   const std::string base = delta_base_ ? " base=" + *delta_base_ : std::string();
   return token_without_base() + base;
 }
@@ -108,6 +110,13 @@ std::pair<std::uint64_t, std::vector<std::size_t>> parse_members(std::string_vie
 UpdateSession join_session_without_base(std::string_view token);
 
 UpdateSession join_session(std::string_view token) {
+  if (const auto at = token.rfind(" lora="); at != std::string_view::npos) {
+    std::string name(token.substr(at + 6));
+    validate_adapter_name(name, "session token lora name");
+    UpdateSession session = join_session_without_base(token.substr(0, at));
+    session.adapter_ = std::move(name);
+    return session;
+  }
   std::optional<std::string> base;
   if (const auto at = token.rfind(" base="); at != std::string_view::npos) {
     base = std::string(token.substr(at + 6));

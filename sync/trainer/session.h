@@ -61,10 +61,15 @@ class UpdateSession {
   // something else (restarted, re-admitted, or the last update failed).
   const std::optional<std::string>& delta_base() const { return delta_base_; }
 
+  // The adapter an adapter session updates (its lora_name; docs/lora.md); nullopt: the base
+  // weights. An adapter session is always of selector target, never has a delta base, and its
+  // version() is the adapter's, not the base weights'.
+  const std::optional<std::string>& adapter() const { return adapter_; }
+
   // Text a coordinator passes to the other stage sources: "<selector> <version> <ids>", the ids
   // comma-separated in member order, "-" for an engine without one ("<selector> <version>" when
   // no engine issued one), then " m<epoch>:<members>" when the session names its members, then
-  // " base=<version>" when it has a delta base.
+  // " base=<version>" when it has a delta base, or " lora=<name>" for an adapter session.
   std::string token() const;
 
  private:
@@ -87,6 +92,7 @@ class UpdateSession {
   std::vector<std::size_t> members_;
   std::uint64_t epoch_ = 0;
   std::optional<std::string> delta_base_;
+  std::optional<std::string> adapter_;
 };
 
 // The session a coordinator opened, from its token(). Throws comm::BadRequestError on a token

@@ -46,30 +46,39 @@ void SessionDriver::start_report(UpdateReport& report,
 }
 
 std::optional<UpdateSession> SessionDriver::open(UpdateReport& report,
-                                                 std::optional<std::string> version) {
+                                                 std::optional<std::string> version,
+                                                 std::optional<LoraBegin> adapter) {
   start_report(report, version);
+  const Selector selector = adapter ? Selector::kTarget : selector_;
+  report.selector = selector;
   update_start_ = comm::Clock::now();
   session_ids_.assign(members_.members().size(), std::string());
   busy_.assign(members_.members().size(), 0);
   begun_.assign(members_.members().size(), 0);
+  begin_versions_.assign(members_.members().size(), std::string());
   std::vector<BeginWeightUpdateResponse> answers(members_.members().size());
 
   data_started_ = false;
+  // An adapter swaps in atomically beside running requests: nothing to pause or flush.
+  paused_ = !adapter;
   auto t = comm::Clock::now();
   PauseGenerationRequest pause{options_.pause_mode};
-  auto failures = on_all_engines(members_.member_ptrs(), "POST /pause_generation",
-                                 [&](EngineApi& engine, std::size_t) {
-                                   engine.pause_generation(pause);
-                                   // An in-place pause keeps the cache, as Miles does.
-                                   if (pause.mode != PauseMode::kInPlace)
-                                     flush_with_retries(engine);
-                                 });
+  std::vector<EngineFailure> failures;
+  if (paused_) {
+    failures = on_all_engines(members_.member_ptrs(), "POST /pause_generation",
+                              [&](EngineApi& engine, std::size_t) {
+                                engine.pause_generation(pause);
+                                // An in-place pause keeps the cache, as Miles does.
+                                if (pause.mode != PauseMode::kInPlace) flush_with_retries(engine);
+                              });
+  }
   report.phases.pause = seconds_since(t);
   if (failures.empty()) {
     t = comm::Clock::now();
     failures = on_all_engines(
         members_.member_ptrs(), "POST /begin_weight_update", [&](EngineApi& engine, std::size_t e) {
-          BeginWeightUpdateRequest begin{selector_, holder_};
+          BeginWeightUpdateRequest begin{selector, holder_};
+          begin.lora = adapter;
           if (!lease_ids_[members_.members()[e]].empty())
             begin.lease_id = lease_ids_[members_.members()[e]];
           begin.lease_ttl_s = options_.lease_ttl_s;
@@ -82,6 +91,7 @@ std::optional<UpdateSession> SessionDriver::open(UpdateReport& report,
             throw;
           }
           session_ids_[e] = answer.session_id;
+          begin_versions_[e] = answer.weight_version;
           begun_[e] = 1;
           if (!answer.lease_id.empty()) lease_ids_[members_.members()[e]] = answer.lease_id;
           answers[e] = answer;
@@ -103,12 +113,22 @@ std::optional<UpdateSession> SessionDriver::open(UpdateReport& report,
   }
   // From here on buckets may reach the engines: an SGLang engine loads them in place.
   data_started_ = true;
-  UpdateSession session(selector_, report.version, session_ids_);
-  if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
-  // Until this update commits everywhere, no member is known to hold a common version.
-  last_commit_.reset();
+  UpdateSession session(selector, report.version, session_ids_);
+  if (adapter) {
+    // The base weights stay as they are: their delta base and last commit with them.
+    session.adapter_ = adapter->name;
+  } else {
+    if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
+    // Until this update commits everywhere, no member is known to hold a common version.
+    last_commit_.reset();
+  }
   if (options_.on_engine_failure == EngineFailurePolicy::kFail) return session;
   return std::move(session).with_members(members_.members(), members_.epoch());
+}
+
+std::string SessionDriver::next_adapter_version(const std::string& name) const {
+  const auto it = adapter_versions_.find(name);
+  return std::to_string((it == adapter_versions_.end() ? 0 : it->second) + 1);
 }
 
 void SessionDriver::flush_with_retries(EngineApi& engine) const {
@@ -165,22 +185,31 @@ void SessionDriver::finish(const UpdateSession& session, UpdateReport& report) {
       });
   std::vector<std::string> digests(members_.member_ptrs().size());
   if (failures.empty()) {
-    failures = on_all_engines(members_.member_ptrs(), "POST /end_weight_update",
-                              [&session, &digests](EngineApi& engine, std::size_t e) {
-                                const auto answer =
-                                    engine.end_weight_update({session.session_id(e)});
-                                digests[e] = answer.runner_digest;
-                                if (answer.weight_version != session.version()) {
-                                  throw EngineError(engine.url(), "POST /end_weight_update", 200,
-                                                    "committed version '" + answer.weight_version +
-                                                        "', expected '" + session.version() + "'");
-                                }
-                              });
+    failures = on_all_engines(
+        members_.member_ptrs(), "POST /end_weight_update", [&](EngineApi& engine, std::size_t e) {
+          const auto answer = engine.end_weight_update({session.session_id(e)});
+          digests[e] = answer.runner_digest;
+          // An adapter commit leaves the base weights' version.
+          const std::string& expected = session.adapter() ? begin_versions_[e] : session.version();
+          if (answer.weight_version != expected) {
+            throw EngineError(
+                engine.url(), "POST /end_weight_update", 200,
+                "committed version '" + answer.weight_version + "', expected '" + expected + "'");
+          }
+        });
   }
   report.phases.commit = seconds_since(t);
   if (!failures.empty()) {
     report.failures.insert(report.failures.end(), failures.begin(), failures.end());
     abort(report, "committing the update failed");
+    return;
+  }
+  if (session.adapter()) {
+    auto& last = adapter_versions_[*session.adapter()];
+    last = std::max(last + 1, numeric_version(session.version()));
+    session_ids_.clear();
+    report.seconds = seconds_since(update_start_);
+    report.ok = true;
     return;
   }
   committed_version_ =
@@ -237,7 +266,7 @@ void SessionDriver::abort(UpdateReport& report, const std::string& why) {
                    } else if (!id.empty()) {
                      engine.abort_weight_update({id, false});
                    }
-                   engine.continue_generation(ContinueGenerationRequest{});
+                   if (paused_) engine.continue_generation(ContinueGenerationRequest{});
                  });
   for (std::size_t i = 0; i < members_.members().size(); ++i) {
     const bool ours = i >= busy_.size() || !busy_[i];

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -43,10 +44,17 @@ class SessionDriver {
   void set_engines(bool common, std::uint64_t committed_version);
   // The report's selector, and its version: `version`, else one more than the last committed.
   void start_report(UpdateReport& report, const std::optional<std::string>& version) const;
-  // See DistributedUpdater::open_session() (after connect()).
-  std::optional<UpdateSession> open(UpdateReport& report, std::optional<std::string> version);
+  // See DistributedUpdater::open_session() (after connect()). With `adapter`: an adapter
+  // session of selector target (docs/lora.md), `version` the adapter's; generation is neither
+  // paused nor flushed (requests keep the adapter they took), and the base weights' delta base
+  // and committed version stay as they are.
+  std::optional<UpdateSession> open(UpdateReport& report, std::optional<std::string> version,
+                                    std::optional<LoraBegin> adapter = std::nullopt);
   // See DistributedUpdater::finish().
   void finish(const UpdateSession& session, UpdateReport& report);
+  // The version an adapter update of `name` commits unless told: one more than the last this
+  // driver committed for it ("1" for the first).
+  std::string next_adapter_version(const std::string& name) const;
   // See DistributedUpdater::abort().
   void abort(UpdateReport& report, const std::string& why);
   // See DistributedUpdater::release_leases().
@@ -74,6 +82,9 @@ class SessionDriver {
   std::vector<std::string> session_ids_;
   std::vector<char> busy_;
   std::vector<char> begun_;  // per member: its begin succeeded
+  // Per member: the base weights' version its begin answered (an adapter commit leaves it).
+  std::vector<std::string> begin_versions_;
+  bool paused_ = false;  // the update in progress paused generation (adapter sessions do not)
   // Whether the update in progress got past begin (buckets may have reached the engines).
   bool data_started_ = false;
   std::mutex report_mu_;  // the abort path's concurrent writes to the report
@@ -86,6 +97,7 @@ class SessionDriver {
     std::vector<std::pair<std::size_t, std::string>> members;  // engine index, runner digest
   };
   std::optional<Commit> last_commit_;
+  std::map<std::string, std::uint64_t> adapter_versions_;  // lora_name: last committed
 };
 
 }  // namespace weightcast::sync::trainer

@@ -244,7 +244,7 @@ void DistributedUpdater::ensure_group(int stage) {
 BucketSendResult DistributedUpdater::send_stage(
     const UpdateSession& session, int stage, std::span<const NamedTensor> tensors,
     std::function<void(const std::string&, comm::Deadline)> await_tensor) {
-  WC_ENFORCE(session.selector() == selector_, "a session with selector ",
+  WC_ENFORCE(session.adapter() || session.selector() == selector_, "a session with selector ",
              to_string(session.selector()), " on an updater with selector ", to_string(selector_));
   const auto index = static_cast<std::size_t>(stage);
   WC_ENFORCE(index < groups_.size(), "ensure_group(", stage, ") first");
@@ -273,7 +273,8 @@ BucketSendResult DistributedUpdater::send_stage(
   if (await_tensor) opts.await_tensor = std::move(await_tensor);
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
-  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty()) {
+  // Adapters travel whole: the delta base is the base weights'.
+  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty() && !session.adapter()) {
     if (delta_sources_.size() <= index) delta_sources_.resize(index + 1);
     if (!delta_sources_[index]) {
       delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec, options_.delta);
@@ -335,11 +336,29 @@ void DistributedUpdater::record(const BucketSendResult& result, UpdateReport& re
 
 UpdateReport DistributedUpdater::update(std::span<const NamedTensor> tensors,
                                         std::optional<std::string> version) {
+  return update_attempts(tensors, version, std::nullopt);
+}
+
+UpdateReport DistributedUpdater::update_lora(const std::string& name,
+                                             std::span<const NamedTensor> tensors,
+                                             const LoraConfig& config, bool upsert,
+                                             std::optional<std::string> version) {
+  validate_adapter_name(name);
+  // Misuse is refused before any engine is asked: every tensor an A or B of a targeted module.
+  for (const auto& t : tensors) adapted_module(config, t.meta.name);
+  // Every attempt commits the same version, chosen once.
+  if (!version) version = sessions_.next_adapter_version(name);
+  return update_attempts(tensors, version, LoraBegin{name, to_json_string(config), upsert});
+}
+
+UpdateReport DistributedUpdater::update_attempts(std::span<const NamedTensor> tensors,
+                                                 const std::optional<std::string>& version,
+                                                 const std::optional<LoraBegin>& adapter) {
   prepare_update();
   std::vector<UpdateReport::Dropped> dropped;
   // Each attempt that fails drops at least one engine, so there are at most as many as engines.
   for (std::size_t attempt = 0;; ++attempt) {
-    UpdateReport report = update_once(tensors, version);
+    UpdateReport report = update_once(tensors, version, adapter);
     report.dropped.insert(report.dropped.begin(), dropped.begin(), dropped.end());
     if (report.ok || attempt + 1 >= engines_.size() || !drop_failed(report)) {
       note_membership(report);
@@ -366,9 +385,22 @@ void DistributedUpdater::note_membership(UpdateReport& report) const {
 }
 
 std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& report,
-                                                              std::optional<std::string> version) {
+                                                              std::optional<std::string> version,
+                                                              std::optional<LoraBegin> adapter) {
   connect();
-  return sessions_.open(report, std::move(version));
+  if (adapter) {
+    for (std::size_t e : elastic_.members()) {
+      if (!infos_[e].lora) {
+        throw comm::ConfigError("engine " + engines_[e]->url() +
+                                " takes no LoRA adapters (its /server_info lists no "
+                                "lora_adapters); refusing to send it adapter '" +
+                                adapter->name + "'");
+      }
+    }
+    report.adapter = adapter->name;
+    if (!version) version = sessions_.next_adapter_version(adapter->name);
+  }
+  return sessions_.open(report, std::move(version), std::move(adapter));
 }
 
 void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& report) {
@@ -384,7 +416,8 @@ void DistributedUpdater::release_leases() {
 }
 
 UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensors,
-                                             const std::optional<std::string>& version) {
+                                             const std::optional<std::string>& version,
+                                             const std::optional<LoraBegin>& adapter) {
   UpdateReport report;
   const auto start = comm::Clock::now();
   try {
@@ -404,7 +437,7 @@ UpdateReport DistributedUpdater::update_once(std::span<const NamedTensor> tensor
     return report;
   }
   const double prepare = seconds_since(start);
-  const auto session = open_session(report, version);
+  const auto session = open_session(report, version, adapter);
   report.phases.prepare = prepare;
   if (!session) return report;
   record(send_stage(*session, 0, tensors), report);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "sync/model/lora.h"
 #include "sync/protocol/decision.h"
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/bucket_sender.h"
@@ -155,6 +156,17 @@ class DistributedUpdater {
   UpdateReport update(std::span<const NamedTensor> tensors,
                       std::optional<std::string> version = {});
 
+  // One adapter update (docs/lora.md): `tensors`, an adapter's PEFT-named lora_A/lora_B, sent
+  // on the same data plane and swapped in under `name` on every engine in one session of
+  // selector target, whatever this updater's selector. Generation is not paused; the base
+  // weights, their version and any draft stay as they are. `upsert` false: a load, which an
+  // engine already holding `name` refuses. `version`: the adapter's; unset: one more than this
+  // updater last committed for `name`. Every engine must take adapters (/server_info lists
+  // lora_adapters), else comm::ConfigError naming it. Buckets travel whole (no delta).
+  UpdateReport update_lora(const std::string& name, std::span<const NamedTensor> tensors,
+                           const LoraConfig& config, bool upsert = true,
+                           std::optional<std::string> version = {});
+
   // --- the elastic engine set (EngineFailurePolicy::kDrop; no-ops under kFail) ---
 
   // Before an update: probes the dropped engines whose probe is due (each bounded by
@@ -181,8 +193,11 @@ class DistributedUpdater {
   void ensure_group(int stage);
   // Opens the next version's session on every engine. On failure runs the abort path, fills
   // `report` and returns nullopt.
+  // With `adapter`: an adapter session (see update_lora(); `version` is the adapter's, unset:
+  // one more than this updater last committed for it).
   std::optional<UpdateSession> open_session(UpdateReport& report,
-                                            std::optional<std::string> version = {});
+                                            std::optional<std::string> version = {},
+                                            std::optional<LoraBegin> adapter = std::nullopt);
   // Sends one stage's tensors on its group (ensure_group(stage) first). Never throws for engine
   // or data-plane failures: they are in the result.
   // `await_tensor`: see BucketSendOptions (tensors still being produced as buckets go out).
@@ -216,7 +231,12 @@ class DistributedUpdater {
   // The members on the chain, as indices into engines_, in member order.
   std::vector<std::size_t> chain_members() const;
   UpdateReport update_once(std::span<const NamedTensor> tensors,
-                           const std::optional<std::string>& version);
+                           const std::optional<std::string>& version,
+                           const std::optional<LoraBegin>& adapter = std::nullopt);
+  // update()'s attempts, each after drop_failed() of the last.
+  UpdateReport update_attempts(std::span<const NamedTensor> tensors,
+                               const std::optional<std::string>& version,
+                               const std::optional<LoraBegin>& adapter);
 
   UpdaterOptions options_;
   Selector selector_;

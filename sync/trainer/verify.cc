@@ -99,12 +99,49 @@ std::vector<std::string> RunnerMirror::compare(const WeightsChecksumResponse& ch
   return problems;
 }
 
+std::vector<std::string> adapter_problems(std::span<EngineApi* const> engines,
+                                          const std::string& name, const std::string& version,
+                                          const std::vector<SentDigest>& sent) {
+  std::map<std::string, Digest> expected;
+  for (const auto& d : sent) expected[d.name] = d.by_layout[static_cast<int>(Layout::kNone)];
+  std::vector<std::vector<std::string>> found(engines.size());
+  const auto failures = on_all_engines(
+      engines, "GET /weights_checksum?lora=" + name, [&](EngineApi& engine, std::size_t i) {
+        const auto answer = engine.adapter_checksum(name);
+        const std::string where = "engine " + engine.url() + " adapter '" + name + "' ";
+        auto& out = found[i];
+        if (answer.weight_version != version) {
+          out.push_back(where + "version '" + answer.weight_version + "', expected '" + version +
+                        "'");
+        }
+        std::map<std::string, std::string> held;
+        for (const auto& t : answer.tensors) held[t.name] = t.digest;
+        for (const auto& [tensor, digest] : expected) {
+          const auto it = held.find(tensor);
+          if (it == held.end()) {
+            out.push_back(where + "lacks '" + tensor + "'");
+          } else if (it->second != to_string(digest)) {
+            out.push_back(where + "'" + tensor + "': digest " + it->second + ", sent " +
+                          to_string(digest));
+          }
+        }
+        for (const auto& [tensor, digest] : held) {
+          if (!expected.count(tensor)) out.push_back(where + "holds unexpected '" + tensor + "'");
+        }
+      });
+  std::vector<std::string> problems;
+  for (const auto& f : failures) problems.push_back(to_string(f));
+  for (auto& list : found) problems.insert(problems.end(), list.begin(), list.end());
+  return problems;
+}
+
 UpdateVerifier::UpdateVerifier(std::span<EngineApi* const> engines,
                                const std::vector<ServerInfoResponse>& infos, const ModelSpec& spec,
                                std::uint64_t seed)
     : engines_(engines) {
   WC_ENFORCE_EQ(engines.size(), infos.size());
   for (std::size_t i = 0; i < infos.size(); ++i) {
+    versions_.push_back(infos[i].weight_version);
     auto& runners = mirrors_.emplace_back();
     if (engines[i]->flavor() == EngineFlavor::kSglang || infos[i].runners.empty()) {
       unverifiable_.push_back(engines[i]->url());
@@ -121,6 +158,28 @@ void UpdateVerifier::apply(Selector selector, const std::vector<SentDigest>& sen
 }
 
 std::vector<UpdateVerifier::Problem> UpdateVerifier::check(const std::string& version) {
+  return check_versions(std::vector<std::string>(engines_.size(), version));
+}
+
+std::vector<UpdateVerifier::Problem> UpdateVerifier::check_unchanged() {
+  return check_versions(versions_);
+}
+
+std::vector<UpdateVerifier::Problem> UpdateVerifier::check_adapter(
+    const std::string& name, const std::string& version, const std::vector<SentDigest>& sent) {
+  std::vector<EngineApi*> checked;
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    if (!mirrors_[i].empty()) checked.push_back(engines_[i]);  // not the unverifiable (SGLang)
+  }
+  std::vector<Problem> problems;
+  for (auto& text : adapter_problems(checked, name, version, sent)) {
+    problems.push_back({Runner::kTarget, std::move(text)});
+  }
+  return problems;
+}
+
+std::vector<UpdateVerifier::Problem> UpdateVerifier::check_versions(
+    const std::vector<std::string>& versions) {
   std::vector<std::vector<Problem>> found(engines_.size());
   const auto failures =
       on_all_engines(engines_, "GET /weights_checksum", [&](EngineApi& engine, std::size_t i) {
@@ -129,11 +188,11 @@ std::vector<UpdateVerifier::Problem> UpdateVerifier::check(const std::string& ve
           // the commit (docs/trainer.md, "Verification").
           const auto answer = engine.weights_checksum(mirror.runner(), /*recompute=*/true);
           const std::string where = "engine " + engine.url() + " ";
-          if (answer.weight_version != version) {
+          if (answer.weight_version != versions[i]) {
             found[i].push_back({mirror.runner(), where + "runner " +
                                                      std::string(to_string(mirror.runner())) +
                                                      ": weight_version '" + answer.weight_version +
-                                                     "', expected '" + version + "'"});
+                                                     "', expected '" + versions[i] + "'"});
           }
           for (auto& problem : mirror.compare(answer)) {
             found[i].push_back({mirror.runner(), where + problem});

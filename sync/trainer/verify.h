@@ -47,6 +47,14 @@ std::vector<SentDigest> sent_digests(std::span<const NamedTensor> tensors);
 std::string to_text(const std::vector<SentDigest>& digests);
 std::vector<SentDigest> parse_sent_digests(std::string_view text);
 
+// The differences between the adapter `name` each of `engines` holds (/weights_checksum?lora=)
+// and `sent`, the adapter's tensors as sent, at `version`: one line per difference (a digest, a
+// missing or unexpected tensor, another version, a failed call), each naming the engine. Empty
+// when every engine holds exactly what was sent.
+std::vector<std::string> adapter_problems(std::span<EngineApi* const> engines,
+                                          const std::string& name, const std::string& version,
+                                          const std::vector<SentDigest>& sent);
+
 class RunnerMirror {
  public:
   // `info` as /server_info reports the runner; `spec` and `seed` the generator of its initial
@@ -89,12 +97,23 @@ class UpdateVerifier {
     std::string text;
   };
   std::vector<Problem> check(const std::string& version);
+  // As check(), each engine's weight_version expected to be the one its /server_info reported
+  // when this verifier was made: after adapter updates, which leave the base weights alone.
+  std::vector<Problem> check_unchanged();
+  // An adapter update's check (docs/lora.md): every verifiable engine holds adapter `name` at
+  // `version` with exactly the digests of `sent` (the adapter's tensors, as sent), no more, no
+  // fewer. Problems carry runner target.
+  std::vector<Problem> check_adapter(const std::string& name, const std::string& version,
+                                     const std::vector<SentDigest>& sent);
   // Engines that serve no /weights_checksum (SGLang ones): not checked, listed here so the
   // caller can say so plainly.
   const std::vector<std::string>& unverifiable() const { return unverifiable_; }
 
  private:
+  std::vector<Problem> check_versions(const std::vector<std::string>& versions);
+
   std::span<EngineApi* const> engines_;
+  std::vector<std::string> versions_;               // [engine]: as /server_info reported it
   std::vector<std::vector<RunnerMirror>> mirrors_;  // [engine][runner]
   std::vector<std::string> unverifiable_;
 };

@@ -31,7 +31,7 @@ def _die_with_parent():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def start(ranks=1, layout="shuffle", extra=(), model="tiny"):
+def start(ranks=1, layout="shuffle", extra=(), model="tiny", seed=5):
     argv = [
         engine_binary(),
         "--port",
@@ -41,7 +41,7 @@ def start(ranks=1, layout="shuffle", extra=(), model="tiny"):
         "--model",
         model,
         "--seed",
-        "5",
+        str(seed),
         "--draft",
         "--target-layout",
         layout,

@@ -12,7 +12,7 @@ import threading
 import time
 
 from .. import pickled
-from . import worker
+from . import lora, worker
 from .session import Sessions
 from .workers import WorkerError, Workers
 
@@ -74,10 +74,13 @@ class Engine:
         selector = body.get("selector", "all")
         if self.cfg["api"] != "weightcast":
             body = {k: v for k, v in body.items() if k != "holder"}  # SGLang and vLLM own no sessions
+        adapter = body.get("lora")  # an adapter session (docs/lora.md); the Receiver checks it
+        if adapter is not None and lora.check_targets(adapter):
+            raise WorkerError({"status": 400, "message": lora.check_targets(adapter)})
         with self.sessions.mu:
             token = self.sessions.open(selector, body.get("holder"))
             try:
-                answers = self.workers.call_all("begin", selector)
+                answers = self.workers.call_all("begin", selector, adapter)
             except BaseException:
                 self.sessions.discard()
                 raise
@@ -204,8 +207,11 @@ class Engine:
             f"(load and finish: {slowest:.3f} s on the slowest worker)",
             flush=True,
         )
+        committed = "committed"
+        if answers[0]["adapter"]:  # the base weights, their version and the draft unchanged
+            committed = f"adapter '{answers[0]['adapter']}' committed"
         out = {
-            "message": f"committed (slowest worker {slowest:.3f} s)",
+            "message": f"{committed} (slowest worker {slowest:.3f} s)",
             "weight_version": self.weight_version,
             "runners": answers[0]["runners"],
         }
@@ -232,9 +238,12 @@ class Engine:
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
             raise WorkerError({"status": 400, "message": "input_ids: a non-empty list of token ids"})
         n = int(body.get("sampling_params", {}).get("max_new_tokens", 8))
+        adapter = body.get("lora_name")  # SGLang's field: W + s * B @ A for this request
+        if adapter is not None and not isinstance(adapter, str):
+            raise WorkerError({"status": 400, "message": "lora_name: the name of a loaded adapter"})
         with self.model_lock:
             version = self.weight_version
-            out = self.workers.call_all("generate", ids, n)[0]
+            out = self.workers.call_all("generate", ids, n, adapter)[0]
         meta = {
             "weight_version": version,
             "prompt_tokens": len(ids),
@@ -252,6 +261,25 @@ class Engine:
             "draft_tokens": 4,
             "weight_version": self.weight_version,
         }
+
+    # --- adapters (docs/lora.md) ---------------------------------------------------------------
+    def unload_adapter(self, body):
+        """POST /unload_lora_adapter {lora_name}: requests that took it keep it."""
+        name = body.get("lora_name")
+        if not isinstance(name, str):
+            raise WorkerError({"status": 400, "message": "lora_name: required"})
+        if not all(self.workers.call_all("unload_adapter", name)):
+            raise WorkerError({"status": 404, "message": f"lora_name: no adapter '{name}' is loaded"})
+        return {"message": f"adapter '{name}' unloaded"}
+
+    def adapters(self):
+        return self.workers.call_all("adapters")[0]
+
+    def lora_checksum(self, name):
+        answer = self.workers.call_all("lora_checksum", name)[0]
+        if answer is None:
+            raise WorkerError({"status": 404, "message": f"lora: no adapter '{name}' is loaded"})
+        return dict(answer, lora_name=name, version=answer["weight_version"])
 
     def checksum(self, runner, recompute):
         if runner not in ("target", "draft") or (runner == "draft" and not self.cfg["draft"]):

@@ -37,6 +37,8 @@ def native_info(engine):
         # Same-host trainers may send colocated buckets (docs/colocated.md): every TP worker runs
         # on this host and copies each bucket out of the trainer's segment.
         "colocate_host": _weightcast.host_identity() or None,
+        # Adapter sessions (docs/lora.md): the adapters held, as weightcast-engine lists them.
+        "lora_adapters": engine.adapters(),
         "weightcast": announce(engine),
         "internal_states": [{"weightcast": announce(engine)}],
     }

@@ -124,10 +124,15 @@ class Layer(torch.nn.Module):
         head = tp.rank // (tp.size // self.kv_total)
         return full.narrow(0, head * self.hd, self.hd)
 
-    def forward(self, x, cos, sin):
+    def _w(self, name, lora):
+        """Parameter `name` in float64, plus its LoRA delta when the request has one."""
+        w = self.get_parameter(name).to(torch.float64)
+        return w + lora[name] if lora and name in lora else w
+
+    def forward(self, x, cos, sin, lora=None):
         f = torch.float64
         h = rms_norm(x, self.input_layernorm.weight)
-        qkv = h @ self.self_attn.qkv_proj.weight.to(f).t()
+        qkv = h @ self._w("self_attn.qkv_proj.weight", lora).t()
         q_size, kv_size = self.heads * self.hd, self.kv_heads * self.hd
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         n = x.shape[0]
@@ -140,11 +145,11 @@ class Layer(torch.nn.Module):
         mask = torch.ones(n, n, dtype=torch.bool).triu(1)
         attn = scores.masked_fill(mask, float("-inf")).softmax(-1)
         out = torch.einsum("hqk,khd->qhd", attn, v).reshape(n, q_size)
-        x = x + self.tp.all_reduce(out @ self.self_attn.o_proj.weight.to(f).t())
+        x = x + self.tp.all_reduce(out @ self._w("self_attn.o_proj.weight", lora).t())
         h = rms_norm(x, self.post_attention_layernorm.weight)
-        gate, up = (h @ self.mlp.gate_up_proj.weight.to(f).t()).chunk(2, dim=-1)
+        gate, up = (h @ self._w("mlp.gate_up_proj.weight", lora).t()).chunk(2, dim=-1)
         return x + self.tp.all_reduce(
-            (torch.nn.functional.silu(gate) * up) @ self.mlp.down_proj.weight.to(f).t()
+            (torch.nn.functional.silu(gate) * up) @ self._w("mlp.down_proj.weight", lora).t()
         )
 
 
@@ -208,11 +213,12 @@ class TargetModel(torch.nn.Module):
         rows = self.model.embed_tokens.weight.to(torch.float64)[local.clamp(0, per - 1)]
         return self.tp.all_reduce(rows * inside[:, None])
 
-    def hidden(self, ids):
+    def hidden(self, ids, deltas=None):
+        """`deltas`: per layer, {parameter: float64 delta} of a LoRA adapter (reference/lora.py)."""
         x = self.embed(ids)
         cos, sin = rope_tables(len(ids), self.spec["head_dim"])
-        for layer in self.model.layers:
-            x = layer(x, cos, sin)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, deltas[i] if deltas else None)
         return rms_norm(x, self.model.norm.weight)
 
     def logits(self, h):
@@ -254,10 +260,13 @@ class TargetModel(torch.nn.Module):
         return out
 
     @torch.no_grad()
-    def generate(self, ids, max_new_tokens):
+    def generate(self, ids, max_new_tokens, adapter=None):
+        """Greedy decoding; with `adapter` (reference/lora.AdapterShards) W + s * B @ A in every
+        adapted layer, the adapter taken once for the whole request."""
+        deltas = adapter.deltas(self) if adapter is not None else None
         ids = torch.tensor(ids, dtype=torch.long)
         for _ in range(max_new_tokens):
-            nxt = self.logits(self.hidden(ids)[-1:]).argmax(-1)
+            nxt = self.logits(self.hidden(ids, deltas)[-1:]).argmax(-1)
             ids = torch.cat([ids, nxt])
         return ids.tolist()
 

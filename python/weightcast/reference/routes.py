@@ -53,6 +53,7 @@ def weightcast_routes(engine):
             {"message": "generation resumed"},
         )[1],
         "/flush_cache": _ok("cache flushed"),
+        "/unload_lora_adapter": engine.unload_adapter,
     }
     gets = {
         "/health": lambda q: {"message": "ok"},
@@ -192,8 +193,10 @@ def _add_serving(table, engine):
     """The routes every API serves, answered in weightcast's shape."""
     table.posts["/generate"] = engine.generate
     table.gets["/spec_accept_length"] = lambda q: engine.accept_length()
-    table.gets["/weights_checksum"] = lambda q: engine.checksum(
-        q.get("runner", ["target"])[0], q.get("recompute", ["0"])[0] in ("1", "true")
+    table.gets["/weights_checksum"] = lambda q: (
+        engine.lora_checksum(q["lora"][0])
+        if "lora" in q
+        else engine.checksum(q.get("runner", ["target"])[0], q.get("recompute", ["0"])[0] in ("1", "true"))
     )
     table.ours |= {"/weights_checksum", "/spec_accept_length"}
 

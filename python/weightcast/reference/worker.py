@@ -21,6 +21,7 @@ from .. import _weightcast
 from ..engine_rank import EngineRank
 from ..pickled import PickledFormError
 from ..receiver import LoadError, ReceiverError, Runner
+from .lora import AdapterError, AdapterShards
 from .model import DraftModel, Parallel, TargetModel, model_spec
 
 TARGET_FILTER = "model.*,lm_head.weight"
@@ -42,6 +43,9 @@ class Worker:
         self.fail_on = None  # test hook: a load of this name raises
         self.loaded_order = []  # names in the order load() saw them, for tests
         self.metas = {}
+        # The adapters this worker applies, by name: its shards (reference/lora.py). Replaced as a
+        # whole dict on every change, so a request that took one keeps it.
+        self.adapters = {}
         runners = [Runner("target", self._loader(self.target), filter=TARGET_FILTER)]
         if self.draft is not None:
             # The fixed behaviour: post-processing runs when the draft loaded something.
@@ -93,8 +97,8 @@ class Worker:
     def op_leave(self, name):
         self.core.destroy_group(name)
 
-    def op_begin(self, selector):
-        return self.core.begin(selector)
+    def op_begin(self, selector, lora=None):
+        return self.core.begin(selector, lora)
 
     def op_receive(self, body):
         ok, message = self.core.update(body)
@@ -121,6 +125,10 @@ class Worker:
     def op_commit(self, version, selector):
         start = time.monotonic()
         result = self.core.end(version)
+        if result["adapter"]:
+            # The Receiver swapped the adapter in; this worker's forward takes its shards.
+            name = result["adapter"]
+            self.adapters = dict(self.adapters, **{name: AdapterShards(self.rx.adapter(name), self.target)})
         result["seconds"] = time.monotonic() - start
         if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
             # The old behaviour: every covered runner's resident weights are post-processed again
@@ -136,8 +144,40 @@ class Worker:
                     entry["tensors_transformed"] = sum(1 for p in self.draft.parameters() if p.dim() == 2)
         return result
 
-    def op_generate(self, ids, max_new_tokens):
-        return self.target.generate(ids, max_new_tokens)
+    def op_generate(self, ids, max_new_tokens, lora_name=None):
+        adapter = None
+        if lora_name is not None:
+            adapter = self.adapters.get(lora_name)
+            if adapter is None:
+                raise AdapterError(404, f"lora_name: no adapter '{lora_name}' is loaded")
+        return self.target.generate(ids, max_new_tokens, adapter)
+
+    def op_unload_adapter(self, name):
+        held = self.rx.unload_adapter(name)
+        self.adapters = {k: v for k, v in self.adapters.items() if k != name}
+        return held
+
+    def op_adapters(self):
+        """The held adapters as /server_info lists them."""
+        out = []
+        for name in self.rx.adapter_names():
+            held, sums = self.rx.adapter(name), self.rx.adapter_checksum(name)
+            if held is None:
+                continue
+            config = {k: held[k] for k in ("r", "lora_alpha", "target_modules")}
+            out.append(
+                {
+                    "lora_name": name,
+                    "config": config,
+                    "version": held["version"],
+                    "tensors": len(held["tensors"]),
+                    "digest": sums["digest"],
+                }
+            )
+        return out
+
+    def op_lora_checksum(self, name):
+        return self.rx.adapter_checksum(name)
 
     def op_accept_length(self):
         embed = self.target.full_tensor("model.embed_tokens.weight")
@@ -205,6 +245,7 @@ class Worker:
         state = {
             "target": {k: v.clone() for k, v in self.target.state_dict().items()},
             "draft": {k: v.clone() for k, v in self.draft.state_dict().items()} if self.draft else {},
+            "lora": {name: shards.state() for name, shards in self.adapters.items()},
             "loaded_order": list(self.loaded_order),
         }
         torch.save(state, os.path.join(path, f"rank{self.rank}.pt"))
@@ -221,7 +262,7 @@ def _error(e):
             "runner": e.runner,
             "tensor": e.tensor,
         }
-    if isinstance(e, (ReceiverError, PickledFormError)):
+    if isinstance(e, (ReceiverError, PickledFormError, AdapterError)):
         return {"status": e.status, "message": str(e)}
     return {
         "status": 500,

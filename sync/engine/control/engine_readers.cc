@@ -96,6 +96,7 @@ Reply EngineReaders::server_info() const {
   info.speculative_algorithm = ctx_.opts.speculative_algorithm;
   info.session_selector = ctx_.receiver.session_selector();
   if (ctx_.opts.colocate && !ctx_.host_identity.empty()) info.colocate_host = ctx_.host_identity;
+  info.lora = true;  // the list itself follows below
 
   // The schema's fields first (what trainers parse), then ours for people and tests.
   Json j = Json::parse(to_json_string(info));
@@ -321,17 +322,9 @@ Reply EngineReaders::weights_checker(const WeightsCheckerRequest& request) {
 Reply EngineReaders::lora_checksum(const std::string& name) const {
   const auto adapter = ctx_.receiver.adapters().find(name);
   if (!adapter) return error_reply(404, "lora: no adapter '" + name + "' is loaded");
-  Json tensors = Json::array();
-  for (std::size_t i = 0; i < adapter->tensors.size(); ++i) {
-    tensors.push_back({{"name", adapter->tensors[i].name},
-                       {"digest", to_string(adapter->digests[i])},
-                       {"bytes", adapter->bytes[i].size()}});
-  }
-  Json j{{"success", true},
-         {"lora_name", adapter->name},
-         {"version", adapter->version},
-         {"digest", to_string(adapter->combined_digest())},
-         {"tensors", std::move(tensors)}};
+  Json j = Json::parse(to_json_string(adapter_checksum(*adapter)));
+  j["lora_name"] = adapter->name;
+  j["version"] = adapter->version;
   return {200, j.dump()};
 }
 

@@ -50,11 +50,9 @@ Reply SessionRoutes::begin_weight_update(const BeginWeightUpdateRequest& request
   std::optional<AdapterTarget> adapter;
   if (request.lora) {
     try {
-      adapter = AdapterTarget{
-          request.lora->name, parse_lora_config(request.lora->config_json),
-          request.lora->upsert ? AdapterStore::Put::kUpsert : AdapterStore::Put::kLoad};
+      adapter = adapter_target(*request.lora);
     } catch (const comm::BadRequestError& e) {
-      return error_reply(400, std::string("lora.") + e.what());
+      return error_reply(400, e.what());
     }
   }
   ReceiverBegin begun;

@@ -4,6 +4,15 @@
 
 namespace weightcast::sync::engine {
 
+AdapterTarget adapter_target(const LoraBegin& begin) {
+  try {
+    return {begin.name, parse_lora_config(begin.config_json),
+            begin.upsert ? AdapterStore::Put::kUpsert : AdapterStore::Put::kLoad};
+  } catch (const comm::BadRequestError& e) {
+    throw comm::BadRequestError(std::string("lora.") + e.what());
+  }
+}
+
 void check_adapter_begin(Selector selector, const AdapterTarget& target) {
   if (selector != Selector::kTarget) {
     throw ReceiverError(400, "selector: '" + std::string(to_string(selector)) +

@@ -23,6 +23,7 @@
 #include "sync/engine/lora/adapter_store.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/model/lora.h"
+#include "sync/protocol/protocol.h"
 #include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine {
@@ -32,6 +33,10 @@ struct AdapterTarget {
   LoraConfig config;
   AdapterStore::Put put = AdapterStore::Put::kLoad;
 };
+
+// The adapter a begin's "lora" object names (its config parsed). comm::BadRequestError naming
+// the field ("lora.config: ...") when the config is not PEFT's.
+AdapterTarget adapter_target(const LoraBegin& begin);
 
 // Refuses (400) an adapter session of any selector but target, or with a bad name.
 void check_adapter_begin(Selector selector, const AdapterTarget& target);

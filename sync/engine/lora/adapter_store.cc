@@ -66,4 +66,16 @@ std::size_t AdapterStore::size() const {
   return held_.size();
 }
 
+WeightsChecksumResponse adapter_checksum(const Adapter& adapter) {
+  WeightsChecksumResponse answer;
+  answer.runner = Runner::kTarget;
+  answer.weight_version = adapter.version;
+  answer.digest = to_string(adapter.combined_digest());
+  for (std::size_t i = 0; i < adapter.tensors.size(); ++i) {
+    const TensorMeta& t = adapter.tensors[i];
+    answer.tensors.push_back({t.name, to_string(adapter.digests[i]), t.dtype, t.shape});
+  }
+  return answer;
+}
+
 }  // namespace weightcast::sync::engine

@@ -19,6 +19,7 @@
 #include "sync/engine/stage/block_pool.h"
 #include "sync/model/checksum.h"
 #include "sync/model/lora.h"
+#include "sync/protocol/protocol_responses.h"
 
 namespace weightcast::sync::engine {
 
@@ -34,6 +35,10 @@ struct Adapter {
   // The adapter's digest over its tensors, by name (as a runner's digest).
   Digest combined_digest() const;
 };
+
+// The adapter's digests in the shape of a runner's /weights_checksum answer: runner target,
+// weight_version the adapter's (GET /weights_checksum?lora=NAME; docs/protocol.md).
+WeightsChecksumResponse adapter_checksum(const Adapter& adapter);
 
 class AdapterStore {
  public:

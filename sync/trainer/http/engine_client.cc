@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "comm/enum_names.h"
+#include "sync/model/lora.h"
 #include "sync/protocol/protocol_text.h"
 #include "sync/trainer/http/server_info_answers.h"
 #include "sync/trainer/http/sglang_answers.h"
@@ -386,6 +387,14 @@ BasicResponse EngineClient::update_weights_from_disk(const std::string& model_pa
   }
   const nlohmann::json body = {{"model_path", model_path}};
   return flavored("POST", "/update_weights_from_disk", body.dump(), options_.data_timeout);
+}
+
+WeightsChecksumResponse EngineClient::adapter_checksum(const std::string& lora_name) {
+  validate_adapter_name(lora_name);
+  const std::string route = "/weights_checksum?lora=" + lora_name;
+  if (sglang_) throw EngineError(url_, "GET " + route, 0, "an SGLang engine serves no checksums");
+  const std::string body = call("GET", route, "", options_.request_timeout);
+  return checked(parse_weights_checksum_response(body, options_.limits), url_, "GET " + route);
 }
 
 WeightsChecksumResponse EngineClient::weights_checksum(Runner runner, bool recompute) {

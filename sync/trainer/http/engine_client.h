@@ -68,6 +68,7 @@ class EngineClient final : public EngineApi {
   BasicResponse release_lease(const ReleaseLeaseRequest& req) override;
   BasicResponse update_weights_from_disk(const std::string& model_path) override;
   WeightsChecksumResponse weights_checksum(Runner runner, bool recompute = false) override;
+  WeightsChecksumResponse adapter_checksum(const std::string& lora_name) override;
   std::string metrics() override;
   SpecAcceptLengthResponse spec_accept_length() override;
 

@@ -136,11 +136,14 @@ BeginWeightUpdateResponse FakeEngine::begin_weight_update(const BeginWeightUpdat
   }
   staged_.clear();
   staged_version_.reset();
+  lora_ = req.lora;
+  adapter_session_ = req.lora.has_value();
   BeginWeightUpdateResponse out;
   out.selector = begin_answer_.value_or(req.selector);
   out.session_id = session_token_;
   out.holder = req.holder.value_or("");
   out.weight_version = info_.weight_version;
+  if (runner_digests_) out.runner_digest = "fake-" + info_.weight_version;
   return out;
 }
 
@@ -212,11 +215,22 @@ EndWeightUpdateResponse FakeEngine::end_weight_update(const EndWeightUpdateReque
   std::lock_guard lock(mu_);
   if (!session_) throw EngineError(url_, "POST /end_weight_update", 409, "no session");
   check_owner(req.session_id, "POST /end_weight_update");
-  for (auto& [name, bytes] : staged_) committed_[name] = std::move(bytes);
+  if (adapter_session_) {
+    // An adapter commit swaps the adapter in; the base and its version stay.
+    adapters_[lora_->name] = std::move(staged_);
+    adapter_versions_[lora_->name] = staged_version_.value_or("");
+  } else {
+    for (auto& [name, bytes] : staged_) committed_[name] = std::move(bytes);
+    if (staged_version_) info_.weight_version = *staged_version_;
+  }
   staged_.clear();
-  if (staged_version_) info_.weight_version = *staged_version_;
+  adapter_session_ = false;
   session_.reset();
-  return {true, "", info_.weight_version, {}, ""};
+  return {true,
+          "",
+          info_.weight_version,
+          {},
+          runner_digests_ ? "fake-" + info_.weight_version : std::string()};
 }
 
 BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) {
@@ -242,6 +256,23 @@ BasicResponse FakeEngine::abort_weight_update(const AbortWeightUpdateRequest& re
   staged_.clear();
   staged_version_.reset();
   return {};
+}
+
+std::map<std::string, std::vector<std::byte>> FakeEngine::adapter(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  const auto it = adapters_.find(name);
+  return it == adapters_.end() ? std::map<std::string, std::vector<std::byte>>{} : it->second;
+}
+
+std::string FakeEngine::adapter_version(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  const auto it = adapter_versions_.find(name);
+  return it == adapter_versions_.end() ? std::string() : it->second;
+}
+
+std::optional<LoraBegin> FakeEngine::last_lora() const {
+  std::lock_guard lock(mu_);
+  return lora_;
 }
 
 WeightsChecksumResponse FakeEngine::weights_checksum(Runner runner, bool) {

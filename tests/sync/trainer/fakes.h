@@ -92,6 +92,16 @@ class FakeEngine final : public EngineApi {
   // What the engine answers as the session selector in begin (default: what it was asked).
   void set_begin_answer(Selector selector) { begin_answer_ = selector; }
   void set_version(std::string version) { info_.weight_version = std::move(version); }
+  // Whether begin and end answer a runner digest ("fake-<weight_version>"), which lets the
+  // updater name a delta base (the fake decodes no delta bucket: test the session, not a send).
+  void set_runner_digests(bool on) { runner_digests_ = on; }
+  // Whether /server_info says the engine takes adapter sessions (docs/lora.md).
+  void set_lora(bool lora) { info_.lora = lora; }
+  // The adapter committed under `name` (tensor name -> bytes) and its version; empty if none.
+  std::map<std::string, std::vector<std::byte>> adapter(const std::string& name) const;
+  std::string adapter_version(const std::string& name) const;
+  // The last begin's "lora" object (nullopt: a base session).
+  std::optional<LoraBegin> last_lora() const;
 
   // Committed tensors (name -> bytes) and version.
   std::map<std::string, std::vector<std::byte>> committed() const;
@@ -120,6 +130,11 @@ class FakeEngine final : public EngineApi {
   std::size_t base_ = 0;  // wire index of this session's bucket 0
   std::map<std::string, std::vector<std::byte>> staged_, committed_;
   std::optional<std::string> staged_version_;
+  std::optional<LoraBegin> lora_;  // the open session's, or the last one's
+  bool adapter_session_ = false;
+  bool runner_digests_ = false;
+  std::map<std::string, std::map<std::string, std::vector<std::byte>>> adapters_;
+  std::map<std::string, std::string> adapter_versions_;
   std::vector<UpdateWeightsFromDistributedRequest> requests_;
   int open_buckets_ = 0;
   int max_open_buckets_ = 0;
