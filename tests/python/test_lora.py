@@ -90,11 +90,12 @@ class NativeEngine:
 
 
 class Lora(unittest.TestCase):
-    def assert_adapter_held(self, engines, ab, version):
-        """Every engine reports exactly the adapter `ab` at `version` (its digests, by name)."""
+    def assert_adapter_held(self, engines, ab, version, name=NAME):
+        """Every engine reports exactly the adapter `ab` at `version` under `name` (its digests,
+        by tensor name)."""
         want = {peft_name(i, m, p): digest(t) for (i, m), pair in ab.items() for p, t in zip("AB", pair)}
         for engine in engines:
-            sums = engine.ok(f"/weights_checksum?lora={NAME}")
+            sums = engine.ok(f"/weights_checksum?lora={name}")
             self.assertEqual(sums["version"], version, engine.url)
             self.assertEqual({t["name"]: t["digest"] for t in sums["tensors"]}, want, engine.url)
 
@@ -198,6 +199,47 @@ class Lora(unittest.TestCase):
                 self.assertEqual(torch_engine.ok("/server_info")["weight_version"], "default")
                 opened = torch_engine.ok("/begin_weight_update", {"selector": "target"})
                 torch_engine.ok("/abort_weight_update", {"session_id": opened["session_id"]})
+            finally:
+                engine.stop()
+
+    def test_python_update_lora(self):
+        """weightcast.DistributedUpdater.update_lora from Python, verify=True, to a 1-rank
+        weightcast-engine and a TP-2 torch engine: the adapter's version counts per name, every
+        engine holds it exactly, the torch engine serves it, the base is untouched; misuse is
+        refused before any engine is asked."""
+        import weightcast
+
+        config = {"r": RANK, "lora_alpha": ALPHA, "target_modules": list(MODULES)}
+        with torch_engines.running([2], SEED) as (torch_engine,):
+            engine = NativeEngine()
+            try:
+                base_sums = native.checksums(engine.url, "target")
+                urls = [torch_engine.url, engine.url]
+                with weightcast.DistributedUpdater(
+                    engines=urls, selector="all", verify=True, colocate="off"
+                ) as updater:
+                    for step in (1, 2):
+                        ab = adapter(step)
+                        tensors = {
+                            peft_name(i, m, p): t for (i, m), pair in ab.items() for p, t in zip("AB", pair)
+                        }
+                        report = updater.update_lora("py", tensors, config)
+                        self.assertTrue(report.ok)
+                        self.assertTrue(report.verified)
+                        self.assertEqual(
+                            (report.adapter, report.version, report.selector), ("py", str(step), "target")
+                        )
+                    with self.assertRaises(weightcast.InputError):
+                        updater.update_lora("py", {"model.norm.weight": torch.zeros(4)}, config)
+                    with self.assertRaises(weightcast.ConfigError):
+                        updater.update_lora("py", tensors, config, op="replace")
+                self.assert_adapter_held([torch_engine, engine], ab, "2", name="py")
+                body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8}, "lora_name": "py"}
+                self.assertEqual(
+                    torch_engine.ok("/generate", body)["output_ids"],
+                    reference_generate(merged(full_tensors(0), ab), PROMPT, 8),
+                )
+                self.assertEqual(native.checksums(engine.url, "target"), base_sums)
             finally:
                 engine.stop()
 
