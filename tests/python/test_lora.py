@@ -11,7 +11,9 @@ Run one case: test_lora.py Lora.test_trainer_update
 """
 
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -242,6 +244,58 @@ class Lora(unittest.TestCase):
                 self.assertEqual(native.checksums(engine.url, "target"), base_sums)
             finally:
                 engine.stop()
+
+    def test_miles_lora_sender(self):
+        """SGLang's /load_lora_adapter_from_tensors as Miles drives it (tests/python/lora_sender.py,
+        a process of its own: unload, then one load of per-TP-rank pickles): without the opt-in a
+        400 naming it and no adapter; opted in, 2 steps land exactly on a TP-2 torch engine, which
+        serves them (= the merged forward) with the base and draft bit-identical; Miles'
+        selector "draft" on the request is a 400 that keeps the adapter."""
+        sender = os.path.join(os.path.dirname(__file__), "lora_sender.py")
+
+        def send(engine, *extra):
+            argv = [sys.executable, sender, "--engine", engine.url, "--tp-size", "2", "--seed", str(SEED)]
+            # Output to a file, not a pipe: torch's shared-memory manager (the file_system
+            # strategy), a daemon the sender starts, keeps its inherited descriptors.
+            with tempfile.TemporaryFile("w+") as out:
+                code = subprocess.run(
+                    [*argv, *extra], stdout=out, stderr=subprocess.STDOUT, timeout=300
+                ).returncode
+                out.seek(0)
+                return code, out.read()
+
+        with torch_engines.running([2], SEED) as (engine,):
+            code, out = send(engine, "--expect", "400")
+            self.assertEqual(code, 0, out)
+            self.assertIn("WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION", out)
+            self.assertEqual(engine.ok("/server_info")["lora_adapters"], [])
+        opt_in = {"WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION": "1"}
+        with torch_engines.running([2], SEED, env=opt_in) as (engine,):
+            before = engine.params()
+            code, out = send(engine, "--steps", "1:2", "--rank", str(RANK), "--alpha", str(ALPHA))
+            self.assertEqual(code, 0, out)
+            self.assertIn("adapter 'miles' committed", out)
+            ab = adapter(2)
+            self.assert_adapter_held([engine], ab, "", name="miles")
+            after = engine.params()
+            for rank in range(2):
+                for runner in ("target", "draft"):
+                    for name, t in before[rank][runner].items():
+                        self.assertTrue(torch.equal(after[rank][runner][name], t), f"{runner} {name}")
+                self.assertEqual(len(after[rank]["lora"]["miles"]), len(ab))
+            body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8}, "lora_name": "miles"}
+            answer = engine.ok("/generate", body)["output_ids"]
+            self.assertEqual(answer, reference_generate(merged(full_tensors(0), ab), PROMPT, 8))
+            # Miles' selector on the request: draft is refused and the adapter stays; so is a
+            # second load of the held name (SGLang's load, not an upsert): a 409 at commit.
+            code, out = send(engine, "--steps", "3", "--selector", "draft", "--no-unload", "--expect", "400")
+            self.assertEqual(code, 0, out)
+            self.assertIn("target", out)
+            code, out = send(engine, "--steps", "3", "--no-unload", "--expect", "409")
+            self.assertEqual(code, 0, out)
+            self.assert_adapter_held([engine], ab, "", name="miles")
+            self.assertEqual(engine.ok("/generate", body)["output_ids"], answer)
+            self.assertFalse(engine.ok("/debug/info")["session_open"])
 
     def test_failed_load_keeps_the_previous_adapter(self):
         """A second adapter whose load fails half-way (the engine fails its third bucket after

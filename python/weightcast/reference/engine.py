@@ -272,6 +272,32 @@ class Engine:
             raise WorkerError({"status": 404, "message": f"lora_name: no adapter '{name}' is loaded"})
         return {"message": f"adapter '{name}' unloaded"}
 
+    def load_adapter_from_tensors(self, body):
+        """POST /load_lora_adapter_from_tensors, SGLang's route (INTEROP.md §9): {lora_name,
+        config_dict (PEFT's), serialized_named_tensors (one pickle per TP rank), load_format,
+        upsert} loads one whole adapter in one adapter session of its own: each worker unpickles
+        its own entry (weightcast.pickled: only with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1,
+        else a 400 naming it), stages it with its digests, and the commit swaps the adapter in.
+        A failure anywhere discards the session and keeps what was held. Miles' `selector`, when
+        sent, scopes the session: anything but target is a 400."""
+        name, config = body.get("lora_name"), body.get("config_dict")
+        if not isinstance(name, str) or not isinstance(config, dict):
+            raise WorkerError({"status": 400, "message": "lora_name and config_dict (PEFT's) are required"})
+        try:
+            pickled.check(body)
+        except pickled.PickledFormError as e:
+            raise WorkerError({"status": 400, "message": str(e)}) from None
+        adapter = {"lora_name": name, "config": config, "op": "upsert" if body.get("upsert") else "load"}
+        begun = self.begin({"selector": body.get("selector", "target"), "lora": adapter})
+        token = begun["session_id"]
+        bucket = {k: body[k] for k in ("serialized_named_tensors", "load_format") if k in body}
+        try:
+            self.update_from_tensor(dict(bucket, selector="target", session_id=token))
+        except WorkerError:
+            self.abort_all("the adapter's tensors could not be staged")
+            raise
+        return self.end({"session_id": token})
+
     def adapters(self):
         return self.workers.call_all("adapters")[0]
 

@@ -54,6 +54,7 @@ def weightcast_routes(engine):
         )[1],
         "/flush_cache": _ok("cache flushed"),
         "/unload_lora_adapter": engine.unload_adapter,
+        "/load_lora_adapter_from_tensors": engine.load_adapter_from_tensors,
     }
     gets = {
         "/health": lambda q: {"message": "ok"},
