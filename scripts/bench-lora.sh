@@ -20,8 +20,6 @@ while [ $# -gt 0 ]; do
     *) echo "bench-lora: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-engine="$build_dir/launcher/engine/weightcast-engine"
-train="$build_dir/launcher/train/weightcast-train"
 . scripts/lib/engines.sh
 
 # qwen3-8b's shapes (sync/model/model.cc's preset) with fewer layers.

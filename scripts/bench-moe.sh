@@ -26,8 +26,6 @@ while [ $# -gt 0 ]; do
     *) echo "bench-moe: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-engine="$build_dir/launcher/engine/weightcast-engine"
-train="$build_dir/launcher/train/weightcast-train"
 . scripts/lib/engines.sh
 
 # One run: model, EP size, gather mode. Prints "model ep GB/s seconds gather" averaged over

@@ -19,8 +19,6 @@ while [ $# -gt 0 ]; do
     *) echo "bench-tp-gather: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-engine="$build_dir/launcher/engine/weightcast-engine"
-train="$build_dir/launcher/train/weightcast-train"
 . scripts/lib/engines.sh
 
 start_engine() {  # name

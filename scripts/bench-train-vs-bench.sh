@@ -18,8 +18,6 @@ while [ $# -gt 0 ]; do
     *) echo "bench-train-vs-bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-engine="$build_dir/launcher/engine/weightcast-engine"
-train="$build_dir/launcher/train/weightcast-train"
 bench="$build_dir/launcher/weightcast-bench"
 . scripts/lib/engines.sh
 

@@ -2,9 +2,12 @@
 # sets up what every such script needs: the run-as-root permission mpirun asks for, the mpirun
 # flags of this machine (mpi_flags), a scratch folder (work) and the list of started processes
 # (pids), and traps that stop the engines and remove $work on exit (an interrupt exits 130).
-# The caller sets $engine, the engine binary.
+# $engine and $train, the build's engine and trainer binaries, are set unless the caller set them
+# (from $build_dir, default build).
 # Usage: . scripts/lib/engines.sh   (from the repository root)
 
+engine=${engine:-${build_dir:-build}/launcher/engine/weightcast-engine}
+train=${train:-${build_dir:-build}/launcher/train/weightcast-train}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 read -r -a mpi_flags <<<"$(bash scripts/mpirun-flags.sh)"
 work=$(mktemp -d)
