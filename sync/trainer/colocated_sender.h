@@ -78,4 +78,8 @@ class ColocatedSender {
   std::optional<comm::colocate::SharedSegment> segments_[2];
 };
 
+// The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one
+// update, one result; the tensors are the same, the bytes moved add up.
+void merge_beside(BucketSendResult& chain, BucketSendResult colocated);
+
 }  // namespace weightcast::sync::trainer

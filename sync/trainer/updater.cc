@@ -10,6 +10,7 @@
 #include "comm/errors.h"
 #include "comm/host_identity.h"
 #include "sync/trainer/engine_calls.h"
+#include "sync/trainer/engine_checks.h"
 #include "sync/trainer/http/engine_client.h"
 
 namespace weightcast::sync::trainer {
@@ -39,11 +40,6 @@ std::string default_holder(const std::string& prefix) {
   return std::string(host) + ":" + std::to_string(getpid()) + " " + prefix;
 }
 
-template <typename List, typename Value>
-bool contains(const List& list, const Value& value) {
-  return std::find(list.begin(), list.end(), value) != list.end();
-}
-
 // The engines as plain pointers, in order; refuses none or a null one.
 std::vector<EngineApi*> pointers(const std::vector<std::unique_ptr<EngineApi>>& engines) {
   if (engines.empty()) throw comm::ConfigError("DistributedUpdater: no engines given");
@@ -53,22 +49,6 @@ std::vector<EngineApi*> pointers(const std::vector<std::unique_ptr<EngineApi>>& 
     out.push_back(e.get());
   }
   return out;
-}
-
-// The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one
-// update, one result; the tensors are the same, the bytes moved add up.
-void merge_beside(BucketSendResult& chain, BucketSendResult colocated) {
-  chain.ok = chain.ok && colocated.ok;
-  chain.wire_bytes += colocated.wire_bytes;
-  chain.seconds = std::max(chain.seconds, colocated.seconds);
-  chain.pack_wait_seconds += colocated.pack_wait_seconds;
-  chain.http_wait_seconds += colocated.http_wait_seconds;
-  chain.failures.insert(chain.failures.end(), colocated.failures.begin(), colocated.failures.end());
-  if (chain.error.empty() && !colocated.error.empty()) {
-    chain.error = std::move(colocated.error);
-    chain.source_fault = colocated.source_fault;
-  }
-  chain.data_path += "+" + colocated.data_path;
 }
 
 }  // namespace
@@ -117,20 +97,7 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   std::vector<int> counts;
   std::uint64_t version = 0;
   for (std::size_t i = 0; i < infos.size(); ++i) {
-    const std::string& url = engines_[i]->url();
-    if (!contains(infos[i].selectors, selector_)) {
-      std::string supported;
-      for (Selector s : infos[i].selectors)
-        supported += std::string(supported.empty() ? "" : ", ") + std::string(to_string(s));
-      throw comm::ConfigError("engine " + url + " does not support selector '" +
-                              std::string(to_string(selector_)) +
-                              "' (it supports: " + (supported.empty() ? "none" : supported) +
-                              "); refusing to update it rather than hope the scope is honoured");
-    }
-    if (!contains(infos[i].backends, options_.backend)) {
-      throw comm::ConfigError("engine " + url + " does not support backend '" +
-                              std::string(to_string(options_.backend)) + "'");
-    }
+    check_engine_info(engines_[i]->url(), infos[i], selector_, options_.backend);
     counts.push_back(infos[i].rank_count);
     version = std::max(version, numeric_version(infos[i].weight_version));
   }
@@ -138,7 +105,7 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   choose_colocated(infos);
   common_ = std::any_of(engines_.begin(), engines_.end(),
                         [](const auto& e) { return e->flavor() == EngineFlavor::kSglang; });
-  check_capabilities();
+  if (common_) check_common_format(engine_ptrs_, options_.common_load_format);
   elastic_.set_rank_counts(std::move(counts));
   sessions_.set_engines(common_, version);
   infos_ = std::move(infos);
@@ -179,18 +146,6 @@ std::vector<std::size_t> DistributedUpdater::chain_members() const {
 
 LoadFormat DistributedUpdater::load_format() const {
   return common_ ? options_.common_load_format : LoadFormat::kWeightcastBucket;
-}
-
-// Before any data moves: an SGLang engine receives per tensor or SGLang's flattened bucket only.
-void DistributedUpdater::check_capabilities() const {
-  if (!common_ || options_.common_load_format != LoadFormat::kWeightcastBucket) return;
-  for (const auto& e : engines_) {
-    if (e->flavor() == EngineFlavor::kSglang) {
-      throw comm::ConfigError("engine " + e->url() +
-                              " (sglang) lacks the weightcast_bucket layout; use per_tensor or "
-                              "flattened_bucket for a group with SGLang engines");
-    }
-  }
 }
 
 void DistributedUpdater::ensure_group(int stage) {
@@ -390,12 +345,7 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
   connect();
   if (adapter) {
     for (std::size_t e : elastic_.members()) {
-      if (!infos_[e].lora) {
-        throw comm::ConfigError("engine " + engines_[e]->url() +
-                                " takes no LoRA adapters (its /server_info lists no "
-                                "lora_adapters); refusing to send it adapter '" +
-                                adapter->name + "'");
-      }
+      check_takes_adapters(engines_[e]->url(), infos_[e], adapter->name);
     }
     report.adapter = adapter->name;
     if (!version) version = sessions_.next_adapter_version(adapter->name);

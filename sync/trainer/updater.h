@@ -225,7 +225,6 @@ class DistributedUpdater {
   void release_leases();
 
  private:
-  void check_capabilities() const;
   // Decides colocated_ from the engines' /server_info (UpdaterOptions::colocate).
   void choose_colocated(const std::vector<ServerInfoResponse>& infos);
   // The members on the chain, as indices into engines_, in member order.

@@ -1,0 +1,28 @@
+// What a DistributedUpdater checks of its engines' /server_info before any data moves, each a
+// comm::ConfigError naming the engine and what it lacks (the updater refuses an engine rather
+// than trust it to honour what it cannot): the selector and backend of the updater, the bucket
+// layout a group with SGLang engines needs, and adapter sessions for adapter updates.
+// Threading: free functions.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "sync/protocol/protocol.h"
+#include "sync/trainer/engine_api.h"
+
+namespace weightcast::sync::trainer {
+
+// The engine at `url` (answering `info`) supports `selector` and `backend`.
+void check_engine_info(const std::string& url, const ServerInfoResponse& info, Selector selector,
+                       Backend backend);
+
+// A group with SGLang engines (the common mode) sends `format`, which every SGLang engine reads.
+void check_common_format(std::span<EngineApi* const> engines, LoadFormat format);
+
+// The engine at `url` takes adapter sessions (its /server_info lists lora_adapters; docs/lora.md),
+// so an update of adapter `adapter` may go to it.
+void check_takes_adapters(const std::string& url, const ServerInfoResponse& info,
+                          const std::string& adapter);
+
+}  // namespace weightcast::sync::trainer
