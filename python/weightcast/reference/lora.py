@@ -64,6 +64,7 @@ class AdapterShards:
         import torch
 
         self.name, self.version = held["lora_name"], held["version"]
+        self.config = {k: held[k] for k in ("r", "lora_alpha", "target_modules")}
         self.scaling = float(held["scaling"])
         tp = target.tp
         pairs = {}
@@ -114,6 +115,10 @@ class AdapterShards:
     def deltas(self, target):
         """Every layer's deltas, computed once when a request starts (it keeps them)."""
         return [self.layer_deltas(i, layer) for i, layer in enumerate(target.model.layers)]
+
+    def describe(self):
+        """What /server_info lists of it."""
+        return {"lora_name": self.name, "config": self.config, "version": self.version}
 
     def state(self):
         """The shards as held, for tests: {'<layer>.<module>': (A shard, B shard)}."""

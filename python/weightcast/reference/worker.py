@@ -128,7 +128,7 @@ class Worker:
         if result["adapter"]:
             # The Receiver swapped the adapter in; this worker's forward takes its shards.
             name = result["adapter"]
-            self.adapters = dict(self.adapters, **{name: AdapterShards(self.rx.adapter(name), self.target)})
+            self.adapters = {**self.adapters, name: AdapterShards(self.rx.adapter(name), self.target)}
         result["seconds"] = time.monotonic() - start
         if self.cfg["legacy_finalize"] and self.draft is not None and selector in ("all", "draft"):
             # The old behaviour: every covered runner's resident weights are post-processed again
@@ -160,20 +160,10 @@ class Worker:
     def op_adapters(self):
         """The held adapters as /server_info lists them."""
         out = []
-        for name in self.rx.adapter_names():
-            held, sums = self.rx.adapter(name), self.rx.adapter_checksum(name)
-            if held is None:
-                continue
-            config = {k: held[k] for k in ("r", "lora_alpha", "target_modules")}
-            out.append(
-                {
-                    "lora_name": name,
-                    "config": config,
-                    "version": held["version"],
-                    "tensors": len(held["tensors"]),
-                    "digest": sums["digest"],
-                }
-            )
+        for name, shards in sorted(self.adapters.items()):
+            sums = self.rx.adapter_checksum(name)
+            if sums is not None:
+                out.append(dict(shards.describe(), tensors=len(sums["tensors"]), digest=sums["digest"]))
         return out
 
     def op_lora_checksum(self, name):
