@@ -18,6 +18,7 @@
 #include "launcher/train/stage_attempt.h"
 #include "launcher/train/stage_gather.h"
 #include "launcher/train/step_line.h"
+#include "sync/trainer/engine_checks.h"
 #include "sync/trainer/http/engine_client.h"
 #include "sync/trainer/megatron.h"
 #include "sync/trainer/stage_outcome.h"
@@ -178,10 +179,14 @@ class Rank {
                          metas.size(), format_bytes(lora_weights_->byte_count()).c_str());
           }
           if (coordinator()) {
-            for (const auto& info : updater_->connect()) {
-              for (const auto& runner : info.runners) {
+            const auto& infos = updater_->connect();
+            for (std::size_t e = 0; e < infos.size(); ++e) {
+              for (const auto& runner : infos[e].runners) {
                 has_draft_ = has_draft_ || runner.name == sync::Runner::kDraft;
               }
+              // Refused here, before any step, rather than at the first step's begin.
+              if (lora_)
+                check_takes_adapters(updater_->engines()[e]->url(), infos[e], o_.lora_name);
             }
             const auto engines = updater_->engines();
             for (std::size_t e = 0; e < engines.size(); ++e) {

@@ -297,6 +297,17 @@ class Lora(unittest.TestCase):
             self.assertEqual(engine.ok("/generate", body)["output_ids"], answer)
             self.assertFalse(engine.ok("/debug/info")["session_open"])
 
+    def test_engines_without_adapters_are_refused(self):
+        """weightcast-train --lora-rank against an engine whose /server_info lists no
+        lora_adapters (the torch engine in SGLang's shape) stops at setup, naming the engine,
+        before any session opens there."""
+        with torch_engines.running([1], SEED, ["--api", "sglang"]) as (engine,):
+            code, out = torch_engines.train([engine], 1, SEED, TARGETS)
+            self.assertNotEqual(code, 0, out)
+            self.assertIn(f"engine {engine.url} takes no LoRA adapters", out)
+            self.assertNotIn("step 1/1", out)
+            self.assertFalse(engine.ok("/debug/info")["session_open"])
+
     def test_failed_load_keeps_the_previous_adapter(self):
         """A second adapter whose load fails half-way (the engine fails its third bucket after
         receiving it) leaves the first in place: its digests, its version, and what /generate
