@@ -50,6 +50,12 @@ std::vector<NamedTensor> LoraWeights::at(int step) {
   return out;
 }
 
+std::vector<sync::TensorMeta> LoraWeights::metas() const {
+  std::vector<sync::TensorMeta> out;
+  for (const auto& t : tensors_) out.push_back(t.meta);
+  return out;
+}
+
 std::size_t LoraWeights::byte_count() const {
   std::size_t total = 0;
   for (const auto& t : tensors_) total += t.bytes.size();

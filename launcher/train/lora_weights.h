@@ -26,6 +26,8 @@ class LoraWeights {
 
   // The adapter at `step`; the views stay valid until the next call.
   std::vector<sync::trainer::NamedTensor> at(int step);
+  // Its tensors' names, dtypes and shapes (the same every step).
+  std::vector<sync::TensorMeta> metas() const;
   std::size_t byte_count() const;
 
  private:

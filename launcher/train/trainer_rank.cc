@@ -160,7 +160,7 @@ class Rank {
           if (lora_) {
             // The base is frozen: only the adapter is made and sent, never the stage's weights.
             lora_weights_ = std::make_unique<LoraWeights>(*lora_, params_, o_.seed, s);
-            for (const auto& t : lora_weights_->at(0)) metas.push_back(t.meta);
+            metas = lora_weights_->metas();
           } else {
             gather_->share_tensors(colocated);
             gather_->prepare(stage_comm_.size());

@@ -8,7 +8,6 @@
 #include "sync/model/model.h"
 #include "sync/protocol/dtype.h"
 #include "sync/protocol/protocol.h"
-#include "sync/protocol/protocol_responses.h"
 
 namespace weightcast::python {
 
@@ -90,7 +89,7 @@ void bind_receiver_adapters(py::module_& m, py::class_<se::Receiver>& cls) {
           [](const se::Receiver& r, const std::string& name) -> py::object {
             const auto a = r.adapters().find(name);
             if (!a) return py::none();
-            return py::str(sync::to_json_string(se::adapter_checksum(*a)));
+            return py::str(se::adapter_checksum_json(*a));
           },
           py::arg("name"));
 }

@@ -180,17 +180,17 @@ py::object PyUpdater::update_lora(const std::string& name, py::handle named_tens
   Job job;
   job.version = version_text(version);
   job.adapter = sync::LoraBegin{name, sync::to_json_string(parsed), op == "upsert"};
+  job.adapter_config = std::move(parsed);
   return run_job(job, named_tensors);
 }
 
 py::object PyUpdater::run_job(Job& job, py::handle named_tensors) {
   job.verify = verify_each_;
   CapturedTensors tensors = CapturedTensors::capture(named_tensors);
-  if (job.adapter) {
-    const auto config = sync::parse_lora_config(job.adapter->config_json);
+  if (job.adapter_config) {
     try {
       // Misuse, refused before any engine is asked: each an A or B of a targeted module.
-      for (const auto& t : tensors.views()) sync::adapted_module(config, t.meta.name);
+      for (const auto& t : tensors.views()) sync::adapted_module(*job.adapter_config, t.meta.name);
     } catch (const comm::BadRequestError& e) {
       throw InputFailure(std::string("update_lora: ") + e.what());
     }

@@ -29,6 +29,7 @@
 #include "signal_worker.h"
 #include "stage_result.h"
 #include "stage_steps.h"
+#include "sync/model/lora.h"
 #include "sync/trainer/updater.h"
 #include "tensor_capture.h"
 #include "verify_sent.h"
@@ -79,7 +80,8 @@ class PyUpdater {
     const CapturedTensors* tensors = nullptr;
     std::optional<std::string> version;
     bool verify = false;
-    std::optional<sync::LoraBegin> adapter;  // an adapter update's
+    std::optional<sync::LoraBegin> adapter;          // an adapter update's begin
+    std::optional<sync::LoraConfig> adapter_config;  // and its config, parsed
   };
   pybind11::object run_job(Job& job, pybind11::handle named_tensors);
   using Outcome = UpdateOutcome;

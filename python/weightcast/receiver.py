@@ -69,7 +69,8 @@ class Runner:
                 failure.weightcast_tensor = pairs.current
                 raise failure from e
             for name, _, shape, _ in items:
-                self._shapes[name] = list(shape)
+                if name not in self._shapes:  # a weight's shape never changes
+                    self._shapes[name] = list(shape)
 
         return {
             "name": self.name,

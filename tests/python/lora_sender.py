@@ -27,6 +27,7 @@ from weightcast import _weightcast
 
 
 def adapter(model, seed, step, rank, targets):
+    """[(PEFT name, tensor)]: what weightcast-train --lora-rank sends at `step` (module docstring)."""
     out = []
     for name, dtype, shape, _ in _weightcast._model_tensors(model, "target", seed, 0):
         module = name[: -len(".weight")]

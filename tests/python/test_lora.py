@@ -21,6 +21,7 @@ import engines as native  # noqa: E402
 import torch_engines  # noqa: E402
 
 torch_engines.require_torch()
+import lora_sender  # noqa: E402
 import torch  # noqa: E402
 from test_torch_engine import PROMPT, SEED, full_tensors, reference_generate, shard, spec  # noqa: E402
 
@@ -42,19 +43,13 @@ NAME = "weightcast"  # weightcast-train's default --lora-name
 
 
 def adapter(step, seed=SEED):
-    """{(layer, module): (A, B)} the trainer sends at `step`: the generator's bytes of each name."""
-    base = full_tensors(0)
+    """{(layer, module): (A, B)} the trainer sends at `step`: the generator's bytes of each PEFT
+    name (lora_sender.adapter, which the Miles-style sender sends too)."""
     out = {}
-    for i in range(spec()["num_hidden_layers"]):
-        for module, (parent, _) in MODULES.items():
-            w = base[f"model.layers.{i}.{parent}.{module}.weight"]
-            ab = []
-            for part, shape in (("A", [RANK, w.shape[1]]), ("B", [w.shape[0], RANK])):
-                name = peft_name(i, module, part)
-                raw = _weightcast._fill_tensor(name, "bfloat16", shape, seed, step)
-                ab.append(torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).view(shape))
-            out[(i, module)] = tuple(ab)
-    return out
+    for name, t in lora_sender.adapter("tiny", seed, step, RANK, list(MODULES)):
+        parts = name.split(".")  # base_model.model.model.layers.<i>.<parent>.<module>.lora_<X>.weight
+        out.setdefault((int(parts[4]), parts[6]), [None, None])["AB".index(parts[7][-1])] = t
+    return {key: tuple(ab) for key, ab in out.items()}
 
 
 def peft_name(layer, module, part):

@@ -305,7 +305,7 @@ class Engine:
         answer = self.workers.call_all("lora_checksum", name)[0]
         if answer is None:
             raise WorkerError({"status": 404, "message": f"lora: no adapter '{name}' is loaded"})
-        return dict(answer, lora_name=name, version=answer["weight_version"])
+        return answer
 
     def checksum(self, runner, recompute):
         if runner not in ("target", "draft") or (runner == "draft" and not self.cfg["draft"]):

@@ -14,6 +14,8 @@ So a worker's delta is exactly its shard of the merged weight's delta. Other mod
 lm_head, the draft) take no adapter: an update that targets them is refused at begin.
 """
 
+import torch
+
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROW = ("o_proj", "down_proj")
 SUPPORTED = COLUMN + ROW
@@ -57,56 +59,40 @@ def _module(name):
 
 
 class AdapterShards:
-    """One adapter's shards on this worker: {(layer, module): (A shard, B shard)}, the scaling,
-    and the version it was committed with. Immutable once built."""
+    """One adapter's shards on this worker, by layer: {layer: {module: (A shard, B shard)}}, the
+    scaling, and the version it was committed with. Immutable once built."""
 
     def __init__(self, held, target):
-        import torch
-
         self.name, self.version = held["lora_name"], held["version"]
         self.config = {k: held[k] for k in ("r", "lora_alpha", "target_modules")}
         self.scaling = float(held["scaling"])
-        tp = target.tp
         pairs = {}
         for name, tensor in held["tensors"].items():
-            index, _, module, part = _module(name)
-            pairs.setdefault((index, module), {})[part] = tensor
-        self.shards = {}
-        for (index, module), ab in pairs.items():
-            layer = target.model.layers[index]
+            index, parent, module, part = _module(name)
+            pairs.setdefault((index, f"{parent}.{module}.weight"), {})[part] = tensor
+        self.layers = {}
+        for (index, weight), ab in pairs.items():
+            layer, module = target.model.layers[index], weight.split(".")[1]
             a, b = ab["A"], ab["B"]
-            if module in ("k_proj", "v_proj"):
-                b = layer._kv_narrow(b)
-            elif module in COLUMN:
-                b = _narrow(b, 0, tp)
+            # Split as the base weight is: B by its rows, A by its columns (model.Layer.shard_of).
+            if module in COLUMN:
+                b = layer.shard_of(weight, b)
             elif module in ROW:
-                a = _narrow(a, 1, tp)
+                a = layer.shard_of(weight, a)
             else:
                 raise ValueError(f"adapter module '{module}' is not adapted by this engine")
-            self.shards[(index, module)] = (a.clone(), b.clone())
-        self._torch = torch
+            self.layers.setdefault(index, {})[weight] = (a.clone(), b.clone())
 
     def layer_deltas(self, index, layer):
         """{fused parameter: float64 delta} of layer `index` (this rank's shard of s * B @ A)."""
-        torch, f = self._torch, self._torch.float64
+        f = torch.float64
         out = {}
-        q, kv = layer.heads * layer.hd, layer.kv_heads * layer.hd
-        ff = layer.mlp.gate_up_proj.weight.shape[0] // 2
-        spans = {
-            "q_proj": ("self_attn.qkv_proj.weight", 0, q),
-            "k_proj": ("self_attn.qkv_proj.weight", q, kv),
-            "v_proj": ("self_attn.qkv_proj.weight", q + kv, kv),
-            "gate_proj": ("mlp.gate_up_proj.weight", 0, ff),
-            "up_proj": ("mlp.gate_up_proj.weight", ff, ff),
-        }
-        for (i, module), (a, b) in self.shards.items():
-            if i != index:
-                continue
+        for weight, (a, b) in self.layers.get(index, {}).items():
             delta = self.scaling * (b.to(f) @ a.to(f))
-            if module in ROW:
-                out["self_attn.o_proj.weight" if module == "o_proj" else "mlp.down_proj.weight"] = delta
+            if weight.split(".")[1] in ROW:
+                out[weight] = delta
                 continue
-            param, start, size = spans[module]
+            param, start, size = layer.fused_span(weight)
             if param not in out:
                 out[param] = torch.zeros(layer.get_parameter(param).shape, dtype=f)
             out[param][start : start + size] += delta
@@ -122,9 +108,8 @@ class AdapterShards:
 
     def state(self):
         """The shards as held, for tests: {'<layer>.<module>': (A shard, B shard)}."""
-        return {f"{i}.{m}": (a.clone(), b.clone()) for (i, m), (a, b) in self.shards.items()}
-
-
-def _narrow(full, dim, tp):
-    size = full.shape[dim] // tp.size
-    return full.narrow(dim, tp.rank * size, size)
+        return {
+            f"{i}.{w.split('.')[1]}": (a.clone(), b.clone())
+            for i, weights in self.layers.items()
+            for w, (a, b) in weights.items()
+        }

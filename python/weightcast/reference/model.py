@@ -98,22 +98,34 @@ class Layer(torch.nn.Module):
 
     def weight_loader(self, suffix, full):
         """Narrows the full HF tensor `suffix` into this rank's shard, in place."""
-        tp = self.tp
+        part = self.shard_of(suffix, full)
         if suffix in FUSED:
-            fused, shard = FUSED[suffix]
-            param = self.get_parameter(fused)
-            if fused.startswith("self_attn"):
-                q, kv = self.heads * self.hd, self.kv_heads * self.hd
-                start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard]
-            else:
-                size = param.shape[0] // 2
-                start = shard * size
-            part = self._kv_narrow(full) if shard in ("k", "v") else _narrow(full, 0, tp)
-            param.data.narrow(0, start, size).copy_(part)
-        elif suffix in ROW_PARALLEL:
-            self.get_parameter(suffix).data.copy_(_narrow(full, 1, tp))
+            fused, start, size = self.fused_span(suffix)
+            self.get_parameter(fused).data.narrow(0, start, size).copy_(part)
         else:
-            self.get_parameter(suffix).data.copy_(full)
+            self.get_parameter(suffix).data.copy_(part)
+
+    def shard_of(self, suffix, full):
+        """This rank's shard of `full`, split as HF weight `suffix` is: the rank's rows (its KV
+        heads for k/v) of a column-parallel weight, its columns of a row-parallel one, else whole.
+        (A LoRA B splits as its weight's rows, a LoRA A as its weight's columns: reference/lora.py.)"""
+        if suffix in FUSED:
+            return self._kv_narrow(full) if FUSED[suffix][1] in ("k", "v") else _narrow(full, 0, self.tp)
+        if suffix in ROW_PARALLEL:
+            return _narrow(full, 1, self.tp)
+        return full
+
+    def fused_span(self, suffix):
+        """(fused parameter, first row, rows) that HF weight `suffix` takes in this rank's fused
+        parameter."""
+        fused, shard = FUSED[suffix]
+        if fused.startswith("self_attn"):
+            q, kv = self.heads * self.hd, self.kv_heads * self.hd
+            start, size = {"q": (0, q), "k": (q, kv), "v": (q + kv, kv)}[shard]
+        else:
+            size = self.get_parameter(fused).shape[0] // 2
+            start = shard * size
+        return fused, start, size
 
     def _kv_narrow(self, full):
         """This rank's KV heads of a full k_proj/v_proj: its block, or the one head its group of
@@ -124,15 +136,16 @@ class Layer(torch.nn.Module):
         head = tp.rank // (tp.size // self.kv_total)
         return full.narrow(0, head * self.hd, self.hd)
 
-    def _w(self, name, lora):
-        """Parameter `name` in float64, plus its LoRA delta when the request has one."""
-        w = self.get_parameter(name).to(torch.float64)
+    @staticmethod
+    def _w(weight, name, lora):
+        """`weight` (parameter `name`) in float64, plus its LoRA delta when the request has one."""
+        w = weight.to(torch.float64)
         return w + lora[name] if lora and name in lora else w
 
     def forward(self, x, cos, sin, lora=None):
         f = torch.float64
         h = rms_norm(x, self.input_layernorm.weight)
-        qkv = h @ self._w("self_attn.qkv_proj.weight", lora).t()
+        qkv = h @ self._w(self.self_attn.qkv_proj.weight, "self_attn.qkv_proj.weight", lora).t()
         q_size, kv_size = self.heads * self.hd, self.kv_heads * self.hd
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         n = x.shape[0]
@@ -145,11 +158,16 @@ class Layer(torch.nn.Module):
         mask = torch.ones(n, n, dtype=torch.bool).triu(1)
         attn = scores.masked_fill(mask, float("-inf")).softmax(-1)
         out = torch.einsum("hqk,khd->qhd", attn, v).reshape(n, q_size)
-        x = x + self.tp.all_reduce(out @ self._w("self_attn.o_proj.weight", lora).t())
+        x = x + self.tp.all_reduce(
+            out @ self._w(self.self_attn.o_proj.weight, "self_attn.o_proj.weight", lora).t()
+        )
         h = rms_norm(x, self.post_attention_layernorm.weight)
-        gate, up = (h @ self._w("mlp.gate_up_proj.weight", lora).t()).chunk(2, dim=-1)
+        gate, up = (h @ self._w(self.mlp.gate_up_proj.weight, "mlp.gate_up_proj.weight", lora).t()).chunk(
+            2, dim=-1
+        )
         return x + self.tp.all_reduce(
-            (torch.nn.functional.silu(gate) * up) @ self._w("mlp.down_proj.weight", lora).t()
+            (torch.nn.functional.silu(gate) * up)
+            @ self._w(self.mlp.down_proj.weight, "mlp.down_proj.weight", lora).t()
         )
 
 

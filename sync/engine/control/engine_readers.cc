@@ -322,10 +322,7 @@ Reply EngineReaders::weights_checker(const WeightsCheckerRequest& request) {
 Reply EngineReaders::lora_checksum(const std::string& name) const {
   const auto adapter = ctx_.receiver.adapters().find(name);
   if (!adapter) return error_reply(404, "lora: no adapter '" + name + "' is loaded");
-  Json j = Json::parse(to_json_string(adapter_checksum(*adapter)));
-  j["lora_name"] = adapter->name;
-  j["version"] = adapter->version;
-  return {200, j.dump()};
+  return {200, adapter_checksum_json(*adapter)};
 }
 
 }  // namespace weightcast::sync::engine

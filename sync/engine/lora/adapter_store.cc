@@ -1,5 +1,6 @@
 #include "sync/engine/lora/adapter_store.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "comm/errors.h"
@@ -66,7 +67,7 @@ std::size_t AdapterStore::size() const {
   return held_.size();
 }
 
-WeightsChecksumResponse adapter_checksum(const Adapter& adapter) {
+std::string adapter_checksum_json(const Adapter& adapter) {
   WeightsChecksumResponse answer;
   answer.runner = Runner::kTarget;
   answer.weight_version = adapter.version;
@@ -75,7 +76,10 @@ WeightsChecksumResponse adapter_checksum(const Adapter& adapter) {
     const TensorMeta& t = adapter.tensors[i];
     answer.tensors.push_back({t.name, to_string(adapter.digests[i]), t.dtype, t.shape});
   }
-  return answer;
+  auto j = nlohmann::json::parse(to_json_string(answer));
+  j["lora_name"] = adapter.name;
+  j["version"] = adapter.version;
+  return j.dump();
 }
 
 }  // namespace weightcast::sync::engine

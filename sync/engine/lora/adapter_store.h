@@ -36,9 +36,10 @@ struct Adapter {
   Digest combined_digest() const;
 };
 
-// The adapter's digests in the shape of a runner's /weights_checksum answer: runner target,
-// weight_version the adapter's (GET /weights_checksum?lora=NAME; docs/protocol.md).
-WeightsChecksumResponse adapter_checksum(const Adapter& adapter);
+// GET /weights_checksum?lora=NAME's answer (docs/protocol.md), as JSON text: the adapter's digests
+// in the shape of a runner's checksum (runner target, weight_version the adapter's) plus
+// lora_name and version. weightcast-engine and the Python Receiver answer with it alike.
+std::string adapter_checksum_json(const Adapter& adapter);
 
 class AdapterStore {
  public:
