@@ -2,6 +2,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -38,6 +40,13 @@ std::string tensor_parallel_plan(const std::string& spec_json, const std::string
   return sync::to_json(sync::tensor_parallel_plan(spec, runner_tensors(spec, runner), rank)).dump();
 }
 
+std::map<std::string, std::vector<std::int64_t>> tensor_shapes(const std::string& spec_json,
+                                                               const std::string& runner) {
+  std::map<std::string, std::vector<std::int64_t>> out;
+  for (const auto& t : runner_tensors(spec_from(spec_json), runner)) out[t.name] = t.shape;
+  return out;
+}
+
 void validate_shard_plans(const std::string& spec_json, const std::string& runner,
                           const std::vector<std::string>& plans_json) {
   const sync::ModelSpec spec = spec_from(spec_json);
@@ -54,6 +63,7 @@ void bind_shard_plan(py::module_& m) {
   m.def("_tensor_parallel_plan", &tensor_parallel_plan, py::arg("spec_json"), py::arg("runner"),
         py::arg("tp_size"), py::arg("tp_rank"), py::arg("ep_size") = 1,
         py::arg("placement") = "linear");
+  m.def("_tensor_shapes", &tensor_shapes, py::arg("spec_json"), py::arg("runner"));
   m.def("_validate_shard_plans", &validate_shard_plans, py::arg("spec_json"), py::arg("runner"),
         py::arg("plans"));
 }

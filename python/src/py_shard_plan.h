@@ -8,7 +8,8 @@
 namespace weightcast::python {
 
 // _tensor_parallel_plan(spec_json, runner, tp_size, tp_rank, ep_size, placement) -> plan JSON;
-// _validate_shard_plans(spec_json, runner, [plan JSON per rank]) -> None or BadRequestError.
+// _validate_shard_plans(spec_json, runner, [plan JSON per rank]) -> None or BadRequestError;
+// _tensor_shapes(spec_json, runner) -> {HF name: full shape} of the model's tensors.
 void bind_shard_plan(pybind11::module_& m);
 
 }  // namespace weightcast::python

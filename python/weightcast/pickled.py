@@ -6,7 +6,8 @@ entry i), each torch's multiprocessing pickle (ForkingPickler) of either
     (name, shape, dtype, start_idx, end_idx, numel)]}: T is the tensors' bytes, one after another
     (`flatten().view(uint8)` in the multi-dtype form, where the indices are bytes; the tensors'
     own dtype in the older one-dtype form, where they count elements), or
-  - no load_format (or "direct"): a list of (name, tensor) pairs.
+  - no load_format (or "direct"): a list of (name, tensor) pairs, or a dict of them (SGLang's
+    LoRA entries).
 (Upstream: sglang python/sglang/srt/managers/io_struct.py @001067ff, UpdateWeightsFromTensorReqInput;
 python/sglang/srt/weight_sync/tensor_bucket.py @07e90009 for the one-dtype form.)
 
@@ -177,8 +178,12 @@ def _pairs(obj):
     """(manifest, uint8 tensor) of a list of (name, tensor) pairs: one copy into one buffer."""
     import torch
 
+    if isinstance(obj, dict):  # SGLang's LoRA entries: {name: tensor}
+        obj = list(obj.items())
     if not isinstance(obj, (list, tuple)) or not obj:
-        raise PickledFormError("serialized_named_tensors: the entry must hold a list of (name, tensor) pairs")
+        raise PickledFormError(
+            "serialized_named_tensors: the entry must hold a list of (name, tensor) pairs or a dict of them"
+        )
     manifest, parts, offset = [], [], 0
     for i, pair in enumerate(obj):
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[1], torch.Tensor)):

@@ -28,6 +28,15 @@ manager has ``update_weights_from_tensor`` (the colocated path Miles drives), a 
 the pickled ``serialized_named_tensors`` only with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1
 (weightcast.pickled) and stages it in the same session.
 
+Where SGLang has run-time LoRA from a weight-update group (sglang-miles:
+``ModelRunner.load_lora_adapter_from_distributed``) or from tensors
+(``TpModelWorker.load_lora_adapter_from_tensors``), REPLACE hooks receive the adapter in a
+weightcast adapter session (docs/lora.md: target only, staged, checked against the base weights'
+shapes from the model's HF config) and hand SGLang's LoRA manager the whole adapter only once
+every tensor arrived and passed; a refused or broken load leaves what SGLang held. The pickled
+entries of ``/load_lora_adapter_from_tensors`` are read only with the opt-in, as above. A load
+while a session for ``draft`` or ``all`` is open is refused: adapters apply to the target.
+
 The plug-in announces itself: an AFTER hook on the scheduler's ``get_internal_state`` (on the
 ``SchedulerInternalStateController`` where the build has it) adds a ``weightcast`` key
 ({"version", "receiver", "native_routes": false, "mode", "hooked"}) to each scheduler's internal
@@ -58,6 +67,9 @@ CONTROLLER_STATE = (
 )
 SEAM = "sglang.srt.weight_sync.external_receiver"
 TENSOR_OUTPUT = "sglang.srt.managers.io_struct.UpdateWeightsFromTensorReqOutput"
+LORA_OUTPUT = "sglang.srt.managers.io_struct.LoRAUpdateOutput"
+LORA_DISTRIBUTED = f"{RUNNER}.load_lora_adapter_from_distributed"
+LORA_TENSORS = f"{WORKER}.load_lora_adapter_from_tensors"
 RECEIVER_FACTORY = "weightcast.sglang.receiver"
 MINIMUM = (
     "SGLang v0.5.x with TpModelWorker.update_weights_from_distributed (sessions and the "
@@ -179,7 +191,33 @@ def _runners(target_model):
         for model in models:
             model.load_weights(iter(pairs))
 
-    return [Runner("target", load_target), Runner("draft", load_draft)]
+    return [
+        Runner("target", load_target, shape_of=_config_shapes(target_model)),
+        Runner("draft", load_draft),
+    ]
+
+
+def _config_shapes(model):
+    """The target's shape_of: a weight's full HF shape from the model's HF config (SGLang's
+    models keep it as ``model.config``; weightcast.shard_plan.tensor_shapes applies the C++
+    model rules), None where the model has no config or no such weight."""
+    cache = {}
+
+    def shape_of(name):
+        if "shapes" not in cache:
+            config = getattr(model, "config", None)
+            spec = config.to_dict() if hasattr(config, "to_dict") else vars(config) if config else None
+            cache["shapes"] = {}
+            if spec:
+                from .shard_plan import tensor_shapes
+
+                try:
+                    cache["shapes"] = tensor_shapes(dict(spec))
+                except Exception as e:  # a config the model rules cannot read: no shapes known
+                    logger.warning("weightcast: no base weight shapes from the model's config: %s", e)
+        return cache["shapes"].get(name)
+
+    return shape_of
 
 
 def _make_rank(model, tp_rank, tp_size, device=None):
@@ -377,6 +415,103 @@ def _receive_tensor(manager, req):
         raise
 
 
+# --- hooks: run-time LoRA ------------------------------------------------------------------
+
+
+def _load_adapter(runner, rank, lora_ref, config_dict, added_tokens_config, upsert, stage):
+    """One adapter load: a weightcast adapter session on this rank (``stage(rank)`` receives its
+    tensors), committed, then handed whole to SGLang's LoRA manager; a LoRAUpdateOutput."""
+    out = _resolve(LORA_OUTPUT)
+    name = lora_ref.lora_name
+
+    def refused(message):
+        return out(
+            success=False,
+            error_message=f"weightcast: adapter '{name}' not loaded (what SGLang held is kept): {message}",
+        )
+
+    if _STATE.selector not in (None, "target"):
+        return refused(
+            f"adapters apply to the target model only, and a weight-update session for "
+            f"'{_STATE.selector}' is open"
+        )
+    if rank is None:
+        return refused("no weight-update group: call init_weights_update_group first")
+    try:
+        rank.begin("target", lora={"lora_name": name, "config": dict(config_dict or {}), "op": "upsert"})
+    except Exception as e:
+        return refused(str(e))
+    try:
+        stage(rank)
+        rank.end()
+    except Exception as e:
+        if rank.receiver.in_session:
+            rank.abort(f"adapter '{name}': {e}")
+        return refused(str(e))
+    tensors = rank.receiver.adapter(name)["tensors"]
+    rank.receiver.unload_adapter(name)  # SGLang's LoRA manager holds it from here on
+    return runner.lora_manager.load_lora_adapter_from_tensors(
+        lora_ref, tensors, config_dict, added_tokens_config, upsert=upsert
+    )
+
+
+def _runner_lora_distributed(
+    runner,
+    lora_ref,
+    names,
+    dtypes,
+    shapes,
+    config_dict,
+    group_name="weight_update_group",
+    added_tokens_config=None,
+    upsert=False,
+    *args,
+    **kwargs,
+):
+    """REPLACE hook on ModelRunner.load_lora_adapter_from_distributed (sglang-miles @a0e1292f:
+    one broadcast per tensor in ``names`` order on the group, then the LoRA manager's
+    load_lora_adapter_from_tensors). The group is weightcast's, so the tensors arrive through the
+    rank's receiver, in an adapter session."""
+    body = {
+        "names": list(names),
+        "dtypes": [str(d).replace("torch.", "") for d in dtypes],
+        "shapes": [list(s) for s in shapes],
+        "group_name": group_name,
+    }
+    return _load_adapter(
+        runner,
+        _STATE.rank,
+        lora_ref,
+        config_dict,
+        added_tokens_config,
+        upsert,
+        lambda rank: rank.receiver.receive(body),
+    )
+
+
+def _worker_lora_tensors(worker, recv_req, *args, **kwargs):
+    """REPLACE hook on TpModelWorker.load_lora_adapter_from_tensors (sglang-miles @a0e1292f: entry
+    ``tp_rank`` of ``serialized_named_tensors``, a dict of tensors or a flattened bucket): the
+    entry is read only with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1 (weightcast.pickled)."""
+    req = fields(recv_req)
+    runner = worker.model_runner
+    rank = _make_rank(runner.model, runner.tp_rank, runner.tp_size, _device(runner))
+
+    def stage(rank):
+        local, data = pickled.decode(req, rank.engine_rank)
+        rank.receiver.receive_local(local, data)
+
+    return _load_adapter(
+        runner,
+        rank,
+        recv_req.to_ref(),
+        req.get("config_dict"),
+        req.get("added_tokens_config"),
+        bool(req.get("upsert")),
+        stage,
+    )
+
+
 # --- the external-receiver seam -------------------------------------------------------------
 
 
@@ -445,6 +580,10 @@ def _hooks(mode):
         ]
     if _resolve(f"{MANAGER}.update_weights_from_tensor") is not None:
         hooks.append((f"{MANAGER}.update_weights_from_tensor", _manager_tensor, HookType.REPLACE))
+    if _resolve(LORA_DISTRIBUTED) is not None:
+        hooks.append((LORA_DISTRIBUTED, _runner_lora_distributed, HookType.REPLACE))
+    if _resolve(LORA_TENSORS) is not None:
+        hooks.append((LORA_TENSORS, _worker_lora_tensors, HookType.REPLACE))
     state = CONTROLLER_STATE if _resolve(CONTROLLER_STATE) is not None else SCHEDULER_STATE
     hooks.append((state, _announce_state, HookType.AFTER))
     return hooks

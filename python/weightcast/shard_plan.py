@@ -75,6 +75,13 @@ def hand_written_plan(spec, runner, tp_size, tp_rank, ep_size=1, placement="line
     return json.loads(text)
 
 
+def tensor_shapes(spec, runner="target"):
+    """{HF name: full shape} of the tensors of ``runner`` of the model an HF config dict ``spec``
+    describes (the C++ model rules, sync/model/model.h): what an engine's HF config says its
+    weights are, e.g. to check an adapter's A and B against them."""
+    return {k: list(v) for k, v in _weightcast._tensor_shapes(json.dumps(spec), runner).items()}
+
+
 def validate_plans(spec, runner, plans):
     """Raises weightcast.Error naming the tensor unless the ranks' plans cover every tensor of
     ``runner`` without partial overlap (sync/model/shard_plan.h)."""

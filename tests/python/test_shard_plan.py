@@ -41,6 +41,17 @@ class RecordedPlan(unittest.TestCase):
                 plans.append(recorded)
             shard_plan.validate_plans(spec, "target", plans)
 
+    def test_tensor_shapes_from_an_hf_config(self):
+        """The full shapes an engine's HF config implies (the SGLang plug-in checks adapters
+        against them) are the shapes of the model's own tensors."""
+        spec = model_spec("tiny")
+        want = {name: list(shape) for name, shape, _ in self.tensors("tiny")}
+        self.assertEqual(shard_plan.tensor_shapes(spec), want)
+        hf = dict(spec, architectures=["Qwen3ForCausalLM"], rope_theta=1e6)  # keys it does not use
+        self.assertEqual(shard_plan.tensor_shapes(hf)["model.layers.0.self_attn.k_proj.weight"], [128, 256])
+        with self.assertRaises(Exception):
+            shard_plan.tensor_shapes({"hidden_size": 8})
+
     def test_a_plan_with_a_hole_is_refused_naming_the_tensor(self):
         spec = model_spec("tiny")
         plans = [shard_plan.hand_written_plan(spec, "target", 2, r) for r in range(2)]

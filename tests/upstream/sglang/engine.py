@@ -15,8 +15,12 @@ Routes (SGLang's http_server.py, INTEROP.md §6): POST /init_weights_update_grou
 version has sessions; 404 elsewhere), /update_weight_version ({"success", "message", "new_version"}), /pause_generation and
 /continue_generation ({"message", "status": "ok"}), GET|POST /flush_cache (plain text), GET
 /health (empty body; 503 once a scheduler died), /get_server_info (and /server_info on main) with
-``internal_states``, /get_weight_version. GET /stand_in/state (the harness's, not SGLang's): each
-rank's parameters as hex of their bytes and how often each runner began and post-processed.
+``internal_states``, /get_weight_version; where the cell has them, SGLang's run-time LoRA routes
+/load_lora_adapter_from_distributed, /load_lora_adapter_from_tensors and /unload_lora_adapter
+({"success", "error_message", "loaded_adapters"}, 200 or 400; the engine runs as with
+--enable-lora). GET /stand_in/state (the harness's, not SGLang's): each
+rank's parameters as hex of their bytes, how often each runner began and post-processed, and the
+adapters its LoRA manager holds (each tensor's bytes as hex).
 """
 
 import argparse
@@ -28,6 +32,7 @@ import signal
 import sys
 import threading
 import traceback
+import types
 
 
 # --- one TP rank -------------------------------------------------------------------------------
@@ -50,6 +55,7 @@ def _models(rank, tp, seed):
 
     spec = model_spec("tiny")
     target, draft = TargetModel(spec, Parallel(rank, tp)), DraftModel(spec)
+    target.config = types.SimpleNamespace(**spec)  # SGLang's models keep their HF config as .config
     target.load_weights(iter(_initial("tiny", "target", seed)))
     draft.load_weights(iter(_initial("tiny", "draft", seed)))
     draft.process_weights_after_loading()  # SGLang post-processes at start-up
@@ -67,6 +73,14 @@ def _state(scheduler):
             for n, p in runner.model.named_parameters()
         }
         out["runners"][role] = {"begun": runner.begun, "post_processed": runner.post_processed}
+    manager = getattr(scheduler.tp_worker.model_runner, "lora_manager", None)
+    if manager is not None:
+        out["adapters"] = {
+            name: {
+                n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in held.items()
+            }
+            for name, held in manager.held().items()
+        }
     return out
 
 
@@ -120,6 +134,11 @@ class Front:
         self.version = "default"
         self.dead = None
         self.lock = threading.Lock()
+        self.lora_lock = threading.Lock()
+        if self.cell.lora:
+            from sglang.srt.lora.lora_registry import LoRARegistry
+
+            self.registry = LoRARegistry()
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         for rank in range(args.tp):
@@ -170,6 +189,46 @@ class Front:
             message += f" Weight version updated to {self.version}."
         return (200 if success else 400), {"success": success, "message": message}
 
+    def lora_call(self, route, body):
+        """The tokenizer side of SGLang's run-time LoRA routes (tokenizer_control_mixin.py on
+        sglang-miles @a0e1292f): under one lock, the registry resolves the request's lora_id (an
+        upsert of a held name reuses it; the from-tensors route refuses upsert), every TP rank
+        loads, and the name is registered only when rank 0's answer (the first reply) succeeds;
+        an unload unregisters first (an unknown name is a failure). 200 on success, else 400,
+        the body LoRAUpdateOutput's fields."""
+        from sglang.srt.lora.lora_registry import LoRARef
+
+        cls = getattr(self.io, self.io.LORA_ROUTES[route])
+        with self.lora_lock:
+            try:
+                req = self.io.from_json(cls, body)
+                reused = False
+                if route == "/unload_lora_adapter":
+                    ref = self.registry.unregister(req.lora_name)
+                    req = cls(lora_name=req.lora_name, lora_id=ref.lora_id)
+                else:
+                    if route == "/load_lora_adapter_from_tensors" and req.upsert:
+                        raise ValueError(
+                            "upsert is not supported on the from_tensors route; use "
+                            "/load_lora_adapter_from_distributed to refresh an adapter in place."
+                        )
+                    ref, reused = self.registry.register_or_reuse(
+                        LoRARef(lora_name=req.lora_name, lora_path=req.to_ref().lora_path, pinned=req.pinned),
+                        upsert=req.upsert,
+                    )
+                    req = cls(**dict(self.io.asdict(req), lora_id=ref.lora_id))
+            except ValueError as e:
+                return 400, {"success": False, "error_message": str(e), "loaded_adapters": None}
+            out = self.call(req)[0]
+            if out.success and route != "/unload_lora_adapter":
+                (self.registry.refresh if reused else self.registry.register)(ref)
+        answer = {
+            "success": out.success,
+            "error_message": out.error_message,
+            "loaded_adapters": out.loaded_adapters,
+        }
+        return (200 if out.success else 400), answer
+
     def close(self):
         for conn in self.conns:
             try:
@@ -213,6 +272,8 @@ def make_handler(front):
                 self._send(500 if front.dead else 400, {"success": False, "message": str(e)})
 
         def _dispatch(self, method, path, body):
+            if path in front.io.LORA_ROUTES and method == "POST":
+                return self._send(*front.lora_call(path, body))
             if path in front.io.ROUTES and method == "POST":
                 return self._send(*front.weight_call(path, body))
             if path == "/update_weight_version":

@@ -17,6 +17,13 @@ a reference model holds after loading what should have landed (bit for bit); eac
 began and post-processed once per session and an uncovered draft never; the engine accepts the
 next round. Where the version has no sessions (v0.5.x) the draft round asserts SGLang's 404 and
 an untouched draft, and buckets commit one by one (the aborted round keeps its first bucket).
+Where the version has SGLang's run-time LoRA (sglang-miles), LoRA rounds as Miles sends them:
+/load_lora_adapter_from_distributed (Miles' single-adapter sync, unload then load; its
+multi-adapter sync, upsert) with one broadcast per tensor, and /load_lora_adapter_from_tensors
+(one pickled entry per TP rank); refusals (a wrong-rank adapter, a load while a draft session is
+open, an entry outside the allow-list, upsert on the tensors route) keep what SGLang held; after
+each, every rank's LoRA manager holds exactly the adapters that should have landed and the base
+and the draft are unchanged (no runner began or post-processed).
 The external-receivers cell names weightcast.sglang.receiver in the init request and sends each
 bucket as receiver_payload. Prints one line per round; exits non-zero on the first mismatch.
 """
@@ -48,6 +55,7 @@ from miles_style_trainer import call  # noqa: E402
 from sglang_compat import custom_group, release_group  # noqa: E402
 from expected import Expected  # noqa: E402
 from miles_sender import flatten  # noqa: E402
+from lora_sender import adapter  # noqa: E402
 
 TP, SEED, GROUP = 2, 1, "miles-pp_0"
 TIMEOUT = 60.0
@@ -58,6 +66,7 @@ SESSIONS = {
     "main-external-receivers": True,
 }
 FACTORY = "weightcast.sglang.receiver"
+LORA_CELLS = ("miles-v0.5.16",)  # the versions with SGLang's run-time LoRA routes (cells.py)
 _MANAGER = [
     "SchedulerWeightUpdaterManager.begin_weight_update",
     "SchedulerWeightUpdaterManager.end_weight_update",
@@ -75,7 +84,10 @@ HOOKED = {
         )
     ]
     + ["Scheduler.get_internal_state"],
-    "miles-v0.5.16": [f"ModelRunner.{m}" for m in _GROUP] + _MANAGER + ["Scheduler.get_internal_state"],
+    "miles-v0.5.16": [f"ModelRunner.{m}" for m in _GROUP]
+    + _MANAGER
+    + ["ModelRunner.load_lora_adapter_from_distributed", "TpModelWorker.load_lora_adapter_from_tensors"]
+    + ["Scheduler.get_internal_state"],
     "main-weight-updater": [f"WeightUpdater.{m}" for m in _GROUP]
     + _MANAGER
     + ["SchedulerInternalStateController.get_internal_state"],
@@ -216,10 +228,12 @@ class Trainer:
             body.update(names=[], dtypes=[], shapes=[], receiver_payload=metas)
         else:
             body.update(metas)
+        return self.post_and_broadcast("/update_weights_from_distributed", body, tensors)
+
+    def post_and_broadcast(self, route, body, tensors):
+        """POST `route` and, meanwhile, one async broadcast per tensor in order (as Miles)."""
         answer = []
-        t = threading.Thread(
-            target=lambda: answer.append(self.engine.post("/update_weights_from_distributed", body))
-        )
+        t = threading.Thread(target=lambda: answer.append(self.engine.post(route, body)))
         t.start()
         works = [
             dist.broadcast(t.contiguous().view(-1).view(torch.uint8), src=0, group=self.pg, async_op=True)
@@ -358,6 +372,131 @@ def refused_tensor_round(trainer, expected, gen):
     expected.session("target")
 
 
+LORA_CONFIG = {
+    "r": 4,
+    "lora_alpha": 8,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+
+
+def lora_tensors(step, rank=4):
+    return adapter("tiny", SEED, step, rank, LORA_CONFIG["target_modules"])
+
+
+def _hexes(pairs):
+    return {n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in pairs}
+
+
+def check_adapters(engine, held, what):
+    """Every TP rank's LoRA manager holds exactly `held` ({name: [(tensor name, tensor)]})."""
+    want = {name: _hexes(pairs) for name, pairs in held.items()}
+    for rank, state in enumerate(engine.ok("/stand_in/state", method="GET")["ranks"]):
+        got = state.get("adapters", {})
+        if got != want:
+            diff = sorted(
+                f"{name}/{t}"
+                for name in set(got) | set(want)
+                for t in set(got.get(name, {})) ^ set(want.get(name, {}))
+            ) or sorted(n for n in set(got) | set(want) if got.get(n) != want.get(n))
+            fail(
+                f"after {what}: rank {rank} holds adapters {sorted(got)}, expected {sorted(want)}; differ: {diff[:4]}"
+            )
+    print(f"ok: {what}", flush=True)
+
+
+def expect_status(answer, status, needle, what):
+    code, text = answer
+    if code != status or needle not in text:
+        fail(f"{what}: answered {code}: {text[:400]}, expected {status} naming {needle!r}")
+
+
+def lora_distributed(trainer, name, pairs, upsert, broadcast=True):
+    body = {
+        "lora_name": name,
+        "config_dict": LORA_CONFIG,
+        "names": [n for n, _ in pairs],
+        "dtypes": [str(t.dtype)[6:] for _, t in pairs],
+        "shapes": [list(t.shape) for _, t in pairs],
+        "group_name": GROUP,
+        "pinned": False,
+        "upsert": upsert,
+    }
+    if not broadcast:  # a load the engine refuses before receiving: nothing to send
+        return trainer.engine.post("/load_lora_adapter_from_distributed", body)
+    return trainer.post_and_broadcast("/load_lora_adapter_from_distributed", body, pairs)
+
+
+def lora_tensors_body(name, pairs, entry=None):
+    entry = pickle.dumps(dict(pairs)) if entry is None else entry
+    return {
+        "lora_name": name,
+        "config_dict": LORA_CONFIG,
+        "serialized_named_tensors": [base64.b64encode(entry).decode()] * TP,
+    }
+
+
+def lora_rounds(trainer, expected):
+    """SGLang's run-time LoRA through the plug-in (module docstring). The base and the draft are
+    checked unchanged after every round by `check`: an adapter load begins and post-processes no
+    runner."""
+    engine, held = trainer.engine, {}
+    # Miles' single-adapter sync: unload (the first time: not held), then load.
+    expect_status(
+        engine.post("/unload_lora_adapter", {"lora_name": "policy"}), 400, "does not exist", "unload"
+    )
+    held["policy"] = lora_tensors(1)
+    expect_status(lora_distributed(trainer, "policy", held["policy"], False), 200, "policy", "lora load")
+    check_adapters(engine, held, "a LoRA load from the group")
+    engine.ok("/unload_lora_adapter", {"lora_name": "policy"})
+    held.pop("policy")
+    check_adapters(engine, held, "its unload")
+    held["policy"] = lora_tensors(2)
+    expect_status(lora_distributed(trainer, "policy", held["policy"], False), 200, "policy", "lora reload")
+    # Miles' multi-adapter sync: upsert in place.
+    held["policy"] = lora_tensors(3)
+    expect_status(lora_distributed(trainer, "policy", held["policy"], True), 200, "policy", "lora upsert")
+    check_adapters(engine, held, "a LoRA upsert from the group")
+    # A wrong-rank adapter: received whole, refused at the commit, naming a tensor.
+    wrong = lora_tensors(4, rank=2)
+    expect_status(lora_distributed(trainer, "policy", wrong, True), 400, "lora_A.weight", "wrong-rank upsert")
+    check_adapters(engine, held, "a wrong-rank upsert (refused)")
+    # A load while a draft session is open: adapters apply to the target.
+    trainer.begin("draft")
+    answer = lora_distributed(trainer, "policy", lora_tensors(5), True, broadcast=False)
+    expect_status(answer, 400, "target model only", "a load during a draft session")
+    status, text = trainer.end(None)
+    if status != 200:
+        fail(f"the draft session around the refused load: end answered {status}: {text}")
+    expected.session("draft")
+    check_adapters(engine, held, "a load during a draft session (refused)")
+    check(engine, expected, "the LoRA rounds over the group: base and draft unchanged")
+    # The tensors route: one pickled entry per TP rank.
+    held["second"] = lora_tensors(6)
+    expect_status(
+        engine.post("/load_lora_adapter_from_tensors", lora_tensors_body("second", held["second"])),
+        200,
+        "second",
+        "tensors load",
+    )
+    check_adapters(engine, held, "a LoRA load from tensors")
+    body = lora_tensors_body("third", lora_tensors(7), entry=pickle.dumps(os.getcwd))
+    expect_status(
+        engine.post("/load_lora_adapter_from_tensors", body), 400, "getcwd", "an entry outside the allow-list"
+    )
+    body = dict(lora_tensors_body("second", lora_tensors(8)), upsert=True)
+    expect_status(
+        engine.post("/load_lora_adapter_from_tensors", body),
+        400,
+        "upsert is not supported",
+        "upsert on tensors",
+    )
+    check_adapters(engine, held, "refused tensor loads")
+    engine.ok("/unload_lora_adapter", {"lora_name": "second"})
+    held.pop("second")
+    check_adapters(engine, held, "the second adapter's unload")
+    check(engine, expected, "the LoRA rounds from tensors: base and draft unchanged")
+
+
 def run(cell, root):
     engine = Engine(cell, root)
     try:
@@ -392,6 +531,8 @@ def run(cell, root):
             check(engine, expected, "a colocated draft round")
             refused_tensor_round(trainer, expected, gen)
             check(engine, expected, "a colocated round whose entry is refused")
+        if cell in LORA_CELLS:
+            lora_rounds(trainer, expected)
         return announced
     finally:
         engine.close()

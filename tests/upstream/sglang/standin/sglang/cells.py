@@ -4,7 +4,11 @@
   TpModelWorker.update_weights_from_distributed; no begin/end sessions, no selector).
 - miles-v0.5.16: the sglang-miles branch Miles pins (v0.5.16): msgspec request structs,
   SchedulerWeightUpdaterManager with begin/end sessions and selectors, the manager receiving
-  through ModelRunner.receive_weights_from_distributed and loading each selected runner.
+  through ModelRunner.receive_weights_from_distributed and loading each selected runner; and the
+  branch's run-time LoRA routes (/load_lora_adapter_from_distributed with upsert,
+  /load_lora_adapter_from_tensors with one entry per TP rank, /unload_lora_adapter), read at the
+  sglang-miles merge a0e1292f (PR #30913). The main cells leave LoRA out: where main's distributed
+  LoRA receive lives after PR #28575 was not read.
 - main-weight-updater: sgl-project/sglang main after PR #28575: per-worker updates removed, the
   manager receiving through model_runner.weight_updater; get_internal_state on
   SchedulerInternalStateController.
@@ -26,14 +30,17 @@ class Cell:
     weight_updater: bool
     external_receivers: bool
     state_controller: bool
+    lora: bool  # SGLang's run-time LoRA routes, the distributed one included (sglang-miles)
 
 
 CELLS = {
-    "v0.5-dataclass": Cell("v0.5-dataclass", "0.5.9", False, True, False, False, False, False),
-    "miles-v0.5.16": Cell("miles-v0.5.16", "0.5.16", True, False, True, False, False, False),
-    "main-weight-updater": Cell("main-weight-updater", "0.5.17.dev0", True, False, True, True, False, True),
+    "v0.5-dataclass": Cell("v0.5-dataclass", "0.5.9", False, True, False, False, False, False, False),
+    "miles-v0.5.16": Cell("miles-v0.5.16", "0.5.16", True, False, True, False, False, False, True),
+    "main-weight-updater": Cell(
+        "main-weight-updater", "0.5.17.dev0", True, False, True, True, False, True, False
+    ),
     "main-external-receivers": Cell(
-        "main-external-receivers", "0.5.17.dev1", True, False, True, True, True, True
+        "main-external-receivers", "0.5.17.dev1", True, False, True, True, True, True, False
     ),
 }
 

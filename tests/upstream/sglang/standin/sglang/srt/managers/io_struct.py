@@ -109,6 +109,69 @@ if CELL.manager:
     EndWeightUpdateReqInput = _define("EndWeightUpdateReqInput", [])
     EndWeightUpdateReqOutput = _define("EndWeightUpdateReqOutput", _answer)
 
+if CELL.lora:
+    # The run-time LoRA requests as io_struct.py on sglang-miles @a0e1292f (identical at
+    # sgl-project/sglang @00a2ca2e): each request's to_ref() names where its tensors come from
+    # ("__distributed__", "__tensor__"); the three answers are LoRAUpdateOutput.
+    def _to_ref(path):
+        def to_ref(self):
+            from sglang.srt.lora.lora_registry import LoRARef
+
+            extra = {"lora_id": self.lora_id} if self.lora_id else {}
+            return LoRARef(lora_name=self.lora_name, lora_path=path, pinned=self.pinned, **extra)
+
+        return to_ref
+
+    def _unload_ref(self):
+        from sglang.srt.lora.lora_registry import LoRARef
+
+        return LoRARef(lora_name=self.lora_name, lora_id=self.lora_id)
+
+    _lora = [("lora_name", _REQUIRED), ("config_dict", _REQUIRED)]
+    LoadLoRAAdapterFromDistributedReqInput = _define(
+        "LoadLoRAAdapterFromDistributedReqInput",
+        _lora
+        + [
+            ("names", _REQUIRED),
+            ("dtypes", _REQUIRED),
+            ("shapes", _REQUIRED),
+            ("group_name", "weight_update_group"),
+            ("pinned", False),
+            ("added_tokens_config", None),
+            ("lora_id", None),
+            ("upsert", False),
+        ],
+    )
+    LoadLoRAAdapterFromDistributedReqInput.to_ref = _to_ref("__distributed__")
+    LoadLoRAAdapterFromTensorsReqInput = _define(
+        "LoadLoRAAdapterFromTensorsReqInput",
+        _lora
+        + [
+            ("serialized_named_tensors", _REQUIRED),
+            ("pinned", False),
+            ("added_tokens_config", None),
+            ("lora_id", None),
+            ("load_format", None),
+            ("upsert", False),
+            ("expected_checksums", None),
+        ],
+    )
+    LoadLoRAAdapterFromTensorsReqInput.to_ref = _to_ref("__tensor__")
+    UnloadLoRAAdapterReqInput = _define(
+        "UnloadLoRAAdapterReqInput", [("lora_name", _REQUIRED), ("lora_id", None)]
+    )
+    UnloadLoRAAdapterReqInput.to_ref = _unload_ref
+    LoRAUpdateOutput = _define(
+        "LoRAUpdateOutput", [("success", _REQUIRED), ("error_message", None), ("loaded_adapters", None)]
+    )
+    LORA_ROUTES = {
+        "/load_lora_adapter_from_distributed": "LoadLoRAAdapterFromDistributedReqInput",
+        "/load_lora_adapter_from_tensors": "LoadLoRAAdapterFromTensorsReqInput",
+        "/unload_lora_adapter": "UnloadLoRAAdapterReqInput",
+    }
+else:
+    LORA_ROUTES = {}
+
 # The HTTP front builds a request from a JSON body the way SGLang's FastAPI layer does: known
 # fields taken, unknown ones dropped.
 ROUTES = {
@@ -129,3 +192,9 @@ if CELL.manager:
 def from_json(cls, body):
     names = cls.__struct_fields__ if CELL.msgspec else [f for f in cls.__dataclass_fields__]
     return cls(**{k: v for k, v in (body or {}).items() if k in names})
+
+
+def asdict(req):
+    """A request's fields (the front's, to rebuild one with its lora_id)."""
+    names = type(req).__struct_fields__ if CELL.msgspec else list(type(req).__dataclass_fields__)
+    return {k: getattr(req, k) for k in names}

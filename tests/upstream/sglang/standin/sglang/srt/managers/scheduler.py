@@ -42,6 +42,12 @@ class Scheduler:
             if CELL.state_controller:
                 return self.internal_state_controller.get_internal_state(req)
             return self.get_internal_state(req)
+        if kind in ("LoadLoRAAdapterFromDistributedReqInput", "LoadLoRAAdapterFromTensorsReqInput"):
+            # sglang-miles @a0e1292f: the scheduler hands LoRA requests to the target worker.
+            method = "load_lora_adapter_from_" + ("distributed" if "Distributed" in kind else "tensors")
+            return getattr(self.tp_worker, method)(req)
+        if kind == "UnloadLoRAAdapterReqInput":
+            return self.tp_worker.unload_lora_adapter(req)
         if CELL.manager:
             method = {
                 "InitWeightsUpdateGroupReqInput": "init_weights_update_group",

@@ -5,7 +5,13 @@ Reproduced: ``model_runner``; ``init_weights_update_group(recv_req)`` and
 fields to the model runner (main: to ``model_runner.weight_updater``, with the external
 receiver's fields where the build has them); ``update_weights_from_distributed(recv_req)`` only
 in v0.5.x (PR #28575 removed the per-worker update on main); ``iter_runners()`` yielding
-(role, ModelRunner), role "" for the target. The speculative draft worker is the same shape with
+(role, ModelRunner), role "" for the target. sglang-miles LoRA (@a0e1292f):
+``load_lora_adapter_from_distributed(recv_req)`` hands the request's fields to the model runner;
+``load_lora_adapter_from_tensors(recv_req)`` reads entry ``tp_rank`` of
+``serialized_named_tensors`` (upstream: MultiprocessingSerializer; here plain pickle in base64, a
+dict of name -> tensor, or a flattened bucket with load_format "flattened_bucket"; the
+``expected_checksums`` comparison is left out) and hands the tensors on;
+``unload_lora_adapter(recv_req)`` passes the request's ref. The speculative draft worker is the same shape with
 its runners' role "draft" (sglang/srt/speculative's EAGLE worker).
 """
 
@@ -48,3 +54,41 @@ def _update_weights_from_distributed(self, recv_req):
 
 if CELL.per_worker_update:
     TpModelWorker.update_weights_from_distributed = _update_weights_from_distributed
+
+
+def _load_lora_adapter_from_distributed(self, recv_req):
+    return self.model_runner.load_lora_adapter_from_distributed(
+        recv_req.to_ref(),
+        recv_req.names,
+        recv_req.dtypes,
+        recv_req.shapes,
+        recv_req.config_dict,
+        recv_req.group_name,
+        recv_req.added_tokens_config,
+        upsert=recv_req.upsert,
+    )
+
+
+def _load_lora_adapter_from_tensors(self, recv_req):
+    import base64
+    import pickle
+
+    obj = pickle.loads(base64.b64decode(recv_req.serialized_named_tensors[self.model_runner.tp_rank]))
+    if recv_req.load_format == "flattened_bucket":
+        flat = obj["flattened_tensor"]
+        tensors = {m.name: flat[m.start_idx : m.end_idx].view(m.dtype).view(m.shape) for m in obj["metadata"]}
+    else:
+        tensors = dict(obj)
+    return self.model_runner.load_lora_adapter_from_tensors(
+        recv_req.to_ref(), tensors, recv_req.config_dict, recv_req.added_tokens_config, upsert=recv_req.upsert
+    )
+
+
+def _unload_lora_adapter(self, recv_req):
+    return self.model_runner.unload_lora_adapter(recv_req.to_ref())
+
+
+if CELL.lora:
+    TpModelWorker.load_lora_adapter_from_distributed = _load_lora_adapter_from_distributed
+    TpModelWorker.load_lora_adapter_from_tensors = _load_lora_adapter_from_tensors
+    TpModelWorker.unload_lora_adapter = _unload_lora_adapter

@@ -10,6 +10,13 @@
 - sglang-miles v0.5.16 (the manager version that calls ``model_runner.receive_weights_from_
   distributed`` and ``runner.load_weights``): receive without loading, then load.
 - main (PR #28575): those moved to ``model_runner.weight_updater`` (a WeightUpdater).
+- sglang-miles LoRA (@a0e1292f): ``lora_manager`` (the target's; ``--max-lora-rank 64``, every
+  projection targeted); ``load_lora_adapter_from_distributed(lora_ref, names, dtypes, shapes,
+  config_dict, group_name, added_tokens_config=None, upsert=False)`` asserts the group is one of
+  its own, receives every tensor (one broadcast each, in ``names`` order) and hands the dict to
+  ``lora_manager.load_lora_adapter_from_tensors``, answering success false ("Failed to receive
+  LoRA adapter weights from distributed: ...") when the receive raises;
+  ``load_lora_adapter_from_tensors`` and ``unload_lora_adapter`` go to the manager.
 - Sessions (PRs #28001/#28710): ``begin_weight_update()`` restores in-place-packed weights to a
   loadable layout; ``end_weight_update(run_post_load)`` runs the quantization post-processing
   (here the draft's tiled shuffle, undone at begin). Counted, so tests can see how often.
@@ -36,6 +43,10 @@ class ModelRunner:
         self.begun = 0
         self.post_processed = 0
         self._model_update_group = {}
+        if CELL.lora and not role:
+            from sglang.srt.lora.lora_manager import LoRAManager
+
+            self.lora_manager = LoRAManager(max_lora_rank=64, target_modules=LORA_TARGETS)
         if CELL.weight_updater:
             from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
 
@@ -57,6 +68,41 @@ class ModelRunner:
         if post is not None:
             post()
         self.post_processed += 1
+
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def load_lora_adapter_from_distributed(
+    self, lora_ref, names, dtypes, shapes, config_dict, group_name, added_tokens_config=None, upsert=False
+):
+    from sglang.srt.managers import io_struct as io
+
+    assert group_name in self._model_update_group, (
+        f"Group {group_name} not in {list(self._model_update_group.keys())}. "
+        "Please call `init_weights_update_group` first."
+    )
+    try:
+        tensors = dict(_receive.receive(names, dtypes, shapes, self._model_update_group[group_name]))
+    except Exception as e:
+        return io.LoRAUpdateOutput(
+            success=False, error_message=f"Failed to receive LoRA adapter weights from distributed: {e}"
+        )
+    return self.lora_manager.load_lora_adapter_from_tensors(
+        lora_ref, tensors, config_dict, added_tokens_config, upsert=upsert
+    )
+
+
+def load_lora_adapter_from_tensors(
+    self, lora_ref, tensors, config_dict, added_tokens_config=None, upsert=False
+):
+    return self.lora_manager.load_lora_adapter_from_tensors(
+        lora_ref, tensors, config_dict, added_tokens_config, upsert=upsert
+    )
+
+
+def unload_lora_adapter(self, lora_ref):
+    return self.lora_manager.unload_lora_adapter(lora_ref)
 
 
 def _receivers():
@@ -120,3 +166,7 @@ if CELL.per_worker_update:
 if CELL.manager and not CELL.weight_updater:
     ModelRunner.receive_weights_from_distributed = receive_weights_from_distributed
     ModelRunner.load_weights = load_weights
+if CELL.lora:
+    ModelRunner.load_lora_adapter_from_distributed = load_lora_adapter_from_distributed
+    ModelRunner.load_lora_adapter_from_tensors = load_lora_adapter_from_tensors
+    ModelRunner.unload_lora_adapter = unload_lora_adapter
