@@ -180,6 +180,8 @@ def _covered_models(role):
 
 
 def _runners(target_model):
+    from .shard_plan import config_shape_of
+
     def load_target(pairs):
         target_model.load_weights(iter(pairs))
 
@@ -192,32 +194,13 @@ def _runners(target_model):
             model.load_weights(iter(pairs))
 
     return [
-        Runner("target", load_target, shape_of=_config_shapes(target_model)),
+        # An adapter's A and B are checked against the base shapes the model's HF config implies
+        # (SGLang's models keep it as .config).
+        Runner(
+            "target", load_target, shape_of=config_shape_of(lambda: getattr(target_model, "config", None))
+        ),
         Runner("draft", load_draft),
     ]
-
-
-def _config_shapes(model):
-    """The target's shape_of: a weight's full HF shape from the model's HF config (SGLang's
-    models keep it as ``model.config``; weightcast.shard_plan.tensor_shapes applies the C++
-    model rules), None where the model has no config or no such weight."""
-    cache = {}
-
-    def shape_of(name):
-        if "shapes" not in cache:
-            config = getattr(model, "config", None)
-            spec = config.to_dict() if hasattr(config, "to_dict") else vars(config) if config else None
-            cache["shapes"] = {}
-            if spec:
-                from .shard_plan import tensor_shapes
-
-                try:
-                    cache["shapes"] = tensor_shapes(dict(spec))
-                except Exception as e:  # a config the model rules cannot read: no shapes known
-                    logger.warning("weightcast: no base weight shapes from the model's config: %s", e)
-        return cache["shapes"].get(name)
-
-    return shape_of
 
 
 def _make_rank(model, tp_rank, tp_size, device=None):

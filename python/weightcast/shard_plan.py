@@ -10,6 +10,7 @@ full tensor besides the model.
 """
 
 import json
+import logging
 
 import torch
 
@@ -80,6 +81,31 @@ def tensor_shapes(spec, runner="target"):
     describes (the C++ model rules, sync/model/model.h): what an engine's HF config says its
     weights are, e.g. to check an adapter's A and B against them."""
     return {k: list(v) for k, v in _weightcast._tensor_shapes(json.dumps(spec), runner).items()}
+
+
+def config_shape_of(get_config):
+    """A target runner's ``shape_of`` (weightcast.Runner) from the model's HF config:
+    ``get_config()`` returns it (a PretrainedConfig, or any object or dict with its keys) or
+    None; the shapes are read once, on first use. None for a weight the config does not imply,
+    or when the model rules cannot read the config (logged)."""
+    cache = {}
+
+    def shape_of(name):
+        if "shapes" not in cache:
+            config = get_config()
+            spec = config.to_dict() if hasattr(config, "to_dict") else config
+            spec = vars(spec) if spec is not None and not isinstance(spec, dict) else spec
+            cache["shapes"] = {}
+            if spec:
+                try:
+                    cache["shapes"] = tensor_shapes(dict(spec))
+                except Exception as e:
+                    logging.getLogger(__name__).warning(
+                        "weightcast: no weight shapes from the HF config: %s", e
+                    )
+        return cache["shapes"].get(name)
+
+    return shape_of
 
 
 def validate_plans(spec, runner, plans):

@@ -188,7 +188,22 @@ def _drop_stale_round(rank):
 
 
 def _runners(slots):
-    return [Runner(name, slot.load, begin=slot.begin, finish=slot.finish) for name, slot in slots.items()]
+    from .shard_plan import config_shape_of
+
+    def hf_config(slot):
+        return lambda: getattr(slot.model_config, "hf_config", None)
+
+    # The target's adapters are checked against the base shapes its HF config implies.
+    return [
+        Runner(
+            name,
+            slot.load,
+            begin=slot.begin,
+            finish=slot.finish,
+            shape_of=config_shape_of(hf_config(slot)) if name == "target" else None,
+        )
+        for name, slot in slots.items()
+    ]
 
 
 def _make_engine_class():
@@ -299,6 +314,64 @@ def _json(text):
     return json.loads(text) if isinstance(text, str) else text
 
 
+class _AdapterFiles:
+    """Committed adapters as PEFT directories (adapter_config.json, adapter_model.bin: the form
+    vLLM's LoRAModel.from_local_checkpoint reads, after adapter_model.safetensors), one per name,
+    each version written beside the previous one and renamed into place, the previous removed
+    once the next is written (vLLM has loaded it by then). Under WEIGHTCAST_LORA_DIR, else a
+    private temporary directory removed when the worker exits."""
+
+    def __init__(self):
+        self._root = None
+        self._held = {}  # lora_name -> directory
+
+    def root(self):
+        if self._root is None:
+            import atexit
+            import os
+            import shutil
+            import tempfile
+
+            base = os.environ.get("WEIGHTCAST_LORA_DIR")
+            if base:
+                os.makedirs(base, exist_ok=True)
+            self._root = tempfile.mkdtemp(prefix="weightcast-lora-", dir=base or None)
+            atexit.register(shutil.rmtree, self._root, True)
+        return self._root
+
+    def write(self, adapter):
+        import os
+        import shutil
+        import tempfile
+
+        import torch
+
+        name = adapter["lora_name"]
+        final = tempfile.mkdtemp(prefix=f"{name}-", dir=self.root())
+        staging = final + ".writing"
+        os.mkdir(staging)
+        config = dict(adapter.get("config") or {})
+        config.update(
+            r=adapter["r"], lora_alpha=adapter["lora_alpha"], target_modules=adapter["target_modules"]
+        )
+        config.setdefault("peft_type", "LORA")
+        with open(os.path.join(staging, "adapter_config.json"), "w") as f:
+            json.dump(config, f)
+        torch.save(
+            {k: v.contiguous() for k, v in adapter["tensors"].items()},
+            os.path.join(staging, "adapter_model.bin"),
+        )
+        os.rmdir(final)
+        os.rename(staging, final)
+        previous, self._held[name] = self._held.get(name), final
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+        return final
+
+
+_ADAPTER_FILES = _AdapterFiles()
+
+
 def _answer(message, rank):
     return {"success": True, "message": message, "weight_version": rank.receiver.weight_version}
 
@@ -334,7 +407,10 @@ class WeightcastWorkerExtension:
         _drop_stale_round(rank)
         return _answer(rank.init_group(_json(body))[1], rank)
 
-    def weightcast_begin(self, selector="target"):
+    def weightcast_begin(self, selector="target", lora=None):
+        """`lora`: begin_weight_update's "lora" object (JSON text): an adapter round, refused
+        for any selector but target (docs/lora.md); its commit writes the adapter for vLLM's
+        /v1/load_lora_adapter."""
         rank = self._weightcast_rank()
         if selector not in ("all", "target", "draft"):
             raise ValueError(f"weightcast_begin: selector must be all, target or draft (got {selector!r})")
@@ -342,8 +418,10 @@ class WeightcastWorkerExtension:
         model = "draft" if selector == "draft" else "target"
         if rank.receiver.in_session:  # a round its trainer never ended (it died): drop it
             rank.abort("a new update started before the previous one finished")
-        answer = rank.begin(model)
+        lora = _json(lora)
+        answer = rank.begin(selector if lora else model, lora=lora)
         self._weightcast_round = model
+        self._weightcast_adapter = lora["lora_name"] if lora else None
         return _answer(f"session {answer['session_id']} over the {model} model", rank)
 
     def weightcast_update(self, body):
@@ -359,7 +437,20 @@ class WeightcastWorkerExtension:
     def weightcast_commit(self, version=None):
         rank = self._weightcast_rank()
         rank.end(version)
-        return _answer("committed", rank)
+        name, self._weightcast_adapter = getattr(self, "_weightcast_adapter", None), None
+        if name is None:
+            return _answer("committed", rank)
+        answer = _answer(f"adapter '{name}' committed", rank)
+        if rank.engine_rank == 0:  # one copy for vLLM to load (the workers share the host)
+            answer["lora_path"] = _ADAPTER_FILES.write(rank.receiver.adapter(name))
+        return answer
+
+    def weightcast_adapter_checksum(self, name):
+        """/weights_checksum?lora=NAME's answer for the adapter this worker committed."""
+        held = self._weightcast_rank().receiver.adapter_checksum(name)
+        if held is None:
+            raise KeyError(f"weightcast: no adapter '{name}' committed on this worker")
+        return held
 
     def weightcast_abort(self, reason="aborted"):
         rank = self._weightcast_rank()

@@ -393,6 +393,7 @@ WeightsChecksumResponse EngineClient::adapter_checksum(const std::string& lora_n
   validate_adapter_name(lora_name);
   const std::string route = "/weights_checksum?lora=" + lora_name;
   if (sglang_) throw EngineError(url_, "GET " + route, 0, "an SGLang engine serves no checksums");
+  if (vllm_on_) return vllm_->adapter_checksum(lora_name);
   const std::string body = call("GET", route, "", options_.request_timeout);
   return checked(parse_weights_checksum_response(body, options_.limits), url_, "GET " + route);
 }

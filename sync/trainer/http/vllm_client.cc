@@ -89,6 +89,17 @@ VllmWayIn read_vllm_way_in(std::string_view body) {
                           std::string(kExtension) + " (python/weightcast/vllm.py)");
 }
 
+std::string vllm_load_lora_body(const std::string& lora_name, const std::string& path) {
+  return Json{{"lora_name", lora_name}, {"lora_path", path}, {"load_inplace", true}}.dump();
+}
+
+bool read_vllm_lora_enabled(std::string_view body) {
+  const Json j = object_of(body);
+  const Json* config = member(j, "vllm_config");
+  const Json* lora = config != nullptr ? member(*config, "lora_config") : nullptr;
+  return lora != nullptr && !lora->is_null();
+}
+
 std::string vllm_rpc_body(const std::string& method, const std::vector<std::string>& args,
                           comm::Millis timeout) {
   return Json{{"method", method},
@@ -180,6 +191,7 @@ ServerInfoResponse VllmDialect::server_info(std::string_view first_answer) {
       body, world != nullptr && world->is_number_integer() ? world->get<int>() : 0);
   way_in_ = read_vllm_way_in(body);
   if (way_in_ == VllmWayIn::kWorkerExtension) info.message = "vllm (worker extension)";
+  info.lora = way_in_ == VllmWayIn::kWorkerExtension && read_vllm_lora_enabled(body);
   info.weight_version = weight_version("default");
   return info;
 }
@@ -218,22 +230,30 @@ BasicResponse VllmDialect::flush_cache() {
 
 BeginWeightUpdateResponse VllmDialect::begin(const BeginWeightUpdateRequest& req) {
   BeginWeightUpdateResponse out;
+  if (req.lora && way_in_ != VllmWayIn::kWorkerExtension) {
+    throw EngineError(url_, "POST /start_weight_update", 0,
+                      "adapter updates need the worker extension (--worker-extension-cls " +
+                          std::string(kExtension) + "); vLLM's weight-transfer API has none");
+  }
   if (way_in_ == VllmWayIn::kWorkerExtension) {
-    out.message =
-        rpc_answer("weightcast_begin", {std::string(to_string(req.selector))}, request_timeout_)
-            .message;
+    std::vector<std::string> args{std::string(to_string(req.selector))};
+    if (req.lora) args.push_back(Json::parse(to_json_string(req))["lora"].dump());
+    out.message = rpc_answer("weightcast_begin", args, request_timeout_).message;
   } else {
     out.message =
         post(vllm_start_route(req.selector), vllm_start_body(req.selector), request_timeout_)
             .message;
   }
   out.selector = req.selector;
+  // An adapter commit leaves the base weights' version, which the trainer checks it against.
+  if (req.lora) out.weight_version = weight_version("default");
   // vLLM runs one update at a time and names none; the updater aborts sessions it holds an id
   // of, so the session gets one here (never sent: vllm_update_body drops it).
   out.session_id = "vllm";
   {
     std::lock_guard lock(mu_);
     pending_version_.clear();
+    pending_lora_ = req.lora ? std::optional<std::string>(req.lora->name) : std::nullopt;
   }
   return out;
 }
@@ -254,15 +274,18 @@ BasicResponse VllmDialect::set_version(const UpdateWeightVersionRequest& req) {
 
 EndWeightUpdateResponse VllmDialect::end(const EndWeightUpdateRequest&) {
   std::string version;
+  std::optional<std::string> lora;
   {
     std::lock_guard lock(mu_);
     version = std::exchange(pending_version_, {});
+    lora = std::exchange(pending_lora_, std::nullopt);
   }
   EndWeightUpdateResponse out;
   if (way_in_ == VllmWayIn::kWorkerExtension) {
     std::vector<std::string> args;
     if (!version.empty()) args.push_back(version);
-    out.message = rpc_answer("weightcast_commit", args, data_timeout_).message;
+    out.message = lora ? commit_adapter(*lora, args)
+                       : rpc_answer("weightcast_commit", args, data_timeout_).message;
   } else {
     out.message = post("/finish_weight_update", vllm_finish_body(version), data_timeout_).message;
   }
@@ -321,6 +344,48 @@ BasicResponse VllmDialect::rpc_answer(const std::string& method,
     if (out.message.empty()) out.message = text;
   }
   return out;
+}
+
+std::string VllmDialect::commit_adapter(const std::string& lora_name,
+                                        const std::vector<std::string>& args) {
+  std::string path;
+  for (const auto& a : rpc("weightcast_commit", args, data_timeout_)) {
+    const Json r = object_of(a);
+    if (const Json* ok = member(r, "success"); ok != nullptr && *ok == false) {
+      throw EngineError(url_, "POST /collective_rpc weightcast_commit", 200, r.dump());
+    }
+    const Json* p = member(r, "lora_path");
+    if (p != nullptr && p->is_string() && path.empty()) path = p->get<std::string>();
+  }
+  if (path.empty()) {
+    throw EngineError(url_, "POST /collective_rpc weightcast_commit", 200,
+                      "no worker answered the committed adapter's lora_path");
+  }
+  const std::string route = "/v1/load_lora_adapter";
+  try {
+    call_("POST", route, vllm_load_lora_body(lora_name, path), data_timeout_);
+  } catch (const EngineError& e) {
+    if (e.status() != 404) throw;
+    throw EngineError(url_, "POST " + route, 404,
+                      "vLLM serves no run-time LoRA loading: start it with --enable-lora and "
+                      "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True");
+  }
+  return "adapter '" + lora_name + "' committed and loaded by vLLM from " + path;
+}
+
+WeightsChecksumResponse VllmDialect::adapter_checksum(const std::string& lora_name) {
+  const std::string what = "POST /collective_rpc weightcast_adapter_checksum";
+  std::optional<std::string> agreed;
+  for (const auto& a : rpc("weightcast_adapter_checksum", {lora_name}, request_timeout_)) {
+    if (agreed && *agreed != a) {
+      throw EngineError(url_, what, 200,
+                        "the workers do not hold the same adapter '" + lora_name + "'");
+    }
+    agreed = a;
+  }
+  auto answer = parse_weights_checksum_response(*agreed, ProtocolLimits{});
+  if (!answer.success) throw EngineError(url_, what, 200, answer.message);
+  return answer;
 }
 
 std::string VllmDialect::weight_version(const std::string& fallback) {

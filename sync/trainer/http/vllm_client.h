@@ -28,6 +28,13 @@
 // the same calls travel as POST /collective_rpc {"method": "weightcast_<call>", "args": [JSON
 // text]} to every worker (init, begin, update, commit, abort, destroy, version); answers are
 // {"results": [one dict per worker]}.
+// Adapter sessions (docs/lora.md) go through the worker extension only: begin carries the "lora"
+// object (weightcast_begin(selector, lora)), the commit writes the adapter as a PEFT directory
+// on worker 0 and answers its path, and the trainer then loads it with vLLM's own run-time LoRA
+// route, POST /v1/load_lora_adapter {"lora_name", "lora_path", "load_inplace": true} (served
+// with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True); the adapter checksum is
+// weightcast_adapter_checksum(name). `lora_adapters` is announced only where vLLM runs with
+// LoRA (vllm_config.lora_config) and the extension.
 // Answers are vLLM's: any 2xx is success ({"message"} or {"status"}); failures are FastAPI's
 // {"detail"} with the status.
 // Lifetime: owned by one EngineClient, which it calls back for every request.
@@ -55,6 +62,10 @@ std::string vllm_start_body(Selector selector);
 std::string vllm_update_body(const UpdateWeightsFromDistributedRequest& req);
 std::string vllm_abort_body(const std::string& reason);
 std::string vllm_finish_body(const std::string& weight_version);
+// POST /v1/load_lora_adapter's body for an adapter the workers committed at `path`.
+std::string vllm_load_lora_body(const std::string& lora_name, const std::string& path);
+// Whether /server_info's vllm_config shows LoRA enabled (a non-null lora_config).
+bool read_vllm_lora_enabled(std::string_view body);
 // How the trainer reaches the workers: the weight-transfer backend or the worker extension.
 enum class VllmWayIn { kBackend, kWorkerExtension };
 // Read from /server_info's vllm_config: kBackend when weight_transfer_config.backend is
@@ -99,6 +110,8 @@ class VllmDialect {
   // GET /weight_info; `fallback` when the build serves no such route (404). Through the worker
   // extension: the workers' committed version (they must agree).
   std::string weight_version(const std::string& fallback);
+  // An adapter's checksum through the worker extension (every worker must answer the same).
+  WeightsChecksumResponse adapter_checksum(const std::string& lora_name);
   VllmWayIn way_in() const { return way_in_; }
 
  private:
@@ -108,14 +121,17 @@ class VllmDialect {
                                comm::Millis timeout);
   BasicResponse rpc_answer(const std::string& method, const std::vector<std::string>& args,
                            comm::Millis timeout);
+  // The adapter round's commit: the workers write it, vLLM loads it from there.
+  std::string commit_adapter(const std::string& lora_name, const std::vector<std::string>& args);
 
   std::string url_;
   comm::Millis request_timeout_;
   comm::Millis data_timeout_;
   Call call_;
   std::mutex mu_;
-  std::string pending_version_;             // from update_weight_version, sent with the finish
-  VllmWayIn way_in_ = VllmWayIn::kBackend;  // set by server_info()
+  std::string pending_version_;              // from update_weight_version, sent with the finish
+  std::optional<std::string> pending_lora_;  // the adapter the open round updates
+  VllmWayIn way_in_ = VllmWayIn::kBackend;   // set by server_info()
 };
 
 }  // namespace weightcast::sync::trainer

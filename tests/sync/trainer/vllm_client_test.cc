@@ -4,6 +4,7 @@
 // the weightcast plug-in's announce), and as weightcast's own engines do.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <algorithm>
 
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -45,7 +46,7 @@ class VllmLike {
     for (const char* route :
          {"/init_weight_transfer_engine", "/start_weight_update", "/start_draft_weight_update",
           "/update_weights", "/finish_weight_update", "/pause", "/resume", "/reset_prefix_cache",
-          "/collective_rpc"}) {
+          "/collective_rpc", "/v1/load_lora_adapter"}) {
       http.Post(route, [this](const httplib::Request& req, httplib::Response& res) {
         record(req);
         if (req.path == "/update_weights" && raise_on_abort &&
@@ -53,6 +54,11 @@ class VllmLike {
           // The backend raises on an abort so vLLM's worker leaves its update (500 + detail).
           res.status = 500;
           res.set_content(R"({"detail":"weightcast: round aborted"})", "application/json");
+          return;
+        }
+        if (req.path == "/v1/load_lora_adapter" && !lora_route) {
+          res.status = 404;
+          res.set_content(R"({"detail":"Not Found"})", "application/json");
           return;
         }
         if (req.path == "/update_weights" && fail_updates) {
@@ -70,7 +76,10 @@ class VllmLike {
             version = call["args"][0];
           }
           const Json one = {{"success", true}, {"message", "ok"}, {"weight_version", version}};
-          res.set_content(Json{{"results", {one, one}}}.dump(), "application/json");
+          Json first = one;
+          // The extension's commit of an adapter round: worker 0 answers where it wrote it.
+          if (call["method"] == "weightcast_commit") first["lora_path"] = "/adapters/policy-1";
+          res.set_content(Json{{"results", {first, one}}}.dump(), "application/json");
           return;
         }
         res.set_content(R"({"message":"ok"})", "application/json");
@@ -90,6 +99,7 @@ class VllmLike {
   std::string version = "default";
   bool fail_updates = false;
   bool raise_on_abort = false;
+  bool lora_route = true;  // VLLM_ALLOW_RUNTIME_LORA_UPDATING
 
  private:
   void record(const httplib::Request& req) {
@@ -410,6 +420,71 @@ TEST(VllmClient, TheWorkerExtensionIsDrivenThroughCollectiveRpc) {
     EXPECT_NE(s.target, "/start_weight_update");
     EXPECT_NE(s.target, "/update_weights");
   }
+}
+
+TEST(VllmClient, AdapterRoundsGoThroughTheExtensionAndVllmsRuntimeLoraRoute) {
+  const std::string with_lora =
+      R"({"vllm_config":{"parallel_config":{"tensor_parallel_size":2,
+          "worker_extension_cls":"weightcast.vllm.WeightcastWorkerExtension"},
+          "lora_config":{"max_lora_rank":16}}})";
+  EXPECT_TRUE(read_vllm_lora_enabled(with_lora));
+  EXPECT_FALSE(read_vllm_lora_enabled(kExtensionInfo));
+  EXPECT_FALSE(read_vllm_lora_enabled(R"({"vllm_config":{"lora_config":null}})"));
+  EXPECT_EQ(Json::parse(vllm_load_lora_body("policy", "/a/b")),
+            (Json{{"lora_name", "policy"}, {"lora_path", "/a/b"}, {"load_inplace", true}}));
+
+  VllmLike v(with_lora);
+  v.version = "7";
+  EngineClient client(v.url(), testing::fast_client_options());
+  EXPECT_TRUE(client.server_info().lora);
+  BeginWeightUpdateRequest begin{Selector::kTarget};
+  begin.lora = LoraBegin{"policy", R"({"r":4,"lora_alpha":8,"target_modules":["q_proj"]})", true};
+  const auto begun = client.begin_weight_update(begin);
+  EXPECT_EQ(begun.weight_version, "7");  // the base's: an adapter commit must leave it
+  client.update_weight_version({"1", false, begun.session_id});
+  const auto ended = client.end_weight_update({begun.session_id});
+  EXPECT_EQ(ended.weight_version, "1");  // this fake records what the commit carries
+  std::vector<Json> rpcs;
+  Json load;
+  for (const auto& s : v.seen()) {
+    if (s.target == "/collective_rpc") rpcs.push_back(Json::parse(s.body));
+    if (s.target == "/v1/load_lora_adapter") load = Json::parse(s.body);
+  }
+  const auto begin_call = std::find_if(
+      rpcs.begin(), rpcs.end(), [](const Json& j) { return j["method"] == "weightcast_begin"; });
+  ASSERT_NE(begin_call, rpcs.end());
+  ASSERT_EQ((*begin_call)["args"].size(), 2u);
+  EXPECT_EQ((*begin_call)["args"][0], "target");
+  EXPECT_EQ(Json::parse((*begin_call)["args"][1].get<std::string>())["lora_name"], "policy");
+  EXPECT_EQ(
+      load,
+      (Json{{"lora_name", "policy"}, {"lora_path", "/adapters/policy-1"}, {"load_inplace", true}}));
+
+  // Without vLLM's run-time LoRA route the commit fails naming what to start vLLM with.
+  v.lora_route = false;
+  const auto again = client.begin_weight_update(begin);
+  try {
+    client.end_weight_update({again.session_id});
+    FAIL() << "a commit vLLM could not load was taken for a success";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("VLLM_ALLOW_RUNTIME_LORA_UPDATING"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(VllmClient, AdapterRoundsAreRefusedThroughTheBackend) {
+  VllmLike v;
+  EngineClient client(v.url(), testing::fast_client_options());
+  EXPECT_FALSE(client.server_info().lora);
+  BeginWeightUpdateRequest begin{Selector::kTarget};
+  begin.lora = LoraBegin{"policy", R"({"r":4,"lora_alpha":8,"target_modules":["q_proj"]})", true};
+  try {
+    client.begin_weight_update(begin);
+    FAIL() << "an adapter round through vLLM's weight-transfer API";
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("worker extension"), std::string::npos) << e.what();
+  }
+  for (const auto& s : v.seen()) EXPECT_NE(s.target, "/start_weight_update");
 }
 
 }  // namespace

@@ -119,6 +119,20 @@ def report(worker, path):
         "processed": {k: getattr(m, "standin_processed", 0) for k, m in models.items()},
         "reloading": [k for k, m in models.items() if getattr(m, "standin_reloading", False)],
         "active": worker._weight_update_active,
+        "adapters": _adapters(worker),
+    }
+
+
+def _adapters(worker):
+    """{lora_name: {tensor name: hex of its bytes}} the worker's LoRA manager holds."""
+    manager = getattr(worker, "_standin_lora", None)
+    held = {} if manager is None else manager.adapters
+    return {
+        a["name"]: {
+            n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
+            for n, t in a["tensors"].items()
+        }
+        for a in held.values()
     }
 
 

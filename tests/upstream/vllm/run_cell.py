@@ -8,7 +8,9 @@ the harness model (fused qkv/gate_up, EAGLE-style draft).
 Per way in (the `weightcast` backend where the version can host it, the worker extension on
 every version): a normal round, a draft round, an aborted round (a bucket fails on one worker
 after it was received: the trainer aborts) followed by a normal one, a round whose load raises,
-then a last normal round, and through the backend one round in vLLM's ipc shape. After each round, every worker's target and draft are compared bit
+then a last normal round, through the backend one round in vLLM's ipc shape, and adapter
+rounds (lora_rounds: through the extension vLLM's run-time LoRA loads what weightcast committed;
+through the backend the trainer refuses the engine). After each round, every worker's target and draft are compared bit
 for bit with the generator's tensors they must hold, post-processing must have run once per
 model the round loaded and never on the other, and no worker may be left inside an update.
 Where the version cannot host the backend, starting vLLM with it must fail with the plug-in's
@@ -26,6 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "standin"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))  # lora_sender's adapter generator
 sys.path.insert(0, HERE)
 
 try:
@@ -34,6 +37,7 @@ except ImportError as e:  # the matrix must not skip where the suite runs: fail 
     raise SystemExit(f"FAILED: torch does not import under {sys.executable} ({e})")
 
 import harness_model  # noqa: E402
+from lora_sender import adapter  # noqa: E402
 
 VERSION = sys.argv[1]
 os.environ["WEIGHTCAST_STANDIN_VLLM"] = VERSION
@@ -289,6 +293,44 @@ def rounds(engine, tmp, way):
         ipc_round(engine, SEED + 5)
         e.target, e.processed["target"] = (SEED + 5, 1), 5
         check(engine, tmp, e, f"{way}: ipc round")
+    lora_rounds(engine, tmp, e, way)
+
+
+LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+def lora_rounds(engine, tmp, e, way):
+    """Adapters through vLLM's run-time LoRA: weightcast-train --lora-rank sends the adapter in an
+    adapter session (the worker extension), the commit writes it as a PEFT directory and vLLM
+    loads it with /v1/load_lora_adapter (load_inplace). Each worker's LoRA manager must hold the
+    generator's adapter of the last step, the base and the draft unchanged. Through the backend
+    (no adapter sessions in vLLM's weight-transfer API) the trainer refuses the engine up front."""
+    argv = ["--lora-rank", "4", "--lora-targets", LORA_TARGETS, "--lora-name", "policy"]
+    if way == "backend":
+        must_fail(train(engine, SEED, 1, *argv), f"{way}: adapter round", "takes no LoRA adapters")
+        check(engine, tmp, e, f"{way}: adapter round refused, nothing changed")
+        return
+    for steps in (1, 3):  # a first load, then load_inplace over it
+        must(
+            train(engine, SEED, steps, *argv),
+            f"{way}: adapter round",
+            "lora policy version",
+            f"step {steps}/{steps}",
+        )
+        check(engine, tmp, e, f"{way}: adapter rounds, base and draft unchanged")
+        want = {
+            n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
+            for n, t in adapter(harness_model.PRESET, SEED, steps, 4, LORA_TARGETS.split(","))
+        }
+        answers = engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
+        for rank, answer in enumerate(answers):
+            assert answer["adapters"] == {"policy": want}, (
+                f"{way}: worker {rank}'s LoRA manager holds {sorted(answer['adapters'])}, not the adapter of "
+                f"step {steps} (or its bytes differ)"
+            )
+        print(f"ok  {way}: vLLM's LoRA manager on every worker holds the adapter of step {steps}")
+    status, answer = engine.status_of("/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": tmp})
+    assert status == 400 and "load_inplace" in answer["error"]["message"], (status, answer)
 
 
 def ipc_round(engine, seed):
@@ -358,8 +400,15 @@ def main():
                 env.get("PYTHONPATH", ""),
             ]
         )
-        backend = ["--weight-transfer-config", json.dumps({"backend": "weightcast"})]
-        for way, flags in (("backend", backend), ("extension", ["--worker-extension-cls", EXTENSION])):
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env["WEIGHTCAST_LORA_DIR"] = os.path.join(tmp, "adapters")  # removed with tmp: workers are killed
+        model = os.path.join(tmp, "model")  # vLLM reads the model's HF config from its directory
+        os.makedirs(model)
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump(harness_model.model_spec(harness_model.PRESET), f)
+        backend = ["--model", model, "--weight-transfer-config", json.dumps({"backend": "weightcast"})]
+        lora = ["--model", model, "--enable-lora", "--max-lora-rank", "8"]
+        for way, flags in (("backend", backend), ("extension", lora + ["--worker-extension-cls", EXTENSION])):
             engine = StandinVllm(tmp, env, *flags)
             try:
                 if way == "backend" and not V.free_backend:

@@ -14,6 +14,8 @@
     -> {"results": [...]} (dicts and lists as they are, anything else as str).
   - An engine call that raises answers 500 with {"detail": message} (the exact error body of
     upstream's exception handlers is not reproduced: the trainer reads only the status and text).
+  - Run-time LoRA (lora_routes): --enable-lora / --max-lora-rank, lora_config in /server_info's
+    vllm_config, the model's HF config from its directory's config.json.
   - Test hooks (no upstream counterpart): POST /standin/call {method, args, ranks} runs a
     function of the harness module on the listed workers.
 """
@@ -40,6 +42,7 @@ class VllmConfig:
     parallel_config: object
     weight_transfer_config: object = None
     speculative_config: object = None
+    lora_config: object = None
 
     def as_json(self):
         spec = self.speculative_config
@@ -51,6 +54,7 @@ class VllmConfig:
                 "worker_extension_cls": self.parallel_config.worker_extension_cls,
             },
             "speculative_config": None if spec is None else {"method": spec.method},
+            "lora_config": None if self.lora_config is None else vars(self.lora_config),
             "weight_transfer_config": None
             if self.weight_transfer_config is None
             else {"backend": self.weight_transfer_config.backend},
@@ -77,7 +81,19 @@ def engine_config(args):
         world_size=args.tensor_parallel_size,
         worker_extension_cls=args.worker_extension_cls or "",
     )
-    return VllmConfig(SimpleNamespace(model=args.model), parallel, wt, spec)
+    lora = SimpleNamespace(max_lora_rank=args.max_lora_rank, max_loras=1) if args.enable_lora else None
+    model = SimpleNamespace(model=args.model, hf_config=_hf_config(args.model))
+    return VllmConfig(model, parallel, wt, spec, lora)
+
+
+def _hf_config(model):
+    """The model's HF config, as vLLM reads it from the model directory's config.json (None for a
+    model name without one)."""
+    path = os.path.join(model, "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return SimpleNamespace(**json.load(f))
 
 
 def worker_main(config, rank, conn):
@@ -233,11 +249,69 @@ def routes(engine):
     if VERSION.weight_info:
         post["/update_weight_version"] = update_version
         get["/weight_info"] = lambda: {"weight_version": engine.weight_version}
+    if os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true"):
+        post.update(lora_routes(engine))
     if not dev:
         for table in (post, get):
             for route in [r for r in table if r != "/health"]:
                 del table[route]
     return post, get
+
+
+class Answer:
+    """A route's answer other than a JSON 200: `status` and a body (JSON, or text)."""
+
+    def __init__(self, status, body):
+        self.status, self.body = status, body
+
+
+def lora_routes(engine):
+    """/v1/load_lora_adapter and /v1/unload_lora_adapter (vllm/entrypoints/serve/lora/api_router.py
+    @27873cab97e41ef32a6a8bcf83fa475a23e6e921, OpenAIServingModels in
+    vllm/entrypoints/openai/models/serving.py @4fe4500477d5bbf2c2a467adacc60f7d215cd655): served
+    only with VLLM_ALLOW_RUNTIME_LORA_UPDATING; a name already loaded is a 400 unless
+    load_inplace, which reloads it under its id; the engine's add_lora failing is a 400 with its
+    text; an unknown name on unload a 404; success a plain-text 200. Errors are
+    {"error": {"message", "type", "code"}}."""
+    registry, counter = {}, [0]
+
+    def error(status, kind, message):
+        return Answer(status, {"error": {"message": message, "type": kind, "code": status}})
+
+    def load(body):
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return error(400, "InvalidUserInput", "Both 'lora_name' and 'lora_path' must be provided.")
+        inplace = bool(body.get("load_inplace", False))
+        if name in registry and not inplace:
+            return error(
+                400,
+                "InvalidUserInput",
+                f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                "in place, set 'load_inplace' to True.",
+            )
+        if name in registry:
+            lora_id = registry[name]["lora_int_id"]
+        else:
+            counter[0] += 1
+            lora_id = counter[0]
+        request = {"lora_name": name, "lora_int_id": lora_id, "lora_path": path, "load_inplace": inplace}
+        try:
+            engine.collective_rpc("add_lora", [request])
+        except Exception as e:
+            status = 404 if "No adapter found" in str(e) else 400
+            return error(status, "NotFoundError" if status == 404 else "BadRequestError", str(e))
+        registry[name] = request
+        return Answer(200, f"Success: LoRA adapter '{name}' added successfully.")
+
+    def unload(body):
+        name = body.get("lora_name")
+        if name not in registry:
+            return error(404, "NotFoundError", f"The lora adapter '{name}' cannot be found.")
+        del registry[name]
+        return Answer(200, f"Success: LoRA adapter '{name}' removed successfully.")
+
+    return {"/v1/load_lora_adapter": load, "/v1/unload_lora_adapter": unload}
 
 
 def serve(engine, port_file):
@@ -248,16 +322,20 @@ def serve(engine, port_file):
             pass
 
         def _send(self, status, body):
-            data = json.dumps(body).encode()
+            text = isinstance(body, str)
+            data = body.encode() if text else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/plain" if text else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
         def _run(self, fn, *args):
             try:
-                self._send(200, fn(*args))
+                out = fn(*args)
+                if isinstance(out, Answer):
+                    return self._send(out.status, out.body)
+                self._send(200, out)
             except Failure as e:
                 self._send(e.status, {"detail": str(e)})
             except Exception as e:
@@ -295,6 +373,8 @@ def main(argv=None):
     p.add_argument("--weight-transfer-config")
     p.add_argument("--worker-extension-cls")
     p.add_argument("--speculative-config")
+    p.add_argument("--enable-lora", action="store_true")
+    p.add_argument("--max-lora-rank", type=int, default=16)
     p.add_argument("--port-file", required=True)
     p.add_argument("--timeout", type=float, default=120.0)
     args = p.parse_args(argv)

@@ -12,6 +12,10 @@
     supports_draft_weight_update False is refused.
   - 0.16: the worker owns the lifecycle (start_weight_update(is_checkpoint_format) wraps the round
     in layerwise reload itself) and calls receive_weights(update_info, load_weights).
+  - LoRA (@35d5cda123ec28581759b6d34cde8052314fb1e6): add_lora(lora_request) -> bool,
+    remove_lora(lora_id) -> bool, list_loras() -> set, through the model runner's LoRA manager;
+    "LoRA is not enabled. Use --enable-lora to enable LoRA." without one
+    (lora_model_runner_mixin.py @8548e7c2d52a0987215d3abc808dbfac498f53e2).
 Read at: main's gpu_worker.py (_start_weight_update(is_draft), 2026-12; see INTEROP §9) and the
 0.16-era worker as vllm-ascend's NPUWorker mirrors it.
 """
@@ -21,6 +25,10 @@ import torch
 from ... import distributed
 from ..._matrix import VERSION
 from ...distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+
+# The harness model's LoRA-capable modules (a Llama/Qwen decoder's packed q/k/v, o, gate/up, down).
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class Worker:
@@ -38,6 +46,29 @@ class Worker:
             self.weight_transfer_engine = WeightTransferEngineFactory.create_engine(
                 vllm_config.weight_transfer_config, vllm_config, self.device, model_runner.model
             )
+
+    def _lora_manager(self):
+        if getattr(self, "_standin_lora", None) is None:
+            config = getattr(self.vllm_config, "lora_config", None)
+            if config is None:
+                raise RuntimeError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+            from ...lora.worker_manager import LRUCacheWorkerLoRAManager
+
+            self._standin_lora = LRUCacheWorkerLoRAManager(config.max_lora_rank, LORA_MODULES)
+        return self._standin_lora
+
+    def add_lora(self, lora_request):
+        from ...lora.request import LoRARequest
+
+        if isinstance(lora_request, dict):
+            lora_request = LoRARequest(**lora_request)
+        return self._lora_manager().add_adapter(lora_request)
+
+    def remove_lora(self, lora_id):
+        return self._lora_manager().remove_adapter(lora_id)
+
+    def list_loras(self):
+        return self._lora_manager().list_adapters()
 
     def _check_weight_transfer_engine(self):
         if self.weight_transfer_engine is None:
