@@ -322,10 +322,13 @@ def serve(engine, port_file):
             pass
 
         def _send(self, status, body):
-            text = isinstance(body, str)
-            data = body.encode() if text else json.dumps(body).encode()
+            """JSON, or plain text for a str (vLLM's LoRA routes answer text on success)."""
+            if isinstance(body, str):
+                data, kind = body.encode(), "text/plain"
+            else:
+                data, kind = json.dumps(body).encode(), "application/json"
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain" if text else "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -127,34 +127,26 @@ if CELL.lora:
 
         return LoRARef(lora_name=self.lora_name, lora_id=self.lora_id)
 
-    _lora = [("lora_name", _REQUIRED), ("config_dict", _REQUIRED)]
+    def _lora(source, *tail):
+        """The fields of a load request: name and config, where the tensors come from, then
+        the shared ones, then `tail` (field order as upstream)."""
+        shared = [("pinned", False), ("added_tokens_config", None), ("lora_id", None)]
+        return [("lora_name", _REQUIRED), ("config_dict", _REQUIRED)] + source + shared + list(tail)
+
+    _from_group = [("names", _REQUIRED), ("dtypes", _REQUIRED), ("shapes", _REQUIRED)]
     LoadLoRAAdapterFromDistributedReqInput = _define(
         "LoadLoRAAdapterFromDistributedReqInput",
-        _lora
-        + [
-            ("names", _REQUIRED),
-            ("dtypes", _REQUIRED),
-            ("shapes", _REQUIRED),
-            ("group_name", "weight_update_group"),
-            ("pinned", False),
-            ("added_tokens_config", None),
-            ("lora_id", None),
-            ("upsert", False),
-        ],
+        _lora(_from_group + [("group_name", "weight_update_group")], ("upsert", False)),
     )
     LoadLoRAAdapterFromDistributedReqInput.to_ref = _to_ref("__distributed__")
     LoadLoRAAdapterFromTensorsReqInput = _define(
         "LoadLoRAAdapterFromTensorsReqInput",
-        _lora
-        + [
-            ("serialized_named_tensors", _REQUIRED),
-            ("pinned", False),
-            ("added_tokens_config", None),
-            ("lora_id", None),
+        _lora(
+            [("serialized_named_tensors", _REQUIRED)],
             ("load_format", None),
             ("upsert", False),
             ("expected_checksums", None),
-        ],
+        ),
     )
     LoadLoRAAdapterFromTensorsReqInput.to_ref = _to_ref("__tensor__")
     UnloadLoRAAdapterReqInput = _define(
