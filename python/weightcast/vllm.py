@@ -314,16 +314,31 @@ def _json(text):
     return json.loads(text) if isinstance(text, str) else text
 
 
+def _check_lora_fits(vllm_config, lora):
+    """Refuses, before anything is sent, an adapter vLLM's own load would refuse after the commit:
+    LoRA not enabled, or a rank over --max-lora-rank (vLLM's PEFTHelper.validate_legal)."""
+    config = getattr(vllm_config, "lora_config", None)
+    if config is None:
+        raise ValueError("weightcast: this vLLM runs without LoRA: start it with --enable-lora")
+    r = int((lora.get("config") or {}).get("r", 0))
+    if r > config.max_lora_rank:
+        raise ValueError(
+            f"weightcast: adapter '{lora.get('lora_name')}' has rank {r}, over this vLLM's "
+            f"--max-lora-rank {config.max_lora_rank}"
+        )
+
+
 class _AdapterFiles:
     """Committed adapters as PEFT directories (adapter_config.json, adapter_model.bin: the form
     vLLM's LoRAModel.from_local_checkpoint reads, after adapter_model.safetensors), one per name,
-    each version written beside the previous one and renamed into place, the previous removed
-    once the next is written (vLLM has loaded it by then). Under WEIGHTCAST_LORA_DIR, else a
-    private temporary directory removed when the worker exits."""
+    each version written beside the previous ones and renamed into place. The last two versions
+    of a name are kept: vLLM reloads an adapter it evicted from the path it was loaded from, and
+    when the newest version's load failed that is the one before. Under WEIGHTCAST_LORA_DIR, else
+    a private temporary directory removed when the worker exits."""
 
     def __init__(self):
         self._root = None
-        self._held = {}  # lora_name -> directory
+        self._held = {}  # lora_name -> its directories, oldest first
 
     def root(self):
         if self._root is None:
@@ -363,9 +378,10 @@ class _AdapterFiles:
         )
         os.rmdir(final)
         os.rename(staging, final)
-        previous, self._held[name] = self._held.get(name), final
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
+        held = self._held.setdefault(name, [])
+        held.append(final)
+        while len(held) > 2:
+            shutil.rmtree(held.pop(0), ignore_errors=True)
         return final
 
 
@@ -419,6 +435,8 @@ class WeightcastWorkerExtension:
         if rank.receiver.in_session:  # a round its trainer never ended (it died): drop it
             rank.abort("a new update started before the previous one finished")
         lora = _json(lora)
+        if lora:
+            _check_lora_fits(self.vllm_config, lora)
         answer = rank.begin(selector if lora else model, lora=lora)
         self._weightcast_round = model
         self._weightcast_adapter = lora["lora_name"] if lora else None

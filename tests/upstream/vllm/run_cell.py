@@ -329,6 +329,14 @@ def lora_rounds(engine, tmp, e, way):
                 f"step {steps} (or its bytes differ)"
             )
         print(f"ok  {way}: vLLM's LoRA manager on every worker holds the adapter of step {steps}")
+    # A rank vLLM would refuse after the commit (over --max-lora-rank 8): refused at begin.
+    over = ["--lora-rank", "16"] + argv[2:]
+    must_fail(train(engine, SEED, 4, *over), f"{way}: an adapter over --max-lora-rank", "--max-lora-rank 8")
+    for rank, answer in enumerate(
+        engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
+    ):
+        assert answer["adapters"] == {"policy": want}, f"{way}: worker {rank}'s adapter changed"
+    print(f"ok  {way}: an adapter over --max-lora-rank is refused at begin, vLLM's adapter unchanged")
     status, answer = engine.status_of("/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": tmp})
     assert status == 400 and "load_inplace" in answer["error"]["message"], (status, answer)
 
