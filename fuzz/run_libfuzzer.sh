@@ -4,6 +4,7 @@
 # hand with a larger one, or call the fuzzers directly (docs/security.md, "Fuzzing").
 #
 #   fuzz/run_libfuzzer.sh SOURCE_DIR SUB_BUILD_DIR RUNS
+#   fuzz/run_libfuzzer.sh SOURCE_DIR SUB_BUILD_DIR build-only   (builds, runs nothing: test.sh)
 #
 # Exit 0: every target ran RUNS inputs without a crash. Exit 77 (ctest SKIP_RETURN_CODE): clang++
 # or its libFuzzer/sanitizer runtime is missing here. Anything else: a failure (build or crash;
@@ -40,6 +41,9 @@ if [ ! -f "$sub/CMakeCache.txt" ]; then
 fi
 cmake --build "$sub" --target weightcast_fuzz_protocol weightcast_fuzz_store_protocol \
   -j"${WEIGHTCAST_FUZZ_JOBS:-2}"
+if [ "$runs" = build-only ]; then
+  exit 0
+fi
 
 status=0
 for target in protocol store_protocol; do
