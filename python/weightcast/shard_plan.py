@@ -88,24 +88,28 @@ def config_shape_of(get_config):
     ``get_config()`` returns it (a PretrainedConfig, or any object or dict with its keys) or
     None; the shapes are read once, on first use. None for a weight the config does not imply,
     or when the model rules cannot read the config (logged)."""
-    cache = {}
+    shapes = None
 
     def shape_of(name):
-        if "shapes" not in cache:
-            config = get_config()
-            spec = config.to_dict() if hasattr(config, "to_dict") else config
-            spec = vars(spec) if spec is not None and not isinstance(spec, dict) else spec
-            cache["shapes"] = {}
-            if spec:
-                try:
-                    cache["shapes"] = tensor_shapes(dict(spec))
-                except Exception as e:
-                    logging.getLogger(__name__).warning(
-                        "weightcast: no weight shapes from the HF config: %s", e
-                    )
-        return cache["shapes"].get(name)
+        nonlocal shapes
+        if shapes is None:
+            shapes = _config_shapes(get_config())
+        return shapes.get(name)
 
     return shape_of
+
+
+def _config_shapes(config):
+    spec = config.to_dict() if hasattr(config, "to_dict") else config
+    if spec is not None and not isinstance(spec, dict):
+        spec = vars(spec)
+    if not spec:
+        return {}
+    try:
+        return tensor_shapes(dict(spec))
+    except Exception as e:
+        logging.getLogger(__name__).warning("weightcast: no weight shapes from the HF config: %s", e)
+        return {}
 
 
 def validate_plans(spec, runner, plans):

@@ -190,20 +190,11 @@ def _drop_stale_round(rank):
 def _runners(slots):
     from .shard_plan import config_shape_of
 
-    def hf_config(slot):
-        return lambda: getattr(slot.model_config, "hf_config", None)
-
+    runners = [Runner(name, slot.load, begin=slot.begin, finish=slot.finish) for name, slot in slots.items()]
     # The target's adapters are checked against the base shapes its HF config implies.
-    return [
-        Runner(
-            name,
-            slot.load,
-            begin=slot.begin,
-            finish=slot.finish,
-            shape_of=config_shape_of(hf_config(slot)) if name == "target" else None,
-        )
-        for name, slot in slots.items()
-    ]
+    target = slots["target"]
+    runners[0].shape_of = config_shape_of(lambda: getattr(target.model_config, "hf_config", None))
+    return runners
 
 
 def _make_engine_class():

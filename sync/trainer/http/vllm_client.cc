@@ -329,19 +329,31 @@ std::vector<std::string> VllmDialect::rpc(const std::string& method,
   return out;
 }
 
+std::vector<Json> VllmDialect::rpc_succeeded(const std::string& method,
+                                             const std::vector<std::string>& args,
+                                             comm::Millis timeout) {
+  std::vector<Json> out;
+  for (const auto& a : rpc(method, args, timeout)) {
+    Json r = object_of(a);
+    if (const Json* ok = member(r, "success"); ok != nullptr && *ok == false) {
+      const Json* message = member(r, "message");
+      throw EngineError(
+          url_, "POST /collective_rpc " + method, 200,
+          message != nullptr && message->is_string() ? message->get<std::string>() : r.dump());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 BasicResponse VllmDialect::rpc_answer(const std::string& method,
                                       const std::vector<std::string>& args, comm::Millis timeout) {
-  const auto answers = rpc(method, args, timeout);
   BasicResponse out{true, {}};
-  for (const auto& a : answers) {
-    const Json r = object_of(a);
+  for (const Json& r : rpc_succeeded(method, args, timeout)) {
     const Json* message = member(r, "message");
-    const std::string text =
-        message != nullptr && message->is_string() ? message->get<std::string>() : "";
-    if (const Json* ok = member(r, "success"); ok != nullptr && *ok == false) {
-      throw EngineError(url_, "POST /collective_rpc " + method, 200, text);
+    if (out.message.empty() && message != nullptr && message->is_string()) {
+      out.message = message->get<std::string>();
     }
-    if (out.message.empty()) out.message = text;
   }
   return out;
 }
@@ -349,11 +361,7 @@ BasicResponse VllmDialect::rpc_answer(const std::string& method,
 std::string VllmDialect::commit_adapter(const std::string& lora_name,
                                         const std::vector<std::string>& args) {
   std::string path;
-  for (const auto& a : rpc("weightcast_commit", args, data_timeout_)) {
-    const Json r = object_of(a);
-    if (const Json* ok = member(r, "success"); ok != nullptr && *ok == false) {
-      throw EngineError(url_, "POST /collective_rpc weightcast_commit", 200, r.dump());
-    }
+  for (const Json& r : rpc_succeeded("weightcast_commit", args, data_timeout_)) {
     const Json* p = member(r, "lora_path");
     if (p != nullptr && p->is_string() && path.empty()) path = p->get<std::string>();
   }

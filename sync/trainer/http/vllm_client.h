@@ -43,6 +43,7 @@
 
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -119,6 +120,10 @@ class VllmDialect {
   // One collective_rpc; returns the workers' answers (each a JSON object).
   std::vector<std::string> rpc(const std::string& method, const std::vector<std::string>& args,
                                comm::Millis timeout);
+  // The workers' answers, EngineError naming the first that says success false.
+  std::vector<nlohmann::json> rpc_succeeded(const std::string& method,
+                                            const std::vector<std::string>& args,
+                                            comm::Millis timeout);
   BasicResponse rpc_answer(const std::string& method, const std::vector<std::string>& args,
                            comm::Millis timeout);
   // The adapter round's commit: the workers write it, vLLM loads it from there.

@@ -63,24 +63,16 @@ def _models(rank, tp, seed):
 
 
 def _state(scheduler):
-    import torch
+    from expected import hexes
 
     out = {"params": {}, "runners": {}}
     for role, worker in (("target", scheduler.tp_worker), ("draft", scheduler.draft_worker)):
         runner = worker.model_runner
-        out["params"][role] = {
-            n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-            for n, p in runner.model.named_parameters()
-        }
+        out["params"][role] = hexes(runner.model.named_parameters())
         out["runners"][role] = {"begun": runner.begun, "post_processed": runner.post_processed}
     manager = getattr(scheduler.tp_worker.model_runner, "lora_manager", None)
     if manager is not None:
-        out["adapters"] = {
-            name: {
-                n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in held.items()
-            }
-            for name, held in manager.held().items()
-        }
+        out["adapters"] = {name: hexes(held.items()) for name, held in manager.held().items()}
     return out
 
 

@@ -19,11 +19,10 @@ def initial(runner, seed):
     return out
 
 
-def _hex(model):
-    return {
-        n: p.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-        for n, p in model.named_parameters()
-    }
+def hexes(pairs):
+    """{name: hex of the tensor's bytes} of (name, tensor) pairs: how the engine reports what it
+    holds (GET /stand_in/state) and how the checks compare it."""
+    return {n: t.data.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in pairs}
 
 
 class Expected:
@@ -63,7 +62,10 @@ class Expected:
         draft = DraftModel(self.spec)
         draft.load_weights(iter(self.tensors["draft"].items()))
         draft.process_weights_after_loading()  # the start-up post-processing; a session's end
-        return {"target": _hex(target), "draft": _hex(draft)}  # re-does it after its begin undid it
+        return {
+            "target": hexes(target.named_parameters()),
+            "draft": hexes(draft.named_parameters()),
+        }  # re-does it after its begin undid it
 
     def mismatches(self, state):
         """Every difference between `state` (GET /stand_in/state) and what should be held."""

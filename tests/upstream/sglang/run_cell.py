@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
 from miles_style_trainer import call  # noqa: E402
 from sglang_compat import custom_group, release_group  # noqa: E402
-from expected import Expected  # noqa: E402
+from expected import Expected, hexes  # noqa: E402
 from miles_sender import flatten  # noqa: E402
 from lora_sender import adapter  # noqa: E402
 
@@ -383,23 +383,15 @@ def lora_tensors(step, rank=4):
     return adapter("tiny", SEED, step, rank, LORA_CONFIG["target_modules"])
 
 
-def _hexes(pairs):
-    return {n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in pairs}
-
-
 def check_adapters(engine, held, what):
     """Every TP rank's LoRA manager holds exactly `held` ({name: [(tensor name, tensor)]})."""
-    want = {name: _hexes(pairs) for name, pairs in held.items()}
+    want = {name: hexes(pairs) for name, pairs in held.items()}
     for rank, state in enumerate(engine.ok("/stand_in/state", method="GET")["ranks"]):
         got = state.get("adapters", {})
         if got != want:
-            diff = sorted(
-                f"{name}/{t}"
-                for name in set(got) | set(want)
-                for t in set(got.get(name, {})) ^ set(want.get(name, {}))
-            ) or sorted(n for n in set(got) | set(want) if got.get(n) != want.get(n))
+            differ = sorted(n for n in set(got) | set(want) if got.get(n) != want.get(n))
             fail(
-                f"after {what}: rank {rank} holds adapters {sorted(got)}, expected {sorted(want)}; differ: {diff[:4]}"
+                f"after {what}: rank {rank} holds adapters {sorted(got)}, expected {sorted(want)}; differ: {differ}"
             )
     print(f"ok: {what}", flush=True)
 

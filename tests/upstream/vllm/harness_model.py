@@ -123,17 +123,15 @@ def report(worker, path):
     }
 
 
+def hexes(pairs):
+    """{name: hex of the tensor's bytes} of (name, tensor) pairs."""
+    return {n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex() for n, t in pairs}
+
+
 def _adapters(worker):
     """{lora_name: {tensor name: hex of its bytes}} the worker's LoRA manager holds."""
     manager = getattr(worker, "_standin_lora", None)
-    held = {} if manager is None else manager.adapters
-    return {
-        a["name"]: {
-            n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-            for n, t in a["tensors"].items()
-        }
-        for a in held.values()
-    }
+    return {a["name"]: hexes(a["tensors"].items()) for a in (manager.adapters if manager else {}).values()}
 
 
 def fault(worker, kind, way):

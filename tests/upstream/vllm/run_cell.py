@@ -318,10 +318,7 @@ def lora_rounds(engine, tmp, e, way):
             f"step {steps}/{steps}",
         )
         check(engine, tmp, e, f"{way}: adapter rounds, base and draft unchanged")
-        want = {
-            n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes().hex()
-            for n, t in adapter(harness_model.PRESET, SEED, steps, 4, LORA_TARGETS.split(","))
-        }
+        want = harness_model.hexes(adapter(harness_model.PRESET, SEED, steps, 4, LORA_TARGETS.split(",")))
         answers = engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
         for rank, answer in enumerate(answers):
             assert answer["adapters"] == {"policy": want}, (

@@ -1,11 +1,15 @@
 """Stand-in of sgl-project/sglang python/sglang/srt/utils/common.py (``init_custom_process_group``,
-``dynamic_import``), as INTEROP.md §2(c) records them: a tcp:// rendezvous, then
+``dynamic_import``; ``deserialize_named_tensors`` stands for MultiprocessingSerializer.deserialize
+plus weight_sync/tensor_bucket.py's FlattenedTensorBucket.reconstruct_tensors, which the tensor
+routes call on entry ``tp_rank``), the group as INTEROP.md §2(c) records it: a tcp:// rendezvous, then
 PrefixStore(group_name, store) and torch's ``_new_process_group_helper`` with the group's name.
 On Debian's torch 1.13 the helper does not register the group, so it is registered here the way
 torch 2.x does (identity rank map)."""
 
+import base64
 import datetime
 import importlib
+import pickle
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -38,3 +42,16 @@ def destroy_custom_process_group(pg):
 def dynamic_import(path):
     module, attr = path.rsplit(".", 1)
     return getattr(importlib.import_module(module), attr)
+
+
+def deserialize_named_tensors(entries, tp_rank, load_format=None):
+    """(name, tensor) pairs of entry `tp_rank` (plain pickle in base64 here, ForkingPickler
+    upstream): a list of pairs or a dict, or a flattened bucket with load_format
+    "flattened_bucket"."""
+    obj = pickle.loads(base64.b64decode(entries[tp_rank]))
+    if load_format == "flattened_bucket":
+        flat = obj["flattened_tensor"]
+        return [
+            (m.name, flat[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape)) for m in obj["metadata"]
+        ]
+    return list(obj.items()) if isinstance(obj, dict) else obj

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from sglang.cells import CELL
 from sglang.srt.msgspec_like import Struct
+from sglang.srt.msgspec_like import asdict as msgspec_asdict
 
 if CELL.msgspec:
 
@@ -188,5 +189,6 @@ def from_json(cls, body):
 
 def asdict(req):
     """A request's fields (the front's, to rebuild one with its lora_id)."""
-    names = type(req).__struct_fields__ if CELL.msgspec else list(type(req).__dataclass_fields__)
-    return {k: getattr(req, k) for k in names}
+    if CELL.msgspec:
+        return msgspec_asdict(req)
+    return {f: getattr(req, f) for f in req.__dataclass_fields__}

@@ -70,15 +70,13 @@ def _load_lora_adapter_from_distributed(self, recv_req):
 
 
 def _load_lora_adapter_from_tensors(self, recv_req):
-    import base64
-    import pickle
+    from sglang.srt.utils import deserialize_named_tensors
 
-    obj = pickle.loads(base64.b64decode(recv_req.serialized_named_tensors[self.model_runner.tp_rank]))
-    if recv_req.load_format == "flattened_bucket":
-        flat = obj["flattened_tensor"]
-        tensors = {m.name: flat[m.start_idx : m.end_idx].view(m.dtype).view(m.shape) for m in obj["metadata"]}
-    else:
-        tensors = dict(obj)
+    tensors = dict(
+        deserialize_named_tensors(
+            recv_req.serialized_named_tensors, self.model_runner.tp_rank, recv_req.load_format
+        )
+    )
     return self.model_runner.load_lora_adapter_from_tensors(
         recv_req.to_ref(), tensors, recv_req.config_dict, recv_req.added_tokens_config, upsert=recv_req.upsert
     )

@@ -19,13 +19,12 @@ plain pickle), reconstructs a flattened bucket, and loads it into each selected 
 stand-in's TP workers share no torch group.)
 """
 
-import base64
-import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from sglang.cells import CELL, require
 from sglang.srt.managers import io_struct as io
+from sglang.srt.utils import deserialize_named_tensors
 
 require(CELL.manager, __name__)
 
@@ -110,13 +109,9 @@ class SchedulerWeightUpdaterManager:
         assert (
             self._weight_update_in_progress
         ), "update_weights_from_tensor requires an open begin_weight_update session"
-        tp_rank = self.tp_worker.model_runner.tp_rank
-        named_tensors = pickle.loads(base64.b64decode(recv_req.serialized_named_tensors[tp_rank]))
-        if recv_req.load_format == "flattened_bucket":
-            flat, metadata = named_tensors["flattened_tensor"], named_tensors["metadata"]
-            named_tensors = [
-                (m.name, flat[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape)) for m in metadata
-            ]
+        named_tensors = deserialize_named_tensors(
+            recv_req.serialized_named_tensors, self.tp_worker.model_runner.tp_rank, recv_req.load_format
+        )
         success, message = True, "Success"
         try:
             for _, runner in self.get_model_runners(recv_req.selector):
