@@ -121,6 +121,7 @@ py::dict commit_dict(const se::ReceiverCommit& c) {
   d["runner_digest"] = c.runner_digest;
   d["bytes_loaded"] = c.bytes_loaded;
   d["adapter"] = c.adapter;
+  d["lora_digest"] = c.lora_digest;
   py::list runners;
   for (const auto& r : c.runners) {
     py::dict e;
@@ -336,6 +337,8 @@ void bind_receiver_calls(ReceiverClass& cls) {
             d["session_id"] = b.session_id;
             d["weight_version"] = b.weight_version;
             d["runner_digest"] = b.runner_digest;
+            d["lora_version"] = b.lora_version;
+            d["lora_digest"] = b.lora_digest;
             return d;
           },
           py::arg("selector"), py::arg("holder") = py::none(), py::arg("sessionless") = false,

@@ -134,7 +134,8 @@ BeginWeightUpdateResponse parse_begin_weight_update_response(std::string_view bo
   for (auto [key, field] :
        {std::pair{"session_id", &out.session_id}, std::pair{"holder", &out.holder},
         std::pair{"weight_version", &out.weight_version},
-        std::pair{"runner_digest", &out.runner_digest}, std::pair{"lease_id", &out.lease_id}}) {
+        std::pair{"runner_digest", &out.runner_digest}, std::pair{"lease_id", &out.lease_id},
+        std::pair{"lora_version", &out.lora_version}, std::pair{"lora_digest", &out.lora_digest}}) {
     if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
   }
   if (const Json* f = r.optional("lease_ttl_s")) out.lease_ttl_s = wire::as_uint(*f, "lease_ttl_s");
@@ -170,8 +171,9 @@ EndWeightUpdateResponse parse_end_weight_update_response(std::string_view body,
   out.runners = read_unique_list<RunnerUpdateStats>(
       r, "runners", limits, read_runner_stats,
       [](const RunnerUpdateStats& s) { return to_string(s.runner); });
-  if (const Json* f = r.optional("runner_digest")) {
-    out.runner_digest = wire::as_text(*f, "runner_digest", limits.max_string_length);
+  for (auto [key, field] : {std::pair{"runner_digest", &out.runner_digest},
+                            std::pair{"lora_digest", &out.lora_digest}}) {
+    if (const Json* f = r.optional(key)) *field = wire::as_text(*f, key, limits.max_string_length);
   }
   return out;
 }
@@ -248,6 +250,8 @@ std::string to_json_string(const BeginWeightUpdateResponse& response) {
     j["lease_id"] = response.lease_id;
     j["lease_ttl_s"] = response.lease_ttl_s;
   }
+  if (!response.lora_version.empty()) j["lora_version"] = response.lora_version;
+  if (!response.lora_digest.empty()) j["lora_digest"] = response.lora_digest;
   return wire::dump(j);
 }
 
@@ -270,6 +274,7 @@ std::string to_json_string(const EndWeightUpdateResponse& response) {
   }
   j["runners"] = std::move(runners);
   if (!response.runner_digest.empty()) j["runner_digest"] = response.runner_digest;
+  if (!response.lora_digest.empty()) j["lora_digest"] = response.lora_digest;
   return wire::dump(j);
 }
 

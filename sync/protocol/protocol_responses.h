@@ -51,6 +51,11 @@ struct BeginWeightUpdateResponse {
   // engines that are not ours).
   std::string lease_id;
   std::uint64_t lease_ttl_s = 0;
+  // Ours, adapter sessions: the adapter the engine holds under the session's lora_name, its
+  // version and digest (Adapter::combined_digest), so a trainer can send it deltas against it
+  // (docs/lora.md). Empty: none held, or the engine keeps no copy (the plug-ins hand theirs over).
+  std::string lora_version;
+  std::string lora_digest;
   bool operator==(const BeginWeightUpdateResponse&) const = default;
 };
 
@@ -72,6 +77,8 @@ struct EndWeightUpdateResponse {
   std::vector<RunnerUpdateStats> runners;  // unique runners
   // Ours: runner_digest (as in BeginWeightUpdateResponse) after the commit. Empty: not sent.
   std::string runner_digest;
+  // Ours, adapter sessions: the digest of the adapter swapped in (as lora_digest at begin).
+  std::string lora_digest;
   bool operator==(const EndWeightUpdateResponse&) const = default;
 };
 

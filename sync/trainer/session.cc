@@ -55,9 +55,8 @@ UpdateWeightsFromDistributedRequest UpdateSession::for_engine(
 }
 
 std::string UpdateSession::token() const {
-  if (adapter_) return token_without_base() + " lora=" + *adapter_;
   const std::string base = delta_base_ ? " base=" + *delta_base_ : std::string();
-  return token_without_base() + base;
+  return token_without_base() + base + (adapter_ ? " lora=" + *adapter_ : std::string());
 }
 
 std::string UpdateSession::token_without_base() const {
@@ -110,12 +109,11 @@ std::pair<std::uint64_t, std::vector<std::size_t>> parse_members(std::string_vie
 UpdateSession join_session_without_base(std::string_view token);
 
 UpdateSession join_session(std::string_view token) {
+  std::optional<std::string> adapter;
   if (const auto at = token.rfind(" lora="); at != std::string_view::npos) {
-    std::string name(token.substr(at + 6));
-    validate_adapter_name(name, "session token lora name");
-    UpdateSession session = join_session_without_base(token.substr(0, at));
-    session.adapter_ = std::move(name);
-    return session;
+    adapter = std::string(token.substr(at + 6));
+    validate_adapter_name(*adapter, "session token lora name");
+    token = token.substr(0, at);
   }
   std::optional<std::string> base;
   if (const auto at = token.rfind(" base="); at != std::string_view::npos) {
@@ -125,6 +123,7 @@ UpdateSession join_session(std::string_view token) {
   }
   UpdateSession session = join_session_without_base(token);
   session.delta_base_ = std::move(base);
+  session.adapter_ = std::move(adapter);
   return session;
 }
 

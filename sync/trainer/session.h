@@ -62,14 +62,14 @@ class UpdateSession {
   const std::optional<std::string>& delta_base() const { return delta_base_; }
 
   // The adapter an adapter session updates (its lora_name; docs/lora.md); nullopt: the base
-  // weights. An adapter session is always of selector target, never has a delta base, and its
-  // version() is the adapter's, not the base weights'.
+  // weights. An adapter session is always of selector target, its version() and delta_base()
+  // are the adapter's (the version of it every member confirmed holding), not the base weights'.
   const std::optional<std::string>& adapter() const { return adapter_; }
 
   // Text a coordinator passes to the other stage sources: "<selector> <version> <ids>", the ids
   // comma-separated in member order, "-" for an engine without one ("<selector> <version>" when
   // no engine issued one), then " m<epoch>:<members>" when the session names its members, then
-  // " base=<version>" when it has a delta base, or " lora=<name>" for an adapter session.
+  // " base=<version>" when it has a delta base, then " lora=<name>" for an adapter session.
   std::string token() const;
 
  private:

@@ -115,10 +115,16 @@ std::optional<UpdateSession> SessionDriver::open(UpdateReport& report,
   data_started_ = true;
   UpdateSession session(selector, report.version, session_ids_);
   if (adapter) {
-    // The base weights stay as they are: their delta base and last commit with them.
+    // The base weights stay as they are: their delta base and last commit with them. The
+    // adapter's own last commit is its delta base.
     session.adapter_ = adapter->name;
+    const auto it = adapter_commits_.find(adapter->name);
+    std::optional<Commit> held;
+    if (it != adapter_commits_.end()) held = std::move(it->second);
+    if (members_hold(held, answers, true)) session.delta_base_ = held->version;
+    if (it != adapter_commits_.end()) adapter_commits_.erase(it);
   } else {
-    if (members_hold_last_commit(answers)) session.delta_base_ = last_commit_->version;
+    if (members_hold(last_commit_, answers, false)) session.delta_base_ = last_commit_->version;
     // Until this update commits everywhere, no member is known to hold a common version.
     last_commit_.reset();
   }
@@ -159,16 +165,18 @@ void SessionDriver::release_leases() {
                  });
 }
 
-bool SessionDriver::members_hold_last_commit(
-    const std::vector<BeginWeightUpdateResponse>& answers) const {
-  if (options_.delta == DeltaMode::kOff || common_ || !last_commit_) return false;
-  if (last_commit_->members.size() != members_.members().size()) return false;
+bool SessionDriver::members_hold(const std::optional<Commit>& commit,
+                                 const std::vector<BeginWeightUpdateResponse>& answers,
+                                 bool adapter) const {
+  if (options_.delta == DeltaMode::kOff || common_ || !commit) return false;
+  if (commit->members.size() != members_.members().size()) return false;
   for (std::size_t e = 0; e < members_.members().size(); ++e) {
-    const auto& [engine, digest] = last_commit_->members[e];
-    if (engine != members_.members()[e] || digest.empty() || answers[e].runner_digest != digest ||
-        answers[e].weight_version != last_commit_->version) {
-      return false;
-    }
+    const auto& [engine, digest] = commit->members[e];
+    const auto& answer = answers[e];
+    const bool holds = adapter ? answer.lora_digest == digest && answer.lora_version == commit->version
+                               : answer.runner_digest == digest &&
+                                     answer.weight_version == commit->version;
+    if (engine != members_.members()[e] || digest.empty() || !holds) return false;
   }
   return true;
 }
@@ -188,7 +196,7 @@ void SessionDriver::finish(const UpdateSession& session, UpdateReport& report) {
     failures = on_all_engines(
         members_.member_ptrs(), "POST /end_weight_update", [&](EngineApi& engine, std::size_t e) {
           const auto answer = engine.end_weight_update({session.session_id(e)});
-          digests[e] = answer.runner_digest;
+          digests[e] = session.adapter() ? answer.lora_digest : answer.runner_digest;
           // An adapter commit leaves the base weights' version.
           const std::string& expected = session.adapter() ? begin_versions_[e] : session.version();
           if (answer.weight_version != expected) {
@@ -204,9 +212,16 @@ void SessionDriver::finish(const UpdateSession& session, UpdateReport& report) {
     abort(report, "committing the update failed");
     return;
   }
+  // Every member now holds this version, with the digest it answered (delta updates check both
+  // again at the next begin).
+  Commit commit{session.version(), {}};
+  for (std::size_t e = 0; e < members_.members().size(); ++e) {
+    commit.members.emplace_back(members_.members()[e], e < digests.size() ? digests[e] : "");
+  }
   if (session.adapter()) {
     auto& last = adapter_versions_[*session.adapter()];
     last = std::max(last + 1, numeric_version(session.version()));
+    adapter_commits_[*session.adapter()] = std::move(commit);
     session_ids_.clear();
     report.seconds = seconds_since(update_start_);
     report.ok = true;
@@ -215,12 +230,7 @@ void SessionDriver::finish(const UpdateSession& session, UpdateReport& report) {
   committed_version_ =
       std::max(committed_version_ + 1, numeric_version(session.version()));  // explicit: as given
   session_ids_.clear();  // committed: the sessions are closed
-  // Every member now holds this version, with the digest it answered (delta updates check both
-  // again at the next begin).
-  last_commit_ = Commit{session.version(), {}};
-  for (std::size_t e = 0; e < members_.members().size(); ++e) {
-    last_commit_->members.emplace_back(members_.members()[e], e < digests.size() ? digests[e] : "");
-  }
+  last_commit_ = std::move(commit);
   for (std::size_t e : members_.committed()) report.readmitted.push_back(engines_[e]->url());
   t = comm::Clock::now();
   failures = on_all_engines(members_.member_ptrs(), "POST /continue_generation",

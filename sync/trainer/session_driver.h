@@ -3,7 +3,7 @@
 // (update_weight_version -> end -> continue), the abort path, and the leases the engines granted.
 // It keeps what one update needs between those steps (the members' session ids, which refused us
 // as busy, whether buckets may have reached them) and what the next needs from the last (the
-// committed version, the last commit's runner digests for delta updates).
+// committed version, the last commit's runner digests for delta updates, and each adapter's).
 // Lifetime: owned by its DistributedUpdater; borrows its options, holder text and members.
 // Threading: one caller at a time (the abort path's engine calls write the report under a lock).
 #pragma once
@@ -66,8 +66,11 @@ class SessionDriver {
   // An SGLang engine holding part of a failed update: reloaded and resumed, or left paused and
   // listed in report.needs_reload (UpdaterOptions::sglang_reload_path).
   void recover_sglang(EngineApi& engine, UpdateReport& report);
-  // Whether every member's begin answer shows the last commit still in place.
-  bool members_hold_last_commit(const std::vector<BeginWeightUpdateResponse>& answers) const;
+  struct Commit;
+  // Whether every member's begin answer shows `commit` still in place: the base weights' version
+  // and runner digest, or with `adapter` the adapter's (lora_version, lora_digest).
+  bool members_hold(const std::optional<Commit>& commit,
+                    const std::vector<BeginWeightUpdateResponse>& answers, bool adapter) const;
 
   const UpdaterOptions& options_;
   const Selector selector_;
@@ -91,13 +94,15 @@ class SessionDriver {
   // Per engine: the lease it granted this updater ("" = none).
   std::vector<std::string> lease_ids_;
   // The last update committed on every member, with the runner digest each member's
-  // end_weight_update answered.
+  // end_weight_update answered (an adapter's: its lora_digest).
   struct Commit {
     std::string version;
-    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, runner digest
+    std::vector<std::pair<std::size_t, std::string>> members;  // engine index, digest
   };
   std::optional<Commit> last_commit_;
   std::map<std::string, std::uint64_t> adapter_versions_;  // lora_name: last committed
+  // lora_name: its last update, while it is known to be on every member (adapter deltas).
+  std::map<std::string, Commit> adapter_commits_;
 };
 
 }  // namespace weightcast::sync::trainer

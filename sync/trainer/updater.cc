@@ -228,13 +228,14 @@ BucketSendResult DistributedUpdater::send_stage(
   if (await_tensor) opts.await_tensor = std::move(await_tensor);
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
-  // Adapters travel whole: the delta base is the base weights'.
-  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty() && !session.adapter()) {
-    if (delta_sources_.size() <= index) delta_sources_.resize(index + 1);
-    if (!delta_sources_[index]) {
-      delta_sources_[index] = std::make_unique<DeltaSource>(options_.delta_codec, options_.delta);
+  // An adapter's deltas are against the adapter of that name: a base per adapter and stage.
+  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty()) {
+    auto& sources = session.adapter() ? adapter_delta_sources_[*session.adapter()] : delta_sources_;
+    if (sources.size() <= index) sources.resize(index + 1);
+    if (!sources[index]) {
+      sources[index] = std::make_unique<DeltaSource>(options_.delta_codec, options_.delta);
     }
-    opts.delta = delta_sources_[index].get();
+    opts.delta = sources[index].get();
   }
   // The same-host engines copy out of shared segments while the chain broadcasts.
   std::future<BucketSendResult> beside;

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -162,7 +163,9 @@ class DistributedUpdater {
   // weights, their version and any draft stay as they are. `upsert` false: a load, which an
   // engine already holding `name` refuses. `version`: the adapter's; unset: one more than this
   // updater last committed for `name`. Every engine must take adapters (/server_info lists
-  // lora_adapters), else comm::ConfigError naming it. Buckets travel whole (no delta).
+  // lora_adapters), else comm::ConfigError naming it. Buckets go out as deltas against the adapter
+  // of that name this updater last committed, where every engine confirms holding it (as update()
+  // against the base weights; UpdaterOptions::delta).
   UpdateReport update_lora(const std::string& name, std::span<const NamedTensor> tensors,
                            const LoraConfig& config, bool upsert = true,
                            std::optional<std::string> version = {});
@@ -251,6 +254,8 @@ class DistributedUpdater {
   std::vector<std::vector<std::size_t>> group_members_;
   // Delta updates: per stage, the base of what this process sent.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
+  // ... and of each adapter it sent (lora_name: index: stage).
+  std::map<std::string, std::vector<std::unique_ptr<DeltaSource>>> adapter_delta_sources_;
   ElasticMembers elastic_;  // which engines the update goes to; probes, drops, re-admissions
   SessionDriver sessions_;  // open, commit and abort on the members; leases
 };

@@ -1,6 +1,6 @@
 """LoRA adapters over weightcast, end to end (docs/lora.md): `mpirun -np 4 weightcast-train --tp 2
 --pp 2 --lora-rank 4` updates a TP-2 torch reference engine and a 1-rank weightcast-engine with
-adapters only, for 5 steps, with --verify.
+adapters only, for 5 steps, with --verify, the adapter sent as deltas from step 2 on.
 
 Expectations are computed here, independently of weightcast's digests: the trainer's adapter at
 step k is the generator's bytes of each PEFT tensor name (weightcast._weightcast._fill_tensor),
@@ -115,8 +115,9 @@ class Lora(unittest.TestCase):
             self.assertTrue(torch.equal(got_b, want_b), f"worker {rank}: {module} B of layer {i}")
 
     def test_trainer_update(self):
-        """tp 2 x pp 2 trainer ranks, 5 adapter steps with --verify, to a TP-2 torch engine and a
-        1-rank weightcast-engine: the base and draft bit-identical, the adapter exact, each torch
+        """tp 2 x pp 2 trainer ranks, 5 adapter steps with --verify and --delta on (steps 2-5 go
+        as deltas against the adapter of the step before), to a TP-2 torch engine and a 1-rank
+        weightcast-engine: the base and draft bit-identical, the adapter exact, each torch
         worker holding its shards, /generate with the adapter = the merged forward, without it =
         the base's."""
         with torch_engines.running([2], SEED) as (torch_engine,):
@@ -124,7 +125,9 @@ class Lora(unittest.TestCase):
             try:
                 before = torch_engine.params()
                 native_before = {r: native.checksums(engine.url, r) for r in ("target", "draft")}
-                code, out = torch_engines.train([torch_engine, engine], 5, SEED, [*TARGETS, "--verify"])
+                code, out = torch_engines.train(
+                    [torch_engine, engine], 5, SEED, [*TARGETS, "--verify", "--delta", "on"]
+                )
                 self.assertEqual(code, 0, out)
                 self.assertRegex(out, r"lora weightcast rank 4 alpha 8 targets q_proj,k_proj,\S+: 14 tensors")
                 for step in range(1, 6):
@@ -133,6 +136,9 @@ class Lora(unittest.TestCase):
                         rf"step {step}/5 lora {NAME} version {step} selector target .* verified yes "
                         r"target_ok yes draft_ok yes ",
                     )
+                    # From step 2 on, deltas against the adapter both engines confirmed holding.
+                    deltas = r"0" if step == 1 else r"[1-9]\d*"
+                    self.assertRegex(out, rf"step {step}/5 lora .* delta_buckets {deltas} ")
                 # The base and the draft: bit-identical, their version unchanged.
                 after = torch_engine.params()
                 for rank in range(2):

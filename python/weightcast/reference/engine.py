@@ -92,8 +92,9 @@ class Engine:
         }
         if body.get("holder"):
             out["holder"] = body["holder"]
-        if answers[0]["runner_digest"]:
-            out["runner_digest"] = answers[0]["runner_digest"]
+        for key in ("runner_digest", "lora_version", "lora_digest"):  # delta bases
+            if answers[0][key]:
+                out[key] = answers[0][key]
         return out
 
     def update(self, body, implicit_ok=True):
@@ -215,8 +216,9 @@ class Engine:
             "weight_version": self.weight_version,
             "runners": answers[0]["runners"],
         }
-        if answers[0]["runner_digest"]:
-            out["runner_digest"] = answers[0]["runner_digest"]
+        for key in ("runner_digest", "lora_digest"):
+            if answers[0][key]:
+                out[key] = answers[0][key]
         return out
 
     def abort(self, body):

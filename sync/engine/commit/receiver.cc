@@ -143,8 +143,14 @@ std::vector<std::string> Receiver::groups() const {
 ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> holder,
                               bool sessionless, std::optional<AdapterTarget> adapter) {
   std::lock_guard lock(mu_);
+  const std::string name = adapter ? adapter->name : std::string();
   session_.begin(selector, std::move(holder), sessionless, std::move(adapter));
-  return {session_.machine().token(), version_->get(), base_.held_digest(selector)};
+  ReceiverBegin out{session_.machine().token(), version_->get(), base_.held_digest(selector), {}, {}};
+  if (const auto held = name.empty() ? nullptr : adapters_.find(name)) {
+    out.lora_version = held->version;
+    out.lora_digest = to_string(held->combined_digest());
+  }
+  return out;
 }
 
 std::optional<SessionView> Receiver::session() const {
@@ -231,7 +237,14 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   if (auto* refusal = std::get_if<Refusal>(&planned)) throw ReceiverError(400, refusal->message);
   BucketPlan plan = std::get<BucketPlan>(std::move(planned));
   std::shared_ptr<const DeltaSpec> delta;
-  if (request.delta) {
+  if (request.delta && session_.adapter()) {
+    // An adapter's base is the adapter held under its name: immutable, so taken once here.
+    const auto held = adapters_.find(session_.adapter()->name);
+    auto made = make_delta_spec(*request.delta, held ? held->version : std::string(), held != nullptr,
+                                opts_.max_bucket_bytes, adapter_base_source(held));
+    if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
+    delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
+  } else if (request.delta) {
     // The engine's own base (base_source), or the kept copy of the last committed tensors.
     DeltaBaseSource source = opts_.base_source;
     if (!source) {
@@ -439,6 +452,7 @@ ReceiverCommit Receiver::commit_adapter(SessionTaken& taken) {
   ReceiverCommit out;
   out.selector = Selector::kTarget;
   out.adapter = adapter->name;
+  out.lora_digest = to_string(adapter->combined_digest());
   out.bytes_loaded = adapter->byte_count();
   out.weight_version = version_->get();
   return out;

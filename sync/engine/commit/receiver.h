@@ -118,6 +118,9 @@ struct ReceiverBegin {
   std::string session_id;      // the session's token
   std::string weight_version;  // committed before this session
   std::string runner_digest;   // of the kept base; empty without one (no deltas then)
+  // An adapter session: the adapter held under its name (the base of its deltas); empty: none.
+  std::string lora_version;
+  std::string lora_digest;
 };
 
 struct ReceiverCommit {
@@ -128,6 +131,7 @@ struct ReceiverCommit {
   std::string runner_digest;
   std::size_t bytes_loaded = 0;
   std::string adapter;  // an adapter session's: the adapter swapped in (no runner loaded)
+  std::string lora_digest;  // ... and its Adapter::combined_digest
 };
 
 // The open session as the control plane around a Receiver reads it.

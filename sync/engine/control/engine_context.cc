@@ -56,7 +56,7 @@ std::variant<Reply, Committed> EngineContext::commit_locked(
   }
   last_activity = comm::Clock::now();
   counters.update_ok(comm::seconds_since(session_start));
-  Committed out{std::move(commits), "", done.selector, done.adapter};
+  Committed out{std::move(commits), "", done.selector, done.adapter, done.lora_digest};
   if (done.flush_requested) {
     // What this engine caches from its weights: the speculative probe's last answer.
     probe_cache.drop();

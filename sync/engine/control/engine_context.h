@@ -31,6 +31,7 @@ struct Committed {
   std::string flush_note;  // empty: no flush asked for
   Selector selector = Selector::kAll;
   std::string adapter;  // an adapter session's commit: the adapter swapped in
+  std::string lora_digest;  // ... and its digest
 };
 
 class EngineContext {

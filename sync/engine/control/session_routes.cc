@@ -76,6 +76,8 @@ Reply SessionRoutes::begin_weight_update(const BeginWeightUpdateRequest& request
   }
   response.weight_version = ctx_.runners.weight_version();
   response.runner_digest = to_string(ctx_.runners.covered_digest(request.selector));
+  response.lora_version = begun.lora_version;
+  response.lora_digest = begun.lora_digest;
   return {200, to_json_string(response)};
 }
 
@@ -147,6 +149,7 @@ Reply SessionRoutes::end_weight_update(const EndWeightUpdateRequest& request) {
     response.runners.push_back({c.runner, c.tensors_loaded, c.tensors_transformed});
   }
   response.runner_digest = to_string(ctx_.runners.covered_digest(done.selector));
+  response.lora_digest = done.lora_digest;
   return {200, to_json_string(response)};
 }
 

@@ -1,5 +1,8 @@
 #include "sync/engine/lora/adapter_session.h"
 
+#include <cstring>
+#include <unordered_map>
+
 #include "comm/errors.h"
 
 namespace weightcast::sync::engine {
@@ -24,6 +27,44 @@ void check_adapter_begin(Selector selector, const AdapterTarget& target) {
   } catch (const comm::BadRequestError& e) {
     throw ReceiverError(400, e.what());
   }
+}
+
+DeltaBaseSource adapter_base_source(std::shared_ptr<const Adapter> held) {
+  std::unordered_map<std::string, std::size_t> index;
+  if (held) {
+    for (std::size_t j = 0; j < held->tensors.size(); ++j) index[held->tensors[j].name] = j;
+  }
+  return [held = std::move(held), index = std::move(index)](
+             const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
+             const std::vector<Digest>& expected, const std::string& base_version,
+             std::span<std::byte> bucket) -> std::optional<std::string> {
+    WC_ENFORCE_EQ(bucket.size(), plan.total_bytes, "delta base buffer");
+    WC_ENFORCE_EQ(destinations.size(), plan.entries.size());
+    WC_ENFORCE_EQ(expected.size(), plan.entries.size());
+    if (!held) return "delta base: no adapter is held under this name; send the bucket in full";
+    std::memset(bucket.data(), 0, bucket.size());
+    for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+      const BucketEntry& entry = plan.entries[i];
+      if (destinations[i].empty() || entry.bytes == 0) continue;
+      const std::string where = "delta base of tensor '" + entry.meta.name + "' in adapter '" +
+                                held->name + "' version '" + held->version + "'";
+      const auto it = index.find(entry.meta.name);
+      if (it == index.end() || held->bytes[it->second].size() != entry.bytes) {
+        return where + ": not held with " + std::to_string(entry.bytes) +
+               " bytes (the delta's base_version is '" + base_version +
+               "'); send the bucket in full";
+      }
+      const auto out = bucket.subspan(entry.offset, entry.bytes);
+      std::memcpy(out.data(), held->bytes[it->second].data(), entry.bytes);
+      const Digest digest = tensor_digest(out);
+      if (digest != expected[i]) {
+        return where + ": the engine holds digest " + to_string(digest) +
+               ", the delta was computed against digest " + to_string(expected[i]) +
+               " at base_version '" + base_version + "'; send the bucket in full";
+      }
+    }
+    return std::nullopt;
+  };
 }
 
 std::vector<std::vector<Runner>> route_adapter_tensors(

@@ -8,6 +8,8 @@
 // against the target's base weights (check_adapter), instead of loading any runner: no runner's
 // load or finish runs, so neither the target's weights nor the draft can change.
 // Errors: ReceiverError with the control plane's status, naming the tensor or the field.
+// Deltas: an adapter session's bucket may be a delta against the adapter held under its name
+// (adapter_base_source), never against the base weights.
 // Threading: free functions; the Receiver calls them under its lock.
 #pragma once
 
@@ -21,6 +23,7 @@
 
 #include "sync/engine/commit/receiver_loader.h"
 #include "sync/engine/lora/adapter_store.h"
+#include "sync/engine/runners/delta_base.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/model/lora.h"
 #include "sync/protocol/protocol.h"
@@ -46,6 +49,13 @@ void check_adapter_begin(Selector selector, const AdapterTarget& target);
 std::vector<std::vector<Runner>> route_adapter_tensors(const AdapterTarget& target,
                                                        const std::vector<TensorMeta>& tensors,
                                                        const std::unordered_set<std::string>& sent);
+
+// The delta base of an adapter session's buckets (sync/engine/runners/delta_base.h): each entry's
+// base is the tensor of that name in `held`, the adapter held under the session's name (immutable,
+// so the source may run after the lock is let go), checked against the trainer's digest of its
+// own base. A refusal names the first tensor `held` lacks, holds at another size, or holds with
+// another digest. `held` null: every delta refused.
+DeltaBaseSource adapter_base_source(std::shared_ptr<const Adapter> held);
 
 // The adapter a committed session holds: rank 0's staged bytes and digests, checked against the
 // base weight shapes `target` reports (its shape_of). 400 naming the tensor when it is not an

@@ -1,7 +1,9 @@
 // LoRA adapters on weightcast-engine's routes (docs/lora.md): begin_weight_update with "lora"
 // opens an adapter session; its buckets carry the adapter's LoRA tensors over the data plane; end
 // swaps the adapter in and loads no runner; /server_info lists it, /weights_checksum?lora=NAME
-// reports its digests, /unload_lora_adapter drops it. Refusals change nothing.
+// reports its digests, /unload_lora_adapter drops it. Refusals change nothing. A bucket may be a
+// delta against the adapter held under the session's name (begin answers its version and digest),
+// which commits exactly what the bucket in full commits; a delta against anything else is refused.
 #include "sync/model/lora.h"
 #include "tests/sync/engine/http_fixture.h"
 
@@ -114,6 +116,69 @@ TEST_F(LoraHttpTest, RefusedAdapterRequestsChangeNothing) {
   EXPECT_EQ(adapter_update(adapter(5), "upsert", "a5").first, 200);
   EXPECT_NE(get("/weights_checksum?lora=math").second.value("digest", ""), digest);
   EXPECT_EQ(snapshot(), before);
+}
+
+TEST_F(LoraHttpTest, AnAdapterDeltaCommitsExactlyWhatTheAdapterInFullCommits) {
+  ASSERT_EQ(adapter_update(adapter(1), "load", "a1").first, 200);
+  const Snapshot before = snapshot();
+  const std::string held = get("/weights_checksum?lora=math").second.value("digest", "");
+  ASSERT_EQ(held.size(), 32u);
+  auto next = adapter(1);
+  for (auto& t : next) {
+    for (std::size_t i = 0; i < t.bytes.size(); i += 13) t.bytes[i] ^= std::byte{0x01};
+  }
+  // begin answers the held adapter's version and digest: the base a trainer's delta is against.
+  auto [st, begun] = post("/begin_weight_update", begin_body("target", "upsert"));
+  ASSERT_EQ(st, 200) << begun.dump();
+  EXPECT_EQ(begun.value("lora_version", ""), "a1");
+  EXPECT_EQ(begun.value("lora_digest", ""), held);
+  const std::string sid = begun.value("session_id", "");
+  auto [bst, bucket] =
+      post("/update_weights_from_distributed", delta_bucket_body(next, adapter(1), "a1"));
+  ASSERT_EQ(bst, 200) << bucket.dump();
+  ASSERT_EQ(post("/update_weight_version", R"({"new_version":"a2","session_id":")" + sid + R"("})")
+                .first,
+            200);
+  auto [est, ended] = post("/end_weight_update", R"({"session_id":")" + sid + R"("})");
+  ASSERT_EQ(est, 200) << ended.dump();
+  const std::string after = ended.value("lora_digest", "");
+  EXPECT_NE(after, held);
+  auto [cst, sums] = get("/weights_checksum?lora=math");
+  EXPECT_EQ(sums.value("digest", ""), after);
+  EXPECT_EQ(sums.value("version", ""), "a2");
+  std::map<std::string, std::string> digests;
+  for (const auto& t : sums["tensors"]) digests[t["name"]] = t["digest"];
+  for (const auto& t : next) {
+    EXPECT_EQ(digests[t.meta.name], to_string(tensor_digest(t.bytes))) << t.meta.name;
+  }
+  EXPECT_EQ(snapshot(), before) << "the base, its version or the draft changed";
+  // The same adapter in full: the same digest.
+  ASSERT_EQ(adapter_update(next, "upsert", "a3").first, 200);
+  EXPECT_EQ(get("/weights_checksum?lora=math").second.value("digest", ""), after);
+}
+
+TEST_F(LoraHttpTest, AnAdapterDeltaAgainstAnythingButTheHeldAdapterIsRefused) {
+  ASSERT_EQ(adapter_update(adapter(1), "load", "a1").first, 200);
+  const std::string held = get("/weights_checksum?lora=math").second.value("digest", "");
+  struct Case {
+    std::string name;                // the session's adapter
+    std::vector<RawTensor> base;     // what the delta was computed against
+    std::string base_version;
+    std::string says;                // in the refusal
+  };
+  for (const Case& c : {Case{"math", adapter(7), "a1", "computed against digest"},
+                        Case{"math", adapter(1), "a0", "'a0'"},
+                        Case{"code", adapter(1), "a1", "no delta base"}}) {
+    auto [st, begun] = post("/begin_weight_update", begin_body("target", "upsert", c.name));
+    ASSERT_EQ(st, 200) << begun.dump();
+    auto [bst, body] =
+        post("/update_weights_from_distributed", delta_bucket_body(adapter(2), c.base, c.base_version));
+    EXPECT_EQ(bst, 409) << body.dump();
+    EXPECT_NE(body.value("message", "").find(c.says), std::string::npos) << body.dump();
+    post("/abort_weight_update", R"({"session_id":")" + begun.value("session_id", "") + R"("})");
+    EXPECT_EQ(get("/weights_checksum?lora=math").second.value("digest", ""), held) << c.says;
+    EXPECT_EQ(get("/weights_checksum?lora=code").first, 404);
+  }
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
     EXPECT_EQ(parse_basic_response(to_json_string(b)), b);
   }
   for (Selector s : kAllSelectors) {
-    BeginWeightUpdateResponse b{true, "opened", s, "", "", "", "", "", 0};
+    BeginWeightUpdateResponse b{true, "opened", s, "", "", "", "", "", 0, "", ""};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
     b = {true,
          "opened",
@@ -81,15 +81,19 @@ TEST(ProtocolResponse, RoundTripEveryBody) {
          "7",
          "5f3a9c0e12b4d6785f3a9c0e12b4d678",
          "00112233445566778899aabbccddeeff",
-         300};
+         300,
+         "3",
+         "ffeeddccbbaa99887766554433221100"};
     EXPECT_EQ(parse_begin_weight_update_response(to_json_string(b)), b);
   }
   EndWeightUpdateResponse end{
-      true, "committed", "step-9", {{Runner::kTarget, 291, 291}, {Runner::kDraft, 0, 12}}, ""};
+      true, "committed", "step-9", {{Runner::kTarget, 291, 291}, {Runner::kDraft, 0, 12}}, "", ""};
   EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
   end.runners.clear();
   EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
   end.runner_digest = "00112233445566778899aabbccddeeff";
+  EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
+  end.lora_digest = "ffeeddccbbaa99887766554433221100";
   EXPECT_EQ(parse_end_weight_update_response(to_json_string(end)), end);
 
   ServerInfoResponse info = sample_server_info();

@@ -36,7 +36,7 @@ TEST(EngineClient, SendsSchemaBodiesWithTheBearerToken) {
     auth = req.get_header_value("Authorization");
     body = req.body;
     res.set_content(to_json_string(BeginWeightUpdateResponse{true, "", Selector::kTarget, "", "",
-                                                             "", "", "", 0}),
+                                                             "", "", "", 0, "", ""}),
                     "application/json");
   });
   EngineClient client(s.url() + "/", fast_client_options("s3cret"));

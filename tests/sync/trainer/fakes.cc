@@ -144,6 +144,11 @@ BeginWeightUpdateResponse FakeEngine::begin_weight_update(const BeginWeightUpdat
   out.holder = req.holder.value_or("");
   out.weight_version = info_.weight_version;
   if (runner_digests_) out.runner_digest = "fake-" + info_.weight_version;
+  if (const auto held = lora_ ? adapter_versions_.find(lora_->name) : adapter_versions_.end();
+      runner_digests_ && held != adapter_versions_.end()) {
+    out.lora_version = held->second;
+    out.lora_digest = "fake-lora-" + held->second;
+  }
   return out;
 }
 
@@ -224,13 +229,14 @@ EndWeightUpdateResponse FakeEngine::end_weight_update(const EndWeightUpdateReque
     if (staged_version_) info_.weight_version = *staged_version_;
   }
   staged_.clear();
-  adapter_session_ = false;
   session_.reset();
-  return {true,
-          "",
-          info_.weight_version,
-          {},
-          runner_digests_ ? "fake-" + info_.weight_version : std::string()};
+  EndWeightUpdateResponse out{true, "", info_.weight_version, {}, {}, {}};
+  if (runner_digests_) {
+    out.runner_digest = "fake-" + info_.weight_version;
+    if (adapter_session_) out.lora_digest = "fake-lora-" + adapter_versions_[lora_->name];
+  }
+  adapter_session_ = false;
+  return out;
 }
 
 BasicResponse FakeEngine::continue_generation(const ContinueGenerationRequest&) {
@@ -268,6 +274,12 @@ std::string FakeEngine::adapter_version(const std::string& name) const {
   std::lock_guard lock(mu_);
   const auto it = adapter_versions_.find(name);
   return it == adapter_versions_.end() ? std::string() : it->second;
+}
+
+void FakeEngine::drop_adapter(const std::string& name) {
+  std::lock_guard lock(mu_);
+  adapters_.erase(name);
+  adapter_versions_.erase(name);
 }
 
 std::optional<LoraBegin> FakeEngine::last_lora() const {

@@ -92,14 +92,17 @@ class FakeEngine final : public EngineApi {
   // What the engine answers as the session selector in begin (default: what it was asked).
   void set_begin_answer(Selector selector) { begin_answer_ = selector; }
   void set_version(std::string version) { info_.weight_version = std::move(version); }
-  // Whether begin and end answer a runner digest ("fake-<weight_version>"), which lets the
-  // updater name a delta base (the fake decodes no delta bucket: test the session, not a send).
+  // Whether begin and end answer a runner digest ("fake-<weight_version>"), and in an adapter
+  // session the held adapter's ("fake-lora-<its version>"), which lets the updater name a delta
+  // base (the fake decodes no delta bucket: test the session, not a send).
   void set_runner_digests(bool on) { runner_digests_ = on; }
   // Whether /server_info says the engine takes adapter sessions (docs/lora.md).
   void set_lora(bool lora) { info_.lora = lora; }
   // The adapter committed under `name` (tensor name -> bytes) and its version; empty if none.
   std::map<std::string, std::vector<std::byte>> adapter(const std::string& name) const;
   std::string adapter_version(const std::string& name) const;
+  // Drops the adapter `name` as POST /unload_lora_adapter would.
+  void drop_adapter(const std::string& name);
   // The last begin's "lora" object (nullopt: a base session).
   std::optional<LoraBegin> last_lora() const;
 

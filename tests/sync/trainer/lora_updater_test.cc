@@ -1,6 +1,6 @@
 // DistributedUpdater::update_lora against in-process fake engines (docs/lora.md): an adapter
 // update opens a session of selector target carrying the adapter, never pauses generation, sends
-// whole buckets, commits the adapter's own version and leaves the base weights and their version
+// deltas against the adapter every engine confirms holding (else whole buckets), commits the adapter's own version and leaves the base weights and their version
 // as they were; engines that take no adapters, and tensors that are no adapter, are refused before
 // any session opens. The session token carries the adapter to other stage sources.
 #include <gtest/gtest.h>
@@ -102,6 +102,55 @@ TEST(LoraUpdater, AnAdapterKeepsTheBaseWeightsDeltaBase) {
   f.updater->abort(report, "test done");
 }
 
+TEST(LoraUpdater, AnAdapterIsTheDeltaBaseOfItsNextUpdate) {
+  Fleet f(Selector::kTarget);
+  for (FakeEngine* e : f.engines) e->set_runner_digests(true);
+  const auto tensors = adapter(1, 2);
+  ASSERT_TRUE(f.updater->update_lora("math", views(tensors), config()).ok);
+  const auto open = [&](const std::string& name) {
+    UpdateReport report;
+    auto session = f.updater->open_session(report, {}, LoraBegin{name, to_json_string(config()), true});
+    EXPECT_TRUE(session) << report.error;
+    return std::pair{std::move(session), std::move(report)};
+  };
+  {
+    // Every engine answers the adapter's version 1 with the digest its commit answered.
+    auto [session, report] = open("math");
+    ASSERT_TRUE(session);
+    EXPECT_EQ(session->delta_base(), std::optional<std::string>("1"));
+    EXPECT_EQ(session->version(), "2");
+    EXPECT_EQ(*session->adapter(), "math");
+    // The stage sources of other processes learn both from the token.
+    const UpdateSession joined = join_session(session->token());
+    EXPECT_EQ(joined.delta_base(), std::optional<std::string>("1"));
+    EXPECT_EQ(joined.adapter(), std::optional<std::string>("math"));
+    f.updater->abort(report, "test done");
+  }
+  {
+    // The aborted session may have left anything: no base until the next commit everywhere.
+    auto [session, report] = open("math");
+    ASSERT_TRUE(session);
+    EXPECT_FALSE(session->delta_base());
+    f.updater->abort(report, "test done");
+  }
+  ASSERT_TRUE(f.updater->update_lora("math", views(tensors), config(), true, "3").ok);
+  {
+    // Another adapter's name has no base; the base weights' session neither.
+    auto [other, report] = open("code");
+    ASSERT_TRUE(other);
+    EXPECT_FALSE(other->delta_base());
+    f.updater->abort(report, "test done");
+  }
+  {
+    // An engine that lost the adapter (unloaded behind the trainer's back): full buckets.
+    f.engines[1]->drop_adapter("math");
+    auto [session, report] = open("math");
+    ASSERT_TRUE(session);
+    EXPECT_FALSE(session->delta_base());
+    f.updater->abort(report, "test done");
+  }
+}
+
 TEST(LoraUpdater, EnginesWithoutAdaptersAreRefusedBeforeAnySession) {
   Fleet f;
   f.engines[1]->set_lora(false);
@@ -137,6 +186,11 @@ TEST(LoraUpdater, SessionTokenCarriesTheAdapter) {
   EXPECT_EQ(joined.version(), "4");
   EXPECT_FALSE(joined.delta_base());
   EXPECT_EQ(joined.token(), "target 4 abc,- lora=math");
+  // An adapter session with a delta base: the adapter's version every member holds.
+  const UpdateSession based = join_session("target 5 abc,- base=4 lora=math");
+  EXPECT_EQ(based.delta_base(), std::optional<std::string>("4"));
+  EXPECT_EQ(based.adapter(), std::optional<std::string>("math"));
+  EXPECT_EQ(based.token(), "target 5 abc,- base=4 lora=math");
   EXPECT_FALSE(join_session("target 4 abc,-").adapter());
   EXPECT_THROW(join_session("target 4 abc lora=bad/name"), comm::BadRequestError);
 }
