@@ -173,9 +173,9 @@ bool SessionDriver::members_hold(const std::optional<Commit>& commit,
   for (std::size_t e = 0; e < members_.members().size(); ++e) {
     const auto& [engine, digest] = commit->members[e];
     const auto& answer = answers[e];
-    const bool holds = adapter ? answer.lora_digest == digest && answer.lora_version == commit->version
-                               : answer.runner_digest == digest &&
-                                     answer.weight_version == commit->version;
+    const bool holds =
+        adapter ? answer.lora_digest == digest && answer.lora_version == commit->version
+                : answer.runner_digest == digest && answer.weight_version == commit->version;
     if (engine != members_.members()[e] || digest.empty() || !holds) return false;
   }
   return true;

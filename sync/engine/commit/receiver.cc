@@ -145,7 +145,8 @@ ReceiverBegin Receiver::begin(Selector selector, std::optional<std::string> hold
   std::lock_guard lock(mu_);
   const std::string name = adapter ? adapter->name : std::string();
   session_.begin(selector, std::move(holder), sessionless, std::move(adapter));
-  ReceiverBegin out{session_.machine().token(), version_->get(), base_.held_digest(selector), {}, {}};
+  ReceiverBegin out{
+      session_.machine().token(), version_->get(), base_.held_digest(selector), {}, {}};
   if (const auto held = name.empty() ? nullptr : adapters_.find(name)) {
     out.lora_version = held->version;
     out.lora_digest = to_string(held->combined_digest());
@@ -240,8 +241,8 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   if (request.delta && session_.adapter()) {
     // An adapter's base is the adapter held under its name: immutable, so taken once here.
     const auto held = adapters_.find(session_.adapter()->name);
-    auto made = make_delta_spec(*request.delta, held ? held->version : std::string(), held != nullptr,
-                                opts_.max_bucket_bytes, adapter_base_source(held));
+    auto made = make_delta_spec(*request.delta, held ? held->version : std::string(),
+                                held != nullptr, opts_.max_bucket_bytes, adapter_base_source(held));
     if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   } else if (request.delta) {

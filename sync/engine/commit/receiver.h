@@ -130,7 +130,7 @@ struct ReceiverCommit {
   std::vector<RunnerUpdateStats> runners;
   std::string runner_digest;
   std::size_t bytes_loaded = 0;
-  std::string adapter;  // an adapter session's: the adapter swapped in (no runner loaded)
+  std::string adapter;      // an adapter session's: the adapter swapped in (no runner loaded)
   std::string lora_digest;  // ... and its Adapter::combined_digest
 };
 

@@ -30,7 +30,7 @@ struct Committed {
   std::vector<RunnerCommit> runners;
   std::string flush_note;  // empty: no flush asked for
   Selector selector = Selector::kAll;
-  std::string adapter;  // an adapter session's commit: the adapter swapped in
+  std::string adapter;      // an adapter session's commit: the adapter swapped in
   std::string lora_digest;  // ... and its digest
 };
 

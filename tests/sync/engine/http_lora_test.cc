@@ -136,9 +136,9 @@ TEST_F(LoraHttpTest, AnAdapterDeltaCommitsExactlyWhatTheAdapterInFullCommits) {
   auto [bst, bucket] =
       post("/update_weights_from_distributed", delta_bucket_body(next, adapter(1), "a1"));
   ASSERT_EQ(bst, 200) << bucket.dump();
-  ASSERT_EQ(post("/update_weight_version", R"({"new_version":"a2","session_id":")" + sid + R"("})")
-                .first,
-            200);
+  ASSERT_EQ(
+      post("/update_weight_version", R"({"new_version":"a2","session_id":")" + sid + R"("})").first,
+      200);
   auto [est, ended] = post("/end_weight_update", R"({"session_id":")" + sid + R"("})");
   ASSERT_EQ(est, 200) << ended.dump();
   const std::string after = ended.value("lora_digest", "");
@@ -161,18 +161,18 @@ TEST_F(LoraHttpTest, AnAdapterDeltaAgainstAnythingButTheHeldAdapterIsRefused) {
   ASSERT_EQ(adapter_update(adapter(1), "load", "a1").first, 200);
   const std::string held = get("/weights_checksum?lora=math").second.value("digest", "");
   struct Case {
-    std::string name;                // the session's adapter
-    std::vector<RawTensor> base;     // what the delta was computed against
+    std::string name;             // the session's adapter
+    std::vector<RawTensor> base;  // what the delta was computed against
     std::string base_version;
-    std::string says;                // in the refusal
+    std::string says;  // in the refusal
   };
-  for (const Case& c : {Case{"math", adapter(7), "a1", "computed against digest"},
-                        Case{"math", adapter(1), "a0", "'a0'"},
-                        Case{"code", adapter(1), "a1", "no delta base"}}) {
+  for (const Case& c :
+       {Case{"math", adapter(7), "a1", "computed against digest"},
+        Case{"math", adapter(1), "a0", "'a0'"}, Case{"code", adapter(1), "a1", "no delta base"}}) {
     auto [st, begun] = post("/begin_weight_update", begin_body("target", "upsert", c.name));
     ASSERT_EQ(st, 200) << begun.dump();
-    auto [bst, body] =
-        post("/update_weights_from_distributed", delta_bucket_body(adapter(2), c.base, c.base_version));
+    auto [bst, body] = post("/update_weights_from_distributed",
+                            delta_bucket_body(adapter(2), c.base, c.base_version));
     EXPECT_EQ(bst, 409) << body.dump();
     EXPECT_NE(body.value("message", "").find(c.says), std::string::npos) << body.dump();
     post("/abort_weight_update", R"({"session_id":")" + begun.value("session_id", "") + R"("})");

@@ -1,8 +1,9 @@
 // DistributedUpdater::update_lora against in-process fake engines (docs/lora.md): an adapter
 // update opens a session of selector target carrying the adapter, never pauses generation, sends
-// deltas against the adapter every engine confirms holding (else whole buckets), commits the adapter's own version and leaves the base weights and their version
-// as they were; engines that take no adapters, and tensors that are no adapter, are refused before
-// any session opens. The session token carries the adapter to other stage sources.
+// deltas against the adapter every engine confirms holding (else whole buckets), commits the
+// adapter's own version and leaves the base weights and their version as they were; engines that
+// take no adapters, and tensors that are no adapter, are refused before any session opens. The
+// session token carries the adapter to other stage sources.
 #include <gtest/gtest.h>
 
 #include "comm/errors.h"
@@ -109,7 +110,8 @@ TEST(LoraUpdater, AnAdapterIsTheDeltaBaseOfItsNextUpdate) {
   ASSERT_TRUE(f.updater->update_lora("math", views(tensors), config()).ok);
   const auto open = [&](const std::string& name) {
     UpdateReport report;
-    auto session = f.updater->open_session(report, {}, LoraBegin{name, to_json_string(config()), true});
+    auto session =
+        f.updater->open_session(report, {}, LoraBegin{name, to_json_string(config()), true});
     EXPECT_TRUE(session) << report.error;
     return std::pair{std::move(session), std::move(report)};
   };
