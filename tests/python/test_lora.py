@@ -206,10 +206,11 @@ class Lora(unittest.TestCase):
                 engine.stop()
 
     def test_python_update_lora(self):
-        """weightcast.DistributedUpdater.update_lora from Python, verify=True, to a 1-rank
-        weightcast-engine and a TP-2 torch engine: the adapter's version counts per name, every
-        engine holds it exactly, the torch engine serves it, the base is untouched; misuse is
-        refused before any engine is asked."""
+        """weightcast.DistributedUpdater.update_lora from Python, verify=True, delta="on", to a
+        1-rank weightcast-engine and a TP-2 torch engine: the adapter's version counts per name,
+        step 2 goes as deltas, step 3 whole after one engine unloaded the adapter, every engine
+        holds it exactly, the torch engine serves it, the base is untouched; misuse is refused
+        before any engine is asked."""
         import weightcast
 
         config = {"r": RANK, "lora_alpha": ALPHA, "target_modules": list(MODULES)}
@@ -219,24 +220,28 @@ class Lora(unittest.TestCase):
                 base_sums = native.checksums(engine.url, "target")
                 urls = [torch_engine.url, engine.url]
                 with weightcast.DistributedUpdater(
-                    engines=urls, selector="all", verify=True, colocate="off"
+                    engines=urls, selector="all", verify=True, colocate="off", delta="on"
                 ) as updater:
-                    for step in (1, 2):
+                    for step in (1, 2, 3):
+                        if step == 3:  # one engine loses the adapter: the next step goes whole
+                            engine.ok("/unload_lora_adapter", {"lora_name": "py"})
                         ab = adapter(step)
                         tensors = {
                             peft_name(i, m, p): t for (i, m), pair in ab.items() for p, t in zip("AB", pair)
                         }
                         report = updater.update_lora("py", tensors, config)
-                        self.assertTrue(report.ok)
+                        self.assertTrue(report.ok, report.error)
                         self.assertTrue(report.verified)
                         self.assertEqual(
                             (report.adapter, report.version, report.selector), ("py", str(step), "target")
                         )
+                        # Step 2: deltas against step 1's adapter, which both engines hold.
+                        self.assertEqual(report.delta_buckets > 0, step == 2, f"step {step}")
                     with self.assertRaises(weightcast.InputError):
                         updater.update_lora("py", {"model.norm.weight": torch.zeros(4)}, config)
                     with self.assertRaises(weightcast.ConfigError):
                         updater.update_lora("py", tensors, config, op="replace")
-                self.assert_adapter_held([torch_engine, engine], ab, "2", name="py")
+                self.assert_adapter_held([torch_engine, engine], ab, "3", name="py")
                 body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 8}, "lora_name": "py"}
                 self.assertEqual(
                     torch_engine.ok("/generate", body)["output_ids"],
