@@ -431,7 +431,10 @@ class WeightcastWorkerExtension:
         answer = rank.begin(selector if lora else model, lora=lora)
         self._weightcast_round = model
         self._weightcast_adapter = lora["lora_name"] if lora else None
-        return _answer(f"session {answer['session_id']} over the {model} model", rank)
+        out = _answer(f"session {answer['session_id']} over the {model} model", rank)
+        if lora:  # the adapter this worker's receiver holds: the base of the trainer's deltas
+            out.update(lora_version=answer["lora_version"], lora_digest=answer["lora_digest"])
+        return out
 
     def weightcast_update(self, body):
         rank = self._weightcast_rank()
@@ -445,11 +448,12 @@ class WeightcastWorkerExtension:
 
     def weightcast_commit(self, version=None):
         rank = self._weightcast_rank()
-        rank.end(version)
+        committed = rank.end(version)
         name, self._weightcast_adapter = getattr(self, "_weightcast_adapter", None), None
         if name is None:
             return _answer("committed", rank)
         answer = _answer(f"adapter '{name}' committed", rank)
+        answer["lora_digest"] = committed["lora_digest"]
         if rank.engine_rank == 0:  # one copy for vLLM to load (the workers share the host)
             answer["lora_path"] = _ADAPTER_FILES.write(rank.receiver.adapter(name))
         return answer

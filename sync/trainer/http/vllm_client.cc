@@ -32,6 +32,21 @@ const Json* member(const Json& j, const char* key) {
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
+// The string every worker answered under `key`; empty when one answered none or another.
+std::string common_text(const std::vector<Json>& results, const char* key) {
+  std::string out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Json* value = member(results[i], key);
+    if (value == nullptr || !value->is_string()) return "";
+    if (i == 0) {
+      out = value->get<std::string>();
+    } else if (value->get<std::string>() != out) {
+      return "";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string vllm_init_body(const InitWeightsUpdateGroupRequest& req) {
@@ -235,10 +250,22 @@ BeginWeightUpdateResponse VllmDialect::begin(const BeginWeightUpdateRequest& req
                       "adapter updates need the worker extension (--worker-extension-cls " +
                           std::string(kExtension) + "); vLLM's weight-transfer API has none");
   }
-  if (way_in_ == VllmWayIn::kWorkerExtension) {
-    std::vector<std::string> args{std::string(to_string(req.selector))};
-    if (req.lora) args.push_back(Json::parse(to_json_string(req))["lora"].dump());
-    out.message = rpc_answer("weightcast_begin", args, request_timeout_).message;
+  if (way_in_ == VllmWayIn::kWorkerExtension && req.lora) {
+    const std::vector<std::string> args{std::string(to_string(req.selector)),
+                                        Json::parse(to_json_string(req))["lora"].dump()};
+    const auto results = rpc_succeeded("weightcast_begin", args, request_timeout_);
+    if (const Json* m = member(results.front(), "message"); m != nullptr && m->is_string()) {
+      out.message = m->get<std::string>();
+    }
+    // The adapter every worker's receiver holds under the name: the base of the adapter's deltas.
+    out.lora_version = common_text(results, "lora_version");
+    out.lora_digest = common_text(results, "lora_digest");
+    if (out.lora_version.empty() || out.lora_digest.empty())
+      out.lora_version = out.lora_digest = "";
+  } else if (way_in_ == VllmWayIn::kWorkerExtension) {
+    out.message =
+        rpc_answer("weightcast_begin", {std::string(to_string(req.selector))}, request_timeout_)
+            .message;
   } else {
     out.message =
         post(vllm_start_route(req.selector), vllm_start_body(req.selector), request_timeout_)
@@ -284,8 +311,11 @@ EndWeightUpdateResponse VllmDialect::end(const EndWeightUpdateRequest&) {
   if (way_in_ == VllmWayIn::kWorkerExtension) {
     std::vector<std::string> args;
     if (!version.empty()) args.push_back(version);
-    out.message = lora ? commit_adapter(*lora, args)
-                       : rpc_answer("weightcast_commit", args, data_timeout_).message;
+    if (lora) {
+      commit_adapter(*lora, args, out);
+    } else {
+      out.message = rpc_answer("weightcast_commit", args, data_timeout_).message;
+    }
   } else {
     out.message = post("/finish_weight_update", vllm_finish_body(version), data_timeout_).message;
   }
@@ -358,13 +388,15 @@ BasicResponse VllmDialect::rpc_answer(const std::string& method,
   return out;
 }
 
-std::string VllmDialect::commit_adapter(const std::string& lora_name,
-                                        const std::vector<std::string>& args) {
+void VllmDialect::commit_adapter(const std::string& lora_name, const std::vector<std::string>& args,
+                                 EndWeightUpdateResponse& out) {
   std::string path;
-  for (const Json& r : rpc_succeeded("weightcast_commit", args, data_timeout_)) {
+  const auto results = rpc_succeeded("weightcast_commit", args, data_timeout_);
+  for (const Json& r : results) {
     const Json* p = member(r, "lora_path");
     if (p != nullptr && p->is_string() && path.empty()) path = p->get<std::string>();
   }
+  out.lora_digest = common_text(results, "lora_digest");
   if (path.empty()) {
     throw EngineError(url_, "POST /collective_rpc weightcast_commit", 200,
                       "no worker answered the committed adapter's lora_path");
@@ -378,7 +410,7 @@ std::string VllmDialect::commit_adapter(const std::string& lora_name,
                       "vLLM serves no run-time LoRA loading: start it with --enable-lora and "
                       "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True");
   }
-  return "adapter '" + lora_name + "' committed and loaded by vLLM from " + path;
+  out.message = "adapter '" + lora_name + "' committed and loaded by vLLM from " + path;
 }
 
 WeightsChecksumResponse VllmDialect::adapter_checksum(const std::string& lora_name) {

@@ -127,7 +127,8 @@ class VllmDialect {
   BasicResponse rpc_answer(const std::string& method, const std::vector<std::string>& args,
                            comm::Millis timeout);
   // The adapter round's commit: the workers write it, vLLM loads it from there.
-  std::string commit_adapter(const std::string& lora_name, const std::vector<std::string>& args);
+  void commit_adapter(const std::string& lora_name, const std::vector<std::string>& args,
+                      EndWeightUpdateResponse& out);
 
   std::string url_;
   comm::Millis request_timeout_;

@@ -75,10 +75,17 @@ class VllmLike {
           if (call["method"] == "weightcast_commit" && !call["args"].empty()) {
             version = call["args"][0];
           }
-          const Json one = {{"success", true}, {"message", "ok"}, {"weight_version", version}};
+          Json one = {{"success", true}, {"message", "ok"}, {"weight_version", version}};
+          // An adapter round: the adapter each worker's receiver holds, and the one it commits.
+          if (call["method"] == "weightcast_begin" && call["args"].size() == 2) {
+            one["lora_version"] = held_version;
+            one["lora_digest"] = held_digest;
+          }
+          if (call["method"] == "weightcast_commit") one["lora_digest"] = "d-" + version;
           Json first = one;
           // The extension's commit of an adapter round: worker 0 answers where it wrote it.
           if (call["method"] == "weightcast_commit") first["lora_path"] = "/adapters/policy-1";
+          if (!worker0_digest.empty()) first["lora_digest"] = worker0_digest;
           res.set_content(Json{{"results", {first, one}}}.dump(), "application/json");
           return;
         }
@@ -100,6 +107,9 @@ class VllmLike {
   bool fail_updates = false;
   bool raise_on_abort = false;
   bool lora_route = true;  // VLLM_ALLOW_RUNTIME_LORA_UPDATING
+  // What the workers answer an adapter round's begin as the adapter they hold ("": none), and
+  // a digest worker 0 answers instead of the others' ("": the same).
+  std::string held_version, held_digest, worker0_digest;
 
  private:
   void record(const httplib::Request& req) {
@@ -441,9 +451,25 @@ TEST(VllmClient, AdapterRoundsGoThroughTheExtensionAndVllmsRuntimeLoraRoute) {
   begin.lora = LoraBegin{"policy", R"({"r":4,"lora_alpha":8,"target_modules":["q_proj"]})", true};
   const auto begun = client.begin_weight_update(begin);
   EXPECT_EQ(begun.weight_version, "7");  // the base's: an adapter commit must leave it
+  EXPECT_EQ(begun.lora_version, "");     // no adapter held: no delta base
   client.update_weight_version({"1", false, begun.session_id});
   const auto ended = client.end_weight_update({begun.session_id});
   EXPECT_EQ(ended.weight_version, "1");  // this fake records what the commit carries
+  EXPECT_EQ(ended.lora_digest, "d-1");   // what every worker committed
+  // The adapter every worker holds is the base of the next round's deltas ...
+  v.held_version = "1";
+  v.held_digest = "d-1";
+  const auto held = client.begin_weight_update(begin);
+  EXPECT_EQ(held.lora_version, "1");
+  EXPECT_EQ(held.lora_digest, "d-1");
+  client.abort_weight_update({held.session_id, false});
+  // ... unless the workers disagree: then none (whole buckets).
+  v.worker0_digest = "d-other";
+  const auto split = client.begin_weight_update(begin);
+  EXPECT_EQ(split.lora_version, "");
+  EXPECT_EQ(split.lora_digest, "");
+  client.abort_weight_update({split.session_id, false});
+  v.worker0_digest.clear();
   std::vector<Json> rpcs;
   Json load;
   for (const auto& s : v.seen()) {

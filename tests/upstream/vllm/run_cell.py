@@ -21,6 +21,7 @@ from weightcast's digests.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -305,7 +306,8 @@ def lora_rounds(engine, tmp, e, way):
     """Adapters through vLLM's run-time LoRA: weightcast-train --lora-rank sends the adapter in an
     adapter session (the worker extension), the commit writes it as a PEFT directory and vLLM
     loads it with /v1/load_lora_adapter (load_inplace). Each worker's LoRA manager must hold the
-    generator's adapter of the last step, the base and the draft unchanged. Through the backend
+    generator's adapter of the last step, the base and the draft unchanged; a second run's later
+    steps go as deltas against the adapter the workers hold. Through the backend
     (no adapter sessions in vLLM's weight-transfer API) the trainer refuses the engine up front."""
     argv = ["--lora-rank", "4", "--lora-targets", LORA_TARGETS, "--lora-name", "policy"]
     if way == "backend":
@@ -313,12 +315,15 @@ def lora_rounds(engine, tmp, e, way):
         check(engine, tmp, e, f"{way}: adapter round refused, nothing changed")
         return
     for steps in (1, 3):  # a first load, then load_inplace over it
-        must(
-            train(engine, SEED, steps, *argv),
-            f"{way}: adapter round",
-            "lora policy version",
-            f"step {steps}/{steps}",
-        )
+        # The second run's steps 2 and 3 go as deltas against the adapter every worker's receiver
+        # answers holding at begin (lora_version, lora_digest through collective_rpc).
+        code_out = train(engine, SEED, steps, *argv, *(["--delta", "on"] if steps == 3 else []))
+        must(code_out, f"{way}: adapter round", "lora policy version", f"step {steps}/{steps}")
+        if steps == 3:
+            for step in (2, 3):
+                assert re.search(
+                    rf"step {step}/3 lora .* delta_buckets [1-9]", code_out[1]
+                ), f"{way}: adapter step {step} was not sent as deltas:\n{code_out[1]}"
         check(engine, tmp, e, f"{way}: adapter rounds, base and draft unchanged")
         want = harness_model.hexes(adapter(harness_model.PRESET, SEED, steps, 4, LORA_TARGETS.split(",")))
         answers = engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
