@@ -243,7 +243,11 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     const auto held = adapters_.find(session_.adapter()->name);
     auto made = make_delta_spec(*request.delta, held ? held->version : std::string(),
                                 held != nullptr, opts_.max_bucket_bytes, adapter_base_source(held));
-    if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
+    if (auto* refusal = std::get_if<Refusal>(&made)) {
+      // Its versions are the adapter's, not the base weights'.
+      refusal->message = "adapter '" + session_.adapter()->name + "': " + refusal->message;
+      refuse(*refusal);
+    }
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   } else if (request.delta) {
     // The engine's own base (base_source), or the kept copy of the last committed tensors.
