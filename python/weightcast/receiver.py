@@ -169,7 +169,9 @@ class Receiver:
         the one-request session an engine opens itself for an update that arrives with none
         open; only calls carrying its session_id act on it. `lora`: begin_weight_update's
         "lora" object ({lora_name, config, op}, dict or JSON): an adapter session, whose commit
-        swaps the adapter in and loads no runner (docs/lora.md)."""
+        swaps the adapter in and loads no runner (docs/lora.md). Returns {session_id,
+        weight_version, runner_digest, lora_version, lora_digest}: pass the digests and
+        lora_version on in the begin answer and the trainer may send deltas against them."""
         if lora is not None and not isinstance(lora, str):
             lora = json.dumps(lora)
         return self._rx.begin(selector, holder, sessionless, lora)
@@ -197,6 +199,8 @@ class Receiver:
         self._rx.set_version(version)
 
     def commit(self, version=None, session_id=None):
+        """Commits the session: {weight_version, runners, runner_digest, bytes_loaded, adapter,
+        lora_digest} (the last two set by an adapter session's commit)."""
         return self._rx.commit(version, session_id)
 
     def abort(self, reason="aborted"):
