@@ -53,7 +53,8 @@ struct BeginWeightUpdateResponse {
   std::uint64_t lease_ttl_s = 0;
   // Ours, adapter sessions: the adapter the engine holds under the session's lora_name, its
   // version and digest (Adapter::combined_digest), so a trainer can send it deltas against it
-  // (docs/lora.md). Empty: none held, or the engine keeps no copy (the plug-ins hand theirs over).
+  // (docs/lora.md). Empty: none held, or the engine keeps no copy (the SGLang plug-in hands its
+  // adapter over).
   std::string lora_version;
   std::string lora_digest;
   bool operator==(const BeginWeightUpdateResponse&) const = default;

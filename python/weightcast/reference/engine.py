@@ -93,7 +93,8 @@ class Engine:
         if body.get("holder"):
             out["holder"] = body["holder"]
         for key in ("runner_digest", "lora_version", "lora_digest"):  # delta bases
-            if answers[0][key]:
+            # Only what every worker holds alike: else no base, and the trainer sends in full.
+            if answers[0][key] and all(a[key] == answers[0][key] for a in answers):
                 out[key] = answers[0][key]
         return out
 

@@ -72,6 +72,7 @@ TEST(LoraUpdater, SwapsTheAdapterInAndLeavesTheBase) {
     for (const auto& req : f.engines[1]->bucket_requests()) {
       if (req.tensors.front().name.find("lora_") == std::string::npos) continue;
       EXPECT_EQ(req.selector, Selector::kTarget);
+      // No engine of this fleet answers a lora_digest, so none is a delta base.
       EXPECT_FALSE(req.delta) << "an adapter bucket travelled as a delta";
     }
   }
@@ -137,12 +138,17 @@ TEST(LoraUpdater, AnAdapterIsTheDeltaBaseOfItsNextUpdate) {
   }
   ASSERT_TRUE(f.updater->update_lora("math", views(tensors), config(), true, "3").ok);
   {
-    // Another adapter's name has no base; the base weights' session neither.
+    // Another adapter's name has no base, and its session leaves math's base alone.
     auto [other, report] = open("code");
     ASSERT_TRUE(other);
     EXPECT_FALSE(other->delta_base());
     f.updater->abort(report, "test done");
+    auto [again, again_report] = open("math");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->delta_base(), std::optional<std::string>("3"));
+    f.updater->abort(again_report, "test done");
   }
+  ASSERT_TRUE(f.updater->update_lora("math", views(tensors), config(), true, "5").ok);
   {
     // An engine that lost the adapter (unloaded behind the trainer's back): full buckets.
     f.engines[1]->drop_adapter("math");
