@@ -334,11 +334,13 @@ void bind_receiver_calls(ReceiverClass& cls) {
             if (lora) adapter = parse_adapter_begin(*lora);
             const auto b = r.begin(sel, std::move(holder), sessionless, std::move(adapter));
             py::dict d;
-            d["session_id"] = b.session_id;
-            d["weight_version"] = b.weight_version;
-            d["runner_digest"] = b.runner_digest;
-            d["lora_version"] = b.lora_version;
-            d["lora_digest"] = b.lora_digest;
+            for (const auto& [key, value] : {std::pair{"session_id", &b.session_id},
+                                             std::pair{"weight_version", &b.weight_version},
+                                             std::pair{"runner_digest", &b.runner_digest},
+                                             std::pair{"lora_version", &b.lora_version},
+                                             std::pair{"lora_digest", &b.lora_digest}}) {
+              d[key] = *value;
+            }
             return d;
           },
           py::arg("selector"), py::arg("holder") = py::none(), py::arg("sessionless") = false,
