@@ -118,13 +118,14 @@ std::optional<UpdateSession> SessionDriver::open(UpdateReport& report,
     // The base weights stay as they are: their delta base and last commit with them. The
     // adapter's own last commit is its delta base.
     session.adapter_ = adapter->name;
-    const auto it = adapter_commits_.find(adapter->name);
-    std::optional<Commit> held;
-    if (it != adapter_commits_.end()) held = std::move(it->second);
-    if (members_hold(held, answers, true)) session.delta_base_ = held->version;
-    if (it != adapter_commits_.end()) adapter_commits_.erase(it);
+    if (const auto it = adapter_commits_.find(adapter->name); it != adapter_commits_.end()) {
+      if (members_hold(it->second, answers, true)) session.delta_base_ = it->second.version;
+      adapter_commits_.erase(it);  // as last_commit_ below, until this update commits
+    }
   } else {
-    if (members_hold(last_commit_, answers, false)) session.delta_base_ = last_commit_->version;
+    if (last_commit_ && members_hold(*last_commit_, answers, false)) {
+      session.delta_base_ = last_commit_->version;
+    }
     // Until this update commits everywhere, no member is known to hold a common version.
     last_commit_.reset();
   }
@@ -165,17 +166,17 @@ void SessionDriver::release_leases() {
                  });
 }
 
-bool SessionDriver::members_hold(const std::optional<Commit>& commit,
+bool SessionDriver::members_hold(const Commit& commit,
                                  const std::vector<BeginWeightUpdateResponse>& answers,
                                  bool adapter) const {
-  if (options_.delta == DeltaMode::kOff || common_ || !commit) return false;
-  if (commit->members.size() != members_.members().size()) return false;
+  if (options_.delta == DeltaMode::kOff || common_) return false;
+  if (commit.members.size() != members_.members().size()) return false;
   for (std::size_t e = 0; e < members_.members().size(); ++e) {
-    const auto& [engine, digest] = commit->members[e];
+    const auto& [engine, digest] = commit.members[e];
     const auto& answer = answers[e];
     const bool holds =
-        adapter ? answer.lora_digest == digest && answer.lora_version == commit->version
-                : answer.runner_digest == digest && answer.weight_version == commit->version;
+        adapter ? answer.lora_digest == digest && answer.lora_version == commit.version
+                : answer.runner_digest == digest && answer.weight_version == commit.version;
     if (engine != members_.members()[e] || digest.empty() || !holds) return false;
   }
   return true;

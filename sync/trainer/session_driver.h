@@ -69,8 +69,8 @@ class SessionDriver {
   struct Commit;
   // Whether every member's begin answer shows `commit` still in place: the base weights' version
   // and runner digest, or with `adapter` the adapter's (lora_version, lora_digest).
-  bool members_hold(const std::optional<Commit>& commit,
-                    const std::vector<BeginWeightUpdateResponse>& answers, bool adapter) const;
+  bool members_hold(const Commit& commit, const std::vector<BeginWeightUpdateResponse>& answers,
+                    bool adapter) const;
 
   const UpdaterOptions& options_;
   const Selector selector_;

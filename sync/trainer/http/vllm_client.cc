@@ -32,6 +32,16 @@ const Json* member(const Json& j, const char* key) {
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
+// The first message a worker answered ("" when none did).
+std::string first_message(const std::vector<Json>& results) {
+  for (const Json& r : results) {
+    if (const Json* m = member(r, "message"); m != nullptr && m->is_string() && !m->empty()) {
+      return m->get<std::string>();
+    }
+  }
+  return "";
+}
+
 // The string every worker answered under `key`; empty when one answered none or another.
 std::string common_text(const std::vector<Json>& results, const char* key) {
   std::string out;
@@ -250,22 +260,16 @@ BeginWeightUpdateResponse VllmDialect::begin(const BeginWeightUpdateRequest& req
                       "adapter updates need the worker extension (--worker-extension-cls " +
                           std::string(kExtension) + "); vLLM's weight-transfer API has none");
   }
-  if (way_in_ == VllmWayIn::kWorkerExtension && req.lora) {
-    const std::vector<std::string> args{std::string(to_string(req.selector)),
-                                        Json::parse(to_json_string(req))["lora"].dump()};
+  if (way_in_ == VllmWayIn::kWorkerExtension) {
+    std::vector<std::string> args{std::string(to_string(req.selector))};
+    if (req.lora) args.push_back(Json::parse(to_json_string(req))["lora"].dump());
     const auto results = rpc_succeeded("weightcast_begin", args, request_timeout_);
-    if (const Json* m = member(results.front(), "message"); m != nullptr && m->is_string()) {
-      out.message = m->get<std::string>();
-    }
+    out.message = first_message(results);
     // The adapter every worker's receiver holds under the name: the base of the adapter's deltas.
     out.lora_version = common_text(results, "lora_version");
     out.lora_digest = common_text(results, "lora_digest");
     if (out.lora_version.empty() || out.lora_digest.empty())
       out.lora_version = out.lora_digest = "";
-  } else if (way_in_ == VllmWayIn::kWorkerExtension) {
-    out.message =
-        rpc_answer("weightcast_begin", {std::string(to_string(req.selector))}, request_timeout_)
-            .message;
   } else {
     out.message =
         post(vllm_start_route(req.selector), vllm_start_body(req.selector), request_timeout_)
@@ -378,14 +382,7 @@ std::vector<Json> VllmDialect::rpc_succeeded(const std::string& method,
 
 BasicResponse VllmDialect::rpc_answer(const std::string& method,
                                       const std::vector<std::string>& args, comm::Millis timeout) {
-  BasicResponse out{true, {}};
-  for (const Json& r : rpc_succeeded(method, args, timeout)) {
-    const Json* message = member(r, "message");
-    if (out.message.empty() && message != nullptr && message->is_string()) {
-      out.message = message->get<std::string>();
-    }
-  }
-  return out;
+  return {true, first_message(rpc_succeeded(method, args, timeout))};
 }
 
 void VllmDialect::commit_adapter(const std::string& lora_name, const std::vector<std::string>& args,
