@@ -166,6 +166,10 @@ void add_step_options(CLI::App& app, TrainOptions& o) {
          {"off", "auto", "on"});
   one_of(app, "--delta-codec", o.delta_codec, "delta payload codec",
          {"xor_zstd", "xor_lz4", "sparse"});
+  one_of(app, "--shard", o.shard,
+         "auto: engines that announce shard plans get only each rank's slice, one group per "
+         "shard class (docs/sharding.md); off: every engine rank gets whole tensors",
+         {"auto", "off"});
   one_of(app, "--drift", o.drift,
          "how weights change per step: jump (every element redrawn: the generator's "
          "step k) or realistic (fp32 masters moved by an optimizer-like step and rounded "
@@ -320,6 +324,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.group_timeout = Millis(o.group_timeout_ms);
   u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
   u.delta = sync::trainer::parse_delta_mode(o.delta);
+  u.shard = sync::trainer::parse_shard_mode(o.shard);
   u.colocate = sync::trainer::parse_colocate_mode(o.colocate);
   u.cuda_device = o.cuda_device;
   u.delta_codec = sync::parse_delta_codec(o.delta_codec);

@@ -79,6 +79,7 @@ struct TrainOptions {
   int cuda_device = -1;        // nccl: each stage source's CUDA device (-1: the current one)
   std::string delta = "auto";  // off | auto (sync/trainer/delta_source.h)
   std::string delta_codec = "xor_zstd";
+  std::string shard = "auto";  // auto | off (sync/trainer/shard_classes.h)
   // overlap: the TP gather in groups of about a bucket, overlapped with the broadcast; whole: one
   // gather of the whole stage before the first bucket (launcher/train/stage_gather.h); auto:
   // overlap when the stage's ranks span hosts, whole when they share one.

@@ -316,7 +316,7 @@ void bind_receiver_calls(ReceiverClass& cls) {
           [](se::Receiver& r, const std::string& body) {
             const auto req = parsed([&] { return sync::parse_init_weights_update_group(body); });
             se::GroupSpec spec{req.group_name, req.master_address, req.master_port, req.rank_offset,
-                               req.world_size, req.backend,        req.rendezvous};
+                               req.world_size, req.backend,        req.rendezvous,  req.ranks};
             py::gil_scoped_release nogil;
             r.join(spec);
           })

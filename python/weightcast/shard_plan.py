@@ -7,6 +7,11 @@ rank holds). That is how an engine can announce its plan without a hand-written 
 result has the JSON shape of sync/model/shard_plan.h, and ``hand_written_plan`` gives the C++
 rules for comparison. Placeholders are created one at a time, so recording holds at most one
 full tensor besides the model.
+
+``sliced_pairs`` is the other direction, for a rank that receives only its slices: each slice goes
+to ``load_weights`` as ``as_full(slice, full_shape, entry)``, which stands in for the full tensor
+(its shape, and views of its bytes for the narrows inside the slice) and raises, naming the
+tensor, on any use that would read bytes the rank does not hold.
 """
 
 import json
@@ -68,6 +73,155 @@ def record_plan(model, tensors):
     with torch.no_grad():
         model.load_weights(placeholders())
     return {"tensors": {name: plan.get(name, "absent") for name, _, _ in tensors}}
+
+
+class _Full(torch.Tensor):
+    """A slice of an HF tensor standing in for the whole of it (``as_full``)."""
+
+    def __repr__(self):
+        return f"as_full({self._wc.name!r}, {self._wc.shape}, {self._wc.entry()})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        part = next(a._wc for a in _flat(args, kwargs) if isinstance(a, _Full))
+        if func in _FULL_SHAPE:  # property getters come as Tensor.<property>.__get__
+            return _FULL_SHAPE[func](torch.Size(part.shape), *args[1:], **kwargs)
+        if func in _SAME_AS_SLICE:
+            return func(part.data, *args[1:], **kwargs)
+        if func in (torch.Tensor.narrow, torch.narrow):
+            a = dict(zip(("input", "dim", "start", "length"), args), **kwargs)
+            return part.narrow(int(a["dim"]), int(a["start"]), int(a["length"]))
+        raise ValueError(
+            f"tensor '{part.name}': {_op_name(func)} of it would read bytes this rank does not hold "
+            f"(only {part.entry()} of shape {part.shape}); a loader may only narrow it into that slice"
+        )
+
+
+# What the full tensor reports about itself: its shape, and what it shares with the slice.
+_FULL_SHAPE = {
+    torch.Tensor.shape.__get__: lambda s: s,
+    torch.Tensor.size: lambda s, dim=None: s if dim is None else s[dim],
+    torch.Tensor.dim: len,
+    torch.Tensor.ndim.__get__: len,
+    torch.Tensor.numel: lambda s: s.numel(),
+    torch.Tensor.__len__: lambda s: s[0],
+}
+_SAME_AS_SLICE = {
+    torch.Tensor.dtype.__get__,
+    torch.Tensor.device.__get__,
+    torch.Tensor.layout.__get__,
+    torch.Tensor.is_cuda.__get__,
+    torch.Tensor.requires_grad.__get__,
+    torch.Tensor.element_size,
+}
+
+
+def _flat(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        yield from a if isinstance(a, (list, tuple)) else [a]
+
+
+def _op_name(func):
+    if getattr(func, "__name__", "") == "__get__":
+        return func.__self__.__name__  # a property: the getter of its descriptor
+    return getattr(func, "__name__", repr(func))
+
+
+class _Part:
+    """Which slice of the full tensor ``name`` (``shape``) the plain tensor ``data`` is: ``dim``
+    ``[offset, offset + data.shape[dim])``."""
+
+    def __init__(self, name, shape, dim, offset, data):
+        self.name, self.shape, self.dim, self.offset, self.data = name, shape, dim, offset, data
+        self.length = data.shape[dim]
+
+    def entry(self):
+        return {"dim": self.dim, "offset": self.offset, "length": self.length}
+
+    def narrow(self, dim, start, length):
+        """A plain view of the slice's bytes where [start, start + length) lies inside it; where
+        it covers only part of it, a narrower stand-in (whose own narrows compose)."""
+        dim, size = dim % len(self.shape), self.shape[dim]
+        start += size if start < 0 else 0
+        if dim != self.dim:
+            raise ValueError(
+                f"tensor '{self.name}': narrowed along dim {dim}, but this rank holds only {self.entry()}"
+            )
+        if start < 0 or length < 0 or start + length > size:
+            raise ValueError(
+                f"tensor '{self.name}': narrow({dim}, {start}, {length}) is outside its size {size}"
+            )
+        end = self.offset + self.length
+        if self.offset <= start and start + length <= end:
+            return self.data.narrow(dim, start - self.offset, length)
+        lo, hi = max(start, self.offset), min(start + length, end)
+        if lo >= hi:
+            raise ValueError(
+                f"tensor '{self.name}': narrow({dim}, {start}, {length}) reads none of this rank's "
+                f"slice {self.entry()}"
+            )
+        shape = self.shape[:dim] + [length] + self.shape[dim + 1 :]
+        return _stand_in(
+            _Part(self.name, shape, dim, lo - start, self.data.narrow(dim, lo - self.offset, hi - lo))
+        )
+
+
+def _stand_in(part):
+    out = part.data.as_subclass(_Full)
+    out._wc = part
+    return out
+
+
+def as_full(slice_tensor, full_shape, entry, name="?"):
+    """``slice_tensor``, this rank's part ``entry`` (a plan entry) of the HF tensor ``name`` of
+    shape ``full_shape``, as that full tensor for a loader (``model.load_weights``) that narrows
+    full tensors itself. It reports the full ``shape``, ``size()``, ``dim()`` and ``numel()`` and
+    the slice's ``dtype``; ``narrow`` (the method or ``torch.narrow``; nested narrows compose)
+    gives a plain view of the slice's bytes where the range lies inside the slice. Any other use
+    (``copy_`` from it, a view, reshape or index of it, a narrow outside the slice or along
+    another dim) raises ValueError naming the tensor: it never reads bytes the rank lacks. A
+    "replicated" entry (or a slice that is the whole tensor) gives ``slice_tensor`` as a plain
+    tensor; "absent" raises."""
+    full_shape = [int(n) for n in full_shape]
+    if entry == "absent":
+        raise ValueError(f"tensor '{name}': absent from this rank's plan, so it has no slice to load")
+    if not isinstance(slice_tensor, torch.Tensor):
+        raise ValueError(f"tensor '{name}': {type(slice_tensor).__name__} is not a tensor")
+    plain = slice_tensor if type(slice_tensor) is torch.Tensor else slice_tensor.as_subclass(torch.Tensor)
+    want = full_shape
+    if entry != "replicated":
+        dim, offset, length = entry["dim"], entry["offset"], entry["length"]
+        if not 0 <= dim < len(full_shape) or offset < 0 or length < 0 or offset + length > full_shape[dim]:
+            raise ValueError(f"tensor '{name}': slice {entry} falls outside its shape {full_shape}")
+        want = full_shape[:dim] + [length] + full_shape[dim + 1 :]
+    if list(plain.shape) != want:
+        raise ValueError(
+            f"tensor '{name}': slice of shape {list(plain.shape)}, but its entry {entry} of shape "
+            f"{full_shape} has shape {want}"
+        )
+    if want == full_shape:
+        return plain
+    return _stand_in(_Part(name, full_shape, dim, offset, plain))
+
+
+def sliced_pairs(pairs, plan, full_shapes):
+    """``pairs`` ((HF name, this rank's slice of it)) as ``model.load_weights`` takes them, by
+    this rank's ``plan`` ({"tensors": {name: entry}}) and ``full_shapes`` ({name: full shape},
+    e.g. ``tensor_shapes(spec)``): each slice ``as_full`` of its tensor, replicated tensors
+    unchanged. Raises ValueError naming a tensor that is absent from the rank or missing from the
+    plan or the shapes. Lazy, one pair at a time, like the pairs it maps."""
+    entries = plan["tensors"]
+    for name, t in pairs:
+        entry = entries.get(name)
+        if entry is None:
+            raise ValueError(f"tensor '{name}': not in this rank's shard plan")
+        if entry == "replicated":
+            yield name, t
+            continue
+        if name not in full_shapes:
+            raise ValueError(f"tensor '{name}': no full shape given for it")
+        yield name, as_full(t, full_shapes[name], entry, name=name)
 
 
 def hand_written_plan(spec, runner, tp_size, tp_rank, ep_size=1, placement="linear"):

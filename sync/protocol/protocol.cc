@@ -71,6 +71,21 @@ InitWeightsUpdateGroupRequest parse_init_weights_update_group(std::string_view b
   if (const Json* v = r.optional("rendezvous")) {
     out.rendezvous = wire::as_enum(*v, "rendezvous", parse_rendezvous);
   }
+  if (const Json* v = r.optional("ranks")) {
+    if (!v->is_array() || v->empty()) fail("ranks", "must be a non-empty list of engine ranks");
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const wire::Path field("ranks", i);
+      out.ranks.push_back(static_cast<int>(wire::as_int((*v)[i], field, 0, INT_MAX)));
+      if (i > 0 && out.ranks[i] <= out.ranks[i - 1]) {
+        fail(field, "must be above the rank before it (ranks ascend)");
+      }
+    }
+    if (out.ranks.size() > static_cast<std::size_t>(out.world_size - out.rank_offset)) {
+      fail("ranks", std::to_string(out.ranks.size()) + " ranks from rank_offset " +
+                        std::to_string(out.rank_offset) + " exceed world_size " +
+                        std::to_string(out.world_size));
+    }
+  }
   return out;
 }
 
@@ -189,6 +204,7 @@ std::string to_json_string(const InitWeightsUpdateGroupRequest& request) {
             {"rank_offset", request.rank_offset},       {"world_size", request.world_size},
             {"group_name", request.group_name},         {"backend", to_string(request.backend)}};
   if (request.rendezvous) j["rendezvous"] = to_string(*request.rendezvous);
+  if (!request.ranks.empty()) j["ranks"] = request.ranks;
   return wire::dump(j);
 }
 

@@ -49,6 +49,10 @@ struct InitWeightsUpdateGroupRequest {
   Backend backend = Backend::kNccl;
   std::optional<Rendezvous> rendezvous =
       std::nullopt;  // ours; absent (SGLang/Miles): the engine detects it
+  // Shard-aware broadcast (docs/sharding.md): the engine ranks that join, ascending, ranks[i] at
+  // group rank rank_offset + i; the engine's other ranks stay out of the group and answer its
+  // buckets without receiving. Empty: every rank joins, at rank_offset + its engine rank.
+  std::vector<int> ranks = {};
   bool operator==(const InitWeightsUpdateGroupRequest&) const = default;
 };
 

@@ -215,6 +215,20 @@ ServerInfoResponse parse_server_info_response(std::string_view body, const Proto
     if (!v->is_array()) throw comm::BadRequestError("lora_adapters: must be a list");
     out.lora = true;
   }
+  if (const Json* v = r.optional("shard_plans")) {
+    if (!v->is_array()) throw comm::BadRequestError("shard_plans: must be a list");
+    if (v->size() != static_cast<std::size_t>(out.rank_count)) {
+      throw comm::BadRequestError("shard_plans: " + std::to_string(v->size()) +
+                                  " plans for rank_count " + std::to_string(out.rank_count) +
+                                  " (one per engine rank)");
+    }
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_object()) {
+        throw comm::BadRequestError("shard_plans[" + std::to_string(i) + "]: must be an object");
+      }
+      out.shard_plans.push_back((*v)[i].dump());
+    }
+  }
   return out;
 }
 
@@ -306,6 +320,11 @@ std::string to_json_string(const ServerInfoResponse& response) {
       response.session_selector ? Json(to_string(*response.session_selector)) : Json(nullptr);
   if (response.colocate_host) j["colocate_host"] = *response.colocate_host;
   if (response.lora) j["lora_adapters"] = Json::array();
+  if (!response.shard_plans.empty()) {
+    Json plans = Json::array();
+    for (const std::string& text : response.shard_plans) plans.push_back(Json::parse(text));
+    j["shard_plans"] = std::move(plans);
+  }
   return wire::dump(j);
 }
 

@@ -116,6 +116,10 @@ struct ServerInfoResponse {
   // The engine takes adapter sessions (docs/lora.md): its answer lists the adapters it holds
   // under lora_adapters (an engine that takes none has no such key).
   bool lora = false;
+  // Shard-aware broadcast (docs/sharding.md): what each engine rank keeps of each HF tensor, one
+  // plan per rank (rank i's at index i), each the JSON text of sync/model/shard_plan.h's form.
+  // Empty: the engine announces none. Present: exactly rank_count plans (else BadRequestError).
+  std::vector<std::string> shard_plans;
   bool operator==(const ServerInfoResponse&) const = default;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/errors.h"
 
 namespace weightcast::sync::trainer {
@@ -41,6 +43,37 @@ void check_takes_adapters(const std::string& url, const ServerInfoResponse& info
                           " takes no LoRA adapters (its /server_info lists no lora_adapters); "
                           "refusing to send it adapter '" +
                           adapter + "'");
+}
+
+std::vector<ShardPlan> announced_shard_plans(const std::string& url,
+                                             const ServerInfoResponse& info) {
+  std::vector<ShardPlan> plans;
+  for (std::size_t rank = 0; rank < info.shard_plans.size(); ++rank) {
+    try {
+      plans.push_back(shard_plan_from_json(nlohmann::json::parse(info.shard_plans[rank])));
+    } catch (const std::exception& e) {
+      throw comm::BadRequestError("engine " + url + ": the shard plan of rank " +
+                                  std::to_string(rank) + " is refused: " + e.what());
+    }
+  }
+  return plans;
+}
+
+void check_shard_plans(const std::string& url, std::span<const ShardPlan> plans,
+                       std::span<const TensorMeta> tensors) {
+  if (plans.empty()) return;
+  std::vector<ShardPlan> narrowed(plans.size());
+  for (std::size_t rank = 0; rank < plans.size(); ++rank) {
+    for (const TensorMeta& t : tensors) {
+      if (const TensorSlice* s = plans[rank].find(t.name))
+        narrowed[rank].tensors.emplace(t.name, *s);
+    }
+  }
+  try {
+    validate_shard_plans(tensors, narrowed);
+  } catch (const comm::BadRequestError& e) {
+    throw comm::BadRequestError("engine " + url + ": shard plan refused: " + e.what());
+  }
 }
 
 }  // namespace weightcast::sync::trainer

@@ -7,7 +7,9 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
+#include "sync/model/shard_plan.h"
 #include "sync/protocol/protocol.h"
 #include "sync/trainer/engine_api.h"
 
@@ -24,5 +26,17 @@ void check_common_format(std::span<EngineApi* const> engines, LoadFormat format)
 // so an update of adapter `adapter` may go to it.
 void check_takes_adapters(const std::string& url, const ServerInfoResponse& info,
                           const std::string& adapter);
+
+// The shard plans the engine at `url` announced (ServerInfoResponse::shard_plans; none: empty),
+// parsed; comm::BadRequestError naming the engine and the plan's rank for one that does not parse.
+std::vector<ShardPlan> announced_shard_plans(const std::string& url,
+                                             const ServerInfoResponse& info);
+
+// The plans of the engine at `url` (rank i's at index i) describe `tensors`, the tensors one
+// stage sends it (validate_shard_plans() on each plan narrowed to those names: a plan may name
+// tensors another stage or runner sends). comm::BadRequestError naming the engine and the tensor
+// otherwise: a plan that misses one, slices outside it, or overlaps another rank's slice.
+void check_shard_plans(const std::string& url, std::span<const ShardPlan> plans,
+                       std::span<const TensorMeta> tensors);
 
 }  // namespace weightcast::sync::trainer

@@ -87,6 +87,7 @@ std::future<void> send_init(EngineApi* engine, std::size_t i, const GroupRanks& 
   request.world_size = ranks.world_size;
   request.group_name = options.name;
   request.backend = options.backend;
+  if (i < options.ranks.size()) request.ranks = options.ranks[i];
   const bool named = names_rendezvous(options, i);
   if (named) request.rendezvous = rendezvous_for(options, protocol);
   return std::async(std::launch::async, [engine, request, named, &store] {

@@ -64,6 +64,10 @@ struct GroupOptions {
   // Per engine (same order as `engines`): whether its init names the rendezvous ("torch" or
   // "weightcast"). SGLang engines get none, as Miles sends none.
   std::vector<bool> name_rendezvous;
+  // Per engine (same order as `engines`): the engine ranks that join, ascending
+  // (InitWeightsUpdateGroupRequest::ranks); its rank count is then their number. Empty, or
+  // shorter than `engines`: every rank.
+  std::vector<std::vector<int>> ranks;
 };
 
 class WeightGroup {

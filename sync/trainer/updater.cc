@@ -70,20 +70,13 @@ DistributedUpdater::DistributedUpdater(std::vector<std::unique_ptr<EngineApi>> e
       engines_(std::move(engines)),
       engine_ptrs_(pointers(engines_)),
       holder_(options_.holder.empty() ? default_holder(options_.group_prefix) : options_.holder),
+      groups_(engine_ptrs_, options_.delta_codec, options_.delta),
       elastic_(engine_ptrs_, options_.on_engine_failure, options_.max_backoff_updates),
       sessions_(options_, selector_, holder_, engine_ptrs_, elastic_) {}
 
 DistributedUpdater::~DistributedUpdater() {
   release_leases();
-  for (std::size_t stage = 0; stage < groups_.size(); ++stage) {
-    if (!groups_[stage]) continue;
-    // Engines that left the set are not asked: one that is gone would only cost a timeout.
-    std::vector<EngineApi*> live;
-    for (std::size_t e : group_members_[stage]) {
-      if (elastic_.is_member(e)) live.push_back(engine_ptrs_[e]);
-    }
-    groups_[stage]->destroy(live);
-  }
+  groups_.destroy([this](std::size_t e) { return elastic_.is_member(e); });
 }
 
 const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
@@ -98,6 +91,7 @@ const std::vector<ServerInfoResponse>& DistributedUpdater::connect() {
   std::uint64_t version = 0;
   for (std::size_t i = 0; i < infos.size(); ++i) {
     check_engine_info(engines_[i]->url(), infos[i], selector_, options_.backend);
+    shard_plans_.push_back(announced_shard_plans(engines_[i]->url(), infos[i]));
     counts.push_back(infos[i].rank_count);
     version = std::max(version, numeric_version(infos[i].weight_version));
   }
@@ -149,27 +143,24 @@ LoadFormat DistributedUpdater::load_format() const {
 }
 
 void DistributedUpdater::ensure_group(int stage) {
-  WC_ENFORCE_GE(stage, 0);
   connect();
-  const auto index = static_cast<std::size_t>(stage);
-  if (groups_.size() <= index) {
-    groups_.resize(index + 1);
-    group_epochs_.resize(index + 1);
-    group_members_.resize(index + 1);
-  }
-  auto& group = groups_[index];
   const std::uint64_t epoch = elastic_.epoch();
   const std::vector<std::size_t> chain = chain_members();
-  // No group is needed while every member takes the colocated path.
-  if (group ? !group->broken() && group_epochs_[index] == epoch : chain.empty()) return;
-  if (group) {
-    std::vector<EngineApi*> live;  // a dropped engine is not asked to leave (it may be gone)
-    for (std::size_t e : group_members_[index]) {
-      if (elastic_.is_member(e)) live.push_back(engine_ptrs_[e]);
-    }
-    group->destroy(live);
-    group.reset();
-  }
+  std::optional<std::vector<ShardClass>> classes;
+  if (sharding()) classes = shard_classes(chain, shard_plans_, elastic_.rank_counts());
+  groups_.ensure(stage, chain, elastic_.rank_counts(), classes, group_options(stage, epoch), epoch,
+                 [this](std::size_t e) { return elastic_.is_member(e); });
+}
+
+bool DistributedUpdater::sharding() const {
+  if (options_.shard == ShardMode::kOff || common_) return false;
+  const auto chain = chain_members();
+  return std::any_of(chain.begin(), chain.end(), [&](std::size_t e) {
+    return e < shard_plans_.size() && !shard_plans_[e].empty();
+  });
+}
+
+GroupOptions DistributedUpdater::group_options(int stage, std::uint64_t epoch) const {
   GroupOptions opts;
   // A new epoch, a new name: an engine still holding a group of an older set cannot join.
   opts.name = group_name(options_.group_prefix, stage);
@@ -183,17 +174,10 @@ void DistributedUpdater::ensure_group(int stage) {
   opts.allow_same_user_reads = options_.allow_same_user_reads;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
-  group_members_[index] = chain;
-  if (chain.empty()) return;  // every engine takes the colocated path: no group
-  std::vector<int> counts;
-  std::vector<EngineApi*> engines;
-  for (std::size_t e : chain) {
+  for (std::size_t e : chain_members()) {
     opts.name_rendezvous.push_back(engines_[e]->flavor() != EngineFlavor::kSglang);
-    counts.push_back(elastic_.rank_counts()[e]);
-    engines.push_back(engine_ptrs_[e]);
   }
-  group = WeightGroup::create(engines, counts, opts);
-  group_epochs_[index] = epoch;
+  return opts;
 }
 
 BucketSendResult DistributedUpdater::send_stage(
@@ -202,7 +186,7 @@ BucketSendResult DistributedUpdater::send_stage(
   WC_ENFORCE(session.adapter() || session.selector() == selector_, "a session with selector ",
              to_string(session.selector()), " on an updater with selector ", to_string(selector_));
   const auto index = static_cast<std::size_t>(stage);
-  WC_ENFORCE(index < groups_.size(), "ensure_group(", stage, ") first");
+  WC_ENFORCE(groups_.ensured(stage), "ensure_group(", stage, ") first");
   // Member i of the session goes on the chain or takes the colocated path.
   std::vector<EngineApi*> chain;
   std::vector<std::size_t> chain_slots;
@@ -216,7 +200,11 @@ BucketSendResult DistributedUpdater::send_stage(
       chain_slots.push_back(i);
     }
   }
-  WC_ENFORCE(chain.empty() || groups_[index], "ensure_group(", stage, ") first");
+  ShardedStage* const sharded = groups_.sharded(stage);
+  WC_ENFORCE(chain.empty() || groups_.group(stage) || sharded, "ensure_group(", stage, ") first");
+  if (sharded && !session.adapter()) {
+    if (BucketSendResult refused = check_plans(tensors); !refused.ok) return refused;
+  }
   BucketSendOptions opts = options_.buckets;
   opts.memory =
       options_.backend == Backend::kNccl ? comm::MemoryKind::kCuda : comm::MemoryKind::kHost;
@@ -229,7 +217,7 @@ BucketSendResult DistributedUpdater::send_stage(
   // SGLang serializes bucket requests (Miles holds a lock around each).
   if (common_) opts.max_in_flight = 1;
   // An adapter's deltas are against the adapter of that name: a base per adapter and stage.
-  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty()) {
+  if (options_.delta != DeltaMode::kOff && !common_ && !chain.empty() && !sharded) {
     auto& sources = session.adapter() ? adapter_delta_sources_[*session.adapter()] : delta_sources_;
     if (sources.size() <= index) sources.resize(index + 1);
     if (!sources[index]) {
@@ -247,11 +235,36 @@ BucketSendResult DistributedUpdater::send_stage(
     });
   }
   if (chain.empty()) return beside.get();
-  WeightGroup& group = *groups_[index];
-  BucketSendResult result =
-      send_buckets(session, group.name(), group.comm(), chain, tensors, opts, chain_slots);
-  result.data_path = std::string(group.comm().data_path());
+  BucketSendResult result;
+  if (sharded) {
+    const auto slot = [&members](std::size_t e) {
+      return static_cast<std::size_t>(std::find(members.begin(), members.end(), e) -
+                                      members.begin());
+    };
+    result = sharded->send(session, engine_ptrs_, tensors, std::move(opts), slot,
+                           session.adapter().value_or(""), !common_);
+  } else {
+    WeightGroup& group = *groups_.group(stage);
+    result = send_buckets(session, group.name(), group.comm(), chain, tensors, opts, chain_slots);
+    result.data_path = std::string(group.comm().data_path());
+  }
   if (beside.valid()) merge_beside(result, beside.get());
+  return result;
+}
+
+BucketSendResult DistributedUpdater::check_plans(std::span<const NamedTensor> tensors) const {
+  BucketSendResult result;
+  std::vector<TensorMeta> metas;
+  for (const NamedTensor& t : tensors) metas.push_back(t.meta);
+  for (std::size_t e : chain_members()) {
+    try {
+      check_shard_plans(engines_[e]->url(), shard_plans_[e], metas);
+    } catch (const comm::BadRequestError& error) {
+      result.ok = false;
+      result.failures.push_back({engines_[e]->url(), "GET /server_info", error.what()});
+    }
+  }
+  if (!result.ok) result.error = "a shard plan does not describe the tensors sent";
   return result;
 }
 

@@ -49,6 +49,9 @@
 #include "sync/trainer/report.h"
 #include "sync/trainer/session.h"
 #include "sync/trainer/session_driver.h"
+#include "sync/trainer/shard_classes.h"
+#include "sync/trainer/sharded_stage.h"
+#include "sync/trainer/stage_groups.h"
 #include "sync/trainer/tensors.h"
 
 namespace weightcast::sync::trainer {
@@ -116,6 +119,10 @@ struct UpdaterOptions {
   // (kAuto: when the link is slow enough for the encode to pay off).
   DeltaMode delta = DeltaMode::kAuto;
   DeltaCodec delta_codec = kDefaultDeltaCodec;
+
+  // Shard-aware broadcast (sync/trainer/sharded_stage.h, docs/sharding.md): engines that announce
+  // shard plans get only their ranks' slices, one group per shard class.
+  ShardMode shard = ShardMode::kAuto;
 
   // Who this updater is, in begin_weight_update's holder field: engines name it to anyone whose
   // begin they refuse ("engine busy, held by ..."). Empty: "<host>:<pid> <group_prefix>".
@@ -232,6 +239,14 @@ class DistributedUpdater {
   void choose_colocated(const std::vector<ServerInfoResponse>& infos);
   // The members on the chain, as indices into engines_, in member order.
   std::vector<std::size_t> chain_members() const;
+  // Every member's announced shard plans describe `tensors` (check_shard_plans()); a result that
+  // fails naming each engine whose plan does not, before anything is sent.
+  BucketSendResult check_plans(std::span<const NamedTensor> tensors) const;
+  // Whether the chain goes per shard class (ShardedStage): shard auto, native mode, and some
+  // chain member announced plans.
+  bool sharding() const;
+  // The options of stage `stage`'s group in `epoch` (name, backend, store, rendezvous naming).
+  GroupOptions group_options(int stage, std::uint64_t epoch) const;
   UpdateReport update_once(std::span<const NamedTensor> tensors,
                            const std::optional<std::string>& version,
                            const std::optional<LoraBegin>& adapter = std::nullopt);
@@ -246,12 +261,11 @@ class DistributedUpdater {
   std::vector<EngineApi*> engine_ptrs_;
   std::string holder_;
   std::vector<ServerInfoResponse> infos_;
+  std::vector<std::vector<ShardPlan>> shard_plans_;  // index: engine; empty: announced none
   bool common_ = false;
   std::vector<bool> colocated_;                                      // index: engine
   std::vector<std::unique_ptr<ColocatedSender>> colocated_senders_;  // index: stage
-  std::vector<std::unique_ptr<WeightGroup>> groups_;  // index: stage; null: no chain engine
-  std::vector<std::uint64_t> group_epochs_;           // index: stage
-  std::vector<std::vector<std::size_t>> group_members_;
+  StageGroups groups_;  // each stage's group, or its shard class groups
   // Delta updates: per stage, the base of what this process sent.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
   // ... and of each adapter it sent (lora_name: index: stage).

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 
-from .. import pickled
+from .. import _weightcast, pickled
 from . import lora, worker
 from .session import Sessions
 from .workers import WorkerError, Workers
@@ -29,6 +29,7 @@ class Engine:
         self.weight_version = "default"
         self.fail_bucket = None  # test hook: the bucket (sequence) refused once received
         self._counts = None
+        self._shard_plans = None
         self.sessions.start_watchdog(lambda reason: self.workers.call_all("abort", reason), self.paused)
 
     def touch(self):
@@ -55,6 +56,18 @@ class Engine:
                 }
             )
         return runners
+
+    def shard_plans(self):
+        """Every worker's shard plan, in rank order, as announced (None: --shard-plan none)."""
+        if self.cfg.get("shard_plan", "none") == "none":
+            return None
+        if self._shard_plans is None:
+            with self.model_lock:
+                plans = self.workers.call_all("shard_plan")
+            if self.cfg.get("shard_plan_fault"):
+                _break_plan(plans[0]["tensors"], *self.cfg["shard_plan_fault"].split(":", 1))
+            self._shard_plans = plans
+        return self._shard_plans
 
     def tensor_count(self, runner):
         if self._counts is None:
@@ -93,9 +106,9 @@ class Engine:
         if body.get("holder"):
             out["holder"] = body["holder"]
         for key in ("runner_digest", "lora_version", "lora_digest"):  # delta bases
-            # Only what every worker holds alike: else no base, and the trainer sends in full.
-            if answers[0][key] and all(a[key] == answers[0][key] for a in answers):
-                out[key] = answers[0][key]
+            held = _held(answers, key)
+            if held:
+                out[key] = held
         return out
 
     def update(self, body, implicit_ok=True):
@@ -218,8 +231,9 @@ class Engine:
             "runners": answers[0]["runners"],
         }
         for key in ("runner_digest", "lora_digest"):
-            if answers[0][key]:
-                out[key] = answers[0][key]
+            held = _held(answers, key)
+            if held:
+                out[key] = held
         return out
 
     def abort(self, body):
@@ -321,3 +335,29 @@ class Engine:
             "recomputed": recompute,
             **answer,
         }
+
+
+def _held(answers, key):
+    """What the workers hold, as one answer: None unless every worker answers `key`; their common
+    value; or, for digests of workers holding different slices (shard-aware broadcast), one
+    digest over every worker's in rank order, which changes when any worker's does. A version
+    must be common."""
+    values = [a[key] for a in answers]
+    if not all(values):
+        return None
+    if all(v == values[0] for v in values):
+        return values[0]
+    if key.endswith("_version"):
+        return None
+    return _weightcast._combined_digest([(str(rank), v) for rank, v in enumerate(values)])
+
+
+def _break_plan(tensors, kind, name):
+    """The test hook --shard-plan-fault: rank 0's plan leaves `name` out, or reaches one index
+    past its slice of it."""
+    if kind == "hole":
+        tensors.pop(name)
+    elif kind == "overlap":
+        tensors[name] = dict(tensors[name], length=tensors[name]["length"] + 1)
+    else:
+        raise ValueError(f"--shard-plan-fault: unknown kind '{kind}' (hole or overlap)")

@@ -41,7 +41,13 @@ def native_info(engine):
         "lora_adapters": engine.adapters(),
         "weightcast": announce(engine),
         "internal_states": [{"weightcast": announce(engine)}],
-    }
+    } | _plans(engine)
+
+
+def _plans(engine):
+    """What each rank keeps of each tensor (docs/sharding.md), when the engine announces it."""
+    plans = engine.shard_plans()
+    return {"shard_plans": plans} if plans is not None else {}
 
 
 def sglang_info(engine):

@@ -69,6 +69,19 @@ def parse_args(argv):
         "routes, /server_info in SGLang's shape with the plug-in's announce; vllm: "
         "vLLM's dev-mode weight-transfer routes",
     )
+    p.add_argument(
+        "--shard-plan",
+        choices=("none", "recorded"),
+        default="none",
+        help="announce each worker's shard plan in /server_info (docs/sharding.md); recorded: "
+        "from the model's own load_weights on placeholder tensors",
+    )
+    p.add_argument(
+        "--shard-plan-fault",
+        metavar="KIND:NAME",
+        help="test hook: rank 0's announced plan is wrong on tensor NAME; KIND hole: it leaves "
+        "NAME out; overlap: its slice of NAME reaches one index into rank 1's",
+    )
     p.add_argument("--debug-routes", action="store_true", help="test hooks under /debug/")
     return p.parse_args(argv)
 
@@ -97,6 +110,8 @@ def config(a):
         "session_timeout": a.session_timeout,
         "debug_routes": a.debug_routes,
         "api": a.api,
+        "shard_plan": a.shard_plan,
+        "shard_plan_fault": a.shard_plan_fault,
     }
 
 

@@ -41,6 +41,7 @@ class Worker:
         self.target = TargetModel(spec, self.tp)
         self.draft = DraftModel(spec) if cfg["draft"] else None
         self.fail_on = None  # test hook: a load of this name raises
+        self.plan = None  # this rank's shard plan, once recorded (op_shard_plan)
         self.loaded_order = []  # names in the order load() saw them, for tests
         self.metas = {}
         # The adapters this worker applies, by name: its shards (reference/lora.py). Replaced as a
@@ -86,9 +87,27 @@ class Worker:
                 if name == self.fail_on:
                     raise RuntimeError(f"injected load failure on '{name}'")
                 self.loaded_order.append((name, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
-            model.load_weights(iter(pairs))
+            model.load_weights(self._as_full(pairs))
 
         return load
+
+    def _as_full(self, pairs):
+        """The loader's (name, tensor) pairs with each slice this rank received (shard-aware
+        broadcast, docs/sharding.md) standing in for its full tensor; whole tensors as they are."""
+        if self.cfg.get("shard_plan", "none") == "none":
+            return iter(pairs)
+        from ..shard_plan import as_full
+
+        plan = self.op_shard_plan()["tensors"]
+        return (
+            (
+                n,
+                t
+                if list(t.shape) == list(self.metas[n][1])
+                else as_full(t, self.metas[n][1], plan[n], name=n),
+            )
+            for n, t in pairs
+        )
 
     # --- operations the front relays ---------------------------------------------------------
     def op_join(self, body):
@@ -204,6 +223,23 @@ class Worker:
             "digest": _weightcast._combined_digest(sorted(digests.items())),
             "tensors": tensors,
         }
+
+    def op_shard_plan(self):
+        """This rank's shard plan (docs/sharding.md), recorded from the model's own load_weights
+        on fresh model instances (recording loads placeholders, which must not reach the served
+        weights); the draft is a whole replica on every rank."""
+        from ..shard_plan import record_plan
+
+        if self.plan is not None:
+            return self.plan
+        plan = {"tensors": {}}
+        for runner in self.runner_names():
+            model = TargetModel(self.spec, self.tp) if runner == "target" else DraftModel(self.spec)
+            tensors = [(n, tuple(shape), getattr(torch, dtype)) for n, (dtype, shape) in self.metas.items()]
+            tensors = [t for t in tensors if (t[0].startswith("draft.")) == (runner == "draft")]
+            plan["tensors"].update(record_plan(model, tensors)["tensors"])
+        self.plan = plan
+        return plan
 
     def op_reset_peak(self):
         """Test hook: restarts the kernel's peak-RSS count (VmHWM) of this worker."""

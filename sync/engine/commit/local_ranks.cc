@@ -1,5 +1,8 @@
 #include "sync/engine/commit/local_ranks.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "comm/errors.h"
 #include "sync/engine/commit/receiver_loader.h"
 #include "sync/engine/receive/rendezvous.h"
@@ -82,13 +85,53 @@ std::vector<std::unique_ptr<BucketChannel>> LocalRanks::connect(const GroupSpec&
   return channels;
 }
 
-std::shared_ptr<Group> LocalRanks::form(const GroupSpec& spec) const {
+bool LocalRanks::joins(const GroupSpec& spec) const {
+  const int first = opts_.place.engine_rank;
+  return spec.ranks.empty() || std::any_of(spec.ranks.begin(), spec.ranks.end(), [&](int r) {
+           return r >= first && r < first + opts_.place.local_ranks;
+         });
+}
+
+// `requested` as the connectors take it: every rank of the engine at rank_offset + its engine
+// rank. A one-rank receiver listed at index i of `ranks` joins at group rank rank_offset + i, so
+// its offset moves by i - engine_rank; a receiver serving several ranks takes all or none.
+GroupSpec LocalRanks::as_joined(const GroupSpec& requested) const {
   const ReceiverPlace& p = opts_.place;
-  if (spec.rank_offset < 1) {
-    throw ReceiverError(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
-                                 std::to_string(spec.rank_offset) + ")");
+  GroupSpec spec = requested;
+  if (spec.ranks.empty()) return spec;
+  const auto room = static_cast<std::int64_t>(spec.world_size) - spec.rank_offset;
+  if (static_cast<std::int64_t>(spec.ranks.size()) > room) {
+    throw ReceiverError(400, "world_size: " + std::to_string(spec.world_size) +
+                                 " leaves no room for the " + std::to_string(spec.ranks.size()) +
+                                 " ranks listed at rank_offset " +
+                                 std::to_string(spec.rank_offset));
   }
-  if (static_cast<std::int64_t>(spec.rank_offset) + p.rank_count > spec.world_size) {
+  std::vector<int> all(static_cast<std::size_t>(p.rank_count));
+  std::iota(all.begin(), all.end(), 0);
+  if (spec.ranks == all) {
+    spec.ranks.clear();
+    return spec;
+  }
+  if (p.local_ranks > 1) {
+    throw ReceiverError(400, "ranks: " + describe() +
+                                 " served by one receiver join a group all together; this one "
+                                 "lists only some of them");
+  }
+  const auto at = std::find(spec.ranks.begin(), spec.ranks.end(), p.engine_rank);
+  WC_ENFORCE(at != spec.ranks.end(), "engine rank ", p.engine_rank, " is not listed in ranks");
+  spec.rank_offset += static_cast<int>(at - spec.ranks.begin()) - p.engine_rank;
+  return spec;
+}
+
+std::shared_ptr<Group> LocalRanks::form(const GroupSpec& requested) const {
+  const ReceiverPlace& p = opts_.place;
+  const GroupSpec spec = as_joined(requested);
+  if (requested.rank_offset < 1) {
+    throw ReceiverError(400, "rank_offset: must be >= 1, group rank 0 is the source (got " +
+                                 std::to_string(requested.rank_offset) + ")");
+  }
+  if (requested.ranks.empty() &&
+      static_cast<std::int64_t>(spec.rank_offset) + p.rank_count > spec.world_size) {
     throw ReceiverError(400, "world_size: " + std::to_string(spec.world_size) +
                                  " leaves no room for this engine's " +
                                  std::to_string(p.rank_count) + " ranks at rank_offset " +

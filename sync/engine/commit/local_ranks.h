@@ -83,9 +83,13 @@ class LocalRanks {
   // engine's, shared by its ranks).
   bool drops(std::string_view name) const;
 
+  // Whether these ranks join `spec`'s group: it names no ranks (every rank joins) or some of
+  // these (GroupSpec::ranks).
+  bool joins(const GroupSpec& spec) const;
   // Checks `spec` against the ranks (400), forms their channels and the Group over them; throws
   // ReceiverError: 504 when the group did not form within the init timeout, 400 for a
-  // configuration error, else 500.
+  // configuration error, else 500. A group naming ranks must name this receiver's one rank, or
+  // all ranks of an engine when it serves several (400 otherwise).
   std::shared_ptr<Group> form(const GroupSpec& spec) const;
 
   // Every local rank staged the same bytes of every tensor in `staged`; with `rehash`, the staged
@@ -95,6 +99,7 @@ class LocalRanks {
               bool rehash) const;
 
  private:
+  GroupSpec as_joined(const GroupSpec& requested) const;
   std::vector<std::unique_ptr<BucketChannel>> connect(const GroupSpec& spec) const;
 
   const LocalRanksOptions opts_;

@@ -101,8 +101,14 @@ void Receiver::join(const GroupSpec& spec) {
                                    "' is in use by the open session; abort it first");
     }
     old = groups_.begin_join(spec.group_name);
+    if (!ranks_.joins(spec)) {
+      // A class group of ranks this receiver does not serve (docs/sharding.md).
+      groups_.end_join(spec.group_name, nullptr);
+      groups_.mark_elsewhere(spec.group_name);
+    }
   }
   old.reset();  // aborts and joins the replaced group's threads
+  if (!ranks_.joins(spec)) return;
   std::shared_ptr<Group> group;
   try {
     group = ranks_.form(spec);
@@ -121,6 +127,10 @@ bool Receiver::leave(const std::string& group_name) {
   {
     std::lock_guard lock(mu_);
     group = groups_.find(group_name);
+    if (!group && groups_.elsewhere(group_name)) {
+      groups_.remove(group_name);
+      return false;
+    }
     if (!group) throw ReceiverError(400, "The group to be destroyed does not exist.");
     if (session_.machine().in_session() &&
         (group->busy() || group->used_in(session_.machine().session_id()))) {
@@ -227,6 +237,8 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
   const Selector selector = session_.check_payload(request.session_id, request.selector,
                                                    "update_weights_from_distributed");
   Ticket out{nullptr, groups_.find(request.group_name), session_.machine().session_id()};
+  // Another rank's slice (docs/sharding.md): answered without receiving.
+  if (!out.group && groups_.elsewhere(request.group_name)) return out;
   if (!out.group) {
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
                                  "' is joined; call init_weights_update_group first");
@@ -359,6 +371,7 @@ Receiver::Ticket Receiver::submit(const UpdateWeightsFromDistributedRequest& req
 
 ReceiveOutcome Receiver::wait(const Ticket& s) {
   ReceiveOutcome out;
+  if (!s.job) return out;  // a group of other ranks: nothing to receive
   out.sequence = s.job->sequence();
   out.bytes = s.job->plan().total_bytes;
   // Bounded backstop: every step inside is bounded by the collective timeout per bucket.

@@ -191,6 +191,8 @@ class Receiver {
   // queues the request on its group (a refusal throws ReceiverError and changes nothing); wait()
   // blocks until it is staged. A failure after submit ends the session (and, for a broken group,
   // aborts the group) and is returned instead of thrown.
+  // A bucket of a group none of this receiver's ranks joined (InitWeightsUpdateGroupRequest::
+  // ranks) has no job: wait() answers it at once, with 0 bytes.
   struct Ticket {
     std::shared_ptr<BucketJob> job;
     std::shared_ptr<Group> group;

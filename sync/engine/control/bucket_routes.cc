@@ -60,7 +60,8 @@ GroupSpec group_spec(const InitWeightsUpdateGroupRequest& request) {
           .rank_offset = request.rank_offset,
           .world_size = request.world_size,
           .backend = request.backend,
-          .rendezvous = request.rendezvous};
+          .rendezvous = request.rendezvous,
+          .ranks = request.ranks};
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ void GroupTable::end_join(const std::string& name, std::shared_ptr<Group> group)
 }
 
 std::shared_ptr<Group> GroupTable::remove(const std::string& name) {
+  elsewhere_.erase(name);
   auto it = groups_.find(name);
   if (it == groups_.end()) return nullptr;
   std::shared_ptr<Group> group = std::move(it->second);

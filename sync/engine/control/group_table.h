@@ -37,8 +37,13 @@ class GroupTable {
   std::shared_ptr<Group> begin_join(const std::string& name);
   // Ends the join of `name`: `group` (null when the join failed) takes the name.
   void end_join(const std::string& name, std::shared_ptr<Group> group);
-  // The group of that name leaves the table (null when none).
+  // The group of that name leaves the table (null when none); so does its elsewhere mark.
   std::shared_ptr<Group> remove(const std::string& name);
+  // Shard-aware broadcast (docs/sharding.md): a group of this engine that none of this
+  // receiver's ranks joined. Its buckets are answered without receiving; remove() or a join of
+  // the name ends the mark.
+  void mark_elsewhere(const std::string& name) { elsewhere_.insert(name); }
+  bool elsewhere(const std::string& name) const { return elsewhere_.count(name) != 0; }
   // Every group leaves the table (engine shutdown).
   Groups take_all();
 
@@ -52,6 +57,7 @@ class GroupTable {
  private:
   Groups groups_;
   std::set<std::string> joining_;
+  std::set<std::string> elsewhere_;
   // Per group name: the session of the last arrival and the next sequence in arrival order.
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> arrivals_;
   std::uint64_t bytes_retired_ = 0;  // received by groups since removed

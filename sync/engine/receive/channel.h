@@ -48,6 +48,9 @@ struct GroupSpec {
   Backend backend = Backend::kGloo;
   std::optional<Rendezvous> rendezvous =
       std::nullopt;  // absent: detected (sync/engine/receive/rendezvous.h)
+  // InitWeightsUpdateGroupRequest::ranks: the engine ranks that join (ranks[i] at group rank
+  // rank_offset + i); empty: every rank, at rank_offset + its engine rank.
+  std::vector<int> ranks = {};
 };
 
 struct ConnectOptions {

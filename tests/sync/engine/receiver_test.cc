@@ -426,5 +426,53 @@ TEST_F(LoraReceiverTest, RefusedAdapterUpdatesChangeNothing) {
   EXPECT_TRUE(model_.order[0].empty()) << "an adapter session loaded the target";
 }
 
+// Shard-aware broadcast (docs/sharding.md): a class group lists the engine ranks that join it.
+TEST_F(ReceiverTest, ARankOutsideAClassGroupAnswersItsBucketsWithoutReceiving) {
+  auto r = make(false, {1, 2, -1});
+  GroupSpec other;
+  other.group_name = "class-of-rank-0";
+  other.world_size = 3;
+  other.ranks = {0};
+  r->join(other);  // no channel is formed: the fake source would not answer one
+  const auto tensors = target_round(1);
+  r->begin(Selector::kTarget);
+  auto request = request_for(tensors, Selector::kTarget, 0);
+  request.group_name = other.group_name;
+  EXPECT_EQ(r->receive(request), 0u);
+  r->commit("v1");
+  EXPECT_TRUE(model_.order[0].empty());
+  EXPECT_FALSE(r->leave(other.group_name));
+  EXPECT_THROW(r->leave(other.group_name), ReceiverError);  // left: the mark is gone
+}
+
+TEST_F(ReceiverTest, AListedRankJoinsAtItsIndexInTheList) {
+  ReceiverOptions opts;
+  opts.place = {2, 4, -1};
+  std::vector<int> joined_at;
+  opts.connector = [&](const GroupSpec& spec, const ConnectOptions&,
+                       int engine_rank) -> std::unique_ptr<BucketChannel> {
+    joined_at.push_back(spec.rank_offset + engine_rank);
+    throw comm::PeerError("test", "stops after the group rank is known");
+  };
+  std::vector<ReceiverRunner> runners{model_.runner(Runner::kTarget, "*")};
+  Receiver r(opts, std::move(runners));
+  GroupSpec spec;
+  spec.group_name = "class";
+  spec.world_size = 3;
+  spec.ranks = {0, 2};  // engine rank 2 is second: group rank 1 + 1
+  EXPECT_THROW(r.join(spec), ReceiverError);
+  EXPECT_EQ(joined_at, (std::vector<int>{2}));
+  spec.world_size = 2;  // no room for two listed ranks
+  try {
+    r.join(spec);
+    ADD_FAILURE() << "a group without room for its listed ranks was joined";
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("leaves no room for the 2 ranks listed"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace weightcast::sync::engine

@@ -90,6 +90,11 @@ std::vector<Case> cases() {
       {init, "/group_name", nullptr, "group_name: must be a string (got null)"},
       {init, "/backend", "mpi", "backend: unknown backend 'mpi' (valid: nccl, gloo)"},
       {init, "/backend", nullptr, "backend: must be a string"},
+      {init, "/ranks", 1, "ranks: must be a non-empty list of engine ranks"},
+      {init, "/ranks", Json::array(), "ranks: must be a non-empty list of engine ranks"},
+      {init, "/ranks", Json::array({-1}), "ranks[0]: must be in [0, "},
+      {init, "/ranks", Json::array({2, 1}), "ranks[1]: must be above the rank before it"},
+      {init, "/ranks", Json::array({0, 1, 2}), "ranks: 3 ranks from rank_offset 1 exceed world"},
 
       {"destroy_weights_update_group", "/group_name", 7, "group_name: must be a string"},
       {"destroy_weights_update_group", "/group_name", "x\ny", "group_name: "},

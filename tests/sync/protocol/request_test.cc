@@ -28,6 +28,8 @@ TEST(ProtocolRequest, RoundTripEveryBody) {
   EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
   init.rendezvous = Rendezvous::kTorch;
   EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
+  init.ranks = {1, 3};  // shard-aware broadcast: two of the engine's ranks join
+  EXPECT_EQ(parse_init_weights_update_group(to_json_string(init)), init);
   EXPECT_EQ(
       parse_init_weights_update_group(to_json_string(InitWeightsUpdateGroupRequest{
           "::1", 65535, 1, 2, std::string(kDefaultGroupName), Backend::kNccl})),

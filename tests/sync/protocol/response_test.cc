@@ -29,6 +29,8 @@ ServerInfoResponse sample_server_info() {
   s.weight_version = "default";
   s.speculative_algorithm = "EAGLE";
   s.session_selector = Selector::kTarget;
+  s.shard_plans = {R"({"tensors":{"model.norm.weight":"replicated"}})",
+                   R"({"tensors":{"model.norm.weight":"replicated"}})"};
   return s;
 }
 
@@ -166,6 +168,10 @@ TEST(ProtocolResponse, MalformedServerInfo) {
           {"/weight_version", nullptr, "weight_version: must be a string"},
           {"/speculative_algorithm", 1, "speculative_algorithm: must be a string"},
           {"/session_selector", "none", "session_selector: unknown selector 'none'"},
+          {"/shard_plans", "all", "shard_plans: must be a list"},
+          {"/shard_plans", Json::array({Json::object()}),
+           "shard_plans: 1 plans for rank_count 2 (one per engine rank)"},
+          {"/shard_plans/1", "replicated", "shard_plans[1]: must be an object"},
       },
       [](const std::string& body) { parse_server_info_response(body); });
   Json missing = valid;

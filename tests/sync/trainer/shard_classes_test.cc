@@ -1,0 +1,83 @@
+// Shard classes and the slices a class's send carries (sync/trainer/shard_classes.h).
+#include "sync/trainer/shard_classes.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "comm/errors.h"
+
+namespace weightcast::sync::trainer {
+namespace {
+
+ShardPlan plan(std::int64_t offset) {
+  ShardPlan p;
+  p.tensors["w"] = TensorSlice::slice(0, offset, 2);
+  p.tensors["norm"] = TensorSlice::replicated();
+  p.tensors["expert"] = offset == 0 ? TensorSlice::replicated() : TensorSlice::absent();
+  return p;
+}
+
+TEST(ShardClasses, RanksOfEqualPlansShareAClassAcrossEngines) {
+  // Engine 0: two ranks with plans; engine 1: none (4 ranks); engine 2: the same two plans.
+  const std::vector<std::vector<ShardPlan>> plans = {{plan(0), plan(2)}, {}, {plan(0), plan(2)}};
+  const std::vector<int> counts = {2, 4, 2};
+  const std::vector<std::size_t> members = {0, 1, 2};
+  const auto classes = shard_classes(members, plans, counts);
+  ASSERT_EQ(classes.size(), 3u);
+  EXPECT_TRUE(classes[0].full);
+  EXPECT_EQ(classes[0].members, (std::vector<ShardClass::Member>{{1, {0, 1, 2, 3}}}));
+  EXPECT_EQ(classes[1].key, plan(0).class_key());
+  EXPECT_EQ(classes[1].members, (std::vector<ShardClass::Member>{{0, {0}}, {2, {0}}}));
+  EXPECT_EQ(classes[2].members, (std::vector<ShardClass::Member>{{0, {1}}, {2, {1}}}));
+  // Only the members count: without engine 1 there is no full class.
+  const std::vector<std::size_t> some = {0};
+  EXPECT_EQ(shard_classes(some, plans, counts).size(), 2u);
+  EXPECT_THROW(shard_classes(members, plans, std::vector<int>{3, 4, 2}), comm::EnforceError);
+}
+
+TEST(ShardClasses, ASliceSourcePacksSlicesOnDemandAndBorrowsTheRest) {
+  std::vector<float> w(4 * 3), norm(3), expert(5);
+  std::iota(w.begin(), w.end(), 0.0f);
+  std::iota(norm.begin(), norm.end(), 100.0f);
+  const auto bytes = [](const std::vector<float>& v) { return std::as_bytes(std::span(v)); };
+  const std::vector<NamedTensor> full = {
+      {{"w", DType::kFloat32, {4, 3}}, bytes(w)},
+      {{"norm", DType::kFloat32, {3}}, bytes(norm)},
+      {{"expert", DType::kFloat32, {5}}, bytes(expert)},
+  };
+  std::vector<std::string> awaited;
+  ShardClass cls{"k", false, plan(2), {}};
+  SliceSource source;
+  auto part = source.reset(
+      cls, full, [&](const std::string& n, comm::Deadline) { awaited.push_back(n); }, false);
+  ASSERT_EQ(part.size(), 2u);  // the absent expert is left out
+  EXPECT_EQ(part[0].meta.shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(part[1].bytes.data(), full[1].bytes.data());  // replicated: borrowed
+  EXPECT_EQ(source.bytes(), 6 * 4 + 3 * 4u);
+  source.await("w", comm::deadline_after(comm::Millis(1000)));
+  source.await("w", comm::deadline_after(comm::Millis(1000)));  // packed once, awaited twice
+  EXPECT_EQ(awaited, (std::vector<std::string>{"w", "w"}));
+  std::vector<float> got(6);
+  std::memcpy(got.data(), part[0].bytes.data(), part[0].bytes.size());
+  EXPECT_EQ(got, (std::vector<float>{6, 7, 8, 9, 10, 11}));  // rows 2 and 3
+  // Whole (an adapter session): every tensor as it is.
+  part = source.reset(cls, full, nullptr, true);
+  ASSERT_EQ(part.size(), 3u);
+  EXPECT_EQ(part[0].bytes.data(), full[0].bytes.data());
+  // The full class takes everything whole too.
+  part = source.reset(ShardClass{"full", true, {}, {}}, full, nullptr, false);
+  EXPECT_EQ(part.size(), 3u);
+}
+
+TEST(ShardClasses, ModeNames) {
+  EXPECT_EQ(parse_shard_mode("auto"), ShardMode::kAuto);
+  EXPECT_EQ(to_string(parse_shard_mode("off")), "off");
+  EXPECT_THROW(parse_shard_mode("on"), comm::ConfigError);
+}
+
+}  // namespace
+}  // namespace weightcast::sync::trainer
