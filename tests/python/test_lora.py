@@ -308,7 +308,7 @@ class Lora(unittest.TestCase):
         lora_adapters (the torch engine in SGLang's shape) stops at setup, naming the engine,
         before any session opens there."""
         with torch_engines.running([1], SEED, ["--api", "sglang"]) as (engine,):
-            code, out = torch_engines.train([engine], 1, SEED, TARGETS)
+            code, out = torch_engines.train([engine], 1, SEED, TARGETS, tp=1, pp=1)
             self.assertNotEqual(code, 0, out)
             self.assertIn(f"engine {engine.url} takes no LoRA adapters", out)
             self.assertNotIn("step 1/1", out)

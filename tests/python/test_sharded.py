@@ -121,23 +121,21 @@ class Sharded(unittest.TestCase):
                 self.assertLessEqual(w["bytes_received"], bound)
 
     def test_plans_are_checked_at_begin(self):
-        """A TP-2 engine announcing its recorded plans is updated (tp 1 x pp 2 trainer ranks: each
-        stage's tensors are checked against the plans before that stage sends anything). A plan
-        with a hole in a stage-0 tensor is refused before any bucket; one whose slice of a
-        stage-1 tensor reaches into another rank's is refused before stage 1 sends. Both name
-        the engine and the tensor; the update fails, and the engine keeps its version with no
-        session open."""
+        """TP-2 engines announce their recorded plans (one per rank; the update of good plans is
+        test_trainer_update's). tp 1 x pp 2 trainer ranks: each stage's tensors are checked
+        against the plans before that stage sends anything. A plan with a hole in a stage-0
+        tensor is refused before any bucket; one whose slice of a stage-1 tensor reaches into
+        another rank's is refused before stage 1 sends. Both name the engine and the tensor; the
+        update fails, and the engine keeps its version with no session open."""
         recorded = ["--shard-plan", "recorded"]
-        faults = ([], ["--shard-plan-fault", f"hole:{HOLE}"], ["--shard-plan-fault", f"overlap:{OVERLAP}"])
+        faults = (["--shard-plan-fault", f"hole:{HOLE}"], ["--shard-plan-fault", f"overlap:{OVERLAP}"])
         with contextlib.ExitStack() as stack:
-            good, hole, overlap = (self.engine(stack, 2, recorded + extra) for extra in faults)
-            plans = good.ok("/server_info")["shard_plans"]
+            hole, overlap = (self.engine(stack, 2, recorded + extra) for extra in faults)
+            plans = overlap.ok("/server_info")["shard_plans"]
             self.assertEqual(len(plans), 2)
             self.assertEqual(plans[0]["tensors"]["model.norm.weight"], "replicated")
-            self.assertEqual(plans[1]["tensors"][OVERLAP]["dim"], 1)
-            code, out = torch_engines.train([good], 1, SEED, tp=1, pp=2)
-            self.assertEqual(code, 0, out)
-            self.assertEqual(good.ok("/server_info")["weight_version"], "1")
+            self.assertEqual(plans[1]["tensors"][OVERLAP], {"dim": 1, "offset": 256, "length": 256})
+            self.assertEqual(plans[0]["tensors"][OVERLAP], {"dim": 1, "offset": 0, "length": 257})
 
             for engine, name in ((hole, HOLE), (overlap, OVERLAP)):
                 code, out = torch_engines.train([engine], 1, SEED, tp=1, pp=2)
@@ -149,6 +147,37 @@ class Sharded(unittest.TestCase):
                 self.assertIsNone(info["session_selector"], out)
                 if name == HOLE:
                     self.assertEqual(engine.ok("/debug/info")["workers"][0]["bytes_received"], 0, out)
+
+    def test_one_class_breaks_and_no_engine_commits(self):
+        """A TP-2 engine with plans (two shard classes) and a plan-less weightcast-engine (the
+        full class). The TP-2 engine fails one bucket of one class group after receiving it (the
+        chain of that class breaks mid-update while the other classes go on): the update fails
+        naming that engine, and no engine commits: both keep version and weights. The next
+        update forms the class groups again and succeeds."""
+        with contextlib.ExitStack() as stack:
+            tp2 = self.engine(stack, 2, ["--shard-plan", "recorded"])
+            proc, url = native.start(ranks=1, seed=SEED)
+            stack.callback(lambda: (proc.kill(), proc.wait()))
+            whole = torch_engines.Engine.__new__(torch_engines.Engine)
+            whole.url = url
+            small = ["--bucket-bytes", "256K", "--delta", "off"]
+            code, out = torch_engines.train([tp2, whole], 1, SEED, small, tp=1, pp=2)
+            self.assertEqual(code, 0, out)
+            before, sums = tp2.params(), native.checksums(url)
+            tp2.ok("/debug/fail_bucket", {"sequence": 1})
+            code, out = torch_engines.train([tp2, whole], 1, SEED + 1, small, tp=1, pp=2)
+            self.assertNotEqual(code, 0, out)
+            # The failure is of one class group's chain (its name ends in the class key).
+            self.assertRegex(out, r"step 1/1 FAILED version 2: .*group weightcast-pp_\d-c[0-9a-f]{16}")
+            self.assertEqual(tp2.ok("/server_info")["weight_version"], "1", out)
+            self.assertEqual(whole.ok("/server_info")["weight_version"], "1", out)
+            self.assertEqual(native.checksums(url), sums)
+            for rank, held in enumerate(tp2.params()):
+                for name, t in before[rank]["target"].items():
+                    self.assertTrue(torch.equal(held["target"][name], t), f"worker {rank}: {name} changed")
+            code, out = torch_engines.train([tp2, whole], 1, SEED, small + ["--verify"], tp=1, pp=2)
+            self.assertEqual(code, 0, out)
+            self.assertIn("verified yes", out)
 
 
 if __name__ == "__main__":
