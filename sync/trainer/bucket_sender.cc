@@ -395,4 +395,27 @@ BucketSendResult send_buckets(const UpdateSession& session, const std::string& g
   return sender.run(tensors);
 }
 
+void merge_parallel(BucketSendResult& into, BucketSendResult other) {
+  into.ok = into.ok && other.ok;
+  into.tensors += other.tensors;
+  into.bytes += other.bytes;
+  into.buckets += other.buckets;
+  into.wire_bytes += other.wire_bytes;
+  into.delta_buckets += other.delta_buckets;
+  into.seconds = std::max(into.seconds, other.seconds);
+  into.http_wait_seconds += other.http_wait_seconds;
+  into.pack_wait_seconds += other.pack_wait_seconds;
+  into.broadcast_seconds += other.broadcast_seconds;
+  into.hash_wait_seconds += other.hash_wait_seconds;
+  into.failures.insert(into.failures.end(), other.failures.begin(), other.failures.end());
+  if (into.error.empty() && !other.error.empty()) {
+    into.error = std::move(other.error);
+    into.source_fault = other.source_fault;
+  }
+  if (into.delta_change.empty()) into.delta_change = std::move(other.delta_change);
+  if (!other.data_path.empty() && into.data_path != other.data_path) {
+    into.data_path += "+" + other.data_path;
+  }
+}
+
 }  // namespace weightcast::sync::trainer

@@ -95,6 +95,11 @@ struct BucketSendResult {
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
 
+// `other`, sent beside `into` at the same time on another group or path, added to it: counts and
+// waits add up, the time is the longer one, failures join, the first error stays, and another
+// data path is appended ("single-copy+colocated").
+void merge_parallel(BucketSendResult& into, BucketSendResult other);
+
 // The tensors of one send indexed by name into `by_name` (unique names, bytes of the declared
 // size: EnforceError otherwise), their count and bytes added to `result`; returns their metas, in
 // order. The senders' (send_buckets(), sync/trainer/colocated_sender.h) one check of their input.

@@ -332,17 +332,11 @@ BucketSendResult ColocatedSender::send(const UpdateSession& session,
 }
 
 void merge_beside(BucketSendResult& chain, BucketSendResult colocated) {
-  chain.ok = chain.ok && colocated.ok;
-  chain.wire_bytes += colocated.wire_bytes;
-  chain.seconds = std::max(chain.seconds, colocated.seconds);
-  chain.pack_wait_seconds += colocated.pack_wait_seconds;
-  chain.http_wait_seconds += colocated.http_wait_seconds;
-  chain.failures.insert(chain.failures.end(), colocated.failures.begin(), colocated.failures.end());
-  if (chain.error.empty() && !colocated.error.empty()) {
-    chain.error = std::move(colocated.error);
-    chain.source_fault = colocated.source_fault;
-  }
-  chain.data_path += "+" + colocated.data_path;
+  // The chain's counts are the report's: the same tensors, and its buckets and broadcasts.
+  colocated.tensors = colocated.bytes = colocated.buckets = colocated.delta_buckets = 0;
+  colocated.broadcast_seconds = colocated.hash_wait_seconds = 0;
+  colocated.delta_change.clear();
+  merge_parallel(chain, std::move(colocated));
 }
 
 }  // namespace weightcast::sync::trainer

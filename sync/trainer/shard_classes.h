@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "comm/non_copyable.h"
 #include "sync/model/shard_plan.h"
 #include "sync/trainer/tensors.h"
 
@@ -59,13 +60,9 @@ std::vector<ShardClass> shard_classes(std::span<const std::size_t> members,
                                       std::span<const int> rank_counts);
 
 // One class's view of one stage's tensors, sliced on demand (see above).
-class SliceSource {
+class SliceSource : comm::NonCopyable {
  public:
   using Await = std::function<void(const std::string& name, comm::Deadline deadline)>;
-
-  SliceSource() = default;
-  SliceSource(const SliceSource&) = delete;
-  SliceSource& operator=(const SliceSource&) = delete;
 
   // Takes `full` (the stage's tensors, borrowed) for `cls`; `await_full` (may be empty) is the
   // stage's own wait for a tensor's bytes. With `whole`, every tensor goes whole (an adapter

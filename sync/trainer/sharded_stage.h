@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/non_copyable.h"
 #include "sync/trainer/bucket_sender.h"
 #include "sync/trainer/delta_source.h"
 #include "sync/trainer/engine_api.h"
@@ -30,12 +31,10 @@
 
 namespace weightcast::sync::trainer {
 
-class ShardedStage {
+class ShardedStage : comm::NonCopyable {
  public:
   ShardedStage(DeltaCodec codec, DeltaMode delta);
   ~ShardedStage();
-  ShardedStage(const ShardedStage&) = delete;
-  ShardedStage& operator=(const ShardedStage&) = delete;
 
   // Forms the groups of `classes` (engine indices into `engines`) that are missing, broken, of
   // another membership or of an older `epoch`, and destroys those of classes that are gone.
@@ -64,9 +63,5 @@ class ShardedStage {
   const DeltaCodec codec_;
   const DeltaMode delta_;
 };
-
-// `other`, sent beside `into` at the same time on another group, added to it: counts and waits
-// add up, the time is the longer one, failures join and the first error stays.
-void merge_parallel(BucketSendResult& into, BucketSendResult other);
 
 }  // namespace weightcast::sync::trainer

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "comm/non_copyable.h"
 #include "sync/trainer/delta_source.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/group.h"
@@ -24,7 +25,7 @@
 
 namespace weightcast::sync::trainer {
 
-class StageGroups {
+class StageGroups : comm::NonCopyable {
  public:
   // Whether engine e is still in the set (may be asked to leave a group).
   using Alive = std::function<bool(std::size_t)>;
@@ -33,8 +34,6 @@ class StageGroups {
   // codec and mode of the class groups' delta bases.
   StageGroups(std::span<EngineApi* const> engines, DeltaCodec codec, DeltaMode delta);
   ~StageGroups();
-  StageGroups(const StageGroups&) = delete;
-  StageGroups& operator=(const StageGroups&) = delete;
 
   // Stage `stage`'s groups for `chain` (engine indices, in order; rank_counts[e] each) in
   // `epoch`, formed with `options` where they are missing or stale (see above). `classes` set:

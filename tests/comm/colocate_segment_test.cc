@@ -16,6 +16,7 @@
 #include "comm/colocate/segment.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
+#include "tests/support/dev_shm.h"
 
 namespace weightcast::comm::colocate {
 namespace {
@@ -23,14 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 
 std::set<std::string> dev_shm() {
-  std::set<std::string> names;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) {
-      names.insert(entry->d_name);
-    }
-    closedir(dir);
-  }
-  return names;
+  return weightcast::testing::dev_shm_names();
 }
 
 struct Pair {

@@ -12,6 +12,7 @@
 #include "sync/engine/runners/runner.h"
 #include "sync/model/checksum.h"
 #include "sync/protocol/selector.h"
+#include "tests/support/dev_shm.h"
 
 namespace weightcast::sync::engine::testing {
 
@@ -38,14 +39,9 @@ inline std::string segment_body(const std::vector<RawTensor>& tensors,
       .dump();
 }
 
-// Entries in /dev/shm: a colocated update must leave none behind.
+// Entries in /dev/shm (not other tests'): a colocated update must leave none behind.
 inline std::size_t shm_entries() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
+  return weightcast::testing::dev_shm_names().size();
 }
 
 }  // namespace weightcast::sync::engine::testing
