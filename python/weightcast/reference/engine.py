@@ -355,6 +355,8 @@ def _held(answers, key):
 def _break_plan(tensors, kind, name):
     """The test hook --shard-plan-fault: rank 0's plan leaves `name` out, or reaches one index
     past its slice of it."""
+    if name not in tensors:
+        raise ValueError(f"--shard-plan-fault: the model has no tensor '{name}'")
     if kind == "hole":
         tensors.pop(name)
     elif kind == "overlap":

@@ -12,6 +12,13 @@ from .routes import route_table
 from .server import make_server
 
 
+def _plan_fault(text):
+    kind, _, name = text.partition(":")
+    if kind not in ("hole", "overlap") or not name:
+        raise argparse.ArgumentTypeError(f"'{text}': expected hole:NAME or overlap:NAME")
+    return text
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m weightcast.reference", description=package_doc.split("\n\n")[0]
@@ -79,6 +86,7 @@ def parse_args(argv):
     p.add_argument(
         "--shard-plan-fault",
         metavar="KIND:NAME",
+        type=_plan_fault,
         help="test hook: rank 0's announced plan is wrong on tensor NAME; KIND hole: it leaves "
         "NAME out; overlap: its slice of NAME reaches one index into rank 1's",
     )
