@@ -151,9 +151,9 @@ class Sharded(unittest.TestCase):
     def test_one_class_breaks_and_no_engine_commits(self):
         """A TP-2 engine with plans (two shard classes) and a plan-less weightcast-engine (the
         full class). The TP-2 engine fails one bucket of one class group after receiving it (the
-        chain of that class breaks mid-update while the other classes go on): the update fails
-        naming that engine, and no engine commits: both keep version and weights. The next
-        update forms the class groups again and succeeds."""
+        chain of that class breaks mid-update while the other classes go on): the update fails,
+        and no engine commits: both keep version and weights. The next update forms the class
+        groups again and succeeds."""
         with contextlib.ExitStack() as stack:
             tp2 = self.engine(stack, 2, ["--shard-plan", "recorded"])
             proc, url = native.start(ranks=1, seed=SEED)
@@ -167,8 +167,9 @@ class Sharded(unittest.TestCase):
             tp2.ok("/debug/fail_bucket", {"sequence": 1})
             code, out = torch_engines.train([tp2, whole], 1, SEED + 1, small, tp=1, pp=2)
             self.assertNotEqual(code, 0, out)
-            # The failure is of one class group's chain (its name ends in the class key).
-            self.assertRegex(out, r"step 1/1 FAILED version 2: .*group weightcast-pp_\d-c[0-9a-f]{16}")
+            # Which failure the trainer names first races: the broken class chain, or another
+            # stage's bucket refused once the session was aborted. Either way nothing commits.
+            self.assertIn("step 1/1 FAILED version 2: sending buckets failed", out)
             self.assertEqual(tp2.ok("/server_info")["weight_version"], "1", out)
             self.assertEqual(whole.ok("/server_info")["weight_version"], "1", out)
             self.assertEqual(native.checksums(url), sums)
