@@ -26,6 +26,7 @@ INIT_GROUP_FIELDS = (
     "group_name",
     "backend",
     "rendezvous",
+    "ranks",  # shard-aware broadcast: the engine ranks that join (docs/sharding.md)
 )
 INIT_OPTION_FIELDS = ("keep_delta_base",)
 
@@ -39,7 +40,8 @@ def _int_field(info, where, key):
 
 def parse_init_info(info):
     """vLLM's ``init_info`` as weightcast-train sends it: our init_weights_update_group body
-    (master_address, master_port, rank_offset, world_size, group_name, backend, rendezvous),
+    (master_address, master_port, rank_offset, world_size, group_name, backend, rendezvous,
+    ranks),
     plus our option keep_delta_base. Returns (group body, options); ValueError naming the field
     otherwise (vLLM answers it as a failed request)."""
     if not isinstance(info, dict):

@@ -35,6 +35,9 @@ class VllmDialect(unittest.TestCase):
         self.assertNotIn("rendezvous", body)
         self.assertNotIn("keep_delta_base", body)
         self.assertTrue(options["keep_delta_base"])
+        # A shard class's group names the engine ranks that join it (docs/sharding.md).
+        body, _ = parse_init_info({**INIT["init_info"], "ranks": [1]})
+        self.assertEqual(body["ranks"], [1])
 
     def test_init_info_errors_name_the_field(self):
         info = INIT["init_info"]
