@@ -208,19 +208,20 @@ def as_full(slice_tensor, full_shape, entry, name="?"):
 def sliced_pairs(pairs, plan, full_shapes):
     """``pairs`` ((HF name, this rank's slice of it)) as ``model.load_weights`` takes them, by
     this rank's ``plan`` ({"tensors": {name: entry}}) and ``full_shapes`` ({name: full shape},
-    e.g. ``tensor_shapes(spec)``): each slice ``as_full`` of its tensor, replicated tensors
-    unchanged. Raises ValueError naming a tensor that is absent from the rank or missing from the
-    plan or the shapes. Lazy, one pair at a time, like the pairs it maps."""
+    e.g. ``tensor_shapes(spec)``): each slice ``as_full`` of its tensor; replicated tensors, and
+    tensors that arrive whole (from a trainer that does not shard, ``--shard off``), unchanged.
+    Raises ValueError naming a tensor that is absent from the rank or missing from the plan or
+    the shapes. Lazy, one pair at a time, like the pairs it maps."""
     entries = plan["tensors"]
     for name, t in pairs:
         entry = entries.get(name)
         if entry is None:
             raise ValueError(f"tensor '{name}': not in this rank's shard plan")
-        if entry == "replicated":
-            yield name, t
-            continue
         if name not in full_shapes:
             raise ValueError(f"tensor '{name}': no full shape given for it")
+        if entry == "replicated" or list(t.shape) == list(full_shapes[name]):
+            yield name, t
+            continue
         yield name, as_full(t, full_shapes[name], entry, name=name)
 
 

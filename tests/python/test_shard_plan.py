@@ -121,10 +121,13 @@ class RecordedPlan(unittest.TestCase):
                 use()
             self.assertIn(f"tensor '{name}'", str(cm.exception))
         plan = {"tensors": {name: "absent"}}
-        for pairs in ([(name, full)], [("model.norm.weight", full)]):
+        for pairs in ([(name, full.narrow(0, 0, 128))], [("model.norm.weight", full)]):
             with self.assertRaises(ValueError) as cm:
                 list(shard_plan.sliced_pairs(pairs, plan, {name: [256, 256]}))
             self.assertIn(f"tensor '{pairs[0][0]}'", str(cm.exception))
+        # A tensor that arrives whole (a trainer that does not shard) passes as it is.
+        ((_, whole),) = shard_plan.sliced_pairs([(name, full)], plan, {name: [256, 256]})
+        self.assertIs(whole, full)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,10 @@ class Sharded(unittest.TestCase):
             plans = overlap.ok("/server_info")["shard_plans"]
             self.assertEqual(len(plans), 2)
             self.assertEqual(plans[0]["tensors"]["model.norm.weight"], "replicated")
+            # The draft (a whole replica on every worker) is in every plan, replicated.
+            draft = [n for n in plans[0]["tensors"] if n.startswith("draft.")]
+            self.assertIn("draft.layers.0.input_layernorm.weight", draft)
+            self.assertTrue(all(p["tensors"][n] == "replicated" for p in plans for n in draft))
             self.assertEqual(plans[1]["tensors"][OVERLAP], {"dim": 1, "offset": 256, "length": 256})
             self.assertEqual(plans[0]["tensors"][OVERLAP], {"dim": 1, "offset": 0, "length": 257})
 

@@ -80,6 +80,8 @@ class Worker:
         if cfg["legacy_finalize"] and self.draft is not None:
             self.draft.process_weights_after_loading()  # its startup post-processing
         self.loaded_order.clear()
+        if cfg.get("shard_plan", "none") != "none":
+            self.op_shard_plan()  # once every runner's tensors are known
 
     def _loader(self, model):
         def load(pairs):
@@ -94,20 +96,11 @@ class Worker:
     def _as_full(self, pairs):
         """The loader's (name, tensor) pairs with each slice this rank received (shard-aware
         broadcast, docs/sharding.md) standing in for its full tensor; whole tensors as they are."""
-        if self.cfg.get("shard_plan", "none") == "none":
+        if self.plan is None:  # no plan announced (or not yet: the initial weights, all whole)
             return iter(pairs)
-        from ..shard_plan import as_full
+        from ..shard_plan import sliced_pairs
 
-        plan = self.op_shard_plan()["tensors"]
-        return (
-            (
-                n,
-                t
-                if list(t.shape) == list(self.metas[n][1])
-                else as_full(t, self.metas[n][1], plan[n], name=n),
-            )
-            for n, t in pairs
-        )
+        return sliced_pairs(pairs, self.plan, {n: shape for n, (_, shape) in self.metas.items()})
 
     # --- operations the front relays ---------------------------------------------------------
     def op_join(self, body):
