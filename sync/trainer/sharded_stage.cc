@@ -72,7 +72,7 @@ BucketSendResult ShardedStage::send(const UpdateSession& session,
                                     std::span<EngineApi* const> engines,
                                     std::span<const NamedTensor> tensors, BucketSendOptions options,
                                     const std::function<std::size_t(std::size_t)>& slot,
-                                    const std::string& adapter, bool delta) {
+                                    const std::string& adapter) {
   WC_ENFORCE(!groups_.empty(), "ShardedStage::ensure() first");
   BucketSendResult result;
   std::unordered_map<std::string, const NamedTensor*> by_name;
@@ -87,7 +87,7 @@ BucketSendResult ShardedStage::send(const UpdateSession& session,
     };
     opts.pack_buffers = g->buffers;
     opts.delta = nullptr;
-    if (delta && delta_ != DeltaMode::kOff) {
+    if (delta_ != DeltaMode::kOff) {
       auto& source = g->deltas[adapter];
       if (!source) source = std::make_unique<DeltaSource>(codec_, delta_);
       opts.delta = source.get();

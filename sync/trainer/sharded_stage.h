@@ -45,12 +45,12 @@ class ShardedStage : comm::NonCopyable {
               const std::function<bool(std::size_t)>& alive);
 
   // Sends `tensors` to every class (see above). `slot(e)`: engine e's member index in `session`.
-  // `adapter`: the adapter's name in an adapter session (tensors go whole), else empty.
-  // `delta`: whether options.delta may be set (native mode); the per-class base is used then.
+  // `adapter`: the adapter's name in an adapter session (tensors go whole), else empty. Unless
+  // delta updates are off, each class uses its own base for that name.
   BucketSendResult send(const UpdateSession& session, std::span<EngineApi* const> engines,
                         std::span<const NamedTensor> tensors, BucketSendOptions options,
                         const std::function<std::size_t(std::size_t)>& slot,
-                        const std::string& adapter, bool delta);
+                        const std::string& adapter);
 
   // Every class group's members that are alive leave it; the groups are torn down.
   void destroy(std::span<EngineApi* const> engines, const std::function<bool(std::size_t)>& alive);

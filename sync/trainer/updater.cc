@@ -146,21 +146,28 @@ void DistributedUpdater::ensure_group(int stage) {
   connect();
   const std::uint64_t epoch = elastic_.epoch();
   const std::vector<std::size_t> chain = chain_members();
-  std::optional<std::vector<ShardClass>> classes;
-  if (sharding()) classes = shard_classes(chain, shard_plans_, elastic_.rank_counts());
-  groups_.ensure(stage, chain, elastic_.rank_counts(), classes, group_options(stage, epoch), epoch,
+  const bool sharded = sharding(chain);
+  // The classes change only with the members (each change is a new epoch): computed once per
+  // epoch, not per update (every plan's class key hashes all of its entries).
+  if (sharded && classes_epoch_ != epoch) {
+    classes_ = shard_classes(chain, shard_plans_, elastic_.rank_counts());
+    classes_epoch_ = epoch;
+  }
+  groups_.ensure(stage, chain, elastic_.rank_counts(),
+                 sharded ? std::optional(classes_) : std::nullopt,
+                 group_options(stage, epoch, chain), epoch,
                  [this](std::size_t e) { return elastic_.is_member(e); });
 }
 
-bool DistributedUpdater::sharding() const {
+bool DistributedUpdater::sharding(const std::vector<std::size_t>& chain) const {
   if (options_.shard == ShardMode::kOff || common_) return false;
-  const auto chain = chain_members();
   return std::any_of(chain.begin(), chain.end(), [&](std::size_t e) {
     return e < shard_plans_.size() && !shard_plans_[e].empty();
   });
 }
 
-GroupOptions DistributedUpdater::group_options(int stage, std::uint64_t epoch) const {
+GroupOptions DistributedUpdater::group_options(int stage, std::uint64_t epoch,
+                                               const std::vector<std::size_t>& chain) const {
   GroupOptions opts;
   // A new epoch, a new name: an engine still holding a group of an older set cannot join.
   opts.name = group_name(options_.group_prefix, stage);
@@ -174,7 +181,7 @@ GroupOptions DistributedUpdater::group_options(int stage, std::uint64_t epoch) c
   opts.allow_same_user_reads = options_.allow_same_user_reads;
   opts.torch = common_;
   opts.torch_protocol = options_.torch_protocol;
-  for (std::size_t e : chain_members()) {
+  for (std::size_t e : chain) {
     opts.name_rendezvous.push_back(engines_[e]->flavor() != EngineFlavor::kSglang);
   }
   return opts;
@@ -242,7 +249,7 @@ BucketSendResult DistributedUpdater::send_stage(
                                       members.begin());
     };
     result = sharded->send(session, engine_ptrs_, tensors, std::move(opts), slot,
-                           session.adapter().value_or(""), !common_);
+                           session.adapter().value_or(""));
   } else {
     WeightGroup& group = *groups_.group(stage);
     result = send_buckets(session, group.name(), group.comm(), chain, tensors, opts, chain_slots);

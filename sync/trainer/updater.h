@@ -242,11 +242,13 @@ class DistributedUpdater {
   // Every member's announced shard plans describe `tensors` (check_shard_plans()); a result that
   // fails naming each engine whose plan does not, before anything is sent.
   BucketSendResult check_plans(std::span<const NamedTensor> tensors) const;
-  // Whether the chain goes per shard class (ShardedStage): shard auto, native mode, and some
-  // chain member announced plans.
-  bool sharding() const;
-  // The options of stage `stage`'s group in `epoch` (name, backend, store, rendezvous naming).
-  GroupOptions group_options(int stage, std::uint64_t epoch) const;
+  // Whether `chain` goes per shard class (ShardedStage): shard auto, native mode, and some
+  // member of it announced plans.
+  bool sharding(const std::vector<std::size_t>& chain) const;
+  // The options of stage `stage`'s group of `chain` in `epoch` (name, backend, store,
+  // rendezvous naming).
+  GroupOptions group_options(int stage, std::uint64_t epoch,
+                             const std::vector<std::size_t>& chain) const;
   UpdateReport update_once(std::span<const NamedTensor> tensors,
                            const std::optional<std::string>& version,
                            const std::optional<LoraBegin>& adapter = std::nullopt);
@@ -262,6 +264,8 @@ class DistributedUpdater {
   std::string holder_;
   std::vector<ServerInfoResponse> infos_;
   std::vector<std::vector<ShardPlan>> shard_plans_;  // index: engine; empty: announced none
+  std::vector<ShardClass> classes_;                  // of the chain, while sharding
+  std::optional<std::uint64_t> classes_epoch_;       // the epoch classes_ were computed in
   bool common_ = false;
   std::vector<bool> colocated_;                                      // index: engine
   std::vector<std::unique_ptr<ColocatedSender>> colocated_senders_;  // index: stage

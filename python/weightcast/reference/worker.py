@@ -80,6 +80,7 @@ class Worker:
         if cfg["legacy_finalize"] and self.draft is not None:
             self.draft.process_weights_after_loading()  # its startup post-processing
         self.loaded_order.clear()
+        self.full_shapes = {n: shape for n, (_, shape) in self.metas.items()}
         if cfg.get("shard_plan", "none") != "none":
             self.op_shard_plan()  # once every runner's tensors are known
 
@@ -100,7 +101,7 @@ class Worker:
             return iter(pairs)
         from ..shard_plan import sliced_pairs
 
-        return sliced_pairs(pairs, self.plan, {n: shape for n, (_, shape) in self.metas.items()})
+        return sliced_pairs(pairs, self.plan, self.full_shapes)
 
     # --- operations the front relays ---------------------------------------------------------
     def op_join(self, body):
