@@ -7,7 +7,9 @@
   gloo-stock, mpi-bcast, nccl), log-scaled size axis;
 - update results: seconds per update step against the raw chain broadcast of the same bytes
   (a horizontal line), with #wrong printed in the title;
-- hosts results: GB/s of each row as a bar, with the link rate as a line.
+- hosts results: GB/s of each row as a bar, with the link rate as a line; with sharded rows
+  (--shard-tps), also DIR/<input name>-shard.png: seconds per broadcast against TP size, full
+  broadcast and sharded.
 Writes DIR/<input name>.png for each input. Needs python3-matplotlib (Debian package).
 """
 import argparse
@@ -61,7 +63,39 @@ def plot_hosts(result, ax):
     ax.legend()
 
 
+def plot_hosts_shard(result, ax):
+    """Seconds per broadcast against TP size; False when the run had no sharded rows."""
+    rows = result["rows"]
+    full = [r for r in rows if r["what"] == "full broadcast"]
+    sharded = [
+        (int(r["what"].split("-")[1]), r["time(us)"] / 1e6)
+        for r in rows
+        if r["what"].startswith("sharded TP-")
+    ]
+    if not full or not sharded:
+        return False
+    sharded.sort()
+    tps = [tp for tp, _ in sharded]
+    ax.plot(
+        tps,
+        [full[0]["time(us)"] / 1e6] * len(tps),
+        marker="o",
+        label="full broadcast (every rank, whole tensors)",
+    )
+    ax.plot(tps, [s for _, s in sharded], marker="o", label="sharded (each rank its slice)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(tps, [str(tp) for tp in tps])
+    ax.set_xlabel("engine TP size (ranks, a shaped link each)")
+    ax.set_ylabel("seconds per broadcast")
+    ax.set_ylim(bottom=0)
+    wrong = sum(r["#wrong"] for r in rows if r in full or r["what"].startswith("sharded TP-"))
+    ax.set_title(f"shard-aware vs full broadcast, {full[0]['bytes'] / 2**20:.0f} MiB (#wrong {wrong})")
+    ax.legend()
+    return True
+
+
 PLOTTERS = {"broadcast": plot_broadcast, "update": plot_update, "hosts": plot_hosts}
+EXTRA = {"hosts": [("shard", plot_hosts_shard)]}
 
 
 def main():
@@ -77,14 +111,20 @@ def main():
         if plotter is None:
             print(f"plot-bench: {path}: unknown mode {result.get('mode')!r}", file=sys.stderr)
             return 2
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        plotter(result, ax)
-        fig.tight_layout()
-        out = os.path.join(args.out, os.path.splitext(os.path.basename(path))[0] + ".png")
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        print(out)
+        stem = os.path.join(args.out, os.path.splitext(os.path.basename(path))[0])
+        draw(plotter, result, stem + ".png")
+        for suffix, extra in EXTRA.get(result["mode"], []):
+            draw(extra, result, f"{stem}-{suffix}.png")
     return 0
+
+
+def draw(plotter, result, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if plotter(result, ax) is not False:
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)
+        print(out)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

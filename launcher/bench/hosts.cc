@@ -18,6 +18,7 @@
 #include "launcher/bench/engines.h"
 #include "launcher/bench/hosts_ep.h"
 #include "launcher/bench/hosts_net.h"
+#include "launcher/bench/hosts_shard.h"
 #include "launcher/bench/update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
@@ -27,6 +28,14 @@ namespace weightcast::launcher {
 namespace {
 
 constexpr const char* kBridgeNs = "wcbench-br";
+
+double rate_bytes_per_s(const std::string& rate) {
+  double v = std::atof(rate.c_str());
+  if (rate.find("gbit") != std::string::npos) return v * 1e9 / 8;
+  if (rate.find("mbit") != std::string::npos) return v * 1e6 / 8;
+  if (rate.find("kbit") != std::string::npos) return v * 1e3 / 8;
+  throw std::invalid_argument("--rate must end in kbit, mbit or gbit: " + rate);
+}
 
 int sh(const std::string& cmd, bool quiet = false) {
   std::string full = quiet ? cmd + " >/dev/null 2>&1" : cmd;
@@ -55,12 +64,12 @@ class Topology {
       must("ip -n " + ns + " addr add " + host_addr(i) + "/24 dev eth0");
       must("ip -n " + ns + " link set eth0 up");
       must(std::string("ip -n ") + kBridgeNs + " link set " + port + " master br0 up");
-      // Full-duplex link of `rate`: shape the host's upload and its download.
-      const std::string tbf = " root tbf rate " + rate + " burst 512kb latency 100ms";
-      must("ip netns exec " + ns + " tc qdisc add dev eth0" + tbf);
-      must(std::string("ip netns exec ") + kBridgeNs + " tc qdisc add dev " + port + tbf);
+      shape(i, "add", rate);
     }
   }
+
+  // Host i's link to `rate` from now on.
+  void set_rate(int i, const std::string& rate) { shape(i, "change", rate); }
 
   static void remove(int hosts) {
     for (int i = 0; i < hosts; ++i) sh("ip netns del " + host_ns(i), true);
@@ -68,6 +77,18 @@ class Topology {
   }
 
  private:
+  // Full-duplex link of `rate`: shape the host's upload and its download. The burst holds at least
+  // 4 ms of the rate (tbf needs one timer tick's worth to reach it).
+  static void shape(int i, const std::string& verb, const std::string& rate) {
+    const auto burst_kb =
+        std::max<long long>(512, static_cast<long long>(rate_bytes_per_s(rate) * 0.004 / 1024));
+    const std::string tbf =
+        " root tbf rate " + rate + " burst " + std::to_string(burst_kb) + "kb latency 100ms";
+    must("ip netns exec " + host_ns(i) + " tc qdisc " + verb + " dev eth0" + tbf);
+    must(std::string("ip netns exec ") + kBridgeNs + " tc qdisc " + verb + " dev p" +
+         std::to_string(i) + tbf);
+  }
+
   int hosts_;
 };
 
@@ -76,14 +97,6 @@ void on_signal(int sig) {
   Topology::remove(g_hosts_for_signal);
   signal(sig, SIG_DFL);
   raise(sig);
-}
-
-double rate_bytes_per_s(const std::string& rate) {
-  double v = std::atof(rate.c_str());
-  if (rate.find("gbit") != std::string::npos) return v * 1e9 / 8;
-  if (rate.find("mbit") != std::string::npos) return v * 1e6 / 8;
-  if (rate.find("kbit") != std::string::npos) return v * 1e3 / 8;
-  throw std::invalid_argument("--rate must end in kbit, mbit or gbit: " + rate);
 }
 
 }  // namespace
@@ -104,31 +117,58 @@ std::vector<std::string> in_ns(const std::string& ns, std::vector<std::string> a
 
 namespace {
 
-// Root + receivers in their namespaces, one hosts-worker each; returns (backend, us, wrong) rows.
+// Root + receivers in their namespaces, one hosts-worker each: the backends, or (with
+// `shard_tps`) the sharded broadcast.
+struct HostWorkers {
+  std::unique_ptr<ChildProcess> root;
+  std::vector<std::unique_ptr<ChildProcess>> others;
+
+  HostWorkers(const HostsBenchOptions& o, const std::string& self,
+              const std::vector<int>& shard_tps) {
+    auto worker = [&](int rank, int port) {
+      HostsWorkerOptions w;
+      w.rank = rank;
+      w.size = o.receivers + 1;
+      w.bind_address = host_addr(rank);
+      w.store_host = host_addr(0);
+      w.store_port = port;
+      w.bytes = o.bytes;
+      w.iters = o.iters;
+      w.chunk_bytes = o.chunk_bytes;
+      w.chunks_in_flight = o.chunks_in_flight;
+      w.timeout_ms = o.timeout_ms;
+      if (!shard_tps.empty()) {
+        w.backends.clear();
+        w.shard_tps = shard_tps;
+        w.bucket_bytes = o.shard_bucket_bytes;
+      }
+      return in_ns(host_ns(rank), hosts_worker_argv(self, w));
+    };
+    root = std::make_unique<ChildProcess>(worker(0, 0));
+    int port = 0;
+    std::sscanf(
+        root->line_starting("store-port ", std::chrono::milliseconds(o.timeout_ms), "hosts root")
+            .c_str(),
+        "store-port %d", &port);
+    for (int r = 1; r <= o.receivers; ++r) {
+      others.push_back(std::make_unique<ChildProcess>(worker(r, port)));
+    }
+  }
+
+  void wait(std::chrono::milliseconds timeout) {
+    if (root->wait_exit(timeout) != 0) throw std::runtime_error("hosts root worker failed");
+    for (auto& w : others) {
+      if (w->wait_exit(timeout) != 0) throw std::runtime_error("a hosts receiver failed");
+    }
+  }
+};
+
+// The backends' rows: (backend, us, wrong) from the root.
 void measure_broadcast(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
                        double link, std::map<std::string, double>& gbps) {
-  const int hosts = o.receivers + 1;
-  auto worker = [&](int rank, int port) {
-    HostsWorkerOptions w;
-    w.rank = rank;
-    w.size = hosts;
-    w.bind_address = host_addr(rank);
-    w.store_host = host_addr(0);
-    w.store_port = port;
-    w.bytes = o.bytes;
-    w.iters = o.iters;
-    w.chunk_bytes = o.chunk_bytes;
-    w.chunks_in_flight = o.chunks_in_flight;
-    w.timeout_ms = o.timeout_ms;
-    return in_ns(host_ns(rank), hosts_worker_argv(self, w));
-  };
   const std::chrono::milliseconds timeout(o.timeout_ms);
-  ChildProcess root(worker(0, 0));
-  int port = 0;
-  std::sscanf(root.line_starting("store-port ", timeout, "hosts root").c_str(), "store-port %d",
-              &port);
-  std::vector<std::unique_ptr<ChildProcess>> others;
-  for (int r = 1; r < hosts; ++r) others.push_back(std::make_unique<ChildProcess>(worker(r, port)));
+  HostWorkers workers(o, self, {});
+  ChildProcess& root = *workers.root;
   for (std::size_t b = 0; b < 2; ++b) {
     char name[64];
     double us = 0;
@@ -142,10 +182,16 @@ void measure_broadcast(const HostsBenchOptions& o, const std::string& self, Benc
               static_cast<std::uint64_t>(wrong));
     gbps[name] = algbw / 1e9;
   }
-  if (root.wait_exit(timeout) != 0) throw std::runtime_error("hosts root worker failed");
-  for (auto& w : others) {
-    if (w->wait_exit(timeout) != 0) throw std::runtime_error("a hosts receiver failed");
-  }
+  workers.wait(timeout);
+}
+
+// Shard-aware against full broadcast (launcher/bench/hosts_shard.h), host 0's link at the
+// source rate.
+void measure_sharded(const HostsBenchOptions& o, const std::string& self, BenchTable& table,
+                     double link) {
+  HostWorkers workers(o, self, o.shard_tps);
+  add_sharded_rows(o, *workers.root, table, link);
+  workers.wait(std::chrono::milliseconds(o.timeout_ms));
 }
 
 // Engines of the hosts mode: one per receiving host in each set, and each set's URLs.
@@ -258,6 +304,13 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
 int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   const int hosts = std::max(o.receivers + 1, trainer_ep_hosts(o));
   const double link = rate_bytes_per_s(o.rate);
+  if (!o.shard_source_rate.empty()) rate_bytes_per_s(o.shard_source_rate);  // checked up front
+  for (int tp : o.shard_tps) {
+    if (o.receivers % tp != 0) {
+      throw std::invalid_argument("--shard-tps: TP " + std::to_string(tp) +
+                                  " does not divide --receivers " + std::to_string(o.receivers));
+    }
+  }
   if (sh(std::string("ip netns add ") + kBridgeNs + "-probe", true) != 0) {
     std::printf(
         "# hosts: skipped (cannot create network namespaces here: needs root and "
@@ -288,6 +341,20 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   measure_broadcast(o, self_exe, table, link, gbps);
   if (o.update_model_bytes > 0) measure_update(o, self_exe, table, link, gbps["gloo-chain"]);
   if (o.trainer_ep > 0) measure_trainer_ep(o, self_exe, table, link);
+  if (!o.shard_tps.empty()) {
+    const std::string source_rate =
+        !o.shard_source_rate.empty()
+            ? o.shard_source_rate
+            : std::to_string(static_cast<long long>(
+                  link * 8 / 1e3 * *std::max_element(o.shard_tps.begin(), o.shard_tps.end()))) +
+                  "kbit";
+    topo.set_rate(0, source_rate);
+    table.note("sharded broadcast: " + std::to_string(o.receivers) +
+               " engine ranks, a host each, links " + o.rate + "; the source's link " +
+               source_rate + "; " + format_bytes(o.bytes) + " model (hand-written TP plans), " +
+               format_bytes(o.shard_bucket_bytes) + " buckets");
+    measure_sharded(o, self_exe, table, link);
+  }
   table.write(o.output);
   return table.wrong() ? 1 : 0;
 }

@@ -40,7 +40,14 @@ struct HostsBenchOptions {
   int trainer_steps = 4;
   int trainer_engines = 2;
   std::vector<std::string> trainer_gathers = {"whole", "overlap"};  // --tp-gather modes, in order
-  BenchOutput output;                                               // --csv / --json
+  // Non-empty: also shard-aware broadcast against full broadcast, the receiving hosts being the
+  // ranks of engines of each of these TP sizes (launcher/bench/hosts_shard.h), with host 0's link
+  // at `shard_source_rate` (empty: `rate` times the largest TP size) and buckets of
+  // `shard_bucket_bytes`.
+  std::vector<int> shard_tps;
+  std::string shard_source_rate;
+  std::uint64_t shard_bucket_bytes = 8u << 20;
+  BenchOutput output;  // --csv / --json
 };
 
 int run_hosts_bench(const HostsBenchOptions& opts, const std::string& self_exe);
@@ -59,6 +66,9 @@ struct HostsWorkerOptions {
   int timeout_ms = 300000;
   std::vector<std::string> backends = {"gloo-chain", "gloo-stock"};
   bool single_copy = true;  // SingleCopyOptions::enabled (ranks of one host and namespace only)
+  // Non-empty: the sharded broadcast (launcher/bench/hosts_shard.h) instead of the backends.
+  std::vector<int> shard_tps;
+  std::uint64_t bucket_bytes = 8u << 20;
 };
 
 int run_hosts_worker(const HostsWorkerOptions& opts);

@@ -17,6 +17,7 @@
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
 #include "launcher/bench/hosts.h"
+#include "launcher/bench/hosts_shard.h"
 
 namespace weightcast::launcher {
 
@@ -39,17 +40,6 @@ std::shared_ptr<comm::Store> worker_store(const HostsWorkerOptions& o,
   co.port = static_cast<std::uint16_t>(port);
   co.connect_timeout = comm::Millis(o.timeout_ms);
   return std::make_shared<comm::PrefixStore>("hosts", std::make_shared<comm::TcpStore>(co));
-}
-
-std::unique_ptr<comm::GlooCommunicator> worker_communicator(const HostsWorkerOptions& o,
-                                                            std::shared_ptr<comm::Store> store) {
-  comm::CommOptions opts =
-      comm::member_options(std::move(store), o.rank, o.size, comm::Millis(o.timeout_ms));
-  opts.gloo.bind_address = o.bind_address;
-  opts.gloo.chain.chunk_bytes = o.chunk_bytes;
-  opts.gloo.chain.chunks_in_flight = o.chunks_in_flight;
-  opts.gloo.single_copy.enabled = o.single_copy;
-  return comm::create_gloo_communicator(opts);
 }
 
 // Every rank posts its #wrong; rank 0 prints "result NAME US TOTAL_WRONG".
@@ -105,7 +95,12 @@ void time_backend(const HostsWorkerOptions& o, comm::GlooCommunicator& comm_, co
 int run_hosts_worker(const HostsWorkerOptions& o) {
   std::unique_ptr<comm::TcpStoreServer> server;
   auto store = worker_store(o, server);
-  auto comm_ = worker_communicator(o, store);
+  auto comm_ = hosts_communicator(o, store, o.rank, o.size);
+  if (!o.shard_tps.empty()) {
+    time_sharded(o, *comm_, store);
+    comm_->barrier(comm::Millis(o.timeout_ms));
+    return 0;
+  }
   // Huge pages, as the update's source arena and engine blocks are: on one host the chain's single
   // copy reads small pages at about half the speed (docs/performance.md).
   std::vector<unsigned char, comm::HugePageAllocator<unsigned char>> buf(o.bytes);
@@ -115,33 +110,37 @@ int run_hosts_worker(const HostsWorkerOptions& o) {
 }
 
 std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsWorkerOptions& w) {
-  std::string backends;
+  std::string backends, tps;
   for (const auto& b : w.backends) backends += (backends.empty() ? "" : ",") + b;
-  return {self,
-          "hosts-worker",
-          "--rank",
-          std::to_string(w.rank),
-          "--size",
-          std::to_string(w.size),
-          "--bind",
-          w.bind_address,
-          "--store-host",
-          w.store_host,
-          "--store-port",
-          std::to_string(w.store_port),
-          "--bytes",
-          std::to_string(w.bytes),
-          "--iters",
-          std::to_string(w.iters),
-          "--chunk-bytes",
-          std::to_string(w.chunk_bytes),
-          "--in-flight",
-          std::to_string(w.chunks_in_flight),
-          "--timeout-ms",
-          std::to_string(w.timeout_ms),
-          "--backends",
-          backends,
-          w.single_copy ? "--single-copy=1" : "--single-copy=0"};
+  for (int tp : w.shard_tps) tps += (tps.empty() ? "" : ",") + std::to_string(tp);
+  std::vector<std::string> argv = {self,
+                                   "hosts-worker",
+                                   "--rank",
+                                   std::to_string(w.rank),
+                                   "--size",
+                                   std::to_string(w.size),
+                                   "--bind",
+                                   w.bind_address,
+                                   "--store-host",
+                                   w.store_host,
+                                   "--store-port",
+                                   std::to_string(w.store_port),
+                                   "--bytes",
+                                   std::to_string(w.bytes),
+                                   "--iters",
+                                   std::to_string(w.iters),
+                                   "--chunk-bytes",
+                                   std::to_string(w.chunk_bytes),
+                                   "--in-flight",
+                                   std::to_string(w.chunks_in_flight),
+                                   "--timeout-ms",
+                                   std::to_string(w.timeout_ms),
+                                   w.single_copy ? "--single-copy=1" : "--single-copy=0",
+                                   "--bucket-bytes",
+                                   std::to_string(w.bucket_bytes)};
+  if (!backends.empty()) argv.insert(argv.end(), {"--backends", backends});
+  if (!tps.empty()) argv.insert(argv.end(), {"--shard-tps", tps});
+  return argv;
 }
 
 }  // namespace weightcast::launcher

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/errors.h"
@@ -46,6 +48,21 @@ void add_output_options(CLI::App& mode, BenchOutput& out) {
   mode.add_option("--csv", out.csv_path, "also write the result rows to this CSV file");
   mode.add_option("--json", out.json_path,
                   "also write the result rows and notes to this JSON file");
+}
+
+// "1,2,4": TP sizes of 1 to 16, comma separated (the shard-aware broadcast of the hosts mode).
+std::vector<int> parse_tp_sizes(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  for (const auto& item : split_csv(text)) {
+    char* end = nullptr;
+    const long tp = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || tp < 1 || tp > 16) {
+      throw CLI::ValidationError(
+          option, "TP sizes from 1 to 16, comma separated, not '" + item + "' in '" + text + "'");
+    }
+    out.push_back(static_cast<int>(tp));
+  }
+  return out;
 }
 
 void on_alarm(int) {
@@ -143,6 +160,16 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
         "that run's --tp-gather modes, comma separated, one run each (whole,overlap; the "
         "overlap-vs-whole note needs both)")
       ->default_str("whole,overlap");
+  hs->add_option_function<std::string>(
+      "--shard-tps",
+      [&ho](const std::string& text) { ho.shard_tps = parse_tp_sizes("--shard-tps", text); },
+      "also shard-aware broadcast against full broadcast: the receiving hosts are the ranks of "
+      "engines of each of these TP sizes, comma separated, e.g. 1,2,4 (each must divide "
+      "--receivers; off by default)");
+  hs->add_option("--shard-source-rate", ho.shard_source_rate,
+                 "host 0's link rate for that run (default: --rate times the largest TP size, a "
+                 "trainer node with a NIC per GPU)");
+  bytes_option(*hs, "--shard-bucket-bytes", ho.shard_bucket_bytes, "that run's bucket size");
   add_output_options(*hs, ho.output);
   return hs;
 }
@@ -163,6 +190,10 @@ CLI::App* add_hosts_worker(CLI::App& app, HostsWorkerOptions& wo) {
   hw->add_option("--single-copy", wo.single_copy);
   hw->add_option_function<std::string>(
       "--backends", [&wo](const std::string& text) { wo.backends = split_csv(text); });
+  hw->add_option_function<std::string>("--shard-tps", [&wo](const std::string& text) {
+    wo.shard_tps = parse_tp_sizes("--shard-tps", text);
+  });
+  bytes_option(*hw, "--bucket-bytes", wo.bucket_bytes, "bucket size of the sharded broadcast");
   return hw;
 }
 

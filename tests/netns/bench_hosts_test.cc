@@ -7,9 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -82,6 +84,54 @@ TEST(BenchHosts, TrainerEpStageAcrossHostsVerifiesEveryStepInEveryGatherMode) {
   }
   EXPECT_TRUE(ratio) << out;
   EXPECT_TRUE(auto_overlap) << out;
+}
+
+// Shard-aware against full broadcast (launcher/bench/hosts_shard.h): every rank a host of its own,
+// each checking the bytes of its slices; a rank receives exactly what its plan keeps, half the
+// model at TP 2 and a quarter plus the KV heads two ranks share at TP 4. Times are not asserted.
+TEST(BenchHosts, ShardedBroadcastGivesEachRankItsSlices) {
+  if (auto why = netns_unavailable_reason()) GTEST_SKIP() << *why;
+  const std::string json = "/tmp/weightcast-bench-hosts-shard-test-" + std::to_string(getpid());
+  Subprocess bench({WEIGHTCAST_BENCH_BIN, "hosts", "--receivers", "4", "--bytes", "4M", "--iters",
+                    "1", "--rate", "2gbit", "--shard-tps", "1,2,4", "--shard-bucket-bytes", "1M",
+                    "--timeout-ms", "60000", "--json", json});
+  const auto rc = bench.wait_exit(90s);
+  const std::string out = bench.drain(1s);
+  std::ifstream in(json);
+  const auto result = nlohmann::json::parse(in, nullptr, false);
+  std::remove(json.c_str());
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_FALSE(result.is_discarded()) << out;
+  std::set<std::string> rows;
+  for (const auto& row : result["rows"]) {
+    EXPECT_EQ(row["#wrong"].get<std::uint64_t>(), 0u) << row.dump();
+    rows.insert(row["what"].get<std::string>());
+  }
+  for (const char* row : {"full broadcast", "sharded TP-1", "sharded TP-2", "sharded TP-4"}) {
+    EXPECT_TRUE(rows.count(row)) << row << " missing:\n" << out;
+  }
+  std::map<int, std::array<unsigned long long, 3>> bytes;  // received, plan, formula
+  for (const auto& note : result["notes"]) {
+    int tp = 0;
+    unsigned long long got = 0, plan = 0, formula = 0;
+    const std::string text = note.get<std::string>();
+    const auto at = text.find("received at most ");
+    if (std::sscanf(text.c_str(), "TP-%d ", &tp) == 1 && at != std::string::npos &&
+        std::sscanf(text.c_str() + at,
+                    "received at most %llu B = %*f of the model (its plan: "
+                    "%llu B; sharded/TP + replicated: %llu B)",
+                    &got, &plan, &formula) == 3) {
+      bytes[tp] = {got, plan, formula};
+    }
+  }
+  ASSERT_EQ(bytes.size(), 3u) << out;
+  for (const auto& [tp, b] : bytes) {
+    EXPECT_EQ(b[0], b[1]) << "TP-" << tp << ": a rank received other than its plan keeps";
+  }
+  EXPECT_EQ(bytes[2][0], bytes[2][2]) << "TP-2: half the sharded bytes plus the replicated ones";
+  EXPECT_EQ(bytes[1][0], bytes[1][2]) << "TP-1: the whole model";
+  EXPECT_LT(bytes[4][0], bytes[2][0]) << out;
+  EXPECT_GE(bytes[4][0], bytes[4][2]) << out;
 }
 
 }  // namespace
