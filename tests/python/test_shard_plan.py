@@ -1,6 +1,8 @@
 """A plan recorded from the torch reference model's own load_weights (weightcast.shard_plan)
 equals the hand-written C++ rules for every tensor, at TP 1, 2 and 4 (4 ranks over 2 KV heads:
-each KV head kept by a pair of ranks), and passes the C++ checks; a plan with a hole is refused
+each KV head kept by a pair of ranks), and for the MoE model at EP 1, 2 and 4 (experts absent from
+the ranks of other EP ranks, or split over the TP ranks of their own), and passes the C++ checks;
+a plan with a hole is refused
 naming the tensor. Loading only a rank's slices (shard_plan.sliced_pairs) gives the parameters that
 loading the full tensors gives, bit for bit; a use of a slice that would read bytes outside it
 raises, naming the tensor."""
@@ -29,19 +31,27 @@ class RecordedPlan(unittest.TestCase):
         return out
 
     def test_recorded_equals_hand_written(self):
-        preset = "tiny"
-        spec, tensors = model_spec(preset), self.tensors(preset)
-        for tp in (1, 2, 4):
+        cases = [("tiny", tp, 1) for tp in (1, 2, 4)]
+        cases += [("moe-tiny", tp, ep) for tp, ep in ((2, 1), (2, 2), (4, 2), (4, 4))]
+        for preset, tp, ep in cases:
+            spec, tensors = model_spec(preset), self.tensors(preset)
             plans = []
             for rank in range(tp):
-                model = TargetModel(spec, Parallel(rank, tp))
+                model = TargetModel(spec, Parallel(rank, tp, ep))
                 recorded = shard_plan.record_plan(model, tensors)
-                written = shard_plan.hand_written_plan(spec, "target", tp, rank)
+                written = shard_plan.hand_written_plan(spec, "target", tp, rank, ep)
                 self.assertEqual(sorted(recorded["tensors"]), sorted(written["tensors"]))
                 for name, entry in written["tensors"].items():
-                    self.assertEqual(recorded["tensors"][name], entry, f"tp {tp} rank {rank} {name}")
+                    where = f"{preset} tp {tp} ep {ep} rank {rank} {name}"
+                    self.assertEqual(recorded["tensors"][name], entry, where)
                 plans.append(recorded)
             shard_plan.validate_plans(spec, "target", plans)
+            if ep > 1:  # rank 0 holds expert 0 and not the last one
+                last = f"model.layers.0.mlp.experts.{spec['num_experts'] - 1}.up_proj.weight"
+                self.assertEqual(plans[0]["tensors"][last], "absent", preset)
+                self.assertNotEqual(
+                    plans[0]["tensors"]["model.layers.0.mlp.experts.0.up_proj.weight"], "absent"
+                )
 
     def test_tensor_shapes_from_an_hf_config(self):
         """The full shapes an engine's HF config implies (the SGLang plug-in checks adapters

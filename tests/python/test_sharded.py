@@ -20,6 +20,8 @@ torch_engines.require_torch()
 import torch  # noqa: E402
 from test_torch_engine import PROMPT, full_tensors, reference_generate, spec  # noqa: E402
 
+from weightcast import _weightcast  # noqa: E402
+
 SEED = 7  # test_torch_engine's: full_tensors() draws with it
 
 
@@ -58,6 +60,48 @@ def expected_worker(full, rank, tp):
 
 def nbytes(t):
     return t.numel() * t.element_size()
+
+
+def moe_full(step):
+    """moe-tiny's target tensors at `step` (the trainer's, seed SEED): tiny's attention, norms and
+    embeddings, and 8 experts per layer with a router instead of the dense MLP."""
+    out = {}
+    for name, dtype, shape, raw in _weightcast._model_tensors("moe-tiny", "target", SEED, step):
+        out[name] = (
+            torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+        )
+    return out
+
+
+def expected_moe_worker(full, rank, tp, ep):
+    """Worker `rank`'s parameters for moe-tiny at TP `tp`, EP `ep`, by torch's narrow: attention
+    as the dense model's; the router whole; EP rank p = rank // (tp / ep) holds experts
+    [p * 8 / ep, (p + 1) * 8 / ep), each split over its tp / ep ranks (gate/up rows, down columns),
+    and nothing of the others."""
+    out = {}
+    for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+        out[name] = narrowed(full, name, rank, tp)
+    group, experts = tp // ep, 8
+    per, part = experts // ep, rank % group
+    held = range(rank // group * per, (rank // group + 1) * per)
+    for i in range(spec()["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        attn = lambda n: narrowed(full, p + n, rank, tp)  # noqa: E731
+        out[p + "self_attn.qkv_proj.weight"] = torch.cat([attn(f"self_attn.{x}_proj.weight") for x in "qkv"])
+        for n in ("self_attn.o_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"):
+            out[p + n] = attn(n)
+        out[p + "mlp.gate.weight"] = full[p + "mlp.gate.weight"]
+        for e in held:
+            x = f"{p}mlp.experts.{e}."
+            rows = lambda t: t.narrow(0, part * (t.shape[0] // group), t.shape[0] // group)  # noqa: E731
+            out[x + "gate_up_proj.weight"] = torch.cat(
+                [rows(full[x + "gate_proj.weight"]), rows(full[x + "up_proj.weight"])]
+            )
+            down = full[x + "down_proj.weight"]
+            out[x + "down_proj.weight"] = down.narrow(
+                1, part * (down.shape[1] // group), down.shape[1] // group
+            )
+    return out
 
 
 HOLE = "model.layers.0.self_attn.k_proj.weight"  # sent by stage 0
@@ -119,6 +163,59 @@ class Sharded(unittest.TestCase):
                 )
                 self.assertGreaterEqual(w["bytes_received"], kept)
                 self.assertLessEqual(w["bytes_received"], bound)
+
+    def test_moe_expert_parallel(self):
+        """moe-tiny (8 experts per layer) from tp 2 x pp 2 trainer ranks to a TP-2 EP-2 torch
+        engine (each rank holds 4 experts whole and nothing of the other 4) and a TP-4 EP-2 one
+        (each pair of ranks holds 4 experts, split between them), both announcing recorded plans,
+        delta on, 5 steps, --verify. Every worker holds the torch-narrowed parameters of exactly
+        its experts, /generate matches a single process holding every expert, the draft is
+        bit-identical, and each worker received no expert it does not hold: at most its plan's
+        share of the model per step."""
+        recorded = ["--model", "moe-tiny", "--ep", "2", "--shard-plan", "recorded", "--delta"]
+        with contextlib.ExitStack() as stack:
+            tp2, tp4 = self.engine(stack, 2, recorded), self.engine(stack, 4, recorded)
+            engines = [tp2, tp4]
+            drafts = [e.params() for e in engines]
+            extra = ["--model", "moe-tiny", "--verify", "--delta", "on"]
+            code, out = torch_engines.train(engines, 5, SEED, extra)
+            self.assertEqual(code, 0, out)
+            self.assertIn("step 5/5 version 5", out)
+            self.assertIn("verified yes", out)
+            self.assertRegex(out, r"step 2/5 .*delta_buckets [1-9]")
+            full = moe_full(5)
+            from weightcast.reference.model import Parallel, TargetModel, model_spec
+
+            single = TargetModel(model_spec("moe-tiny"), Parallel())
+            single.load_weights(full.items())
+            reference = single.generate(PROMPT, 8)[len(PROMPT) :]  # the new tokens, as /generate answers
+            model = sum(nbytes(t) for t in full.values())
+            for engine, before in zip(engines, drafts):
+                plans = engine.ok("/server_info")["shard_plans"]
+                for rank, held in enumerate(engine.params()):
+                    want = expected_moe_worker(full, rank, engine.tp, 2)
+                    self.assertEqual(sorted(held["target"]), sorted(want), f"TP{engine.tp} worker {rank}")
+                    for name, t in want.items():
+                        self.assertTrue(
+                            torch.equal(held["target"][name], t), f"TP{engine.tp} worker {rank}: {name}"
+                        )
+                    for name, t in before[rank]["draft"].items():
+                        self.assertTrue(
+                            torch.equal(held["draft"][name], t), f"draft {name} changed on {rank}"
+                        )
+                    absent = [n for n, e in plans[rank]["tensors"].items() if e == "absent"]
+                    self.assertEqual(len(absent), 2 * 4 * 3, f"TP{engine.tp} worker {rank}: {absent}")
+                answer = engine.generate(PROMPT, 8)
+                self.assertEqual(answer["meta_info"]["weight_version"], "5")
+                self.assertEqual(answer["output_ids"], reference)
+                for rank, w in enumerate(engine.ok("/debug/info")["workers"]):
+                    keeps = sum(nbytes(t) for t in expected_moe_worker(full, rank, engine.tp, 2).values())
+                    print(
+                        f"TP-{engine.tp} EP-2 worker {rank}: received {w['bytes_received']} bytes in 5 "
+                        f"steps; keeps {keeps} of the target's {model}"
+                    )
+                    self.assertGreaterEqual(w["bytes_received"], keeps)
+                    self.assertLessEqual(w["bytes_received"], 5 * keeps * 1.02)
 
     def test_plans_are_checked_at_begin(self):
         """TP-2 engines announce their recorded plans (one per rank; the update of good plans is

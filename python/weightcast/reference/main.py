@@ -7,9 +7,6 @@ import sys
 
 from . import __doc__ as package_doc
 from . import guard
-from .engine import Engine
-from .routes import route_table
-from .server import make_server
 
 
 def _plan_fault(text):
@@ -25,6 +22,13 @@ def parse_args(argv):
     )
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel worker processes")
     p.add_argument("--model", default="tiny", help="weightcast model preset (sync/model/model.h)")
+    p.add_argument(
+        "--ep",
+        type=int,
+        default=1,
+        help="expert-parallel ranks of an MoE model's experts (divides --tp; EP rank p holds the "
+        "p-th block of experts, split over its tp/ep TP ranks)",
+    )
     p.add_argument(
         "--num-layers", type=int, help="override the preset's num_hidden_layers (as weightcast-train's)"
     )
@@ -105,6 +109,7 @@ def config(a):
         model = json.dumps(spec)
     return {
         "tp": a.tp,
+        "ep": a.ep,
         "model": model,
         "seed": a.seed,
         "draft": not a.no_draft,
@@ -132,10 +137,18 @@ def write_port_file(path, port):
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.ep < 1 or a.tp % a.ep:
+        print(f"weightcast.reference: --ep {a.ep} must be at least 1 and divide --tp {a.tp}", file=sys.stderr)
+        return 2
     refusal = guard.bind_refusal(a.host, a.token)
     if refusal:
         print(f"weightcast.reference: {refusal}", file=sys.stderr, flush=True)
         return 2
+    # Imported once the command line is accepted: they load torch, which takes seconds.
+    from .engine import Engine
+    from .routes import route_table
+    from .server import make_server
+
     engine = Engine(config(a))
     guards = {"token": a.token, "max_body_bytes": a.max_body_bytes, "read_timeout": a.http_timeout_ms / 1000}
     server = make_server(engine, route_table(engine), a.host, a.port, **guards)

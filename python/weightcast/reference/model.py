@@ -12,6 +12,9 @@ with the names and shapes of weightcast's model presets (sync/model/model.h). Pa
 dtype the trainer sends (bfloat16): loading is bit-exact. Forward runs in float64, so greedy
 decoding agrees between TP sizes (partial sums in other orders differ far below argmax margins).
 
+Mixture-of-experts presets (``moe-tiny``) get a router and experts split over expert-parallel
+ranks instead of the dense MLP (reference/moe.py); the draft stays dense.
+
 The EAGLE-style draft (``draft.fc``, ``draft.layers.0.*``, ``draft.norm``) is replicated. Its
 post-load processing applies weightcast's tiled shuffle (sync/model/layout.h) to its weights in
 place, as ROCm's kernels want their tiled layout, and its kernels read the weights unshuffled:
@@ -25,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _weightcast
+from .moe import MoeMlp
 
 FUSED = {  # HF name suffix -> (fused parameter, shard id)
     "self_attn.q_proj.weight": ("self_attn.qkv_proj.weight", "q"),
@@ -41,10 +45,11 @@ def model_spec(preset):
 
 
 class Parallel:
-    """This process's place in the TP group (torch.distributed, gloo) or a single process."""
+    """This process's place in the TP group (torch.distributed, gloo) or a single process, and
+    how many expert-parallel ranks the group's experts are split over (``ep`` divides ``size``)."""
 
-    def __init__(self, rank=0, size=1):
-        self.rank, self.size = rank, size
+    def __init__(self, rank=0, size=1, ep=1):
+        self.rank, self.size, self.ep = rank, size, ep
 
     def all_reduce(self, t):
         if self.size > 1:
@@ -58,6 +63,14 @@ class Parallel:
         dist.all_gather(parts, t.contiguous())
         return torch.cat(parts, dim=dim)
 
+    def all_gather_list(self, t):
+        """`t` of every rank, in rank order."""
+        if self.size == 1:
+            return [t]
+        parts = [torch.empty_like(t) for _ in range(self.size)]
+        dist.all_gather(parts, t.contiguous())
+        return parts
+
 
 def _narrow(full, dim, tp):
     size = full.shape[dim] // tp.size
@@ -65,10 +78,11 @@ def _narrow(full, dim, tp):
 
 
 class Layer(torch.nn.Module):
-    """One decoder layer's shard."""
+    """One decoder layer's shard; `moe`: experts (reference/moe.py) instead of the dense MLP."""
 
-    def __init__(self, spec, tp, dtype):
+    def __init__(self, spec, tp, dtype, moe=False):
         super().__init__()
+        self.moe = moe
         h, hd = spec["hidden_size"], spec["head_dim"]
         kv = spec["num_key_value_heads"]
         if kv % tp.size and tp.size % kv:
@@ -90,6 +104,9 @@ class Layer(torch.nn.Module):
         self.self_attn.qkv_proj.weight = p((self.heads + 2 * self.kv_heads) * hd, h)
         self.self_attn.o_proj = torch.nn.Module()
         self.self_attn.o_proj.weight = p(h, self.heads * hd)
+        if moe:
+            self.mlp = MoeMlp(spec, tp, dtype)
+            return
         self.mlp = torch.nn.Module()
         self.mlp.gate_up_proj = torch.nn.Module()
         self.mlp.gate_up_proj.weight = p(2 * ff, h)
@@ -98,6 +115,9 @@ class Layer(torch.nn.Module):
 
     def weight_loader(self, suffix, full):
         """Narrows the full HF tensor `suffix` into this rank's shard, in place."""
+        if self.moe and suffix.startswith("mlp."):
+            self.mlp.weight_loader(suffix[len("mlp.") :], full)
+            return
         part = self.shard_of(suffix, full)
         if suffix in FUSED:
             fused, start, size = self.fused_span(suffix)
@@ -162,6 +182,8 @@ class Layer(torch.nn.Module):
             out @ self._w(self.self_attn.o_proj.weight, "self_attn.o_proj.weight", lora).t()
         )
         h = rms_norm(x, self.post_attention_layernorm.weight)
+        if self.moe:
+            return x + self.mlp(h)
         gate, up = (h @ self._w(self.mlp.gate_up_proj.weight, "mlp.gate_up_proj.weight", lora).t()).chunk(
             2, dim=-1
         )
@@ -200,8 +222,10 @@ class TargetModel(torch.nn.Module):
         self.model = torch.nn.Module()
         self.model.embed_tokens = torch.nn.Module()
         self.model.embed_tokens.weight = p(v // tp.size, h)
+        first_moe = spec.get("first_k_dense_replace") or 0
         self.model.layers = torch.nn.ModuleList(
-            Layer(spec, tp, dtype) for _ in range(spec["num_hidden_layers"])
+            Layer(spec, tp, dtype, moe=bool(spec.get("num_experts")) and i >= first_moe)
+            for i in range(spec["num_hidden_layers"])
         )
         self.model.norm = torch.nn.Module()
         self.model.norm.weight = p(h)
@@ -256,6 +280,9 @@ class TargetModel(torch.nn.Module):
         gather = lambda t, dim: tp.all_gather_cat(t.contiguous().view(torch.uint8), dim).view(
             t.dtype
         )  # noqa: E731
+        gather_list = lambda t: [
+            x.view(t.dtype) for x in tp.all_gather_list(t.contiguous().view(torch.uint8))
+        ]  # noqa: E731
         out["model.embed_tokens.weight"] = gather(self.model.embed_tokens.weight.data, 0)
         for i, layer in enumerate(self.model.layers):
             p = f"model.layers.{i}."
@@ -267,10 +294,15 @@ class TargetModel(torch.nn.Module):
                     step = tp.size // layer.kv_total
                     full = full.view(tp.size, layer.hd, -1)[::step].reshape(-1, full.shape[-1])
                 out[p + f"self_attn.{name}_proj.weight"] = full
-            gate, up = layer.mlp.gate_up_proj.weight.data.chunk(2, dim=0)
-            out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gather(gate, 0), gather(up, 0)
             out[p + "self_attn.o_proj.weight"] = gather(layer.self_attn.o_proj.weight.data, 1)
-            out[p + "mlp.down_proj.weight"] = gather(layer.mlp.down_proj.weight.data, 1)
+            if layer.moe:
+                out.update(layer.mlp.hf_tensors(p + "mlp.", gather_list))
+            else:
+                gate, up = layer.mlp.gate_up_proj.weight.data.chunk(2, dim=0)
+                out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gather(gate, 0), gather(
+                    up, 0
+                )
+                out[p + "mlp.down_proj.weight"] = gather(layer.mlp.down_proj.weight.data, 1)
             out[p + "input_layernorm.weight"] = layer.input_layernorm.weight.data
             out[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight.data
         out["model.norm.weight"] = self.model.norm.weight.data

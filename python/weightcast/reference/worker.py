@@ -35,7 +35,7 @@ def _tensor(dtype, shape, raw):
 class Worker:
     def __init__(self, rank, cfg):
         self.rank, self.cfg = rank, cfg
-        self.tp = Parallel(rank, cfg["tp"])
+        self.tp = Parallel(rank, cfg["tp"], cfg.get("ep", 1))
         spec = model_spec(cfg["model"])
         self.spec = spec
         self.target = TargetModel(spec, self.tp)

@@ -13,7 +13,6 @@ import threading
 import time
 from concurrent.futures import Future
 
-from . import worker
 
 
 class WorkerError(Exception):
@@ -45,7 +44,11 @@ class Workers:
     """The worker processes and the pipes to them; call_all() runs one operation on each."""
 
     def __init__(self, cfg):
+        # Imported here, not at the top: torch loads only once workers start, so a command line
+        # the engine refuses is answered at once.
         import torch.distributed as dist
+
+        from . import worker
 
         self.cfg = cfg
         ctx = multiprocessing.get_context("spawn")
