@@ -72,4 +72,11 @@ std::vector<std::string> split_csv(const std::string& text) {
   return split_any(text, ",");
 }
 
+std::vector<std::string> with_flags(std::vector<std::string> argv, const FlagValues& flags) {
+  for (const auto& [flag, value] : flags) {
+    if (!value.empty()) argv.insert(argv.end(), {flag, value});
+  }
+  return argv;
+}
+
 }  // namespace weightcast::launcher

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace weightcast::launcher {
@@ -21,5 +22,10 @@ std::vector<std::string> split_any(const std::string& text, std::string_view sep
 
 // "a,b,c" -> {"a","b","c"}; empty items are dropped.
 std::vector<std::string> split_csv(const std::string& text);
+
+// A child's command line: `argv`, then each flag of `flags` followed by its value; a flag whose
+// value is empty is left out.
+using FlagValues = std::vector<std::pair<std::string, std::string>>;
+std::vector<std::string> with_flags(std::vector<std::string> argv, const FlagValues& flags);
 
 }  // namespace weightcast::launcher

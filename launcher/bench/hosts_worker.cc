@@ -18,6 +18,7 @@
 #include "comm/store/tcp_store.h"
 #include "launcher/bench/hosts.h"
 #include "launcher/bench/hosts_shard.h"
+#include "launcher/cli_util.h"
 
 namespace weightcast::launcher {
 
@@ -113,34 +114,21 @@ std::vector<std::string> hosts_worker_argv(const std::string& self, const HostsW
   std::string backends, tps;
   for (const auto& b : w.backends) backends += (backends.empty() ? "" : ",") + b;
   for (int tp : w.shard_tps) tps += (tps.empty() ? "" : ",") + std::to_string(tp);
-  std::vector<std::string> argv = {self,
-                                   "hosts-worker",
-                                   "--rank",
-                                   std::to_string(w.rank),
-                                   "--size",
-                                   std::to_string(w.size),
-                                   "--bind",
-                                   w.bind_address,
-                                   "--store-host",
-                                   w.store_host,
-                                   "--store-port",
-                                   std::to_string(w.store_port),
-                                   "--bytes",
-                                   std::to_string(w.bytes),
-                                   "--iters",
-                                   std::to_string(w.iters),
-                                   "--chunk-bytes",
-                                   std::to_string(w.chunk_bytes),
-                                   "--in-flight",
-                                   std::to_string(w.chunks_in_flight),
-                                   "--timeout-ms",
-                                   std::to_string(w.timeout_ms),
-                                   w.single_copy ? "--single-copy=1" : "--single-copy=0",
-                                   "--bucket-bytes",
-                                   std::to_string(w.bucket_bytes)};
-  if (!backends.empty()) argv.insert(argv.end(), {"--backends", backends});
-  if (!tps.empty()) argv.insert(argv.end(), {"--shard-tps", tps});
-  return argv;
+  // Empty lists (no backends, no TP sizes) are left out.
+  return with_flags({self, "hosts-worker"}, {{"--rank", std::to_string(w.rank)},
+                                             {"--size", std::to_string(w.size)},
+                                             {"--bind", w.bind_address},
+                                             {"--store-host", w.store_host},
+                                             {"--store-port", std::to_string(w.store_port)},
+                                             {"--bytes", std::to_string(w.bytes)},
+                                             {"--iters", std::to_string(w.iters)},
+                                             {"--chunk-bytes", std::to_string(w.chunk_bytes)},
+                                             {"--in-flight", std::to_string(w.chunks_in_flight)},
+                                             {"--timeout-ms", std::to_string(w.timeout_ms)},
+                                             {"--single-copy", w.single_copy ? "1" : "0"},
+                                             {"--bucket-bytes", std::to_string(w.bucket_bytes)},
+                                             {"--backends", backends},
+                                             {"--shard-tps", tps}});
 }
 
 }  // namespace weightcast::launcher
