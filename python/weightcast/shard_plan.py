@@ -6,7 +6,9 @@ narrows compose), the whole tensor (replicated), or nothing (absent, e.g. an exp
 rank holds). That is how an engine can announce its plan without a hand-written table; the
 result has the JSON shape of sync/model/shard_plan.h, and ``hand_written_plan`` gives the C++
 rules for comparison. Placeholders are created one at a time, so recording holds at most one
-full tensor besides the model.
+full tensor besides the model. ``record_live_plan`` records from a model that is serving: its
+parameters and the placeholders live on the meta device for the recording (as vLLM's layerwise
+reload keeps parameters between its two calls), so nothing is allocated and no weight changes.
 
 ``sliced_pairs`` is the other direction, for a rank that receives only its slices: each slice goes
 to ``load_weights`` as ``as_full(slice, full_shape, entry)``, which stands in for the full tensor
@@ -59,20 +61,43 @@ class _Origin:
             raise ValueError(f"tensor '{self.name}': loaded as {self.plan[self.name]} and as {entry}")
 
 
-def record_plan(model, tensors):
+def record_plan(model, tensors, device="cpu"):
     """The plan ``model.load_weights`` follows for ``tensors`` ([(name, shape, dtype)]): a dict
-    {"tensors": {name: {"dim", "offset", "length"} | "replicated" | "absent"}}."""
+    {"tensors": {name: {"dim", "offset", "length"} | "replicated" | "absent"}}. Placeholders are
+    made on `device`."""
     plan = {}
 
     def placeholders():
         for name, shape, dtype in tensors:
-            t = torch.zeros(shape, dtype=dtype).as_subclass(_Traced)
+            t = torch.zeros(shape, dtype=dtype, device=device).as_subclass(_Traced)
             t._wc = _Origin(name, list(shape), plan)
             yield name, t
 
     with torch.no_grad():
         model.load_weights(placeholders())
     return {"tensors": {name: plan.get(name, "absent") for name, _, _ in tensors}}
+
+
+def record_live_plan(model, tensors):
+    """``record_plan`` on a model that serves: while its ``load_weights`` runs on meta
+    placeholders, every module's parameters are meta stand-ins of the same class, shape and
+    attributes (a loader's ``weight_loader`` included), put back afterwards (on failure too). The
+    recording allocates nothing, and a loader that reaches a real parameter some other way fails
+    (a meta tensor cannot be copied out) instead of writing into it."""
+    held = []
+    try:
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is None:
+                    continue
+                stand_in = type(p).__new__(type(p), torch.empty_like(p.data, device="meta"))
+                stand_in.__dict__.update(p.__dict__)
+                held.append((module, name, p))
+                module._parameters[name] = stand_in
+        return record_plan(model, tensors, device="meta")
+    finally:
+        for module, name, p in held:
+            module._parameters[name] = p
 
 
 class _Full(torch.Tensor):
@@ -254,14 +279,37 @@ def config_shape_of(get_config):
     return shape_of
 
 
-def _config_shapes(config):
+def _config_dict(config):
+    """An HF config (a PretrainedConfig, or any object or dict with its keys) as a dict."""
     spec = config.to_dict() if hasattr(config, "to_dict") else config
     if spec is not None and not isinstance(spec, dict):
         spec = vars(spec)
+    return dict(spec) if spec else {}
+
+
+def record_config_plan(model, config):
+    """(plan, full shapes) of a serving engine rank whose HF config is `config`: the model's
+    ``load_weights`` recorded on meta stand-ins (``record_live_plan``, no weight touched) over the
+    tensors the config implies, in the model's dtype, and the draft's tensors whole. Tensors the
+    config does not imply are not in the plan: the trainer sends them whole. Raises ValueError
+    when the config implies no tensors, or whatever the loader raises on meta tensors."""
+    spec = _config_dict(config)
+    shapes = _config_shapes(spec)
+    if not shapes:
+        raise ValueError("the HF config implies no weight shapes")
+    dtype = next(model.parameters()).dtype
+    plan = record_live_plan(model, [(name, tuple(shape), dtype) for name, shape in shapes.items()])
+    draft = tensor_shapes(spec, "draft")
+    plan["tensors"].update({name: "replicated" for name in draft})
+    return plan, {**shapes, **draft}
+
+
+def _config_shapes(config):
+    spec = _config_dict(config)
     if not spec:
         return {}
     try:
-        return tensor_shapes(dict(spec))
+        return tensor_shapes(spec)
     except Exception as e:
         logging.getLogger(__name__).warning("weightcast: no weight shapes from the HF config: %s", e)
         return {}

@@ -30,6 +30,9 @@ is a test under tests/upstream/vllm/):
    ``weightcast_update(body)``, ``weightcast_commit(version)``, ``weightcast_abort(reason)``,
    ``weightcast_destroy(group)``, ``weightcast_version()`` (arguments are JSON text: vLLM passes
    strings only; every method is prefixed, because newer workers define ``update_weights``).
+   ``weightcast_shard_plan()`` answers the worker's shard plan (docs/sharding.md), recorded from
+   the target's own ``load_weights`` on meta stand-ins: the trainer then sends each worker only
+   its slices, which the target slot hands to ``load_weights`` as the full tensors they stand for.
    Runners: ``target`` (``model_runner.model``) and ``draft`` (``model_runner.drafter.model``,
    where the engine runs one). As through vLLM's own API, a round updates one model: selector
    ``draft`` the draft, ``target`` or ``all`` the target.
@@ -126,6 +129,9 @@ class _ModelSlot:
         self.device = device
         self.model = self.model_config = None
         self.open = self.touched = False
+        # This worker's shard plan and the full shapes it slices, once announced: tensors that
+        # arrive as slices are loaded as the full tensors they stand for (shard_plan.sliced_pairs).
+        self.plan = self.full_shapes = None
 
     def bind(self, model, model_config):
         self.model, self.model_config = model, model_config
@@ -143,6 +149,10 @@ class _ModelSlot:
         alone = not self.open
         if alone:
             self.begin()
+        if self.plan is not None:
+            from .shard_plan import sliced_pairs
+
+            pairs = sliced_pairs(pairs, self.plan, self.full_shapes)
         try:
             loaded = self.model.load_weights(iter(pairs))
         except BaseException:
@@ -410,7 +420,10 @@ class WeightcastWorkerExtension:
                 keep_delta_base=bool(_json(keep_delta_base)),
                 **_tp_place(self.vllm_config.parallel_config, self.device),
             )
-            self._weightcast = rank
+            self._weightcast, self._weightcast_slots = rank, slots
+            slots["target"].plan, slots["target"].full_shapes = getattr(
+                self, "_weightcast_plan", (None, None)
+            )
         _drop_stale_round(rank)
         return _answer(rank.init_group(_json(body))[1], rank)
 
@@ -474,6 +487,33 @@ class WeightcastWorkerExtension:
     def weightcast_destroy(self, group_name="weight_update_group"):
         rank = self._weightcast_rank()
         return _answer(rank.destroy_group(group_name)[1], rank)
+
+    def weightcast_shard_plan(self):
+        """This worker's shard plan for the trainer (docs/sharding.md), recorded once; where the
+        target's loader cannot be followed on meta tensors, no plan (``"plan": None``, the reason
+        in the message), and the worker receives whole tensors."""
+        from .shard_plan import record_config_plan
+
+        recorded = getattr(self, "_weightcast_plan", None)
+        if recorded is None:
+            try:
+                config = getattr(self.vllm_config.model_config, "hf_config", None)
+                recorded = record_config_plan(self.model_runner.model, config)
+            except Exception as e:
+                logger.warning("weightcast: no shard plan: %s", e)
+                return {"success": True, "message": f"no shard plan: {e}", "plan": None}
+            self._weightcast_plan = recorded
+            slots = getattr(self, "_weightcast_slots", None)
+            if slots is not None:  # joined before the plan was asked for
+                slots["target"].plan, slots["target"].full_shapes = recorded
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return {
+            "success": True,
+            "message": "shard plan",
+            "plan": recorded[0],
+            "engine_rank": get_tensor_model_parallel_rank(),
+        }
 
     def weightcast_version(self):
         rank = getattr(self, "_weightcast", None)

@@ -56,6 +56,20 @@ std::vector<ShardPlan> announced_shard_plans(const std::string& url,
                                   std::to_string(rank) + " is refused: " + e.what());
     }
   }
+  // A tensor every rank says absent is one the loader skips: as if no plan named it.
+  if (plans.empty()) return plans;
+  std::vector<std::string> skipped;
+  for (const auto& [name, slice] : plans[0].tensors) {
+    if (std::all_of(plans.begin(), plans.end(), [&name](const ShardPlan& p) {
+          const TensorSlice* s = p.find(name);
+          return s != nullptr && s->kind == TensorSlice::Kind::kAbsent;
+        })) {
+      skipped.push_back(name);
+    }
+  }
+  for (auto& plan : plans) {
+    for (const auto& name : skipped) plan.tensors.erase(name);
+  }
   return plans;
 }
 
@@ -63,10 +77,14 @@ void check_shard_plans(const std::string& url, std::span<const ShardPlan> plans,
                        std::span<const TensorMeta> tensors) {
   if (plans.empty()) return;
   std::vector<ShardPlan> narrowed(plans.size());
-  for (std::size_t rank = 0; rank < plans.size(); ++rank) {
-    for (const TensorMeta& t : tensors) {
-      if (const TensorSlice* s = plans[rank].find(t.name))
-        narrowed[rank].tensors.emplace(t.name, *s);
+  for (const TensorMeta& t : tensors) {
+    const bool named = std::any_of(plans.begin(), plans.end(),
+                                   [&](const ShardPlan& p) { return p.find(t.name) != nullptr; });
+    for (std::size_t rank = 0; rank < plans.size(); ++rank) {
+      const TensorSlice* s = plans[rank].find(t.name);
+      if (s != nullptr || !named) {
+        narrowed[rank].tensors.emplace(t.name, s != nullptr ? *s : TensorSlice::replicated());
+      }
     }
   }
   try {

@@ -29,13 +29,18 @@ void check_takes_adapters(const std::string& url, const ServerInfoResponse& info
 
 // The shard plans the engine at `url` announced (ServerInfoResponse::shard_plans; none: empty),
 // parsed; comm::BadRequestError naming the engine and the plan's rank for one that does not parse.
+// A tensor every rank's plan says absent (one its loader skips, e.g. a tied lm_head) is left out
+// of them all, so it goes whole (check_shard_plans) instead of being refused as kept by no rank.
 std::vector<ShardPlan> announced_shard_plans(const std::string& url,
                                              const ServerInfoResponse& info);
 
 // The plans of the engine at `url` (rank i's at index i) describe `tensors`, the tensors one
 // stage sends it (validate_shard_plans() on each plan narrowed to those names: a plan may name
-// tensors another stage or runner sends). comm::BadRequestError naming the engine and the tensor
-// otherwise: a plan that misses one, slices outside it, or overlaps another rank's slice.
+// tensors another stage or runner sends). A tensor no rank's plan names goes whole to every rank:
+// a plan recorded over the tensors an HF config implies need not know every tensor a loader
+// takes.
+// comm::BadRequestError naming the engine and the tensor otherwise: a plan that misses one
+// another rank's names, slices outside it, or overlaps another rank's slice.
 void check_shard_plans(const std::string& url, std::span<const ShardPlan> plans,
                        std::span<const TensorMeta> tensors);
 

@@ -7,9 +7,9 @@
 // class: every rank receives every tensor whole, as without sharding.
 // SliceSource makes a class's tensors out of a stage's full tensors: a slice packed into memory
 // this object keeps between updates (sync/model/shard_plan.h pack_slice(), one memcpy per
-// contiguous run), a replicated tensor borrowed as it is, an absent one left out. Each slice is
-// packed when the sender first asks for the tensor's bytes (BucketSendOptions::await_tensor), so
-// packing overlaps the broadcast of earlier buckets.
+// contiguous run), a replicated tensor (or one the plan does not name) borrowed as it is, an absent
+// one left out. Each slice is packed when the sender first asks for the tensor's bytes
+// (BucketSendOptions::await_tensor), so packing overlaps the broadcast of earlier buckets.
 // Lifetime: a SliceSource's tensors() view its own memory and the full tensors it was given;
 // both must outlive the send. Threading: ShardClass values are plain; SliceSource::await() may be
 // called from several threads at once (the sender's packer and digest threads).

@@ -14,7 +14,8 @@ struct ShardedStage::ClassGroup {
   std::unique_ptr<WeightGroup> group;
   SliceSource source;
   std::shared_ptr<PackBuffers> buffers = std::make_shared<PackBuffers>();
-  std::map<std::string, std::unique_ptr<DeltaSource>> deltas;  // "" base, else adapter name
+  std::map<std::string, std::unique_ptr<DeltaSource>>
+      deltas;  // "": sliced base weights; "whole"; "adapter NAME"
 
   std::vector<EngineApi*> members(std::span<EngineApi* const> engines,
                                   const std::function<bool(std::size_t)>& alive) const {
@@ -72,7 +73,7 @@ BucketSendResult ShardedStage::send(const UpdateSession& session,
                                     std::span<EngineApi* const> engines,
                                     std::span<const NamedTensor> tensors, BucketSendOptions options,
                                     const std::function<std::size_t(std::size_t)>& slot,
-                                    const std::string& adapter) {
+                                    const std::string& adapter, bool whole) {
   WC_ENFORCE(!groups_.empty(), "ShardedStage::ensure() first");
   BucketSendResult result;
   std::unordered_map<std::string, const NamedTensor*> by_name;
@@ -81,14 +82,15 @@ BucketSendResult ShardedStage::send(const UpdateSession& session,
   std::vector<std::future<BucketSendResult>> sends;
   for (auto& g : groups_) {
     BucketSendOptions opts = options;
-    const auto part = g->source.reset(g->cls, tensors, await_full, !adapter.empty());
+    const auto part = g->source.reset(g->cls, tensors, await_full, whole || !adapter.empty());
     opts.await_tensor = [source = &g->source](const std::string& name, comm::Deadline d) {
       source->await(name, d);
     };
     opts.pack_buffers = g->buffers;
     opts.delta = nullptr;
     if (delta_ != DeltaMode::kOff) {
-      auto& source = g->deltas[adapter];
+      // Bases of whole tensors apart from the sliced ones: a name may travel either way.
+      auto& source = g->deltas[!adapter.empty() ? "adapter " + adapter : whole ? "whole" : ""];
       if (!source) source = std::make_unique<DeltaSource>(codec_, delta_);
       opts.delta = source.get();
     }

@@ -45,12 +45,14 @@ class ShardedStage : comm::NonCopyable {
               const std::function<bool(std::size_t)>& alive);
 
   // Sends `tensors` to every class (see above). `slot(e)`: engine e's member index in `session`.
-  // `adapter`: the adapter's name in an adapter session (tensors go whole), else empty. Unless
-  // delta updates are off, each class uses its own base for that name.
+  // `adapter`: the adapter's name in an adapter session (tensors go whole), else empty; `whole`:
+  // every tensor goes whole anyway (a session that updates the draft alone). Unless delta
+  // updates are off, each class keeps its own bases per adapter name, and for whole tensors
+  // apart from sliced ones.
   BucketSendResult send(const UpdateSession& session, std::span<EngineApi* const> engines,
                         std::span<const NamedTensor> tensors, BucketSendOptions options,
                         const std::function<std::size_t(std::size_t)>& slot,
-                        const std::string& adapter);
+                        const std::string& adapter, bool whole = false);
 
   // Every class group's members that are alive leave it; the groups are torn down.
   void destroy(std::span<EngineApi* const> engines, const std::function<bool(std::size_t)>& alive);

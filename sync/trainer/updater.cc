@@ -209,7 +209,11 @@ BucketSendResult DistributedUpdater::send_stage(
   }
   ShardedStage* const sharded = groups_.sharded(stage);
   WC_ENFORCE(chain.empty() || groups_.group(stage) || sharded, "ensure_group(", stage, ") first");
-  if (sharded && !session.adapter()) {
+  // Plans describe how the target's loader narrows the base weights: an adapter session, or
+  // one that updates the draft alone, sends its tensors whole (a draft may keep a target tensor,
+  // lm_head, whole while the target slices it), so its tensors are not checked against them.
+  const bool whole = session.adapter() || session.selector() == Selector::kDraft;
+  if (sharded && !whole) {
     if (BucketSendResult refused = check_plans(tensors); !refused.ok) return refused;
   }
   BucketSendOptions opts = options_.buckets;
@@ -249,7 +253,7 @@ BucketSendResult DistributedUpdater::send_stage(
                                       members.begin());
     };
     result = sharded->send(session, engine_ptrs_, tensors, std::move(opts), slot,
-                           session.adapter().value_or(""));
+                           session.adapter().value_or(""), whole);
   } else {
     WeightGroup& group = *groups_.group(stage);
     result = send_buckets(session, group.name(), group.comm(), chain, tensors, opts, chain_slots);

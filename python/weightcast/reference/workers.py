@@ -14,7 +14,6 @@ import time
 from concurrent.futures import Future
 
 
-
 class WorkerError(Exception):
     """A failure to answer the client with: `status` is the HTTP status, `info` the worker's
     report ({"status", "message", ...})."""

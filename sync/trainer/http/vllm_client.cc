@@ -114,6 +114,23 @@ VllmWayIn read_vllm_way_in(std::string_view body) {
                           std::string(kExtension) + " (python/weightcast/vllm.py)");
 }
 
+std::vector<std::string> read_vllm_shard_plans(const std::vector<nlohmann::json>& answers,
+                                               int rank_count) {
+  if (rank_count < 1 || answers.size() != static_cast<std::size_t>(rank_count)) return {};
+  std::vector<std::string> out(answers.size());
+  for (const Json& a : answers) {
+    const Json* plan = member(a, "plan");
+    const Json* rank = member(a, "engine_rank");
+    if (plan == nullptr || !plan->is_object() || rank == nullptr || !rank->is_number_integer()) {
+      return {};
+    }
+    const auto r = rank->get<std::int64_t>();
+    if (r < 0 || r >= rank_count || !out[static_cast<std::size_t>(r)].empty()) return {};
+    out[static_cast<std::size_t>(r)] = plan->dump();
+  }
+  return out;
+}
+
 std::string vllm_load_lora_body(const std::string& lora_name, const std::string& path) {
   return Json{{"lora_name", lora_name}, {"lora_path", path}, {"load_inplace", true}}.dump();
 }
@@ -217,8 +234,19 @@ ServerInfoResponse VllmDialect::server_info(std::string_view first_answer) {
   way_in_ = read_vllm_way_in(body);
   if (way_in_ == VllmWayIn::kWorkerExtension) info.message = "vllm (worker extension)";
   info.lora = way_in_ == VllmWayIn::kWorkerExtension && read_vllm_lora_enabled(body);
+  if (way_in_ == VllmWayIn::kWorkerExtension) info.shard_plans = shard_plans(info.rank_count);
   info.weight_version = weight_version("default");
   return info;
+}
+
+std::vector<std::string> VllmDialect::shard_plans(int rank_count) {
+  std::vector<Json> answers;
+  try {
+    answers = rpc_succeeded("weightcast_shard_plan", {}, data_timeout_);
+  } catch (const comm::Error&) {
+    return {};  // an extension without plans (older), or a worker that failed to answer
+  }
+  return read_vllm_shard_plans(answers, rank_count);
 }
 
 BasicResponse VllmDialect::health() {

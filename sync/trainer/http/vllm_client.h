@@ -21,7 +21,9 @@
 //                                 update_weights", from a worker whose round a failure ended).
 //   pause_generation           -> POST /pause?mode=abort|wait|keep; continue -> POST /resume
 //   flush_cache                -> POST /reset_prefix_cache
-//   server_info                -> GET /server_info (vllm_config), /get_world_size, /weight_info
+//   server_info                -> GET /server_info (vllm_config), /get_world_size, /weight_info;
+//                                 through the worker extension also the workers' shard plans
+//                                 (weightcast_shard_plan, docs/sharding.md)
 //   destroy_weights_update_group, release_lease: nothing to call (vLLM serves no such route).
 // Worker extension (builds that cannot host the backend: `--worker-extension-cls
 // weightcast.vllm.WeightcastWorkerExtension`, detected from parallel_config.worker_extension_cls):
@@ -85,6 +87,11 @@ std::string vllm_pause_route(PauseMode mode);
 // `weightcast` announce. comm::ConfigError when the config names another weight-transfer backend
 // or a tensor_parallel_size other than the world size (PP or DP workers would share TP ranks).
 ServerInfoResponse read_vllm_server_info(std::string_view body, int world_size);
+// The shard plans of the workers' weightcast_shard_plan answers ({"plan", "engine_rank"}), rank
+// r's at index r (docs/sharding.md); empty, so the engine receives whole tensors, unless there
+// are `rank_count` answers, each with a plan object, one per rank.
+std::vector<std::string> read_vllm_shard_plans(const std::vector<nlohmann::json>& answers,
+                                               int rank_count);
 // The "detail" text of a FastAPI error answer ({"detail": "..."}), if that is what `body` is.
 std::optional<std::string> read_vllm_detail(std::string_view body);
 
@@ -126,6 +133,9 @@ class VllmDialect {
                                             comm::Millis timeout);
   BasicResponse rpc_answer(const std::string& method, const std::vector<std::string>& args,
                            comm::Millis timeout);
+  // The workers' shard plans through the extension (read_vllm_shard_plans); empty when the
+  // extension records none (its loader could not be followed, or it predates plans).
+  std::vector<std::string> shard_plans(int rank_count);
   // The adapter round's commit: the workers write it, vLLM loads it from there.
   void commit_adapter(const std::string& lora_name, const std::vector<std::string>& args,
                       EndWeightUpdateResponse& out);

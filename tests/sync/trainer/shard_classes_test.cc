@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/errors.h"
+#include "sync/trainer/engine_checks.h"
 
 namespace weightcast::sync::trainer {
 namespace {
@@ -71,6 +73,42 @@ TEST(ShardClasses, ASliceSourcePacksSlicesOnDemandAndBorrowsTheRest) {
   // The full class takes everything whole too.
   part = source.reset(ShardClass{"full", true, {}, {}}, full, nullptr, false);
   EXPECT_EQ(part.size(), 3u);
+  // A tensor the plan does not name goes whole.
+  cls.plan.tensors.erase("norm");
+  part = source.reset(cls, full, nullptr, false);
+  ASSERT_EQ(part.size(), 2u);
+  EXPECT_EQ(part[1].bytes.data(), full[1].bytes.data());
+}
+
+// At begin: a tensor no rank's plan names goes whole to every rank; one that only some ranks'
+// plans name is a hole, refused naming the engine and the tensor.
+TEST(ShardClasses, PlansAreCheckedAgainstTheTensorsSent) {
+  // Announced: a tensor every rank says absent is left out of them all (so it goes whole).
+  ServerInfoResponse info;
+  for (std::int64_t offset : {0, 2}) {
+    ShardPlan p = plan(offset);
+    p.tensors["skipped"] = TensorSlice::absent();
+    info.shard_plans.push_back(to_json(p).dump());
+  }
+  const auto announced = announced_shard_plans("http://e", info);
+  ASSERT_EQ(announced.size(), 2u);
+  EXPECT_EQ(announced[0].find("skipped"), nullptr);
+  EXPECT_EQ(announced[1].find("expert")->kind, TensorSlice::Kind::kAbsent);  // rank 0 keeps it
+  const std::vector<TensorMeta> tensors = {{"w", DType::kFloat32, {4, 3}},
+                                           {"norm", DType::kFloat32, {3}},
+                                           {"expert", DType::kFloat32, {5}},
+                                           {"q_norm", DType::kFloat32, {3}}};
+  std::vector<ShardPlan> plans = {plan(0), plan(2)};
+  EXPECT_NO_THROW(check_shard_plans("http://e", plans, tensors));
+  plans[1].tensors.erase("norm");
+  try {
+    check_shard_plans("http://e", plans, tensors);
+    FAIL() << "a plan with a hole was accepted";
+  } catch (const comm::BadRequestError& e) {
+    EXPECT_NE(std::string(e.what()).find("engine http://e: shard plan refused"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("norm"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShardClasses, ModeNames) {

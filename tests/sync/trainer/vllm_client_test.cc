@@ -86,6 +86,13 @@ class VllmLike {
           // The extension's commit of an adapter round: worker 0 answers where it wrote it.
           if (call["method"] == "weightcast_commit") first["lora_path"] = "/adapters/policy-1";
           if (!worker0_digest.empty()) first["lora_digest"] = worker0_digest;
+          if (call["method"] == "weightcast_shard_plan" && announce_plans) {
+            // Answers in another order than the ranks': each names its own.
+            first["plan"] = {{"tensors", {{"model.norm.weight", "replicated"}, {"w", "r1"}}}};
+            first["engine_rank"] = 1;
+            one["plan"] = {{"tensors", {{"model.norm.weight", "replicated"}, {"w", "r0"}}}};
+            one["engine_rank"] = 0;
+          }
           res.set_content(Json{{"results", {first, one}}}.dump(), "application/json");
           return;
         }
@@ -106,7 +113,8 @@ class VllmLike {
   std::string version = "default";
   bool fail_updates = false;
   bool raise_on_abort = false;
-  bool lora_route = true;  // VLLM_ALLOW_RUNTIME_LORA_UPDATING
+  bool lora_route = true;       // VLLM_ALLOW_RUNTIME_LORA_UPDATING
+  bool announce_plans = false;  // the workers answer weightcast_shard_plan with plans
   // What the workers answer an adapter round's begin as the adapter they hold ("": none), and
   // a digest worker 0 answers instead of the others' ("": the same).
   std::string held_version, held_digest, worker0_digest;
@@ -416,20 +424,44 @@ TEST(VllmClient, TheWorkerExtensionIsDrivenThroughCollectiveRpc) {
     calls.push_back(bodies.back()["method"]);
   }
   const std::vector<std::string> expected = {
-      "weightcast_version", "weightcast_init",    "weightcast_begin", "weightcast_update",
-      "weightcast_commit",  "weightcast_version", "weightcast_begin", "weightcast_abort"};
+      "weightcast_shard_plan", "weightcast_version", "weightcast_init",
+      "weightcast_begin",      "weightcast_update",  "weightcast_commit",
+      "weightcast_version",    "weightcast_begin",   "weightcast_abort"};
   EXPECT_EQ(calls, expected);
   // vLLM passes string arguments only: our bodies travel as JSON text.
-  EXPECT_EQ(Json::parse(bodies[1]["args"][0].get<std::string>())["master_port"], 29500);
-  EXPECT_EQ(bodies[2]["args"], Json::array({"draft"}));
-  const Json update = Json::parse(bodies[3]["args"][0].get<std::string>());
+  EXPECT_EQ(Json::parse(bodies[2]["args"][0].get<std::string>())["master_port"], 29500);
+  EXPECT_EQ(bodies[3]["args"], Json::array({"draft"}));
+  const Json update = Json::parse(bodies[4]["args"][0].get<std::string>());
   EXPECT_EQ(update["names"], Json::array({"model.norm.weight"}));
   EXPECT_FALSE(update.contains("session_id"));
-  EXPECT_EQ(bodies[4]["args"], Json::array({"5"}));
+  EXPECT_EQ(bodies[5]["args"], Json::array({"5"}));
   for (const auto& s : v.seen()) {
     EXPECT_NE(s.target, "/start_weight_update");
     EXPECT_NE(s.target, "/update_weights");
   }
+}
+
+// Shard plans come through the extension, one per worker, ordered by the rank each names; a
+// worker without a plan (its loader could not be followed, or an older extension) means none.
+TEST(VllmClient, TheExtensionsShardPlansAreAnnouncedInRankOrder) {
+  VllmLike v(kExtensionInfo);
+  EngineClient without(v.url(), testing::fast_client_options());
+  EXPECT_TRUE(without.server_info().shard_plans.empty());
+  v.announce_plans = true;
+  EngineClient client(v.url(), testing::fast_client_options());
+  const auto info = client.server_info();
+  ASSERT_EQ(info.shard_plans.size(), 2u);
+  EXPECT_EQ(Json::parse(info.shard_plans[0])["tensors"]["w"], "r0");
+  EXPECT_EQ(Json::parse(info.shard_plans[1])["tensors"]["w"], "r1");
+
+  const Json plan = {{"tensors", Json::object()}};
+  const std::vector<Json> two = {{{"plan", plan}, {"engine_rank", 0}},
+                                 {{"plan", plan}, {"engine_rank", 1}}};
+  EXPECT_EQ(read_vllm_shard_plans(two, 2).size(), 2u);
+  EXPECT_TRUE(read_vllm_shard_plans(two, 3).empty());               // a worker did not answer
+  EXPECT_TRUE(read_vllm_shard_plans({two[0], two[0]}, 2).empty());  // one rank twice
+  EXPECT_TRUE(read_vllm_shard_plans({two[0], {{"plan", nullptr}, {"engine_rank", 1}}}, 2).empty());
+  EXPECT_TRUE(read_vllm_shard_plans({two[0], {{"plan", plan}, {"engine_rank", 2}}}, 2).empty());
 }
 
 TEST(VllmClient, AdapterRoundsGoThroughTheExtensionAndVllmsRuntimeLoraRoute) {

@@ -115,7 +115,9 @@ def report(worker, path):
         saved["draft"] = runner.drafter.model.logical()
         models["draft"] = runner.drafter.model
     torch.save(saved, os.path.join(path, f"rank{worker.rank}.pt"))
+    rank = getattr(worker, "_weightcast", None)
     return {
+        "bytes_received": rank.receiver.bytes_received if rank is not None else 0,
         "processed": {k: getattr(m, "standin_processed", 0) for k, m in models.items()},
         "reloading": [k for k, m in models.items() if getattr(m, "standin_reloading", False)],
         "active": worker._weight_update_active,

@@ -11,8 +11,11 @@ after it was received: the trainer aborts) followed by a normal one, a round who
 then a last normal round, through the backend one round in vLLM's ipc shape, and adapter
 rounds in the main cell (lora_rounds: through the extension vLLM's run-time LoRA loads what
 weightcast committed; through the backend the trainer refuses the engine; the stand-in's LoRA
-pieces do not differ between the cells, so the others do not repeat them). After each round, every worker's target and draft are compared bit
-for bit with the generator's tensors they must hold, post-processing must have run once per
+pieces do not differ between the cells, so the others do not repeat them). Through the
+extension the workers announce shard plans recorded from the harness model's own loader, so
+every target round sends each worker its slices only (checked by the bytes each received after
+the first round); draft and adapter rounds go whole. After each round, every worker's target and
+draft are compared bit for bit with the generator's tensors they must hold, post-processing must have run once per
 model the round loaded and never on the other, and no worker may be left inside an update.
 Where the version cannot host the backend, starting vLLM with it must fail with the plug-in's
 message naming the minimum version. Expectations are computed here from the generator, not
@@ -215,6 +218,21 @@ def check(engine, tmp, expect, what):
     print(f"ok  {what}: target {expect.target}, draft {expect.draft}, processed {expect.processed}")
 
 
+def sliced(engine, tmp):
+    """Through the extension the workers announce shard plans recorded from the harness model's
+    own loader (weightcast_shard_plan): after the first round each worker has received exactly
+    what it keeps of the target (its slices and the replicated norms), about half of it, not the
+    whole; check() has shown that what it keeps is right."""
+    full = sum(t.numel() * t.element_size() for _, t in harness_model.generator_tensors("target", SEED, 1))
+    answers = engine.call("/standin/call", {"method": "report", "args": [tmp]})["results"]
+    for rank, answer in enumerate(answers):
+        held = torch.load(os.path.join(tmp, f"rank{rank}.pt"))["target"]
+        keeps = sum(t.numel() * t.element_size() for t in held.values())
+        got = answer["bytes_received"]
+        assert keeps <= got <= keeps * 1.02, f"worker {rank} received {got} bytes, keeps {keeps} of {full}"
+        print(f"ok  extension: worker {rank} received {got} bytes of the target's {full} (keeps {keeps})")
+
+
 def which(held, name):
     """Diagnosis of a mismatch: the generator step the tensor matches, if any."""
     for seed in range(SEED, SEED + 5):
@@ -265,6 +283,8 @@ def rounds(engine, tmp, way):
     must(train(engine, SEED, 1), f"{way}: normal round", "flavor vllm", "selector target")
     e.target, e.processed["target"] = (SEED, 1), 1
     check(engine, tmp, e, f"{way}: normal round")
+    if way == "extension":
+        sliced(engine, tmp)
     if way == "backend":
         refusals(engine)
 
