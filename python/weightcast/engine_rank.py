@@ -134,19 +134,25 @@ class EngineRank:
         """One bucket request; with no session open it is its own sessionless update, committed
         at once (the Receiver's session state says which, nothing here keeps it)."""
         body = json.loads(body) if isinstance(body, str) else body
+        return True, f"received {self._in_round(body, self.receiver.receive)} bytes"
+
+    def _in_round(self, body, receive):
+        """receive(body) in the open session; with none open, in a sessionless one of its own:
+        begun for the body's selector, committed at once with its weight_version, aborted when
+        the receive fails. Answers what receive answered."""
         token = None
         if not self.receiver.in_session:
             token = self.receiver.begin(body.get("selector", "all"), sessionless=True)["session_id"]
             body = dict(body, session_id=token)
         try:
-            size = self.receiver.receive(body)
+            size = receive(body)
         except Exception:
             if token is not None:
                 self.receiver.abort("bucket failed")
             raise
         if token is not None:
             self.receiver.commit(body.get("weight_version"), session_id=token)
-        return True, f"received {size} bytes"
+        return size
 
     def update_segment(self, body, handle_token=None):
         """One colocated bucket (update_weights_from_tensor, weightcast's segment form), inside
@@ -156,9 +162,14 @@ class EngineRank:
 
     def update_pickled(self, body):
         """One colocated bucket in the pickled form SGLang and Miles send (weightcast.pickled:
-        read only when opted in), inside the open session: this rank decodes its own entry."""
+        read only when opted in): this rank decodes its own entry. Inside the open session; with
+        none open (SGLang v0.5.x has no sessions) it is its own round, as in update()."""
         body = json.loads(body) if isinstance(body, str) else body
-        return self._receive_local(*pickled.decode(body, self.engine_rank), "the pickled bucket")
+
+        def receive(b):
+            return self.receiver.receive_local(*pickled.decode(b, self.engine_rank))
+
+        return True, f"copied {self._in_round(body, receive)} bytes from the pickled bucket"
 
     def update_ipc(self, info):
         """vLLM's ipc shape inside the open session: this rank opens its handles (weightcast.pickled:

@@ -16,7 +16,8 @@ build has (docs/engines.md, "Version matrix: SGLang"):
   into a group it does not have.
 - ``model_runner`` (sglang-miles v0.5.16): the same three methods on ``ModelRunner``.
 - ``tp_worker`` (v0.5.x before the scheduler's weight-updater manager): REPLACE hooks on
-  ``TpModelWorker``'s per-worker methods; no sessions, each bucket commits on its own.
+  ``TpModelWorker``'s per-worker methods (the tensor route too: the pickled entry read only
+  with WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1); no sessions, each request commits on its own.
 
 Where SGLang has sessions (``SchedulerWeightUpdaterManager.begin/end_weight_update``), AROUND hooks
 scope a weightcast session to SGLang's: begin records the selector and the runners it covers
@@ -327,6 +328,26 @@ def _worker_call(method):
     return hook
 
 
+def _worker_tensor(worker, recv_req, *args, **kwargs):
+    """REPLACE hook on TpModelWorker.update_weights_from_tensor where SGLang has no sessions
+    (v0.5.x; its shape read at sgl-project/sglang python/sglang/srt/managers/tp_worker.py
+    @4f34e24a: entry ``tp_rank`` of ``serialized_named_tensors`` unpickled and loaded with the
+    request's ``load_format``, answering (success, message)). Here the entry is read only with
+    WEIGHTCAST_ALLOW_INSECURE_SERIALIZATION=1 (weightcast.pickled), and each request is its own
+    round into the target, as SGLang loads it there: staged, verified, committed at once."""
+    req = fields(recv_req)
+    runner = worker.model_runner
+    try:
+        if req.get("selector", "target") not in ("all", "target"):
+            raise ValueError(
+                f"selector '{req['selector']}': this SGLang has no sessions; tensors load into the target"
+            )
+        rank = _make_rank(runner.model, runner.tp_rank, runner.tp_size, _device(runner))
+        return rank.update_pickled(dict(req, selector="target"))
+    except Exception as e:  # SGLang answers (success, message); the HTTP layer makes it a 400
+        return False, f"weightcast: {e}"
+
+
 # --- hooks: sessions ------------------------------------------------------------------------
 
 
@@ -556,6 +577,8 @@ def _hooks(mode):
     elif mode == "tp_worker":
         for method in GROUP_METHODS + ("update_weights_from_distributed",):
             hooks.append((f"{WORKER}.{method}", _worker_call(method), HookType.REPLACE))
+        if _resolve(f"{WORKER}.update_weights_from_tensor") is not None:
+            hooks.append((f"{WORKER}.update_weights_from_tensor", _worker_tensor, HookType.REPLACE))
     if _resolve(f"{MANAGER}.begin_weight_update") is not None:
         hooks += [
             (f"{MANAGER}.begin_weight_update", _begin, HookType.AROUND),

@@ -11,7 +11,9 @@ Rounds: a normal round (selector target), a draft round (selector draft), an abo
 trainer gives up after its first bucket: destroys the group, joins a new one, ends the session)
 followed by a normal round, a round whose load raises (a tensor the model has no parameter for),
 and a last normal round; where the version has sessions, colocated rounds (pickled flattened
-buckets on /update_weights_from_tensor, target then draft, then one whose entry is refused).
+buckets on /update_weights_from_tensor, target then draft, then one whose entry is refused);
+without sessions (v0.5.x), pickled buckets that each commit on their own into the target, then
+a refused entry.
 After each, every rank's target shard and the draft hold exactly the bytes
 a reference model holds after loading what should have landed (bit for bit); each covered runner
 began and post-processed once per session and an uncovered draft never; the engine accepts the
@@ -81,6 +83,7 @@ HOOKED = {
             "init_weights_update_group",
             "destroy_weights_update_group",
             "update_weights_from_distributed",
+            "update_weights_from_tensor",
         )
     ]
     + ["Scheduler.get_internal_state"],
@@ -356,6 +359,27 @@ def tensor_body(pairs, version, selector, entry=None):
     }
 
 
+def sessionless_tensor_round(trainer, expected, gen, version):
+    """Where SGLang has no sessions (v0.5.x): two pickled flattened buckets on
+    /update_weights_from_tensor, each its own round into the target (committed as it lands), then
+    an entry outside the allow-list: 400 naming it, nothing changes."""
+    pairs = expected.random("target", gen)
+    for bucket in halves(pairs):
+        body = tensor_body(bucket, version, "target")
+        del body["selector"]  # v0.5.x's request has none
+        status, text = trainer.engine.post("/update_weights_from_tensor", body)
+        if status != 200:
+            fail(f"sessionless tensor round: bucket answered {status}: {text}\n{trainer.engine.logs()}")
+        expected.landed("target", bucket)
+    body = tensor_body(expected.random("target", gen), None, "target", entry=pickle.dumps(os.getcwd))
+    del body["selector"]
+    status, text = trainer.engine.post("/update_weights_from_tensor", body)
+    if status != 400 or "getcwd" not in text:
+        fail(
+            f"sessionless tensor round: the refused entry answered {status}: {text}, expected 400 naming getcwd"
+        )
+
+
 def refused_tensor_round(trainer, expected, gen):
     """An entry that unpickles to something outside the allow-list (a function of the os module):
     400 naming it, the round discarded at end, nothing changes."""
@@ -523,6 +547,9 @@ def run(cell, root):
             check(engine, expected, "a colocated draft round")
             refused_tensor_round(trainer, expected, gen)
             check(engine, expected, "a colocated round whose entry is refused")
+        else:
+            sessionless_tensor_round(trainer, expected, gen, "7")
+            check(engine, expected, "colocated buckets without sessions, then a refused entry", "7")
         if cell in LORA_CELLS:
             lora_rounds(trainer, expected)
         return announced

@@ -88,23 +88,23 @@ UpdateWeightsFromDistributedReqInput = _define("UpdateWeightsFromDistributedReqI
 UpdateWeightsFromDistributedReqOutput = _define("UpdateWeightsFromDistributedReqOutput", _answer)
 GetInternalStateReq = _define("GetInternalStateReq", [])
 GetInternalStateReqOutput = _define("GetInternalStateReqOutput", [("internal_state", _REQUIRED)])
+# UpdateWeightsFromTensorReqInput's fields and defaults as io_struct.py @001067ff (the per-TP-rank
+# base64 entries, load_format None or "flattened_bucket"), with the selector the manager reads on
+# main @00a2ca2e (v0.5.x has no selector: TpModelWorker loads the target).
+UpdateWeightsFromTensorReqInput = _define(
+    "UpdateWeightsFromTensorReqInput",
+    [
+        ("serialized_named_tensors", _REQUIRED),
+        ("load_format", None),
+        ("flush_cache", True),
+        ("abort_all_requests", False),
+        ("weight_version", None),
+        ("torch_empty_cache", False),
+    ]
+    + ([("selector", "all")] if CELL.manager else []),
+)
+UpdateWeightsFromTensorReqOutput = _define("UpdateWeightsFromTensorReqOutput", _answer)
 if CELL.manager:
-    # UpdateWeightsFromTensorReqInput's fields and defaults as io_struct.py @001067ff (the
-    # per-TP-rank base64 entries, load_format None or "flattened_bucket"), with the selector the
-    # manager reads on main @00a2ca2e.
-    UpdateWeightsFromTensorReqInput = _define(
-        "UpdateWeightsFromTensorReqInput",
-        [
-            ("serialized_named_tensors", _REQUIRED),
-            ("load_format", None),
-            ("flush_cache", True),
-            ("abort_all_requests", False),
-            ("weight_version", None),
-            ("torch_empty_cache", False),
-            ("selector", "all"),
-        ],
-    )
-    UpdateWeightsFromTensorReqOutput = _define("UpdateWeightsFromTensorReqOutput", _answer)
     BeginWeightUpdateReqInput = _define("BeginWeightUpdateReqInput", [("selector", "all")])
     BeginWeightUpdateReqOutput = _define("BeginWeightUpdateReqOutput", _answer)
     EndWeightUpdateReqInput = _define("EndWeightUpdateReqInput", [])
@@ -171,13 +171,13 @@ ROUTES = {
     "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
     "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
     "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
+    "/update_weights_from_tensor": "UpdateWeightsFromTensorReqInput",
 }
 if CELL.manager:
     ROUTES.update(
         {
             "/begin_weight_update": "BeginWeightUpdateReqInput",
             "/end_weight_update": "EndWeightUpdateReqInput",
-            "/update_weights_from_tensor": "UpdateWeightsFromTensorReqInput",
         }
     )
 

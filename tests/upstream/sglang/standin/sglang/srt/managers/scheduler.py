@@ -2,7 +2,7 @@
 scheduler, dispatching the weight-update requests the way each version does.
 
 v0.5.x: the scheduler itself calls ``tp_worker.init/update/destroy`` (update: the per-worker
-``update_weights_from_distributed``, then records the version). sglang-miles v0.5.16 and main:
+``update_weights_from_distributed`` or ``update_weights_from_tensor``, then records the version). sglang-miles v0.5.16 and main:
 the ``SchedulerWeightUpdaterManager`` answers them and begin/end. ``get_internal_state`` is a
 Scheduler method before main, ``SchedulerInternalStateController``'s on main. An exception out
 of a handler (the manager's session asserts) ends the scheduler, as it does SGLang's event loop.
@@ -71,6 +71,11 @@ class Scheduler:
             if success:
                 self._record(req.weight_version)
             return io.UpdateWeightsFromDistributedReqOutput(success=success, message=message)
+        if kind == "UpdateWeightsFromTensorReqInput":  # v0.5.x: the worker loads the target
+            success, message = self.tp_worker.update_weights_from_tensor(req)
+            if success:
+                self._record(req.weight_version)
+            return io.UpdateWeightsFromTensorReqOutput(success=success, message=message)
         raise ValueError(f"no handler for {kind}")
 
 

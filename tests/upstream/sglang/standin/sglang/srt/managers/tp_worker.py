@@ -11,7 +11,10 @@ in v0.5.x (PR #28575 removed the per-worker update on main); ``iter_runners()`` 
 ``serialized_named_tensors`` (upstream: MultiprocessingSerializer; here plain pickle in base64, a
 dict of name -> tensor, or a flattened bucket with load_format "flattened_bucket"; the
 ``expected_checksums`` comparison is left out) and hands the tensors on;
-``unload_lora_adapter(recv_req)`` passes the request's ref. The speculative draft worker is the same shape with
+``unload_lora_adapter(recv_req)`` passes the request's ref. v0.5.x only:
+``update_weights_from_tensor(recv_req)`` reads entry ``tp_rank`` of ``serialized_named_tensors``
+(as above) and hands the tensors and ``load_format`` to ``model_runner.update_weights_from_tensor``,
+answering its (success, message) (the shape read at tp_worker.py @4f34e24a). The speculative draft worker is the same shape with
 its runners' role "draft" (sglang/srt/speculative's EAGLE worker).
 """
 
@@ -52,8 +55,18 @@ def _update_weights_from_distributed(self, recv_req):
     )
 
 
+def _update_weights_from_tensor(self, recv_req):
+    from sglang.srt.utils import deserialize_named_tensors
+
+    named = deserialize_named_tensors(
+        recv_req.serialized_named_tensors, self.model_runner.tp_rank, recv_req.load_format
+    )
+    return self.model_runner.update_weights_from_tensor(named_tensors=named, load_format=recv_req.load_format)
+
+
 if CELL.per_worker_update:
     TpModelWorker.update_weights_from_distributed = _update_weights_from_distributed
+    TpModelWorker.update_weights_from_tensor = _update_weights_from_tensor
 
 
 def _load_lora_adapter_from_distributed(self, recv_req):

@@ -6,7 +6,8 @@
   through init_custom_process_group; ``destroy_weights_update_group(group_name)`` answers "The
   group to be destroyed does not exist." for an unknown name.
 - v0.5.x: ``update_weights_from_distributed(names, dtypes, shapes, group_name, load_format)``
-  receives and loads (model.load_weights) at once, answering (success, message).
+  receives and loads (model.load_weights) at once, answering (success, message);
+  ``update_weights_from_tensor(named_tensors, load_format)`` loads the pairs the same way.
 - sglang-miles v0.5.16 (the manager version that calls ``model_runner.receive_weights_from_
   distributed`` and ``runner.load_weights``): receive without loading, then load.
 - main (PR #28575): those moved to ``model_runner.weight_updater`` (a WeightUpdater).
@@ -161,8 +162,19 @@ def update_weights_from_distributed(self, names, dtypes, shapes, group_name, loa
 if not CELL.weight_updater:
     ModelRunner.init_weights_update_group = init_weights_update_group
     ModelRunner.destroy_weights_update_group = destroy_weights_update_group
+
+
+def update_weights_from_tensor(self, named_tensors, load_format=None):
+    try:
+        self.model.load_weights(iter(named_tensors))
+        return True, "Success"
+    except Exception as e:
+        return False, f"Failed to update weights from tensor: {e}"
+
+
 if CELL.per_worker_update:
     ModelRunner.update_weights_from_distributed = update_weights_from_distributed
+    ModelRunner.update_weights_from_tensor = update_weights_from_tensor
 if CELL.manager and not CELL.weight_updater:
     ModelRunner.receive_weights_from_distributed = receive_weights_from_distributed
     ModelRunner.load_weights = load_weights
