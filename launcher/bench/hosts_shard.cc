@@ -60,20 +60,21 @@ struct FullModel {
 };
 
 // Broadcasts `tensors` from group rank 0 of `c` in buckets of about `bucket` bytes (a larger
-// tensor goes alone), every rank splitting them alike. The root copies each tensor into its
-// bucket (after src->await(), which packs a slice); a receiver receives into its bucket and,
-// with `check`, counts the bytes that differ from `tensors` (its own expected slices).
+// tensor goes alone), every rank splitting them alike. The root writes each tensor into its
+// bucket (write_tensor(): a slice straight from its full tensor, as the trainer's packer does);
+// a receiver receives into its bucket and, with `check`, counts the bytes that differ from
+// `expected` (its own slices, back to back).
 struct Pass {
   unsigned long long wrong = 0;
   unsigned long long received = 0;  // bytes a receiver got
 };
 
 Pass run_buckets(comm::Communicator& c, std::span<const NamedTensor> tensors, SliceSource* src,
-                 std::size_t bucket, std::vector<std::byte>& buf, bool check,
-                 comm::Millis timeout) {
+                 std::size_t bucket, std::vector<std::byte>& buf,
+                 std::span<const std::byte> expected, bool check, comm::Millis timeout) {
   const bool root = c.rank() == 0;
   Pass pass;
-  std::size_t first = 0;
+  std::size_t first = 0, sent = 0;
   while (first < tensors.size()) {
     std::size_t end = first, size = 0;
     while (end < tensors.size() && (size == 0 || size + tensors[end].meta.byte_count() <= bucket)) {
@@ -84,20 +85,17 @@ Pass run_buckets(comm::Communicator& c, std::span<const NamedTensor> tensors, Sl
       std::size_t at = 0;
       for (std::size_t i = first; i < end; ++i) {
         if (src != nullptr) src->await(tensors[i].meta.name, comm::deadline_after(timeout));
-        std::memcpy(buf.data() + at, tensors[i].bytes.data(), tensors[i].bytes.size());
-        at += tensors[i].bytes.size();
+        const std::size_t n = tensor_size(tensors[i]);
+        sync::trainer::write_tensor(tensors[i], {buf.data() + at, n});
+        at += n;
       }
     }
     c.broadcast(comm::BroadcastOptions{buf.data(), size, 0, comm::MemoryKind::kHost, {}, {}});
     if (!root) pass.received += size;
     if (!root && check) {
-      std::size_t at = 0;
-      for (std::size_t i = first; i < end; ++i) {
-        const auto& want = tensors[i].bytes;
-        for (std::size_t b = 0; b < want.size(); ++b) pass.wrong += buf[at + b] != want[b];
-        at += want.size();
-      }
+      for (std::size_t b = 0; b < size; ++b) pass.wrong += buf[b] != expected[sent + b];
     }
+    sent += size;
     first = end;
   }
   return pass;
@@ -177,6 +175,7 @@ void time_tp(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
     std::unique_ptr<SliceSource> src;
     std::span<const NamedTensor> tensors;
     std::vector<std::byte> buf;
+    std::vector<std::byte> expected;  // a receiver's slices, back to back
   };
   std::vector<Mine> mine;  // the source: every class; a receiver: its own
   for (std::size_t i = 0; i < classes.size(); ++i) {
@@ -191,8 +190,11 @@ void time_tp(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
         hosts_communicator(o, std::make_shared<comm::PrefixStore>(prefix, store),
                            static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()));
     if (o.rank != 0) {  // a receiver's expected slices: packed now, outside the timing
+      m.expected.resize(m.src->bytes());
+      std::size_t written = 0;
       for (const auto& t : m.tensors) {
-        m.src->await(t.meta.name, comm::deadline_after(comm::Millis(o.timeout_ms)));
+        sync::trainer::write_tensor(t, {m.expected.data() + written, tensor_size(t)});
+        written += tensor_size(t);
       }
     }
     mine.push_back(std::move(m));
@@ -202,15 +204,15 @@ void time_tp(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
   auto once = [&](bool check) {
     if (o.rank != 0) {
       Mine& m = mine.at(0);
-      return run_buckets(*m.comm, m.tensors, nullptr, bucket, m.buf, check, timeout);
+      return run_buckets(*m.comm, m.tensors, nullptr, bucket, m.buf, m.expected, check, timeout);
     }
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(mine.size());
     for (std::size_t i = 0; i < mine.size(); ++i) {
       threads.emplace_back([&, i] {
         try {
-          run_buckets(*mine[i].comm, mine[i].tensors, mine[i].src.get(), bucket, mine[i].buf, false,
-                      timeout);
+          run_buckets(*mine[i].comm, mine[i].tensors, mine[i].src.get(), bucket, mine[i].buf, {},
+                      false, timeout);
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -253,7 +255,8 @@ void time_sharded(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
   // The full broadcast: every tensor whole, every rank, one chain (the world group).
   std::vector<std::byte> buf;
   const Timed full = time_passes(o, world, [&](bool check) {
-    return run_buckets(world, model.tensors, nullptr, o.bucket_bytes, buf, check, timeout);
+    return run_buckets(world, model.tensors, nullptr, o.bucket_bytes, buf, model.arena, check,
+                       timeout);
   });
   const auto wrong = gather_sum_max(o, *store, "shard/full/wrong", full.pass.wrong).first;
   const auto received = gather_sum_max(o, *store, "shard/full/bytes", full.pass.received).second;

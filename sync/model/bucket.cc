@@ -137,16 +137,25 @@ std::size_t max_total_bytes(const std::vector<BucketPlan>& plans) {
 }
 
 void pack(const BucketPlan& plan, const TensorSource& source, std::span<std::byte> out) {
+  pack_with(
+      plan,
+      [&source](const BucketEntry& e, std::span<std::byte> to) {
+        const std::span<const std::byte> src = source(e);
+        WC_ENFORCE_EQ(src.size(), e.bytes, "source bytes of tensor ", e.meta.name);
+        if (e.bytes > 0) std::memcpy(to.data(), src.data(), e.bytes);
+      },
+      out);
+}
+
+void pack_with(const BucketPlan& plan, const TensorWriter& write, std::span<std::byte> out) {
   WC_ENFORCE_EQ(out.size(), plan.total_bytes, "pack buffer size, bucket ", plan.sequence);
   std::size_t end = 0;  // bytes written so far; the gap up to each offset is padding
   for (const BucketEntry& e : plan.entries) {
     WC_ENFORCE_LE(end, e.offset, "bucket entries out of order at ", e.meta.name);
     WC_ENFORCE_LE(e.offset, plan.total_bytes, "entry offset past the bucket: ", e.meta.name);
     WC_ENFORCE_LE(e.bytes, plan.total_bytes - e.offset, "entry past the bucket: ", e.meta.name);
-    const std::span<const std::byte> src = source(e);
-    WC_ENFORCE_EQ(src.size(), e.bytes, "source bytes of tensor ", e.meta.name);
     if (e.offset > end) std::memset(out.data() + end, 0, e.offset - end);
-    if (e.bytes > 0) std::memcpy(out.data() + e.offset, src.data(), e.bytes);
+    write(e, out.subspan(e.offset, e.bytes));
     end = e.offset + e.bytes;
   }
   if (out.size() > end) std::memset(out.data() + end, 0, out.size() - end);

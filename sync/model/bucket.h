@@ -70,9 +70,14 @@ std::size_t max_total_bytes(const std::vector<BucketPlan>& plans);
 // Returns the bytes of the tensor of `entry` (exactly entry.bytes long, else EnforceError).
 using TensorSource = std::function<std::span<const std::byte>(const BucketEntry& entry)>;
 
+// Writes the tensor of `entry` into `out` (exactly entry.bytes long): for tensors that are not
+// one span of bytes (a slice read in place from its full tensor).
+using TensorWriter = std::function<void(const BucketEntry& entry, std::span<std::byte> out)>;
+
 // Fills `out` (exactly plan.total_bytes long, else EnforceError) with the plan's tensors at
-// their offsets and zero padding.
+// their offsets and zero padding. pack_with() has each tensor written by `write`.
 void pack(const BucketPlan& plan, const TensorSource& source, std::span<std::byte> out);
+void pack_with(const BucketPlan& plan, const TensorWriter& write, std::span<std::byte> out);
 
 struct TensorBytes {
   const BucketEntry* entry;  // points into the plan passed to unpack()

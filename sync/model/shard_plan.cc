@@ -284,6 +284,15 @@ void pack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<cons
                });
 }
 
+Digest slice_digest(const TensorMeta& meta, const TensorSlice& slice,
+                    std::span<const std::byte> full) {
+  Hasher hasher;
+  for_each_run(
+      meta, slice, full.size(), sliced_bytes(meta, slice),
+      [&](std::size_t at, std::size_t, std::size_t n) { hasher.update(full.subspan(at, n)); });
+  return hasher.digest();
+}
+
 void unpack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> part,
                   std::span<std::byte> full) {
   for_each_run(meta, slice, full.size(), part.size(),

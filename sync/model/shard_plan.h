@@ -30,6 +30,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sync/model/checksum.h"
 #include "sync/protocol/tensor.h"
 
 namespace weightcast::sync {
@@ -95,6 +96,9 @@ std::size_t sliced_bytes(const TensorMeta& meta, const TensorSlice& slice);
 // Sizes that do not match throw comm::EnforceError with both values.
 void pack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> full,
                 std::span<std::byte> out);
+// tensor_digest() of what pack_slice() would write, read run by run from `full` (no copy).
+Digest slice_digest(const TensorMeta& meta, const TensorSlice& slice,
+                    std::span<const std::byte> full);
 void unpack_slice(const TensorMeta& meta, const TensorSlice& slice, std::span<const std::byte> part,
                   std::span<std::byte> full);
 

@@ -61,8 +61,11 @@ class Sender {
   // A planned tensor (its bytes and any producer's digest), once options_.await_tensor says
   // they are there.
   const NamedTensor& awaited(const BucketEntry& entry) const;
+  // Its bytes, for a send that needs them as one span (a slice view must be packed).
   std::span<const std::byte> tensor_bytes(const BucketEntry& entry) const {
-    return awaited(entry).bytes;
+    const NamedTensor& t = awaited(entry);
+    WC_ENFORCE(t.view == nullptr, "tensor ", t.meta.name, " is a slice view: it must be packed");
+    return t.bytes;
   }
   // Marks the phase failed and aborts the communicator so a blocked broadcast returns.
   void fail();
@@ -128,8 +131,8 @@ void Sender::hash_ahead() {
       std::vector<std::string> out;
       for (const BucketEntry& e : plans_[k].entries) {
         if (failed_) throw comm::Error("the data phase failed");
-        const NamedTensor& t = awaited(e);  // a producer's digest comes with the bytes
-        out.push_back(to_string(t.digest != nullptr ? *t.digest : tensor_digest(t.bytes)));
+        // A producer's digest comes with the bytes; a slice view's is read from its runs.
+        out.push_back(to_string(digest_of(awaited(e))));
       }
       digests_promised_[k].set_value(std::move(out));
     } catch (...) {
@@ -272,9 +275,12 @@ void Sender::send_all() {
   }
   // Nothing to pack at all for unpacked sends: an empty plan list keeps the packer idle.
   const std::vector<BucketPlan> none;
+  // The packer lends a tensor's own bytes where they are the bucket (a view's are empty: never
+  // lent) and writes the others into its buffers (a view run by run, straight from its tensor).
   BucketPacker packer(
-      unpacked ? none : plans_, [&](const BucketEntry& e) { return tensor_bytes(e); }, 2,
-      options_.pack_buffers, std::move(after_pack));
+      unpacked ? none : plans_, [&](const BucketEntry& e) { return awaited(e).bytes; }, 2,
+      options_.pack_buffers, std::move(after_pack),
+      [&](const BucketEntry& e, std::span<std::byte> out) { write_tensor(awaited(e), out); });
   for (std::uint64_t k = 0; k < n && !failed_; ++k) {
     try {
       // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
@@ -350,10 +356,10 @@ std::vector<TensorMeta> index_tensors(std::span<const NamedTensor> tensors,
                                       BucketSendResult& result) {
   std::vector<TensorMeta> metas;
   for (const auto& t : tensors) {
-    WC_ENFORCE_EQ(t.bytes.size(), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
+    WC_ENFORCE_EQ(tensor_size(t), t.meta.byte_count(), "bytes of tensor ", t.meta.name);
     WC_ENFORCE(by_name.emplace(t.meta.name, &t).second, "duplicate tensor ", t.meta.name);
     metas.push_back(t.meta);
-    result.bytes += t.bytes.size();
+    result.bytes += tensor_size(t);
   }
   result.tensors += metas.size();
   return metas;

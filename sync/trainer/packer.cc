@@ -101,7 +101,7 @@ std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
   for (const BucketEntry& e : plan.entries) {
     if (e.bytes == 0) continue;
     const auto bytes = source(e);
-    WC_ENFORCE_EQ(bytes.size(), e.bytes, "bytes of tensor ", e.meta.name);
+    if (bytes.size() != e.bytes) return std::nullopt;  // not one span (a slice view): packed
     if (base == nullptr ? e.offset != 0 : e.offset < end || e.offset - end >= kMaxGap) {
       return std::nullopt;
     }
@@ -120,9 +120,10 @@ std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
 
 BucketPacker::BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source,
                            std::size_t buffers, std::shared_ptr<PackBuffers> pool,
-                           AfterPack after_pack)
+                           AfterPack after_pack, TensorWriter write)
     : plans_(plans),
       source_(std::move(source)),
+      write_(std::move(write)),
       pool_(pool ? std::move(pool) : default_pack_buffers()),
       after_pack_(std::move(after_pack)) {
   WC_ENFORCE_GE(buffers, std::size_t{1});
@@ -166,9 +167,15 @@ void BucketPacker::run() {
         out = {const_cast<std::byte*>(bytes->data()), bytes->size()};
       } else {
         PackBuffer& buffer = buffers_[k % ring];
-        if (!buffer) buffer = pool_->take(buffer_bytes_, capacities_[k % ring]);
+        std::size_t& capacity = capacities_[k % ring];
+        // buffer_bytes_ covers the buckets that need packing as planned; one that turns out to
+        // need it anyway (a slice view alone in its bucket) takes a larger buffer.
+        if (!buffer || capacity < plan.total_bytes) {
+          if (buffer) pool_->put(std::move(buffer), capacity);
+          buffer = pool_->take(std::max(buffer_bytes_, plan.total_bytes), capacity);
+        }
         out = {buffer.get(), plan.total_bytes};
-        pack(plan, source_, out);
+        write_ ? pack_with(plan, write_, out) : pack(plan, source_, out);
       }
       if (after_pack_) after_pack_(k, k % ring, out);
       std::lock_guard lock(mu_);

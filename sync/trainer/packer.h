@@ -78,8 +78,9 @@ bool packs_as_is(const BucketPlan& plan);
 // the same distance from one base as its offset in `plan` (a TensorArena, or one tensor alone),
 // so the bucket is those total_bytes from that base and needs no packing. Alignment padding
 // between two tensors (under a page) is sent as the caller's memory holds it (an arena's is zero;
-// engines never read it). Empty when any tensor lies elsewhere, or the plan does not start at
-// offset 0 and end with its last tensor, or leaves a page or more between two tensors.
+// engines never read it). Empty when any tensor lies elsewhere or is not one span of its size (a
+// slice view), or the plan does not start at offset 0 and end with its last tensor, or leaves a
+// page or more between two tensors.
 std::optional<std::span<const std::byte>> in_place(const BucketPlan& plan,
                                                    const TensorSource& source);
 
@@ -92,8 +93,12 @@ class BucketPacker {
       std::function<void(std::uint64_t k, std::size_t slot, std::span<const std::byte> packed)>;
 
   // Starts packing plans[0] at once. `buffers` >= 1; they come from `pool` (null: the default).
+  // `write` (optional) writes a tensor into its place in a buffer; without it the packer copies
+  // what `source` returns. A tensor whose source bytes are not its size (a slice view, empty) is
+  // never lent: its bucket is packed.
   BucketPacker(const std::vector<BucketPlan>& plans, TensorSource source, std::size_t buffers = 2,
-               std::shared_ptr<PackBuffers> pool = nullptr, AfterPack after_pack = nullptr);
+               std::shared_ptr<PackBuffers> pool = nullptr, AfterPack after_pack = nullptr,
+               TensorWriter write = nullptr);
   ~BucketPacker();
   BucketPacker(const BucketPacker&) = delete;
   BucketPacker& operator=(const BucketPacker&) = delete;
@@ -111,6 +116,7 @@ class BucketPacker {
 
   const std::vector<BucketPlan>& plans_;
   TensorSource source_;
+  TensorWriter write_;  // may be empty
   std::shared_ptr<PackBuffers> pool_;
   AfterPack after_pack_;
   std::size_t buffer_bytes_ = 0;     // the largest bucket that may need packing

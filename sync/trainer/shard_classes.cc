@@ -54,53 +54,33 @@ std::vector<ShardClass> shard_classes(std::span<const std::size_t> members,
 std::span<const NamedTensor> SliceSource::reset(const ShardClass& cls,
                                                 std::span<const NamedTensor> full, Await await_full,
                                                 bool whole) {
-  constexpr std::size_t kAlign = 64;
-  std::lock_guard lock(mu_);
   tensors_.clear();
-  pending_.clear();
-  index_.clear();
+  views_.clear();
+  views_.reserve(full.size());  // the tensors point into it: never reallocated below
   await_full_ = std::move(await_full);
   bytes_ = 0;
-  std::size_t used = 0;
   for (const NamedTensor& t : full) {
     // A tensor the plan does not name goes whole (check_shard_plans: no rank of the engine
     // names it).
     const TensorSlice* slice = cls.full || whole ? nullptr : cls.plan.find(t.meta.name);
     if (slice != nullptr && slice->kind == TensorSlice::Kind::kAbsent) continue;
-    index_.emplace(t.meta.name, tensors_.size());
     if (slice == nullptr || slice->kind == TensorSlice::Kind::kReplicated) {
       tensors_.push_back(t);
-      pending_.push_back({});
       bytes_ += t.bytes.size();
       continue;
     }
-    NamedTensor part{t.meta, {}, nullptr};
+    WC_ENFORCE(t.view == nullptr, "tensor '", t.meta.name, "' is a slice view already");
+    views_.push_back(SliceView{t.meta, *slice, t.bytes});
+    NamedTensor part{t.meta, {}, nullptr, &views_.back()};
     part.meta.shape = sliced_shape(t.meta, *slice);
-    const std::size_t n = sliced_bytes(t.meta, *slice);
-    used = (used + kAlign - 1) / kAlign * kAlign;
-    pending_.push_back({&t, *slice, used, n, false});
+    bytes_ += part.meta.byte_count();
     tensors_.push_back(std::move(part));
-    used += n;
-    bytes_ += n;
-  }
-  if (memory_.size() < used) memory_.resize(used);
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    if (pending_[i].full != nullptr) {
-      tensors_[i].bytes = {memory_.data() + pending_[i].offset, pending_[i].size};
-    }
   }
   return tensors_;
 }
 
 void SliceSource::await(const std::string& name, comm::Deadline deadline) {
   if (await_full_) await_full_(name, deadline);
-  std::lock_guard lock(mu_);
-  const auto it = index_.find(name);
-  WC_ENFORCE(it != index_.end(), "no tensor '", name, "' in this class's send");
-  Pending& p = pending_[it->second];
-  if (p.full == nullptr || p.packed) return;
-  pack_slice(p.full->meta, p.slice, p.full->bytes, {memory_.data() + p.offset, p.size});
-  p.packed = true;
 }
 
 }  // namespace weightcast::sync::trainer

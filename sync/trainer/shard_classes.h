@@ -5,20 +5,18 @@
 // class of its plan (ShardPlan::class_key()): rank k of every TP-n engine that shards alike falls
 // in one class, and engines of another TP size in others. Engines without plans form the full
 // class: every rank receives every tensor whole, as without sharding.
-// SliceSource makes a class's tensors out of a stage's full tensors: a slice packed into memory
-// this object keeps between updates (sync/model/shard_plan.h pack_slice(), one memcpy per
-// contiguous run), a replicated tensor (or one the plan does not name) borrowed as it is, an absent
-// one left out. Each slice is packed when the sender first asks for the tensor's bytes
-// (BucketSendOptions::await_tensor), so packing overlaps the broadcast of earlier buckets.
-// Lifetime: a SliceSource's tensors() view its own memory and the full tensors it was given;
+// SliceSource makes a class's tensors out of a stage's full tensors: a slice as a view of its full
+// tensor (SliceView, sync/trainer/tensors.h) that the sender digests run by run and packs straight
+// into its bucket buffer (pack_slice(), one memcpy per contiguous run), so the class keeps no
+// copy of its slices; a replicated tensor (or one the plan does not name) borrowed as it is, an
+// absent one left out.
+// Lifetime: a SliceSource's tensors() view its own SliceViews and the full tensors it was given;
 // both must outlive the send. Threading: ShardClass values are plain; SliceSource::await() may be
 // called from several threads at once (the sender's packer and digest threads).
 #pragma once
 
 #include <cstddef>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -59,37 +57,27 @@ std::vector<ShardClass> shard_classes(std::span<const std::size_t> members,
                                       const std::vector<std::vector<ShardPlan>>& plans,
                                       std::span<const int> rank_counts);
 
-// One class's view of one stage's tensors, sliced on demand (see above).
+// One class's view of one stage's tensors (see above).
 class SliceSource : comm::NonCopyable {
  public:
   using Await = std::function<void(const std::string& name, comm::Deadline deadline)>;
 
   // Takes `full` (the stage's tensors, borrowed) for `cls`; `await_full` (may be empty) is the
-  // stage's own wait for a tensor's bytes. With `whole`, every tensor goes whole (an adapter
-  // session: adapters are not in the plans). Returns the class's tensors, in the stage's order;
-  // a slice's bytes are valid once await() returned for its name.
+  // stage's own wait for a tensor's bytes. With `whole`, every tensor goes whole (an adapter or
+  // draft session: the plans describe the target's loader). Returns the class's tensors, in the
+  // stage's order; a view's bytes are readable once await() returned for its name.
   std::span<const NamedTensor> reset(const ShardClass& cls, std::span<const NamedTensor> full,
                                      Await await_full, bool whole);
-  // What send_buckets() calls before reading a tensor's bytes: awaits the full tensor, then
-  // packs the slice (once).
+  // What send_buckets() calls before reading a tensor's bytes: the stage's own wait for the
+  // full tensor.
   void await(const std::string& name, comm::Deadline deadline);
   // Bytes of this class's tensors (slices and replicated ones) in the last reset().
   std::size_t bytes() const { return bytes_; }
 
  private:
-  struct Pending {
-    const NamedTensor* full = nullptr;
-    TensorSlice slice;
-    std::size_t offset = 0;  // in memory_
-    std::size_t size = 0;
-    bool packed = false;
-  };
   std::vector<NamedTensor> tensors_;
-  std::vector<std::byte> memory_;  // the slices, back to back; kept between updates
-  std::vector<Pending> pending_;   // per tensor of tensors_: its slice to pack, or none
-  std::map<std::string, std::size_t, std::less<>> index_;
+  std::vector<SliceView> views_;  // what the slices of tensors_ point at
   Await await_full_;
-  std::mutex mu_;
   std::size_t bytes_ = 0;
 };
 

@@ -41,7 +41,7 @@ TEST(ShardClasses, RanksOfEqualPlansShareAClassAcrossEngines) {
   EXPECT_THROW(shard_classes(members, plans, std::vector<int>{3, 4, 2}), comm::EnforceError);
 }
 
-TEST(ShardClasses, ASliceSourcePacksSlicesOnDemandAndBorrowsTheRest) {
+TEST(ShardClasses, ASliceSourceViewsSlicesInPlaceAndBorrowsTheRest) {
   std::vector<float> w(4 * 3), norm(3), expert(5);
   std::iota(w.begin(), w.end(), 0.0f);
   std::iota(norm.begin(), norm.end(), 100.0f);
@@ -58,14 +58,28 @@ TEST(ShardClasses, ASliceSourcePacksSlicesOnDemandAndBorrowsTheRest) {
       cls, full, [&](const std::string& n, comm::Deadline) { awaited.push_back(n); }, false);
   ASSERT_EQ(part.size(), 2u);  // the absent expert is left out
   EXPECT_EQ(part[0].meta.shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_TRUE(part[0].bytes.empty());  // a view of w: no copy kept
+  ASSERT_NE(part[0].view, nullptr);
+  EXPECT_EQ(part[0].view->full.data(), full[0].bytes.data());
   EXPECT_EQ(part[1].bytes.data(), full[1].bytes.data());  // replicated: borrowed
   EXPECT_EQ(source.bytes(), 6 * 4 + 3 * 4u);
   source.await("w", comm::deadline_after(comm::Millis(1000)));
-  source.await("w", comm::deadline_after(comm::Millis(1000)));  // packed once, awaited twice
-  EXPECT_EQ(awaited, (std::vector<std::string>{"w", "w"}));
+  EXPECT_EQ(awaited, (std::vector<std::string>{"w"}));  // the stage's own wait
+  EXPECT_EQ(tensor_size(part[0]), 6 * 4u);
   std::vector<float> got(6);
-  std::memcpy(got.data(), part[0].bytes.data(), part[0].bytes.size());
+  write_tensor(part[0], std::as_writable_bytes(std::span(got)));
   EXPECT_EQ(got, (std::vector<float>{6, 7, 8, 9, 10, 11}));  // rows 2 and 3
+  // Its digest, read run by run, is the packed bytes' (a column slice: one run per row).
+  EXPECT_EQ(digest_of(part[0]), tensor_digest(std::as_bytes(std::span(got))));
+  const NamedTensor column{
+      {"w", DType::kFloat32, {4, 1}}, {}, nullptr, nullptr};  // the shape a dim-1 slice has
+  const SliceView cols{full[0].meta, TensorSlice::slice(1, 1, 1), full[0].bytes};
+  NamedTensor col = column;
+  col.view = &cols;
+  std::vector<float> c(4);
+  write_tensor(col, std::as_writable_bytes(std::span(c)));
+  EXPECT_EQ(c, (std::vector<float>{1, 4, 7, 10}));
+  EXPECT_EQ(digest_of(col), tensor_digest(std::as_bytes(std::span(c))));
   // Whole (an adapter session): every tensor as it is.
   part = source.reset(cls, full, nullptr, true);
   ASSERT_EQ(part.size(), 3u);
