@@ -38,9 +38,8 @@ std::vector<ShardPlan> announced_shard_plans(const std::string& url,
 // stage sends it (validate_shard_plans() on each plan narrowed to those names: a plan may name
 // tensors another stage or runner sends). A tensor no rank's plan names goes whole to every rank:
 // a plan recorded over the tensors an HF config implies need not know every tensor a loader
-// takes.
-// comm::BadRequestError naming the engine and the tensor otherwise: a plan that misses one
-// another rank's names, slices outside it, or overlaps another rank's slice.
+// takes. comm::BadRequestError naming the engine and the tensor otherwise: a plan that misses a
+// tensor another rank's plan names, slices outside it, or overlaps another rank's slice.
 void check_shard_plans(const std::string& url, std::span<const ShardPlan> plans,
                        std::span<const TensorMeta> tensors);
 
