@@ -5,10 +5,11 @@
 // For each TP size n, the receiving hosts are engines of n ranks (rank k of engine e in host
 // 1 + e*n + k), each rank keeping its slices by the hand-written plan of a model of the bench's
 // size (sync/model/tensor_parallel_plan.h). The source splits the ranks into shard classes
-// (sync/trainer/shard_classes.h), writes each class's slices through SliceSource straight from the
-// full tensors into its buckets and broadcasts them on the class's own chain, all classes at once. The full broadcast it is
-// measured against sends every tensor whole to every rank on one chain, in the same buckets:
-// that group does not depend on n. Every receiver checks the bytes it got in the warm-up pass.
+// (sync/trainer/shard_classes.h), writes each class's slices through SliceSource straight from
+// the full tensors into its buckets and broadcasts them on the class's own chain, all classes at
+// once. The full broadcast it is measured against sends every tensor whole to every rank on one
+// chain, in the same buckets: that group does not depend on n. Every receiver checks the bytes
+// it got in the warm-up pass.
 //
 // What it leaves out: the engines' HTTP control plane and staging (the hosts mode's update rows
 // time those on the same links), and the trainer's gather.
