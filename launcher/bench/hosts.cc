@@ -29,12 +29,13 @@ namespace {
 
 constexpr const char* kBridgeNs = "wcbench-br";
 
-double rate_bytes_per_s(const std::string& rate) {
+// `rate` (the value of `option`) in bytes per second.
+double rate_bytes_per_s(const std::string& rate, const std::string& option = "--rate") {
   double v = std::atof(rate.c_str());
   if (rate.find("gbit") != std::string::npos) return v * 1e9 / 8;
   if (rate.find("mbit") != std::string::npos) return v * 1e6 / 8;
   if (rate.find("kbit") != std::string::npos) return v * 1e3 / 8;
-  throw std::invalid_argument("--rate must end in kbit, mbit or gbit: " + rate);
+  throw std::invalid_argument(option + " must end in kbit, mbit or gbit: " + rate);
 }
 
 int sh(const std::string& cmd, bool quiet = false) {
@@ -294,7 +295,9 @@ void measure_update(const HostsBenchOptions& o, const std::string& self, BenchTa
 int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   const int hosts = std::max(o.receivers + 1, trainer_ep_hosts(o));
   const double link = rate_bytes_per_s(o.rate);
-  if (!o.shard_source_rate.empty()) rate_bytes_per_s(o.shard_source_rate);  // checked up front
+  if (!o.shard_source_rate.empty()) {
+    rate_bytes_per_s(o.shard_source_rate, "--shard-source-rate");  // checked up front
+  }
   for (int tp : o.shard_tps) {
     if (o.receivers % tp != 0) {
       throw std::invalid_argument("--shard-tps: TP " + std::to_string(tp) +
