@@ -69,9 +69,8 @@ struct Pass {
   unsigned long long received = 0;  // bytes a receiver got
 };
 
-Pass run_buckets(comm::Communicator& c, std::span<const NamedTensor> tensors, SliceSource* src,
-                 std::size_t bucket, std::vector<std::byte>& buf,
-                 std::span<const std::byte> expected, bool check, comm::Millis timeout) {
+Pass run_buckets(comm::Communicator& c, std::span<const NamedTensor> tensors, std::size_t bucket,
+                 std::vector<std::byte>& buf, std::span<const std::byte> expected, bool check) {
   const bool root = c.rank() == 0;
   Pass pass;
   std::size_t first = 0, sent = 0;
@@ -84,7 +83,6 @@ Pass run_buckets(comm::Communicator& c, std::span<const NamedTensor> tensors, Sl
     if (root) {
       std::size_t at = 0;
       for (std::size_t i = first; i < end; ++i) {
-        if (src != nullptr) src->await(tensors[i].meta.name, comm::deadline_after(timeout));
         const std::size_t n = tensor_size(tensors[i]);
         sync::trainer::write_tensor(tensors[i], {buf.data() + at, n});
         at += n;
@@ -199,20 +197,18 @@ void time_tp(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
     }
     mine.push_back(std::move(m));
   }
-  const comm::Millis timeout(o.timeout_ms);
   const std::size_t bucket = o.bucket_bytes;
   auto once = [&](bool check) {
     if (o.rank != 0) {
       Mine& m = mine.at(0);
-      return run_buckets(*m.comm, m.tensors, nullptr, bucket, m.buf, m.expected, check, timeout);
+      return run_buckets(*m.comm, m.tensors, bucket, m.buf, m.expected, check);
     }
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(mine.size());
     for (std::size_t i = 0; i < mine.size(); ++i) {
       threads.emplace_back([&, i] {
         try {
-          run_buckets(*mine[i].comm, mine[i].tensors, mine[i].src.get(), bucket, mine[i].buf, {},
-                      false, timeout);
+          run_buckets(*mine[i].comm, mine[i].tensors, bucket, mine[i].buf, {}, false);
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -251,12 +247,10 @@ void time_tp(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
 void time_sharded(const HostsWorkerOptions& o, comm::GlooCommunicator& world,
                   std::shared_ptr<comm::Store> store) {
   const FullModel model(o.bytes);
-  const comm::Millis timeout(o.timeout_ms);
   // The full broadcast: every tensor whole, every rank, one chain (the world group).
   std::vector<std::byte> buf;
   const Timed full = time_passes(o, world, [&](bool check) {
-    return run_buckets(world, model.tensors, nullptr, o.bucket_bytes, buf, model.arena, check,
-                       timeout);
+    return run_buckets(world, model.tensors, o.bucket_bytes, buf, model.arena, check);
   });
   const auto wrong = gather_sum_max(o, *store, "shard/full/wrong", full.pass.wrong).first;
   const auto received = gather_sum_max(o, *store, "shard/full/bytes", full.pass.received).second;

@@ -421,9 +421,7 @@ class WeightcastWorkerExtension:
                 **_tp_place(self.vllm_config.parallel_config, self.device),
             )
             self._weightcast, self._weightcast_slots = rank, slots
-            slots["target"].plan, slots["target"].full_shapes = getattr(
-                self, "_weightcast_plan", (None, None)
-            )
+            self._weightcast_bind_plan()
         _drop_stale_round(rank)
         return _answer(rank.init_group(_json(body))[1], rank)
 
@@ -503,9 +501,7 @@ class WeightcastWorkerExtension:
                 logger.warning("weightcast: no shard plan: %s", e)
                 return {"success": True, "message": f"no shard plan: {e}", "plan": None}
             self._weightcast_plan = recorded
-            slots = getattr(self, "_weightcast_slots", None)
-            if slots is not None:  # joined before the plan was asked for
-                slots["target"].plan, slots["target"].full_shapes = recorded
+            self._weightcast_bind_plan()  # joined before the plan was asked for
         from vllm.distributed import get_tensor_model_parallel_rank
 
         return {
@@ -514,6 +510,14 @@ class WeightcastWorkerExtension:
             "plan": recorded[0],
             "engine_rank": get_tensor_model_parallel_rank(),
         }
+
+    def _weightcast_bind_plan(self):
+        """The target slot loads slices by the plan this worker announced (if it did and joined)."""
+        slots = getattr(self, "_weightcast_slots", None)
+        if slots is not None:
+            slots["target"].plan, slots["target"].full_shapes = getattr(
+                self, "_weightcast_plan", (None, None)
+            )
 
     def weightcast_version(self):
         rank = getattr(self, "_weightcast", None)

@@ -219,19 +219,19 @@ class Worker:
         }
 
     def op_shard_plan(self):
-        """This rank's shard plan (docs/sharding.md), recorded from the model's own load_weights
-        on fresh model instances (recording loads placeholders, which must not reach the served
-        weights); the draft is a whole replica on every rank."""
-        from ..shard_plan import record_plan
+        """This rank's shard plan (docs/sharding.md), recorded from the served models' own
+        load_weights on meta stand-ins (shard_plan.record_live_plan: no weight is touched and no
+        second model is built); the draft is a whole replica on every rank."""
+        from ..shard_plan import record_live_plan
 
         if self.plan is not None:
             return self.plan
+        metas = [(n, tuple(shape), getattr(torch, dtype)) for n, (dtype, shape) in self.metas.items()]
         plan = {"tensors": {}}
-        for runner in self.runner_names():
-            model = TargetModel(self.spec, self.tp) if runner == "target" else DraftModel(self.spec)
-            tensors = [(n, tuple(shape), getattr(torch, dtype)) for n, (dtype, shape) in self.metas.items()]
-            tensors = [t for t in tensors if (t[0].startswith("draft.")) == (runner == "draft")]
-            plan["tensors"].update(record_plan(model, tensors)["tensors"])
+        for runner, model in (("target", self.target), ("draft", self.draft)):
+            if model is not None:
+                tensors = [t for t in metas if t[0].startswith("draft.") == (runner == "draft")]
+                plan["tensors"].update(record_live_plan(model, tensors)["tensors"])
         self.plan = plan
         return plan
 
