@@ -9,7 +9,9 @@
   (a horizontal line), with #wrong printed in the title;
 - hosts results: GB/s of each row as a bar, with the link rate as a line; with sharded rows
   (--shard-tps), also DIR/<input name>-shard.png: seconds per broadcast against TP size, full
-  broadcast and sharded.
+  broadcast and sharded; with sharded update rows (--shard-update-tps), also
+  DIR/<input name>-shard-update.png: seconds per update (mean of steps 2..) against TP size, full
+  and sliced.
 Writes DIR/<input name>.png for each input. Needs python3-matplotlib (Debian package).
 """
 import argparse
@@ -94,8 +96,39 @@ def plot_hosts_shard(result, ax):
     return True
 
 
+def plot_hosts_shard_update(result, ax):
+    """Seconds per update (mean of steps 2..) against TP size, full and sliced; False when the
+    run had no sharded update rows ("upd full tpN sK", "upd sliced tpN sK")."""
+    means = {}  # (mode, tp) -> [seconds of steps 2..]
+    wrong = 0
+    for r in result["rows"]:
+        words = r["what"].split()
+        if len(words) != 4 or words[0] != "upd":
+            continue
+        wrong += r["#wrong"]
+        if int(words[3][1:]) >= 2:
+            means.setdefault((words[1], int(words[2][2:])), []).append(r["time(us)"] / 1e6)
+    if not means:
+        return False
+    for mode, label in (
+        ("full", "full (every rank, whole tensors)"),
+        ("sliced", "sliced (each rank its slice)"),
+    ):
+        points = sorted((tp, sum(v) / len(v)) for (m, tp), v in means.items() if m == mode)
+        ax.plot([tp for tp, _ in points], [s for _, s in points], marker="o", label=label)
+    tps = sorted({tp for _, tp in means})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(tps, [str(tp) for tp in tps])
+    ax.set_xlabel("engine TP size (ranks, a shaped link each)")
+    ax.set_ylabel("seconds per update (mean of steps 2..)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"whole update, weightcast-train to torch engines, sliced vs full (#wrong {wrong})")
+    ax.legend()
+    return True
+
+
 PLOTTERS = {"broadcast": plot_broadcast, "update": plot_update, "hosts": plot_hosts}
-EXTRA = {"hosts": [("shard", plot_hosts_shard)]}
+EXTRA = {"hosts": [("shard", plot_hosts_shard), ("shard-update", plot_hosts_shard_update)]}
 
 
 def main():

@@ -19,6 +19,7 @@
 #include "launcher/bench/hosts_ep.h"
 #include "launcher/bench/hosts_net.h"
 #include "launcher/bench/hosts_shard.h"
+#include "launcher/bench/hosts_shard_update.h"
 #include "launcher/bench/update.h"
 #include "launcher/child_process.h"
 #include "launcher/cli_util.h"
@@ -298,10 +299,13 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   if (!o.shard_source_rate.empty()) {
     rate_bytes_per_s(o.shard_source_rate, "--shard-source-rate");  // checked up front
   }
-  for (int tp : o.shard_tps) {
-    if (o.receivers % tp != 0) {
-      throw std::invalid_argument("--shard-tps: TP " + std::to_string(tp) +
-                                  " does not divide --receivers " + std::to_string(o.receivers));
+  for (const auto& [flag, tps] : {std::pair{"--shard-tps", &o.shard_tps},
+                                  std::pair{"--shard-update-tps", &o.shard_update_tps}}) {
+    for (int tp : *tps) {
+      if (o.receivers % tp != 0) {
+        throw std::invalid_argument(std::string(flag) + ": TP " + std::to_string(tp) +
+                                    " does not divide --receivers " + std::to_string(o.receivers));
+      }
     }
   }
   if (sh(std::string("ip netns add ") + kBridgeNs + "-probe", true) != 0) {
@@ -334,19 +338,26 @@ int run_hosts_bench(const HostsBenchOptions& o, const std::string& self_exe) {
   measure_broadcast(o, self_exe, table, link, gbps);
   if (o.update_model_bytes > 0) measure_update(o, self_exe, table, link, gbps["gloo-chain"]);
   if (o.trainer_ep > 0) measure_trainer_ep(o, self_exe, table, link);
-  if (!o.shard_tps.empty()) {
+  if (!o.shard_tps.empty() || !o.shard_update_tps.empty()) {
+    int largest = 1;
+    for (int tp : o.shard_tps) largest = std::max(largest, tp);
+    for (int tp : o.shard_update_tps) largest = std::max(largest, tp);
     const std::string source_rate =
         !o.shard_source_rate.empty()
             ? o.shard_source_rate
-            : std::to_string(static_cast<long long>(
-                  link * 8 / 1e3 * *std::max_element(o.shard_tps.begin(), o.shard_tps.end()))) +
-                  "kbit";
+            : std::to_string(static_cast<long long>(link * 8 / 1e3 * largest)) + "kbit";
     topo.set_rate(0, source_rate);
-    table.note("sharded broadcast: " + std::to_string(o.receivers) +
-               " engine ranks, a host each, links " + o.rate + "; the source's link " +
-               source_rate + "; " + format_bytes(o.bytes) + " model (hand-written TP plans), " +
+    table.note("sharded: " + std::to_string(o.receivers) + " engine ranks, a host each, links " +
+               o.rate + "; the source's link " + source_rate + "; " +
                format_bytes(o.shard_bucket_bytes) + " buckets");
-    measure_sharded(o, self_exe, table, link);
+    if (!o.shard_tps.empty()) {
+      table.note("sharded broadcast: " + format_bytes(o.bytes) + " model (hand-written TP plans)");
+      measure_sharded(o, self_exe, table, link);
+    }
+    if (!o.shard_update_tps.empty()) {
+      table.note("sharded update: torch engines (recorded plans), model " + o.shard_update_model);
+      measure_sharded_update(o, self_exe, table, link);
+    }
   }
   table.write(o.output);
   return table.wrong() ? 1 : 0;

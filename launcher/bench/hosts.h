@@ -47,6 +47,13 @@ struct HostsBenchOptions {
   std::vector<int> shard_tps;
   std::string shard_source_rate;
   std::uint64_t shard_bucket_bytes = 8u << 20;
+  // Non-empty: also the whole update, sliced against full, against torch reference engines of each
+  // of these TP sizes whose workers are the receiving hosts (launcher/bench/hosts_shard_update.h):
+  // that model, steps per run, and the interpreter that imports torch and weightcast.
+  std::vector<int> shard_update_tps;
+  std::string shard_update_model = "small";
+  int shard_update_steps = 4;
+  std::string python = "python3";
   BenchOutput output;  // --csv / --json
 };
 

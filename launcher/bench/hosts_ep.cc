@@ -21,27 +21,18 @@
 #include "launcher/cli_util.h"
 
 namespace weightcast::launcher {
-namespace {
 
-// What a step line of weightcast-train says that the rows need.
-struct StepResult {
-  int step = 0;
-  std::uint64_t bytes = 0;
-  double seconds = 0;  // the update (with overlap, the gather inside it)
-  double gather = 0;   // the stage's gather (phases gather=)
-  bool verified = false;
-};
-
-std::optional<StepResult> parse_step(const std::string& line) {
+std::optional<TrainStep> parse_train_step(const std::string& line) {
   std::istringstream in(line);
   std::string word;
-  StepResult r;
+  TrainStep r;
   if (!(in >> word) || word != "step" || !(in >> word)) return std::nullopt;
   r.step = std::atoi(word.c_str());
   std::string prev;
   bool have_seconds = false;
   while (in >> word) {
     if (prev == "bytes" && r.bytes == 0) r.bytes = std::stoull(word);
+    if (prev == "wire" && r.wire == 0) r.wire = std::stoull(word);
     if (prev == "seconds") {
       r.seconds = std::stod(word);
       have_seconds = true;
@@ -54,6 +45,8 @@ std::optional<StepResult> parse_step(const std::string& line) {
   return r;
 }
 
+namespace {
+
 // mpirun's host list: this host (rank 0, the stage source, in host 0 with mpirun), then one
 // slot in each other EP host, reached through the netns agent.
 std::string hostfile_text(int ep) {
@@ -65,7 +58,7 @@ std::string hostfile_text(int ep) {
 }
 
 struct TrainerRun {
-  std::vector<StepResult> steps;
+  std::vector<TrainStep> steps;
   std::string gather;  // the mode the trainer ran ("stage gather MODE": auto resolved)
 };
 
@@ -119,7 +112,7 @@ TrainerRun run_trainer(const HostsBenchOptions& o, const std::string& self,
       std::istringstream words(line->substr(13));
       words >> run.gather;
     }
-    if (auto r = parse_step(*line)) steps.push_back(*r);
+    if (auto r = parse_train_step(*line)) steps.push_back(*r);
   }
   const int rc = train.wait_exit(timeout);
   if (rc != 0 || static_cast<int>(steps.size()) != o.trainer_steps) {

@@ -12,6 +12,8 @@
 // memory, and every MPI process talks to a daemon in its own namespace.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,19 @@
 #include "launcher/bench/table.h"
 
 namespace weightcast::launcher {
+
+// What a weightcast-train step line says that the hosts rows need.
+struct TrainStep {
+  int step = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t wire = 0;  // bytes the source put on the wire
+  double seconds = 0;      // the update (with overlap, the gather inside it)
+  double gather = 0;       // the stage's gather (phases gather=)
+  bool verified = false;
+};
+// The step line's fields ("step N/M ... bytes B ... seconds S ... verified yes wire W ...
+// gather=G"), or nullopt for any other line.
+std::optional<TrainStep> parse_train_step(const std::string& line);
 
 // Hosts the trainer measurement uses (EP ranks and engines); 0 when off.
 int trainer_ep_hosts(const HostsBenchOptions& o);

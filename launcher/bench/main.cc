@@ -169,7 +169,22 @@ CLI::App* add_hosts(CLI::App& app, HostsBenchOptions& ho) {
   hs->add_option("--shard-source-rate", ho.shard_source_rate,
                  "host 0's link rate for that run (default: --rate times the largest TP size, a "
                  "trainer node with a NIC per GPU)");
-  bytes_option(*hs, "--shard-bucket-bytes", ho.shard_bucket_bytes, "that run's bucket size");
+  bytes_option(*hs, "--shard-bucket-bytes", ho.shard_bucket_bytes,
+               "that run's bucket size (and the sharded update's)");
+  hs->add_option_function<std::string>(
+      "--shard-update-tps",
+      [&ho](const std::string& text) {
+        ho.shard_update_tps = parse_tp_sizes("--shard-update-tps", text);
+      },
+      "also the whole update (weightcast-train, HTTP, staging, --verify), sliced against full: "
+      "torch reference engines of each of these TP sizes, their workers the receiving hosts "
+      "(each must divide --receivers; off by default; needs --python)");
+  with_default(*hs, "--shard-update-model", ho.shard_update_model, "that run's model preset");
+  ranged(*hs, "--shard-update-steps", ho.shard_update_steps,
+         "that run's steps per mode (the mean is of steps 2..)", 2, 1000);
+  with_default(*hs, "--python", ho.python,
+               "interpreter that imports torch and the weightcast package (PYTHONPATH from the "
+               "environment, else the build tree's python folder)");
   add_output_options(*hs, ho.output);
   return hs;
 }

@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -136,6 +137,61 @@ TEST(BenchHosts, ShardedBroadcastGivesEachRankItsSlices) {
   EXPECT_EQ(bytes[1][0], bytes[1][2]) << "TP-1: the whole model";
   EXPECT_LT(bytes[4][0], bytes[2][0]) << out;
   EXPECT_GE(bytes[4][0], bytes[4][2]) << out;
+}
+
+// The whole update, sliced against full (launcher/bench/hosts_shard_update.h): weightcast-train
+// updates a TP-2 torch engine whose two workers run in hosts of their own, with --shard off and
+// then auto, every step verified (the bench fails otherwise). Each worker's received bytes come
+// from the engine itself: with --shard off every worker received the whole model each step, with
+// auto at most its half plus the replicated norms. Times are not asserted.
+TEST(BenchHosts, ShardedUpdateSendsEachWorkerItsSlices) {
+  if (auto why = netns_unavailable_reason()) GTEST_SKIP() << *why;
+  const std::string python = WEIGHTCAST_PYTHON;
+  if (python.empty() || std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "no interpreter here imports torch (" << python << ")";
+  }
+  std::string out;
+  const auto result = run_bench({"hosts", "--receivers",
+                                 "2",     "--bytes",
+                                 "1M",    "--iters",
+                                 "1",     "--rate",
+                                 "2gbit", "--shard-update-tps",
+                                 "2",     "--shard-update-model",
+                                 "tiny",  "--shard-update-steps",
+                                 "2",     "--shard-bucket-bytes",
+                                 "1M",    "--python",
+                                 python,  "--timeout-ms",
+                                 "60000"},
+                                150s, out);
+  ASSERT_FALSE(result.is_discarded()) << out;
+  std::set<std::string> rows;
+  for (const auto& row : result["rows"]) rows.insert(row["what"].get<std::string>());
+  for (const char* row :
+       {"upd full tp2 s1", "upd full tp2 s2", "upd sliced tp2 s1", "upd sliced tp2 s2"}) {
+    EXPECT_TRUE(rows.count(row)) << row << " missing:\n" << out;
+  }
+  unsigned long long sliced = 0, full = 0;
+  for (const auto& note : result["notes"]) {
+    const std::string text = note.get<std::string>();
+    const auto at = text.find("a worker received at most ");
+    if (at != std::string::npos) {
+      ASSERT_EQ(std::sscanf(text.c_str() + at,
+                            "a worker received at most %llu B per step sliced (%*f of the model), "
+                            "%llu B full",
+                            &sliced, &full),
+                2)
+          << text;
+    }
+  }
+  std::uint64_t model = 0;
+  for (const auto& row : result["rows"]) {
+    if (row["what"] == "upd full tp2 s1") model = row["bytes"].get<std::uint64_t>();
+  }
+  ASSERT_GT(model, 0u) << out;
+  EXPECT_EQ(full, model) << out;  // every worker, the whole model each step
+  // Its half of each sharded tensor, and the norms whole.
+  EXPECT_GT(sliced, model / 2) << out;
+  EXPECT_LT(sliced, model * 11 / 20) << out;
 }
 
 }  // namespace

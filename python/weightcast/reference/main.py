@@ -16,6 +16,13 @@ def _plan_fault(text):
     return text
 
 
+def _names(text):
+    names = [n for n in text.split(",") if n]
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}': expected a comma-separated list")
+    return names
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m weightcast.reference", description=package_doc.split("\n\n")[0]
@@ -63,6 +70,24 @@ def parse_args(argv):
         help="the old behaviour: post-process every covered runner at the end of a session",
     )
     p.add_argument("--bind-address", default="127.0.0.1", help="data-plane address of the workers")
+    p.add_argument(
+        "--worker-netns",
+        type=_names,
+        help="benchmarks (root): worker k runs in the k-th of these network namespaces "
+        "(comma separated, one per worker, as `ip netns` names them), as a TP worker on a host "
+        "of its own; needs --worker-bind-addresses and --tp-host reachable from them (the TP "
+        "group's Gloo picks its interface as torch does: GLOO_SOCKET_IFNAME)",
+    )
+    p.add_argument(
+        "--worker-bind-addresses",
+        type=_names,
+        help="with --worker-netns: worker k's data-plane address (comma separated)",
+    )
+    p.add_argument(
+        "--tp-host",
+        default="127.0.0.1",
+        help="address of the workers' TP-group store, kept by this process",
+    )
     p.add_argument("--store-token", default=None)
     p.add_argument("--init-timeout", type=float, default=60.0)
     p.add_argument("--comm-timeout", type=float, default=60.0)
@@ -116,7 +141,9 @@ def config(a):
         "delta": a.delta,
         "legacy_finalize": a.legacy_finalize,
         "bind_address": a.bind_address,
-        "tp_host": "127.0.0.1",
+        "tp_host": a.tp_host,
+        "worker_netns": a.worker_netns,
+        "worker_bind_addresses": a.worker_bind_addresses,
         "store_token": a.store_token,
         "init_timeout": a.init_timeout,
         "comm_timeout": a.comm_timeout,
@@ -139,6 +166,16 @@ def main(argv=None):
     a = parse_args(argv)
     if a.ep < 1 or a.tp % a.ep:
         print(f"weightcast.reference: --ep {a.ep} must be at least 1 and divide --tp {a.tp}", file=sys.stderr)
+        return 2
+    for flag, names in (
+        ("--worker-netns", a.worker_netns),
+        ("--worker-bind-addresses", a.worker_bind_addresses),
+    ):
+        if names is not None and len(names) != a.tp:
+            print(f"weightcast.reference: {flag} names {len(names)}, --tp is {a.tp}", file=sys.stderr)
+            return 2
+    if (a.worker_netns is None) != (a.worker_bind_addresses is None):
+        print("weightcast.reference: --worker-netns and --worker-bind-addresses go together", file=sys.stderr)
         return 2
     refusal = guard.bind_refusal(a.host, a.token)
     if refusal:

@@ -291,8 +291,33 @@ def _error(e):
     }
 
 
+def _enter_netns(name):
+    """Moves this process into the network namespace `name` (`ip netns` names it): done first,
+    while the process has one thread, so every socket and thread made after it is in there."""
+    fd = os.open(os.path.join("/var/run/netns", name), os.O_RDONLY)
+    try:
+        if hasattr(os, "setns"):  # Python 3.12+
+            os.setns(fd, os.CLONE_NEWNET)
+            return
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into network namespace {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def main(rank, cfg, conn, store_port):
     """Process entry: forms the TP group, builds the worker, serves the front's requests."""
+    if cfg.get("worker_netns"):
+        try:
+            _enter_netns(cfg["worker_netns"][rank])
+        except OSError as e:
+            conn.send((None, False, {"status": 500, "message": f"worker {rank}: {e}"}))
+            return
+        cfg = dict(cfg, bind_address=cfg["worker_bind_addresses"][rank])
     torch.set_num_threads(1)
     store = dist.TCPStore(
         cfg["tp_host"],
