@@ -157,8 +157,14 @@ def make_handler(engine, table, token="", max_body_bytes=64 << 20, read_timeout=
     return type("EngineHandler", (Handler,), attrs)
 
 
+class _Server(ThreadingHTTPServer):
+    # A trainer sends one bucket request per shard class at once, each on a connection of its
+    # own; socketserver's listen backlog of 5 drops the connections beyond it, and their SYNs are
+    # sent again only after a second (as uvicorn, which SGLang and vLLM serve with, a deep one).
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def make_server(engine, table, host, port, **guards):
     """A server bound to host:port (0: ephemeral) with the guards of make_handler()."""
-    server = ThreadingHTTPServer((host, port), make_handler(engine, table, **guards))
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), make_handler(engine, table, **guards))
