@@ -81,6 +81,8 @@ struct Backend {
   std::string name;
   bool device = false;
   std::function<void(void*, std::size_t, int)> run;
+  // Where the root's bytes must be (colocate-arena: inside its segment); null: the bench's buffer.
+  void* root_buffer = nullptr;
 };
 
 struct Row {
@@ -91,10 +93,11 @@ struct Row {
 // Times `iters` back-to-back broadcasts (as nccl-tests does) and reports the slowest rank's mean.
 Row measure(const Backend& b, BenchBuffer& buf, std::size_t bytes, const BroadcastBenchOptions& o,
             int rank, std::uint64_t seed) {
-  for (int i = 0; i < o.warmup; ++i) b.run(buf.data(), bytes, o.root);
+  void* const data = rank == o.root && b.root_buffer != nullptr ? b.root_buffer : buf.data();
+  for (int i = 0; i < o.warmup; ++i) b.run(data, bytes, o.root);
   MPI_Barrier(MPI_COMM_WORLD);
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.iters; ++i) b.run(buf.data(), bytes, o.root);
+  for (int i = 0; i < o.iters; ++i) b.run(data, bytes, o.root);
   double local_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
       o.iters;
@@ -103,8 +106,9 @@ Row measure(const Backend& b, BenchBuffer& buf, std::size_t bytes, const Broadca
 
   // Correctness pass: fresh random data from the root, receivers poisoned first.
   buf.fill(bytes, seed, rank != o.root);
+  if (data != buf.data()) std::memcpy(data, buf.data(), bytes);  // untimed: the root's bytes
   MPI_Barrier(MPI_COMM_WORLD);
-  b.run(buf.data(), bytes, o.root);
+  b.run(data, bytes, o.root);
   unsigned long long wrong = rank == o.root ? 0 : buf.count_wrong(bytes, seed);
   unsigned long long total_wrong = 0;
   MPI_Reduce(&wrong, &total_wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -240,16 +244,22 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
     } else if (name == "mpi-bcast") {
       // Beside the rows of the TCP job, this job's own MPI_Bcast runs over shared memory.
       backends.push_back(mpi_backend(o.mpi_tcp_rows_in.empty() ? name : "mpi-bcast-shm"));
-    } else if (name == "colocate") {
-      // The colocated path's segment: one write by the root, one read by every other rank.
-      backends.push_back(
-          {name, false, colocated_broadcast(rank, size, o.max_bytes, Millis(o.timeout_ms))});
+    } else if (name == "colocate" || name == "colocate-hash" || name == "colocate-arena" ||
+               name == "colocate-arena-hash") {
+      // The colocated path's segment: one write by the root, one read by every other rank (with
+      // -hash, each chunk hashed in the read's pass, as the engine's route does; with -arena,
+      // the root's bytes live in the segment and only the reads remain, as the trainer runs it).
+      const bool arena = name.starts_with("colocate-arena");
+      auto c = colocated_broadcast(rank, size, o.max_bytes, Millis(o.timeout_ms),
+                                   name.ends_with("-hash"), arena);
+      backends.push_back({name, false, std::move(c.run), c.root_buffer});
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
     } else {
       throw comm::ConfigError("unknown bench backend '" + name +
                               "' (gloo-chain, gloo-unbound, gloo-sockets, gloo-stock, mpi-bcast, "
-                              "colocate, nccl)");
+                              "colocate, colocate-hash, colocate-arena, colocate-arena-hash, "
+                              "nccl)");
     }
   }
   return backends;

@@ -15,6 +15,7 @@
 #include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
 #include "comm/errors.h"
+#include "sync/model/checksum.h"
 
 namespace weightcast::launcher {
 namespace {
@@ -39,9 +40,8 @@ std::uint64_t progress_word(std::uint64_t broadcast, std::size_t written) {
 
 }  // namespace
 
-std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int size,
-                                                                 std::size_t max_bytes,
-                                                                 comm::Millis timeout) {
+ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes,
+                                       comm::Millis timeout, bool hash, bool in_place) {
   auto state = std::make_shared<Colocated>();
   char name[108] = {};
   std::unique_ptr<comm::colocate::SegmentServer> server;
@@ -59,7 +59,9 @@ std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int s
     state->mapped.emplace(handle.fd, handle.size);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  return [state, rank, max_bytes](void* p, std::size_t n, int root) {
+  ColocatedBroadcast out;
+  if (in_place && rank == 0) out.root_buffer = state->segment->bytes().data() + kHeader;
+  out.run = [state, rank, max_bytes, hash, in_place](void* p, std::size_t n, int root) {
     if (root != 0 || n > max_bytes) {
       throw comm::ConfigError("colocate: the root must be rank 0 and a broadcast at most " +
                               std::to_string(max_bytes) + " bytes");
@@ -68,17 +70,25 @@ std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int s
     // each chunk out as soon as it is there (yielding while they wait: the cores are shared).
     const std::uint64_t id = ++state->broadcasts;
     auto* bytes = static_cast<std::byte*>(p);
+    sync::Hasher hasher;
+    const auto visit = [&](std::span<const std::byte> chunk) {
+      if (hash) hasher.update(chunk);
+    };
     if (n <= kSequentialMax) {
       // Small: one write, a barrier, one read each (spinning on progress costs more here).
-      if (rank == 0) std::memcpy(state->segment->bytes().data() + kHeader, bytes, n);
+      if (rank == 0 && !in_place) std::memcpy(state->segment->bytes().data() + kHeader, bytes, n);
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank != 0) {
-        state->mapped->copy_through(kHeader, {bytes, n}, [](std::span<const std::byte>) {});
+        state->mapped->copy_through(kHeader, {bytes, n}, visit);
       }
     } else if (rank == 0) {
       std::byte* base = state->segment->bytes().data();
       auto* progress = reinterpret_cast<std::uint64_t*>(base);
-      for (std::size_t at = 0; at < n; at += kChunk) {
+      if (in_place) {  // the bytes are there already: all of them at once
+        WC_ENFORCE(p == base + kHeader, "colocate-arena: the root broadcasts its root_buffer");
+        __atomic_store_n(progress, progress_word(id, n), __ATOMIC_RELEASE);
+      }
+      for (std::size_t at = 0; at < n && !in_place; at += kChunk) {
         const std::size_t len = std::min(kChunk, n - at);
         std::memcpy(base + kHeader + at, bytes + at, len);
         __atomic_store_n(progress, progress_word(id, at + len), __ATOMIC_RELEASE);
@@ -90,12 +100,16 @@ std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int s
         while (__atomic_load_n(progress, __ATOMIC_ACQUIRE) < progress_word(id, at + len)) {
           sched_yield();
         }
-        state->mapped->copy_through(kHeader + at, {bytes + at, len},
-                                    [](std::span<const std::byte>) {});
+        state->mapped->copy_through(kHeader + at, {bytes + at, len}, visit);
       }
+    }
+    if (hash && rank != 0) {
+      volatile std::uint64_t low = hasher.digest().low;  // computed, not elided
+      (void)low;
     }
     MPI_Barrier(MPI_COMM_WORLD);
   };
+  return out;
 }
 
 }  // namespace weightcast::launcher

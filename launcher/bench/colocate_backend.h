@@ -7,7 +7,14 @@
 // above, the root writes in 1 MiB chunks and publishes its progress in the
 // segment's first page after each; the others copy each chunk out as soon as it is written
 // (pipelined, as MPI's shared-memory broadcast is). The engine's route also hashes each chunk in
-// the copy's pass; this backend times the copy alone, as the other rows time the transport alone.
+// the copy's pass; "colocate" times the copy alone, as the other rows time the transport alone,
+// and "colocate-hash" (`hash`) the copy with every reader hashing each chunk while it is in cache
+// (sync/model/checksum.h's Hasher, as the engine's route does): the two rows apart are what the
+// digests cost the colocated update. "colocate-arena" (`in_place`) is the route as the trainer
+// runs it: the root's bytes already live in the segment (its TensorArena is the segment), so the
+// root copies nothing and every reader copies once, as in MPI's shared-memory broadcast, which
+// reads the root's buffer in place (CMA). "colocate-arena-hash" is both: the colocated update's
+// data plane as it runs.
 // Lifetime/threading: the returned function holds the segment and mapping; call it from the
 // rank's thread, on every rank together, as the other backends.
 #pragma once
@@ -19,10 +26,17 @@
 
 namespace weightcast::launcher {
 
+struct ColocatedBroadcast {
+  // The broadcast of `bytes` bytes at `p` from `root`. With in_place, the root passes
+  // root_buffer (where its bytes already are); the others pass their own buffers.
+  std::function<void(void*, std::size_t, int)> run;
+  // The root's buffer inside the segment (in_place only, rank 0 only; else null).
+  void* root_buffer = nullptr;
+};
+
 // Throws comm::ConfigError when the root is not rank 0 at call time or `bytes` exceeds
 // `max_bytes`, comm::Error when the segment cannot be handed over within `timeout`.
-std::function<void(void*, std::size_t, int)> colocated_broadcast(int rank, int size,
-                                                                 std::size_t max_bytes,
-                                                                 comm::Millis timeout);
+ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes,
+                                       comm::Millis timeout, bool hash, bool in_place);
 
 }  // namespace weightcast::launcher

@@ -92,7 +92,10 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
   bc->add_option_function<std::string>(
         "--backends", [&bo](const std::string& text) { bo.backends = split_csv(text); },
         "comma list: gloo-chain, gloo-unbound (the chain without its eager ring), gloo-sockets "
-        "(the chain without single copy), gloo-stock, mpi-bcast, nccl")
+        "(the chain without single copy), gloo-stock, mpi-bcast, colocate (the colocated "
+        "segment: the root writes, the others read), colocate-hash (their reads hashed, as an "
+        "engine's), colocate-arena (the root's bytes already in the segment, as the trainer's "
+        "arena), colocate-arena-hash (both: the colocated update's data plane), nccl")
       ->default_str(default_backends());
   bytes_option(*bc, "--min-bytes", bo.min_bytes, "smallest size (K/M/G suffixes)");
   bytes_option(*bc, "--max-bytes", bo.max_bytes, "largest size");
