@@ -189,14 +189,14 @@ void measure_sharded_update(const HostsBenchOptions& o, const std::string& self,
     };
     std::map<std::string, Mean> mean;  // by --shard mode
     std::uint64_t model = 0;
-    for (const std::string mode : {"off", "auto"}) {
+    for (const std::string& mode : {std::string("off"), std::string("auto")}) {
       const std::vector<std::uint64_t> before = worker_bytes(urls, timeout);
       const std::vector<TrainStep> steps = run_trainer(o, self, url_list, mode);
       const std::vector<std::uint64_t> after = worker_bytes(urls, timeout);
       const std::string what = std::string(mode == "off" ? "upd full" : "upd sliced") + " tp" +
                                std::to_string(tp) + " s";
       double sum = 0;
-      for (const TrainStep& s : steps) {
+      for (const TrainStep& s : steps) {  // every one verified (run_trainer): no wrong bytes
         const double gbps = static_cast<double>(s.bytes) / s.seconds / 1e9;
         table.add(
             {what + std::to_string(s.step), s.bytes, s.seconds * 1e6, gbps, gbps * 1e9 / link}, 0);

@@ -200,6 +200,11 @@ std::vector<std::byte> rank_shards(const std::vector<MegatronParam>& params, int
     fill_tensor(meta, seed, step, full);
     return full;
   };
+  // Sized once: grown by appends, a model-sized buffer is copied and faulted in again at every
+  // doubling.
+  std::size_t total = 0;
+  for (const auto& param : params) total += contributed_bytes(param, tp, tp_rank, ep_rank);
+  out.reserve(total);
   for (const auto& param : params) {
     if (contributed_bytes(param, tp, tp_rank, ep_rank) == 0) continue;
     append_shard(param, tp, tp_rank, generate, out);

@@ -292,8 +292,9 @@ def _error(e):
 
 
 def _enter_netns(name):
-    """Moves this process into the network namespace `name` (`ip netns` names it): done first,
-    while the process has one thread, so every socket and thread made after it is in there."""
+    """Moves this process's main thread into the network namespace `name` (`ip netns` names
+    it): done first, before the worker opens a socket or starts a thread, which then all inherit
+    it."""
     fd = os.open(os.path.join("/var/run/netns", name), os.O_RDONLY)
     try:
         if hasattr(os, "setns"):  # Python 3.12+
