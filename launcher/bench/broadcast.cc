@@ -244,14 +244,10 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
     } else if (name == "mpi-bcast") {
       // Beside the rows of the TCP job, this job's own MPI_Bcast runs over shared memory.
       backends.push_back(mpi_backend(o.mpi_tcp_rows_in.empty() ? name : "mpi-bcast-shm"));
-    } else if (name == "colocate" || name == "colocate-hash" || name == "colocate-arena" ||
-               name == "colocate-arena-hash") {
-      // The colocated path's segment: one write by the root, one read by every other rank (with
-      // -hash, each chunk hashed in the read's pass, as the engine's route does; with -arena,
-      // the root's bytes live in the segment and only the reads remain, as the trainer runs it).
-      const bool arena = name.starts_with("colocate-arena");
-      auto c = colocated_broadcast(rank, size, o.max_bytes, Millis(o.timeout_ms),
-                                   name.ends_with("-hash"), arena);
+    } else if (const auto colocated = colocated_backend_options(name)) {
+      // The colocated path's segment: one write by the root, one read by every other rank, or the
+      // route's parts (colocate_backend.h).
+      auto c = colocated_broadcast(rank, size, o.max_bytes, Millis(o.timeout_ms), *colocated);
       backends.push_back({name, false, std::move(c.run), c.root_buffer});
     } else if (name == "nccl") {
       if (auto b = nccl_backend(name, co, rank, size)) backends.push_back(std::move(*b));
@@ -259,7 +255,7 @@ std::vector<Backend> make_backends(const BroadcastBenchOptions& o, const comm::C
       throw comm::ConfigError("unknown bench backend '" + name +
                               "' (gloo-chain, gloo-unbound, gloo-sockets, gloo-stock, mpi-bcast, "
                               "colocate, colocate-hash, colocate-arena, colocate-arena-hash, "
-                              "nccl)");
+                              "colocate-arena-map-hash, nccl)");
     }
   }
   return backends;

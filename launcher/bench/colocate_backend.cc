@@ -27,6 +27,7 @@ constexpr const char* kToken = "weightcast-bench";
 constexpr std::size_t kHeader = 4096;
 constexpr std::size_t kChunk = std::size_t{1} << 20;
 constexpr std::size_t kSequentialMax = std::size_t{4} << 20;
+constexpr std::size_t kCopyChunk = std::size_t{256} << 10;  // as MappedSegment::copy_through
 
 struct Colocated {
   std::optional<comm::colocate::SharedSegment> segment;  // the root's
@@ -40,8 +41,19 @@ std::uint64_t progress_word(std::uint64_t broadcast, std::size_t written) {
 
 }  // namespace
 
+std::optional<ColocatedBackendOptions> colocated_backend_options(std::string_view name) {
+  if (name == "colocate") return ColocatedBackendOptions{};
+  if (name == "colocate-hash") return ColocatedBackendOptions{.hash = true};
+  if (name == "colocate-arena") return ColocatedBackendOptions{.in_place = true};
+  if (name == "colocate-arena-hash") return ColocatedBackendOptions{.hash = true, .in_place = true};
+  if (name == "colocate-arena-map-hash") {
+    return ColocatedBackendOptions{.hash = true, .in_place = true, .from_mapping = true};
+  }
+  return std::nullopt;
+}
+
 ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes,
-                                       comm::Millis timeout, bool hash, bool in_place) {
+                                       comm::Millis timeout, ColocatedBackendOptions options) {
   auto state = std::make_shared<Colocated>();
   char name[108] = {};
   std::unique_ptr<comm::colocate::SegmentServer> server;
@@ -60,8 +72,9 @@ ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes
   }
   MPI_Barrier(MPI_COMM_WORLD);
   ColocatedBroadcast out;
-  if (in_place && rank == 0) out.root_buffer = state->segment->bytes().data() + kHeader;
-  out.run = [state, rank, max_bytes, hash, in_place](void* p, std::size_t n, int root) {
+  if (options.in_place && rank == 0) out.root_buffer = state->segment->bytes().data() + kHeader;
+  out.run = [state, rank, max_bytes, options](void* p, std::size_t n, int root) {
+    const bool in_place = options.in_place;
     if (root != 0 || n > max_bytes) {
       throw comm::ConfigError("colocate: the root must be rank 0 and a broadcast at most " +
                               std::to_string(max_bytes) + " bytes");
@@ -72,14 +85,27 @@ ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes
     auto* bytes = static_cast<std::byte*>(p);
     sync::Hasher hasher;
     const auto visit = [&](std::span<const std::byte> chunk) {
-      if (hash) hasher.update(chunk);
+      if (options.hash) hasher.update(chunk);
+    };
+    // A reader's copy of [offset, +into.size()) of the segment.
+    const auto read = [&](std::size_t offset, std::span<std::byte> into) {
+      if (!options.from_mapping) {
+        state->mapped->copy_through(offset, into, visit);
+        return;
+      }
+      const std::byte* from = state->mapped->bytes().data() + offset;
+      for (std::size_t done = 0; done < into.size(); done += kCopyChunk) {
+        const std::size_t len = std::min(kCopyChunk, into.size() - done);
+        std::memcpy(into.data() + done, from + done, len);
+        visit(into.subspan(done, len));
+      }
     };
     if (n <= kSequentialMax) {
       // Small: one write, a barrier, one read each (spinning on progress costs more here).
       if (rank == 0 && !in_place) std::memcpy(state->segment->bytes().data() + kHeader, bytes, n);
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank != 0) {
-        state->mapped->copy_through(kHeader, {bytes, n}, visit);
+        read(kHeader, {bytes, n});
       }
     } else if (rank == 0) {
       std::byte* base = state->segment->bytes().data();
@@ -100,10 +126,10 @@ ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes
         while (__atomic_load_n(progress, __ATOMIC_ACQUIRE) < progress_word(id, at + len)) {
           sched_yield();
         }
-        state->mapped->copy_through(kHeader + at, {bytes + at, len}, visit);
+        read(kHeader + at, {bytes + at, len});
       }
     }
-    if (hash && rank != 0) {
+    if (options.hash && rank != 0) {
       volatile std::uint64_t low = hasher.digest().low;  // computed, not elided
       (void)low;
     }

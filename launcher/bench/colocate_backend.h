@@ -14,13 +14,18 @@
 // runs it: the root's bytes already live in the segment (its TensorArena is the segment), so the
 // root copies nothing and every reader copies once, as in MPI's shared-memory broadcast, which
 // reads the root's buffer in place (CMA). "colocate-arena-hash" is both: the colocated update's
-// data plane as it runs.
+// data plane as it runs. "colocate-arena-map-hash" (`from_mapping`) reads with memcpy out of the
+// reader's own mapping of the segment, kept from setup on, instead of pread: what an engine that
+// kept the trainer's segment mapped across updates would do (docs/colocated.md, "Why the update
+// stays under 0.8x the raw chain").
 // Lifetime/threading: the returned function holds the segment and mapping; call it from the
 // rank's thread, on every rank together, as the other backends.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <optional>
+#include <string_view>
 
 #include "comm/deadline.h"
 
@@ -34,9 +39,19 @@ struct ColocatedBroadcast {
   void* root_buffer = nullptr;
 };
 
+struct ColocatedBackendOptions {
+  bool hash = false;          // readers hash each chunk in the copy's pass
+  bool in_place = false;      // the root's bytes live in the segment (root_buffer)
+  bool from_mapping = false;  // readers memcpy out of their mapping instead of pread
+};
+
+// The backend named `name` (colocate, colocate-hash, colocate-arena, colocate-arena-hash,
+// colocate-arena-map-hash), or nullopt for any other name.
+std::optional<ColocatedBackendOptions> colocated_backend_options(std::string_view name);
+
 // Throws comm::ConfigError when the root is not rank 0 at call time or `bytes` exceeds
 // `max_bytes`, comm::Error when the segment cannot be handed over within `timeout`.
 ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes,
-                                       comm::Millis timeout, bool hash, bool in_place);
+                                       comm::Millis timeout, ColocatedBackendOptions options);
 
 }  // namespace weightcast::launcher

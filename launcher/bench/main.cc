@@ -95,7 +95,9 @@ CLI::App* add_broadcast(CLI::App& app, BroadcastBenchOptions& bo, int& ranks) {
         "(the chain without single copy), gloo-stock, mpi-bcast, colocate (the colocated "
         "segment: the root writes, the others read), colocate-hash (their reads hashed, as an "
         "engine's), colocate-arena (the root's bytes already in the segment, as the trainer's "
-        "arena), colocate-arena-hash (both: the colocated update's data plane), nccl")
+        "arena), colocate-arena-hash (both: the colocated update's data plane), "
+        "colocate-arena-map-hash (its readers memcpy out of a mapping kept from setup, not "
+        "pread), nccl")
       ->default_str(default_backends());
   bytes_option(*bc, "--min-bytes", bo.min_bytes, "smallest size (K/M/G suffixes)");
   bytes_option(*bc, "--max-bytes", bo.max_bytes, "largest size");
