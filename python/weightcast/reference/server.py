@@ -160,7 +160,7 @@ def make_handler(engine, table, token="", max_body_bytes=64 << 20, read_timeout=
 class _Server(ThreadingHTTPServer):
     # A trainer sends one bucket request per shard class at once, each on a connection of its
     # own; socketserver's listen backlog of 5 drops the connections beyond it, and their SYNs are
-    # sent again only after a second (as uvicorn, which SGLang and vLLM serve with, a deep one).
+    # sent again only after a second: a deep backlog instead.
     request_queue_size = 1024
     daemon_threads = True
 
