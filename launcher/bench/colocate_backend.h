@@ -18,8 +18,8 @@
 // reader's own mapping of the segment, kept from setup on, instead of pread: what an engine that
 // kept the trainer's segment mapped across updates would do (docs/colocated.md, "Why the update
 // stays under 0.8x the raw chain").
-// Lifetime/threading: the returned function holds the segment and mapping; call it from the
-// rank's thread, on every rank together, as the other backends.
+// Lifetime/threading: the returned run holds the segment and mapping (root_buffer points into
+// them); call it from the rank's thread, on every rank together, as the other backends.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,9 @@
-// weightcast-bench hosts with the trainer's expert-parallel stage across hosts
-// (launcher/bench/hosts_ep.h): mpirun reaches the EP ranks' namespaces through the bench's netns
-// agent, the expert gather crosses the shaped links, and every --tp-gather mode updates engines in
-// hosts of their own with every step verified; auto picks the overlap, since the stage spans hosts.
-// Needs network namespaces (skipped otherwise).
+// weightcast-bench hosts between network namespaces: the trainer's expert-parallel stage across
+// hosts (launcher/bench/hosts_ep.h: mpirun reaches the EP ranks' namespaces through the bench's
+// netns agent, the expert gather crosses the shaped links, and every --tp-gather mode updates
+// engines in hosts of their own with every step verified; auto picks the overlap, since the stage
+// spans hosts), the shard-aware broadcast, and the whole sharded update against torch engines
+// whose workers are hosts of their own. Needs network namespaces (skipped otherwise).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
