@@ -113,11 +113,12 @@ ColocatedBroadcast colocated_broadcast(int rank, int size, std::size_t max_bytes
       if (in_place) {  // the bytes are there already: all of them at once
         WC_ENFORCE(p == base + kHeader, "colocate-arena: the root broadcasts its root_buffer");
         __atomic_store_n(progress, progress_word(id, n), __ATOMIC_RELEASE);
-      }
-      for (std::size_t at = 0; at < n && !in_place; at += kChunk) {
-        const std::size_t len = std::min(kChunk, n - at);
-        std::memcpy(base + kHeader + at, bytes + at, len);
-        __atomic_store_n(progress, progress_word(id, at + len), __ATOMIC_RELEASE);
+      } else {
+        for (std::size_t at = 0; at < n; at += kChunk) {
+          const std::size_t len = std::min(kChunk, n - at);
+          std::memcpy(base + kHeader + at, bytes + at, len);
+          __atomic_store_n(progress, progress_word(id, at + len), __ATOMIC_RELEASE);
+        }
       }
     } else {
       const auto* progress = reinterpret_cast<const std::uint64_t*>(state->mapped->bytes().data());

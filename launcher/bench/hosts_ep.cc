@@ -32,7 +32,6 @@ std::optional<TrainStep> parse_train_step(const std::string& line) {
   bool have_seconds = false;
   while (in >> word) {
     if (prev == "bytes" && r.bytes == 0) r.bytes = std::stoull(word);
-    if (prev == "wire" && r.wire == 0) r.wire = std::stoull(word);
     if (prev == "seconds") {
       r.seconds = std::stod(word);
       have_seconds = true;
@@ -43,6 +42,32 @@ std::optional<TrainStep> parse_train_step(const std::string& line) {
   }
   if (!have_seconds) return std::nullopt;
   return r;
+}
+
+std::vector<TrainStep> run_train_in_host0(std::vector<std::string> cmd, int steps,
+                                          std::chrono::milliseconds timeout,
+                                          const std::string& what,
+                                          const std::function<void(const std::string&)>& on_line) {
+  ChildOptions co;
+  co.own_group = true;  // mpirun's agents and daemons go with it
+  // PMIx's shared-memory data store is one per machine, not per namespace: its hash store
+  // instead (otherwise PMIx prints dstore errors when the daemons of two hosts meet there).
+  co.extra_env = {"PMIX_MCA_gds=hash"};
+  ChildProcess train(in_ns(host_ns(0), std::move(cmd)), co);
+  std::vector<TrainStep> out;
+  while (static_cast<int>(out.size()) < steps) {
+    const auto line = train.read_line(timeout);
+    if (!line) break;
+    if (on_line) on_line(*line);
+    if (auto r = parse_train_step(*line)) out.push_back(*r);
+  }
+  const int rc = train.wait_exit(timeout);
+  if (rc != 0 || static_cast<int>(out.size()) != steps) {
+    throw std::runtime_error(what + " exited " + std::to_string(rc) + " after " +
+                             std::to_string(out.size()) + " of " + std::to_string(steps) +
+                             " steps; its output:\n" + train.output());
+  }
+  return out;
 }
 
 namespace {
@@ -97,30 +122,16 @@ TrainerRun run_trainer(const HostsBenchOptions& o, const std::string& self,
                          "--tp-gather", gather, "--verify", "--seed", "1"});
   cmd.insert(cmd.end(),
              {"--bind-address", host_addr(0), "--update-timeout-ms", std::to_string(o.timeout_ms)});
-  ChildOptions co;
-  co.own_group = true;  // mpirun's agents and daemons go with it
-  // PMIx's shared-memory data store is one per machine, not per namespace: its hash store
-  // instead (otherwise PMIx prints dstore errors when the daemons of two hosts meet there).
-  co.extra_env = {"PMIX_MCA_gds=hash"};
-  ChildProcess train(in_ns(host_ns(0), std::move(cmd)), co);
   TrainerRun run;
-  auto& steps = run.steps;
-  while (static_cast<int>(steps.size()) < o.trainer_steps) {
-    const auto line = train.read_line(timeout);
-    if (!line) break;
-    if (line->rfind("stage gather ", 0) == 0) {
-      std::istringstream words(line->substr(13));
-      words >> run.gather;
-    }
-    if (auto r = parse_train_step(*line)) steps.push_back(*r);
-  }
-  const int rc = train.wait_exit(timeout);
-  if (rc != 0 || static_cast<int>(steps.size()) != o.trainer_steps) {
-    throw std::runtime_error(
-        "weightcast-train (ep " + std::to_string(ep) + ", --tp-gather " + gather + ") exited " +
-        std::to_string(rc) + " after " + std::to_string(steps.size()) + " of " +
-        std::to_string(o.trainer_steps) + " steps; its output:\n" + train.output());
-  }
+  const std::string what =
+      "weightcast-train (ep " + std::to_string(ep) + ", --tp-gather " + gather + ")";
+  run.steps = run_train_in_host0(std::move(cmd), o.trainer_steps, timeout, what,
+                                 [&run](const std::string& line) {
+                                   if (line.rfind("stage gather ", 0) == 0) {
+                                     std::istringstream words(line.substr(13));
+                                     words >> run.gather;
+                                   }
+                                 });
   return run;
 }
 

@@ -12,7 +12,9 @@
 // memory, and every MPI process talks to a daemon in its own namespace.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,14 +28,22 @@ namespace weightcast::launcher {
 struct TrainStep {
   int step = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t wire = 0;  // bytes the source put on the wire
-  double seconds = 0;      // the update (with overlap, the gather inside it)
-  double gather = 0;       // the stage's gather (phases gather=)
+  double seconds = 0;  // the update (with overlap, the gather inside it)
+  double gather = 0;   // the stage's gather (phases gather=)
   bool verified = false;
 };
 // The step line's fields ("step N/M ... bytes B ... seconds S ... verified yes wire W ...
 // gather=G"), or nullopt for any other line.
 std::optional<TrainStep> parse_train_step(const std::string& line);
+
+// Runs `cmd` (weightcast-train under mpirun) inside host 0 to its end and returns its first
+// `steps` step lines; `on_line` (may be empty) sees every line read. Throws std::runtime_error
+// naming `what`, with its output, unless it printed `steps` step lines and exited 0, each line
+// and the exit within `timeout`.
+std::vector<TrainStep> run_train_in_host0(std::vector<std::string> cmd, int steps,
+                                          std::chrono::milliseconds timeout,
+                                          const std::string& what,
+                                          const std::function<void(const std::string&)>& on_line);
 
 // Hosts the trainer measurement uses (EP ranks and engines); 0 when off.
 int trainer_ep_hosts(const HostsBenchOptions& o);

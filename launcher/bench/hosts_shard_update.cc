@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -143,28 +142,12 @@ std::vector<TrainStep> run_trainer(const HostsBenchOptions& o, const std::string
                   {"--seed", "1"},
                   {"--bind-address", host_addr(0)},
                   {"--update-timeout-ms", std::to_string(o.timeout_ms)}});
-  ChildOptions co;
-  co.own_group = true;
-  co.extra_env = {"PMIX_MCA_gds=hash"};  // as hosts_ep.cc: one PMIx store per namespace
-  ChildProcess train(in_ns(host_ns(0), std::move(cmd)), co);
-  std::vector<TrainStep> steps;
-  while (static_cast<int>(steps.size()) < o.shard_update_steps) {
-    const auto line = train.read_line(timeout);
-    if (!line) break;
-    if (auto r = parse_train_step(*line)) steps.push_back(*r);
-  }
-  const int rc = train.wait_exit(timeout);
-  if (rc != 0 || static_cast<int>(steps.size()) != o.shard_update_steps) {
-    throw std::runtime_error("weightcast-train --shard " + mode + " exited " + std::to_string(rc) +
-                             " after " + std::to_string(steps.size()) + " of " +
-                             std::to_string(o.shard_update_steps) + " steps; its output:\n" +
-                             train.output());
-  }
+  const std::vector<TrainStep> steps = run_train_in_host0(
+      std::move(cmd), o.shard_update_steps, timeout, "weightcast-train --shard " + mode, {});
   for (const TrainStep& s : steps) {
     if (!s.verified) {
       throw std::runtime_error("weightcast-train --shard " + mode + ": step " +
-                               std::to_string(s.step) + " did not verify; its output:\n" +
-                               train.output());
+                               std::to_string(s.step) + " did not verify");
     }
   }
   return steps;
