@@ -90,6 +90,11 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
                "which experts an EP rank holds: linear (contiguous blocks, SGLang and vLLM's "
                "default) or round_robin (vLLM)")
       ->check(CLI::IsMember({"linear", "round_robin"}));
+  with_default(app, "--shard-plan", a.shard_plan,
+               "announce each rank's shard plan in /server_info so that each rank receives only "
+               "its slices (docs/sharding.md): none, or tensor-parallel (vLLM's and SGLang's "
+               "rules for --ranks TP ranks and --ep-size)")
+      ->check(CLI::IsMember({"none", "tensor-parallel"}));
 }
 
 void add_timeout_options(CLI::App& app, EngineArgs& a) {

@@ -8,6 +8,7 @@
 #include "launcher/cli_util.h"
 #include "sync/engine/runners/weights.h"
 #include "sync/model/model.h"
+#include "sync/model/tensor_parallel_plan.h"
 
 namespace weightcast::launcher {
 
@@ -139,7 +140,38 @@ EngineOptions make_engine_options(const EngineArgs& args) {
     o.experts.num_experts = static_cast<int>(spec.num_experts);
     o.experts.strategy = parse_placement_strategy(args.expert_placement);
   }
+  o.shard_plans = make_shard_plans(args);
   return o;
+}
+
+std::vector<ShardPlan> make_shard_plans(const EngineArgs& args) {
+  if (args.shard_plan == "none") return {};
+  if (args.shard_plan != "tensor-parallel") {
+    throw comm::ConfigError("--shard-plan: none or tensor-parallel (got '" + args.shard_plan +
+                            "')");
+  }
+  if (!args.target.safetensors.empty() || !args.draft_runner.safetensors.empty()) {
+    throw comm::ConfigError(
+        "--shard-plan tensor-parallel derives each rank's plan from --model's tensors; it does "
+        "not read weights files (drop --target-safetensors/--draft-safetensors or the plan)");
+  }
+  const ModelSpec spec = load_model(args.model);
+  std::vector<TensorMeta> tensors = runner_tensors(Runner::kTarget, spec);
+  if (args.draft) {
+    for (auto& meta : runner_tensors(Runner::kDraft, spec)) tensors.push_back(std::move(meta));
+  }
+  ParallelRank rank{.tp_size = args.ranks, .tp_rank = 0, .ep_size = args.ep_size};
+  rank.placement = parse_placement_strategy(args.expert_placement);
+  std::vector<ShardPlan> plans;
+  for (rank.tp_rank = 0; rank.tp_rank < args.ranks; ++rank.tp_rank) {
+    plans.push_back(tensor_parallel_plan(spec, tensors, rank));
+  }
+  try {
+    validate_shard_plans(tensors, plans);
+  } catch (const comm::BadRequestError& e) {
+    throw comm::ConfigError(std::string("--shard-plan tensor-parallel: ") + e.what());
+  }
+  return plans;
 }
 
 bool loopback_host(const std::string& host) {

@@ -53,11 +53,16 @@ struct EngineArgs {
   int base_gpu_id = 0;                 // NCCL: engine rank i uses CUDA device base_gpu_id + i
   int ep_size = 1;                     // expert parallelism over the engine's ranks
   std::string expert_placement = "linear";
+  std::string shard_plan = "none";  // none or tensor-parallel (docs/sharding.md)
 };
 
 // Builds the runners (generating or loading their weights); throws comm::ConfigError.
 std::unique_ptr<sync::engine::RunnerSet> make_runners(const EngineArgs& args);
 sync::engine::EngineOptions make_engine_options(const EngineArgs& args);
+// Each rank's shard plan for --shard-plan (none: empty), by the hand-written tensor-parallel
+// rules (sync/model/tensor_parallel_plan.h) over the runners' tensors; comm::ConfigError for a
+// model the rules cannot divide over --ranks.
+std::vector<sync::ShardPlan> make_shard_plans(const EngineArgs& args);
 sync::engine::ServerOptions make_server_options(const EngineArgs& args);
 // Whether `host` is a loopback address or name (127.0.0.0/8, ::1, localhost): only then is an
 // engine without --token reachable by local clients alone.

@@ -104,6 +104,17 @@ def expected_moe_worker(full, rank, tp, ep):
     return out
 
 
+def received_total(url):
+    """weightcast-engine's weightcast_engine_bytes_received_total (its /metrics)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("weightcast_engine_bytes_received_total "):
+                return int(line.split()[1])
+    raise AssertionError(f"{url}/metrics: no weightcast_engine_bytes_received_total")
+
+
 HOLE = "model.layers.0.self_attn.k_proj.weight"  # sent by stage 0
 OVERLAP = "model.layers.1.mlp.down_proj.weight"  # sent by stage 1, row-parallel
 
@@ -163,6 +174,43 @@ class Sharded(unittest.TestCase):
                 )
                 self.assertGreaterEqual(w["bytes_received"], kept)
                 self.assertLessEqual(w["bytes_received"], bound)
+
+    def test_weightcast_engine_plans(self):
+        """weightcast-engine with --shard-plan tensor-parallel (4 ranks, shuffled layouts, a draft)
+        beside one without a plan, from tp 2 x pp 2 trainer ranks, delta on, 5 steps, --verify.
+        Each of its ranks joins its own shard class's group and receives its slices (KV heads
+        shared by pairs of ranks); commit puts the full tensors together. Both engines end with
+        the same weights, verified by the trainer, and the sliced engine's ranks received the
+        model about once in all, not once each."""
+        with contextlib.ExitStack() as stack:
+            procs = []
+            for extra in (["--shard-plan", "tensor-parallel"], []):
+                proc, url = native.start(ranks=4 if extra else 1, seed=SEED, extra=extra)
+                stack.callback(lambda p=proc: (p.kill(), p.wait()))
+                engine = torch_engines.Engine.__new__(torch_engines.Engine)
+                engine.url = url
+                procs.append(engine)
+            sliced, whole = procs
+            plans = sliced.ok("/server_info")["shard_plans"]
+            self.assertEqual(len(plans), 4)
+            self.assertEqual(
+                plans[1]["tensors"]["model.layers.0.self_attn.k_proj.weight"],
+                plans[0]["tensors"]["model.layers.0.self_attn.k_proj.weight"],
+            )
+            code, out = torch_engines.train([sliced, whole], 5, SEED, ["--verify", "--delta", "on"])
+            self.assertEqual(code, 0, out)
+            self.assertIn("step 5/5 version 5", out)
+            self.assertIn("verified yes", out)
+            self.assertRegex(out, r"step 2/5 .*delta_buckets [1-9]")
+            for runner in ("target", "draft"):
+                self.assertEqual(
+                    native.checksums(sliced.url, runner), native.checksums(whole.url, runner), runner
+                )
+            # Every byte that came in on the data plane, all ranks together (its /metrics).
+            received, once = (received_total(e.url) for e in (sliced, whole))
+            print(f"4 sliced ranks received {received} bytes in 5 steps; one whole rank {once}")
+            self.assertGreaterEqual(received, once)
+            self.assertLess(received, 1.6 * once)
 
     def test_moe_expert_parallel(self):
         """moe-tiny (8 experts per layer) from tp 2 x pp 2 trainer ranks to a TP-2 EP-2 torch

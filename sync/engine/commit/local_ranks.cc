@@ -45,6 +45,8 @@ LocalRanks::LocalRanks(LocalRanksOptions opts) : opts_(std::move(opts)) {
   WC_ENFORCE_GT(opts_.max_buckets_ahead, std::uint64_t{0});
   WC_ENFORCE(opts_.connector || opts_.group_connector, "a rank connector is required");
   WC_ENFORCE(opts_.pool != nullptr, "a receive pool is required");
+  WC_ENFORCE(opts_.plans.empty() || static_cast<int>(opts_.plans.size()) == p.local_ranks,
+             "shard plans: one per local rank (", p.local_ranks, "), got ", opts_.plans.size());
   const ExpertParallel& ep = opts_.experts;
   if (ep.ep_size > 1) {
     if (ep.num_experts < ep.ep_size) {
@@ -77,7 +79,13 @@ std::vector<std::unique_ptr<BucketChannel>> LocalRanks::connect(const GroupSpec&
   ConnectOptions connect = opts_.connect;
   connect.rank_count = p.rank_count;
   connect.init_timeout = opts_.init_timeout;
-  if (opts_.group_connector) return opts_.group_connector(spec, connect);
+  if (opts_.group_connector) {
+    if (!spec.ranks.empty()) {  // a shard class's consecutive ranks (as_joined)
+      connect.rank_count = static_cast<int>(spec.ranks.size());
+      connect.base_gpu_id += spec.ranks.front();
+    }
+    return opts_.group_connector(spec, connect);
+  }
   // join_rank() drives device base_gpu_id + engine rank.
   connect.base_gpu_id = p.cuda_device >= 0 ? p.cuda_device - p.engine_rank : 0;
   std::vector<std::unique_ptr<BucketChannel>> channels;
@@ -112,15 +120,49 @@ GroupSpec LocalRanks::as_joined(const GroupSpec& requested) const {
     spec.ranks.clear();
     return spec;
   }
-  if (p.local_ranks > 1) {
+  if (p.local_ranks > 1 && !sliced()) {
     throw ReceiverError(400, "ranks: " + describe() +
                                  " served by one receiver join a group all together; this one "
                                  "lists only some of them");
+  }
+  if (p.local_ranks > 1) {
+    check_class_ranks(spec.ranks);
+    return spec;  // ranks[i] joins at group rank rank_offset + i
   }
   const auto at = std::find(spec.ranks.begin(), spec.ranks.end(), p.engine_rank);
   WC_ENFORCE(at != spec.ranks.end(), "engine rank ", p.engine_rank, " is not listed in ranks");
   spec.rank_offset += static_cast<int>(at - spec.ranks.begin()) - p.engine_rank;
   return spec;
+}
+
+void LocalRanks::check_class_ranks(const std::vector<int>& ranks) const {
+  const ReceiverPlace& p = opts_.place;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < p.engine_rank || r >= p.engine_rank + p.local_ranks) {
+      throw ReceiverError(400, "ranks[" + std::to_string(i) + "]: " + std::to_string(r) +
+                                   " is not one of " + describe());
+    }
+    if (i > 0 && r != ranks[i - 1] + 1) {
+      throw ReceiverError(400, "ranks: " + describe() +
+                                   " join a shard class's group as consecutive ranks; ranks[" +
+                                   std::to_string(i) + "] is " + std::to_string(r) + " after " +
+                                   std::to_string(ranks[i - 1]));
+    }
+    const ShardPlan& plan = opts_.plans[static_cast<std::size_t>(r - p.engine_rank)];
+    const ShardPlan& first = opts_.plans[static_cast<std::size_t>(ranks[0] - p.engine_rank)];
+    if (plan != first) {
+      throw ReceiverError(400, "ranks: engine ranks " + std::to_string(ranks[0]) + " and " +
+                                   std::to_string(r) +
+                                   " keep different slices (shard plans), so they are not one "
+                                   "shard class's group");
+    }
+  }
+}
+
+const ShardPlan* LocalRanks::plan_of(const GroupSpec& joined) const {
+  if (!sliced() || joined.ranks.empty()) return nullptr;
+  return &opts_.plans[static_cast<std::size_t>(joined.ranks.front() - opts_.place.engine_rank)];
 }
 
 std::shared_ptr<Group> LocalRanks::form(const GroupSpec& requested) const {
@@ -142,6 +184,8 @@ std::shared_ptr<Group> LocalRanks::form(const GroupSpec& requested) const {
     gopts.comm_timeout = opts_.comm_timeout;
     gopts.max_ahead = opts_.max_buckets_ahead;
     gopts.pool = opts_.pool;
+    if (p.local_ranks > 1 && !spec.ranks.empty())
+      gopts.first_rank = spec.ranks.front() - p.engine_rank;
     return std::make_shared<Group>(spec, connect(spec), gopts);
   } catch (const std::exception& e) {
     const int status = join_status(e);
@@ -154,9 +198,13 @@ std::shared_ptr<Group> LocalRanks::form(const GroupSpec& requested) const {
   }
 }
 
-void LocalRanks::verify(const std::map<Runner, std::map<std::string, StagedTensor>>& staged,
-                        bool rehash) const {
+void LocalRanks::verify(std::map<Runner, std::map<std::string, StagedTensor>>& staged, bool rehash,
+                        const FullShape& full_shape) const {
   const int first_rank = opts_.place.engine_rank;
+  if (sliced()) {
+    assemble_slices(staged, opts_.plans, full_shape, *opts_.pool, rehash, first_rank);
+    return;
+  }
   if (auto d = find_rank_disagreement(staged, static_cast<std::size_t>(count()))) {
     throw ReceiverError(
         500,

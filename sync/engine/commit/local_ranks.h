@@ -19,11 +19,13 @@
 #include <vector>
 
 #include "comm/deadline.h"
+#include "sync/engine/commit/slice_assembly.h"
 #include "sync/engine/receive/channel.h"
 #include "sync/engine/receive/receive_pipeline.h"
 #include "sync/engine/stage/block_pool.h"
 #include "sync/engine/stage/staging.h"
 #include "sync/model/expert_placement.h"
+#include "sync/model/shard_plan.h"
 #include "sync/protocol/selector.h"
 
 namespace weightcast::sync::engine {
@@ -65,6 +67,11 @@ struct LocalRanksOptions {
   GroupConnector group_connector;   // every engine rank at once; used when set
   std::shared_ptr<BlockPool> pool;  // where buckets are received
   ExpertParallel experts;
+  // Shard plans of a receiver serving several ranks (docs/sharding.md): local rank i's at index
+  // i, each rank joining its class's groups and staging its slices (assembled at commit,
+  // sync/engine/commit/slice_assembly.h). Empty: every rank receives whole tensors. A receiver of
+  // one rank needs none: it stages what it receives, slices included.
+  std::vector<ShardPlan> plans;
 };
 
 class LocalRanks {
@@ -88,18 +95,28 @@ class LocalRanks {
   bool joins(const GroupSpec& spec) const;
   // Checks `spec` against the ranks (400), forms their channels and the Group over them; throws
   // ReceiverError: 504 when the group did not form within the init timeout, 400 for a
-  // configuration error, else 500. A group naming ranks must name this receiver's one rank, or
-  // all ranks of an engine when it serves several (400 otherwise).
+  // configuration error, else 500. A group naming ranks must name this receiver's one rank, or,
+  // when it serves several, all of them, or (with plans) consecutive ranks of one shard class
+  // (400 otherwise).
   std::shared_ptr<Group> form(const GroupSpec& spec) const;
 
-  // Every local rank staged the same bytes of every tensor in `staged`; with `rehash`, the staged
-  // bytes still hash to what was taken at receive. Throws ReceiverError(500) naming the first
-  // rank, runner and tensor that do not.
-  void verify(const std::map<Runner, std::map<std::string, StagedTensor>>& staged,
-              bool rehash) const;
+  // Whether the ranks stage slices by plans (LocalRanksOptions::plans).
+  bool sliced() const { return !opts_.plans.empty(); }
+  // What the ranks of a joined group keep (they share one plan): null for a group of every rank,
+  // or without plans.
+  const ShardPlan* plan_of(const GroupSpec& joined) const;
+
+  // Every local rank staged the same bytes of every tensor in `staged` (with plans: its slices,
+  // put together into full tensors of `full_shape`'s shapes, sync/engine/commit/slice_assembly.h);
+  // with `rehash`, the staged bytes still hash to what was taken at receive. Throws
+  // ReceiverError(500) naming the first rank, runner and tensor that do not.
+  void verify(std::map<Runner, std::map<std::string, StagedTensor>>& staged, bool rehash,
+              const FullShape& full_shape) const;
 
  private:
   GroupSpec as_joined(const GroupSpec& requested) const;
+  // Listed ranks of a receiver serving several with plans: consecutive, these, one plan (400).
+  void check_class_ranks(const std::vector<int>& ranks) const;
   std::vector<std::unique_ptr<BucketChannel>> connect(const GroupSpec& spec) const;
 
   const LocalRanksOptions opts_;

@@ -19,8 +19,9 @@ void OpenSession::begin(Selector selector, std::optional<std::string> holder, bo
   if (committing_) throw ReceiverError(409, "begin: the previous session is still committing");
   if (adapter) check_adapter_begin(selector, *adapter);
   if (auto refusal = machine_.begin(selector, std::move(holder), sessionless)) refuse(*refusal);
-  staging_ = std::make_shared<Staging>(ranks_);
+  staging_ = std::make_shared<Staging>(ranks_, distinct_);
   names_.clear();
+  class_names_.clear();
   adapter_ = std::move(adapter);
 }
 
@@ -40,6 +41,7 @@ bool OpenSession::discard(std::uint64_t id) {
   if (staging_) staging_->discard();
   staging_.reset();
   names_.clear();
+  class_names_.clear();
   adapter_.reset();
   machine_.close();
   return true;
@@ -82,6 +84,7 @@ SessionTaken OpenSession::take(const std::vector<ReceiverRunner>& runners,
   adapter_.reset();
   staging_.reset();
   names_.clear();
+  class_names_.clear();
   machine_.close();
   committing_ = true;
   return out;

@@ -35,7 +35,8 @@ struct SessionTaken {
 
 class OpenSession {
  public:
-  explicit OpenSession(int ranks) : ranks_(ranks) {}
+  // `distinct`: the ranks stage slices (Staging's distinct staging).
+  OpenSession(int ranks, bool distinct) : ranks_(ranks), distinct_(distinct) {}
 
   SessionMachine& machine() { return machine_; }
   const SessionMachine& machine() const { return machine_; }
@@ -51,7 +52,11 @@ class OpenSession {
   Selector check_payload(const std::optional<std::string>& token,
                          const std::optional<Selector>& selector, std::string_view route) const;
   // Names sent in this session (each at most once); a payload's are added once it is accepted.
-  std::unordered_set<std::string>& names() { return names_; }
+  // `shard_class`: per shard class's group of some of a receiver's ranks (each class is sent every
+  // name once, docs/sharding.md); empty: groups of every rank and colocated buckets.
+  std::unordered_set<std::string>& names(const std::string& shard_class = {}) {
+    return shard_class.empty() ? names_ : class_names_[shard_class];
+  }
   const std::shared_ptr<Staging>& staging() const { return staging_; }
 
   // Ends session `id` without loading anything: staging discarded. False when it is not the open
@@ -76,10 +81,12 @@ class OpenSession {
 
  private:
   const int ranks_;
+  const bool distinct_;
   SessionMachine machine_;
   std::shared_ptr<Staging> staging_;
   // Names sent in this session (a hash set: every bucket request looks up each of its names).
   std::unordered_set<std::string> names_;
+  std::map<std::string, std::unordered_set<std::string>> class_names_;  // by shard class
   std::optional<AdapterTarget> adapter_;  // the adapter an adapter session updates
   int copies_ = 0;                        // colocated buckets being copied
   bool committing_ = false;               // a commit is loading: no new session may begin

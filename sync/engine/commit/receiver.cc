@@ -27,7 +27,8 @@ LocalRanksOptions local_ranks_options(const ReceiverOptions& opts,
           .connector = opts.connector,
           .group_connector = opts.group_connector,
           .pool = std::move(pool),
-          .experts = opts.experts};
+          .experts = opts.experts,
+          .plans = opts.shard_plans};
 }
 
 }  // namespace
@@ -37,13 +38,17 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
       runners_(std::move(runners)),
       pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
       ranks_(local_ranks_options(opts_, pool_)),
-      session_(ranks_.count()),
+      session_(ranks_.count(), ranks_.sliced()),
       base_(opts_.keep_delta_base),
       version_(opts_.version ? opts_.version
                              : std::make_shared<WeightVersion>(opts_.initial_version)) {
   WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
              "a delta base source and a kept delta base exclude each other");
   WC_ENFORCE(!runners_.empty(), "a receiver needs at least one runner");
+  // A kept base holds full tensors; a shard class's delta is against its slices, which the
+  // engine's own base source cuts from the committed tensors (fill_delta_base).
+  WC_ENFORCE(opts_.shard_plans.empty() || !opts_.keep_delta_base,
+             "shard plans take deltas from a base source, not a kept delta base");
   for (std::size_t i = 0; i < runners_.size(); ++i) {
     WC_ENFORCE(static_cast<bool>(runners_[i].load), "runner '", to_string(runners_[i].id),
                "' has no load callback");
@@ -243,7 +248,12 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     throw ReceiverError(409, "group_name: no group '" + request.group_name +
                                  "' is joined; call init_weights_update_group first");
   }
-  std::vector<std::vector<Runner>> destinations = destinations_locked(selector, request.tensors);
+  // A shard class's group: its ranks receive the slices their plan keeps.
+  const ShardPlan* slices = ranks_.plan_of(out.group->spec());
+  const std::string shard_class =
+      slices != nullptr ? "ranks " + std::to_string(out.group->spec().ranks.front()) : "";
+  std::vector<std::vector<Runner>> destinations =
+      destinations_locked(selector, request.tensors, slices, shard_class);
   const std::uint64_t sequence =
       groups_.sequence(request.group_name, out.session_id, request.sequence);
   auto planned = plan_bucket(request, sequence, opts_.max_bucket_bytes);
@@ -267,14 +277,14 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
     if (!source) {
       source = [this](const BucketPlan& bucket_plan, const std::vector<std::vector<Runner>>& dest,
                       const std::vector<Digest>& expected, const std::string&,
-                      std::span<std::byte> bytes) {
+                      std::span<std::byte> bytes, const ShardPlan*) {
         std::lock_guard lock(mu_);
         return base_.fill(bucket_plan, dest, expected, bytes);
       };
     }
     auto made =
         make_delta_spec(*request.delta, version_->get(), opts_.base_source || base_.has_base(),
-                        opts_.max_bucket_bytes, std::move(source));
+                        opts_.max_bucket_bytes, std::move(source), slices);
     if (auto* refusal = std::get_if<Refusal>(&made)) refuse(*refusal);
     delta = std::get<std::shared_ptr<const DeltaSpec>>(std::move(made));
   }
@@ -284,18 +294,27 @@ Receiver::Ticket Receiver::submit_locked(const UpdateWeightsFromDistributedReque
                                   std::move(delta), parse_expected_digests(request.digests));
   if (auto refusal = out.group->submit(out.job)) refuse(*refusal);
   groups_.queued(request.group_name, sequence);
-  for (const auto& meta : request.tensors) session_.names().insert(meta.name);
+  for (const auto& meta : request.tensors) session_.names(shard_class).insert(meta.name);
   if (request.weight_version) session_.machine().set_version(*request.weight_version);
   if (request.flush_cache) session_.machine().request_flush();
   return out;
 }
 
 std::vector<std::vector<Runner>> Receiver::destinations_locked(
-    Selector selector, const std::vector<TensorMeta>& tensors) {
+    Selector selector, const std::vector<TensorMeta>& tensors, const ShardPlan* slices,
+    const std::string& shard_class) {
   if (const auto& adapter = session_.adapter()) {
-    return route_adapter_tensors(*adapter, tensors, session_.names());
+    return route_adapter_tensors(*adapter, tensors, session_.names(shard_class));
   }
-  return route_tensors(runners_, ranks_, selector, tensors, session_.names(), experts_dropped_);
+  return route_tensors(runners_, ranks_, selector, tensors, session_.names(shard_class),
+                       experts_dropped_, slices);
+}
+
+std::optional<std::vector<std::int64_t>> Receiver::full_shape(Runner runner,
+                                                              const std::string& name) const {
+  const ReceiverRunner* r = find(runner);
+  if (r == nullptr || !r->shape_of) return std::nullopt;
+  return r->shape_of(name);
 }
 
 std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
@@ -345,9 +364,11 @@ std::size_t Receiver::stage_copied(const UpdateWeightsFromTensorRequest& request
     bytes_copied_ += copied[i].bytes.size();
     if (!destinations[i].empty()) bytes += copied[i].bytes.size();
     for (Runner runner : destinations[i]) {
+      // Whole tensors: every rank staged the same bytes (distinct staging keeps them once).
       for (int r = 0; r < ranks_.count(); ++r) {
         session_.staging()->stage(runner, r, request.tensors[i],
-                                  r == 0 ? copied[i].bytes : SharedBytes(), copied[i].digest);
+                                  r == 0 || ranks_.sliced() ? copied[i].bytes : SharedBytes(),
+                                  copied[i].digest);
       }
     }
   }
@@ -437,7 +458,8 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   auto& staged = taken.staged;
   const Selector selector = taken.selector;
   const std::optional<std::string>& next_version = taken.version;
-  ranks_.verify(staged, opts_.verify_at_commit);
+  ranks_.verify(staged, opts_.verify_at_commit,
+                [this](Runner r, const std::string& name) { return full_shape(r, name); });
   ReceiverCommit out;
   out.runners = load_staged(runners_, staged, base_);
   {
@@ -463,7 +485,8 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
 // An adapter session's commit: every rank's copies checked, one adapter built and swapped in
 // under its name; no runner loads, the base weights and their version stay as they are.
 ReceiverCommit Receiver::commit_adapter(SessionTaken& taken) {
-  ranks_.verify(taken.staged, opts_.verify_at_commit);
+  ranks_.verify(taken.staged, opts_.verify_at_commit,
+                [this](Runner r, const std::string& name) { return full_shape(r, name); });
   auto adapter = build_adapter(*taken.adapter, taken.staged[Runner::kTarget], find(Runner::kTarget),
                                taken.version.value_or(""));
   adapters_.put(adapter, taken.adapter->put);

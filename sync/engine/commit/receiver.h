@@ -86,6 +86,10 @@ struct ReceiverOptions {
   std::shared_ptr<BlockPool> pool;
   // Deltas against the engine's own weights instead of a kept copy (see DeltaBaseSource).
   DeltaBaseSource base_source;
+  // Shard plans of a receiver serving several ranks (LocalRanksOptions::plans, docs/sharding.md):
+  // each rank joins its shard class's groups and stages its slices; commit puts the full tensors
+  // together. Empty: every rank receives whole tensors.
+  std::vector<ShardPlan> shard_plans;
   // Expert parallelism: a receiver of one rank drops the routed experts its EP rank does not hold
   // (not staged, not loaded), as vLLM's and SGLang's MoE loaders do
   // (sync/engine/commit/local_ranks.h).
@@ -271,8 +275,14 @@ class Receiver {
   const ReceiverRunner* find(Runner id) const;
   // The staging destinations of a payload's tensors in the open session (adapter sessions route
   // LoRA tensors only).
+  // `slices`: the plan of the ranks of the group the payload came on (LocalRanks::plan_of), and
+  // `shard_class` the key its names are sent once under (OpenSession::names).
   std::vector<std::vector<Runner>> destinations_locked(Selector selector,
-                                                       const std::vector<TensorMeta>& tensors);
+                                                       const std::vector<TensorMeta>& tensors,
+                                                       const ShardPlan* slices = nullptr,
+                                                       const std::string& shard_class = {});
+  // The shape `runner` holds `name` in, or nullopt (slice assembly's full shapes).
+  std::optional<std::vector<std::int64_t>> full_shape(Runner runner, const std::string& name) const;
   ReceiverCommit commit_adapter(SessionTaken& taken);
   // receive_segment / receive_local: the checks, then `copy` without the lock, then staging.
   using CopyBucket = std::function<std::vector<SegmentTensor>(const std::string& token)>;

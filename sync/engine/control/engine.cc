@@ -25,12 +25,13 @@ std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* se
   r.version = runners.version();  // one weight_version: the runner set's, set as it publishes
   r.group_connector = opts.connector;
   r.experts = opts.experts;
+  r.shard_plans = opts.shard_plans;
   r.pool = runners.block_pool();
   r.base_source = [&runners](const BucketPlan& plan,
                              const std::vector<std::vector<Runner>>& destinations,
                              const std::vector<Digest>& expected, const std::string& base_version,
-                             std::span<std::byte> bucket) {
-    return fill_delta_base(runners, plan, destinations, expected, base_version, bucket);
+                             std::span<std::byte> bucket, const ShardPlan* slices) {
+    return fill_delta_base(runners, plan, destinations, expected, base_version, bucket, slices);
   };
   // The runners keep the staged blocks as their weights and recompute digests on request
   // (/weights_checksum?recompute): the digests taken at receive stand.

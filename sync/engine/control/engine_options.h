@@ -43,6 +43,10 @@ struct EngineOptions {
   // Expert parallelism over the engine's ranks, reported in /server_info (ep_size, and which
   // experts each rank holds); the runners keep every expert, shared by the ranks.
   ExpertParallel experts;
+  // Shard plans (docs/sharding.md), one per engine rank, announced in /server_info: each rank
+  // joins its shard class's groups and receives only its slices; the full tensors are put
+  // together at commit. Empty: none announced, every rank receives whole tensors.
+  std::vector<ShardPlan> shard_plans;
 };
 
 }  // namespace weightcast::sync::engine

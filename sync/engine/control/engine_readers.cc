@@ -97,6 +97,8 @@ Reply EngineReaders::server_info() const {
   info.session_selector = ctx_.receiver.session_selector();
   if (ctx_.opts.colocate && !ctx_.host_identity.empty()) info.colocate_host = ctx_.host_identity;
   info.lora = true;  // the list itself follows below
+  for (const ShardPlan& plan : ctx_.opts.shard_plans)
+    info.shard_plans.push_back(to_json(plan).dump());
 
   // The schema's fields first (what trainers parse), then ours for people and tests.
   Json j = Json::parse(to_json_string(info));
@@ -129,6 +131,7 @@ Reply EngineReaders::server_info() const {
                       {"rank_offset", group->spec().rank_offset},
                       {"world_size", group->spec().world_size},
                       {"ranks", group->rank_count()},
+                      {"engine_ranks", group->spec().ranks},  // empty: every rank
                       {"aborted", group->aborted()},
                       {"abort_reason", group->abort_reason()},
                       {"buckets_received", group->buckets_received()},

@@ -37,7 +37,8 @@ DeltaBaseSource adapter_base_source(std::shared_ptr<const Adapter> held) {
   return [held = std::move(held), index = std::move(index)](
              const BucketPlan& plan, const std::vector<std::vector<Runner>>& destinations,
              const std::vector<Digest>& expected, const std::string& base_version,
-             std::span<std::byte> bucket) -> std::optional<std::string> {
+             std::span<std::byte> bucket,
+             const ShardPlan*) -> std::optional<std::string> {  // adapters go whole
     WC_ENFORCE_EQ(bucket.size(), plan.total_bytes, "delta base buffer");
     WC_ENFORCE_EQ(destinations.size(), plan.entries.size());
     WC_ENFORCE_EQ(expected.size(), plan.entries.size());

@@ -364,16 +364,19 @@ void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> blo
       return;
     }
   }
+  // Rank 0 keeps a view of the block (sharing its ownership), the other ranks only the digest;
+  // with distinct staging (shard plans) every rank offers its view and staging keeps new ones.
+  const int rank = opts_.first_rank + r;
+  const bool keep = rank == 0 || job.staging().distinct();
   for (std::size_t i = 0; i < views.size(); ++i) {
     const auto& runners = job.destinations()[i];
     if (runners.empty()) continue;
-    // Rank 0 keeps a view of the block (sharing its ownership), the other ranks only the digest.
     const Digest& digest = digests[i];
     const auto offset = static_cast<std::size_t>(views[i].bytes.data() - bytes.data());
     for (Runner runner : runners) {
       SharedBytes view;
-      if (r == 0) view = SharedBytes(block, bytes.subspan(offset, views[i].bytes.size()));
-      job.staging().stage(runner, r, views[i].entry->meta, std::move(view), digest);
+      if (keep) view = SharedBytes(block, bytes.subspan(offset, views[i].bytes.size()));
+      job.staging().stage(runner, rank, views[i].entry->meta, std::move(view), digest);
     }
   }
 }

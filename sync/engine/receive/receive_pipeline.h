@@ -112,6 +112,9 @@ struct GroupOptions {
   // Where buckets are received (host memory): the runners' pool, so committed weights return
   // their blocks for the next update. Null: the group keeps a pool of its own.
   std::shared_ptr<BlockPool> pool;
+  // The staging rank of the group's first channel: a shard class's group of some of a
+  // receiver's ranks stages as those ranks (channel i as local rank first_rank + i).
+  int first_rank = 0;
 };
 
 class Group {

@@ -12,7 +12,7 @@ std::optional<std::string> fill_delta_base(const RunnerSet& runners, const Bucke
                                            const std::vector<std::vector<Runner>>& destinations,
                                            const std::vector<Digest>& expected,
                                            const std::string& base_version,
-                                           std::span<std::byte> bucket) {
+                                           std::span<std::byte> bucket, const ShardPlan* slices) {
   WC_ENFORCE_EQ(bucket.size(), plan.total_bytes, "delta base buffer");
   WC_ENFORCE_EQ(destinations.size(), plan.entries.size());
   WC_ENFORCE_EQ(expected.size(), plan.entries.size());
@@ -31,11 +31,27 @@ std::optional<std::string> fill_delta_base(const RunnerSet& runners, const Bucke
     const Runner runner = destinations[i].front();
     const auto out = bucket.subspan(entry.offset, entry.bytes);
     bool resident = false;
+    const TensorSlice* slice = slices != nullptr ? slices->find(entry.meta.name) : nullptr;
     runners.with_tensor(runner, entry.meta.name, [&](const ResidentTensor& t) {
-      if (t.bytes.size() != entry.bytes) return;
+      if (t.bytes.size() == entry.bytes) {
+        resident = true;
+        std::memcpy(out.data(), t.bytes.data(), entry.bytes);
+        if (t.laid_out) undo_layout(runners.config(runner).layout, t.meta, out);
+        return;
+      }
+      // A shard class's slice of the tensor: cut from the raw bytes (the layout undone first).
+      if (slice == nullptr || slice->kind != TensorSlice::Kind::kSlice ||
+          sliced_bytes(t.meta, *slice) != entry.bytes) {
+        return;
+      }
       resident = true;
-      std::memcpy(out.data(), t.bytes.data(), entry.bytes);
-      if (t.laid_out) undo_layout(runners.config(runner).layout, t.meta, out);
+      if (!t.laid_out) {
+        pack_slice(t.meta, *slice, t.bytes, out);
+        return;
+      }
+      std::vector<std::byte> raw(t.bytes.begin(), t.bytes.end());
+      undo_layout(runners.config(runner).layout, t.meta, raw);
+      pack_slice(t.meta, *slice, raw, out);
     });
     // Built only for a refusal: the happy path stays free of string work.
     const auto where = [&] {
@@ -60,7 +76,7 @@ std::optional<std::string> fill_delta_base(const RunnerSet& runners, const Bucke
 
 std::variant<Refusal, std::shared_ptr<const DeltaSpec>> make_delta_spec(
     const BucketDelta& delta, const std::string& held_version, bool has_base,
-    std::size_t max_wire_bytes, DeltaBaseSource source) {
+    std::size_t max_wire_bytes, DeltaBaseSource source, const ShardPlan* slices) {
   if (delta.base_version != held_version || !has_base) {
     return Refusal{409, "delta.base_version: the delta is against weight_version '" +
                             delta.base_version + "' but this engine holds '" + held_version +
@@ -82,10 +98,12 @@ std::variant<Refusal, std::shared_ptr<const DeltaSpec>> make_delta_spec(
   auto spec = std::make_shared<DeltaSpec>();
   spec->codec = delta.codec;
   spec->wire_bytes = delta.wire_bytes;
-  spec->fill_base =
-      [source = std::move(source), expected = std::move(expected), base = delta.base_version](
-          const BucketPlan& plan, const std::vector<std::vector<Runner>>& dest,
-          std::span<std::byte> bucket) { return source(plan, dest, expected, base, bucket); };
+  spec->fill_base = [source = std::move(source), expected = std::move(expected),
+                     base = delta.base_version,
+                     slices](const BucketPlan& plan, const std::vector<std::vector<Runner>>& dest,
+                             std::span<std::byte> bucket) {
+    return source(plan, dest, expected, base, bucket, slices);
+  };
   return std::shared_ptr<const DeltaSpec>(std::move(spec));
 }
 

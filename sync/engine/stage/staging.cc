@@ -6,7 +6,14 @@
 
 namespace weightcast::sync::engine {
 
-Staging::Staging(int rank_count) : rank_count_(rank_count) {
+const StagedCopy* StagedTensor::copy(const Digest& digest) const {
+  for (const StagedCopy& c : copies) {
+    if (c.digest == digest) return &c;
+  }
+  return nullptr;
+}
+
+Staging::Staging(int rank_count, bool distinct) : rank_count_(rank_count), distinct_(distinct) {
   WC_ENFORCE_GT(rank_count, 0, "engine rank count");
 }
 
@@ -15,14 +22,15 @@ void Staging::stage(Runner runner, int rank, const TensorMeta& meta,
   WC_ENFORCE_EQ(bytes.size(), meta.byte_count(), "staged bytes of '", meta.name, "'");
   // Hash and copy outside the lock: ranks and groups stage concurrently.
   const Digest digest = tensor_digest(bytes);
-  stage(runner, rank, meta, rank == 0 ? SharedBytes::copy_of(bytes) : SharedBytes(), digest);
+  stage(runner, rank, meta, rank == 0 || distinct_ ? SharedBytes::copy_of(bytes) : SharedBytes(),
+        digest);
 }
 
 void Staging::stage(Runner runner, int rank, const TensorMeta& meta, SharedBytes bytes,
                     Digest digest) {
   WC_ENFORCE_GE(rank, 0);
   WC_ENFORCE_LT(rank, rank_count_);
-  if (rank == 0)
+  if (rank == 0 || distinct_)
     WC_ENFORCE_EQ(bytes.size(), meta.byte_count(), "staged bytes of '", meta.name, "'");
   // `bytes`, a parameter, outlives the lock: a replaced view is released after it, since dropping
   // the last reference to a block takes the pool's lock.
@@ -34,7 +42,12 @@ void Staging::stage(Runner runner, int rank, const TensorMeta& meta, SharedBytes
     entry.rank_digests.resize(static_cast<std::size_t>(rank_count_));
   }
   entry.rank_digests[static_cast<std::size_t>(rank)] = digest;
-  if (rank == 0) {
+  if (distinct_) {
+    if (entry.copy(digest) == nullptr) {
+      staged_bytes_ += bytes.size();
+      entry.copies.push_back({digest, meta, std::exchange(bytes, SharedBytes())});
+    }
+  } else if (rank == 0) {
     staged_bytes_ += bytes.size();
     staged_bytes_ -= entry.bytes.size();
     std::swap(entry.bytes, bytes);
