@@ -219,14 +219,22 @@ class Sharded(unittest.TestCase):
         delta on, 5 steps, --verify. Every worker holds the torch-narrowed parameters of exactly
         its experts, /generate matches a single process holding every expert, the draft is
         bit-identical, and each worker received no expert it does not hold: at most its plan's
-        share of the model per step."""
+        share of the model per step. A 4-rank weightcast-engine with hand-written plans at EP 2
+        takes the same update, verified, its ranks receiving about one copy of the model."""
         recorded = ["--model", "moe-tiny", "--ep", "2", "--shard-plan", "recorded", "--delta"]
         with contextlib.ExitStack() as stack:
             tp2, tp4 = self.engine(stack, 2, recorded), self.engine(stack, 4, recorded)
             engines = [tp2, tp4]
             drafts = [e.params() for e in engines]
+            # weightcast-engine's hand-written plans at TP 4 EP 2, beside them: its ranks receive
+            # only their EP rank's experts, its commit puts every expert together.
+            tensor_parallel = ["--ep-size", "2", "--shard-plan", "tensor-parallel"]
+            proc, url = native.start(ranks=4, model="moe-tiny", seed=SEED, extra=tensor_parallel)
+            stack.callback(lambda: (proc.kill(), proc.wait()))
+            native_plans = torch_engines.Engine.__new__(torch_engines.Engine)
+            native_plans.url = url
             extra = ["--model", "moe-tiny", "--verify", "--delta", "on"]
-            code, out = torch_engines.train(engines, 5, SEED, extra)
+            code, out = torch_engines.train(engines + [native_plans], 5, SEED, extra)
             self.assertEqual(code, 0, out)
             self.assertIn("step 5/5 version 5", out)
             self.assertIn("verified yes", out)
@@ -264,6 +272,17 @@ class Sharded(unittest.TestCase):
                     )
                     self.assertGreaterEqual(w["bytes_received"], keeps)
                     self.assertLessEqual(w["bytes_received"], 5 * keeps * 1.02)
+            plans = native_plans.ok("/server_info")["shard_plans"]
+            for rank, plan in enumerate(plans):
+                absent = [n for n, e in plan["tensors"].items() if e == "absent"]
+                self.assertEqual(len(absent), 2 * 4 * 3, f"weightcast-engine rank {rank}: {absent}")
+            # Its 4 ranks together: about one copy of the model per step (a TP-4 EP-2 rank keeps
+            # half of its EP rank's experts), where whole tensors would be 4 copies.
+            received = received_total(url)
+            print(f"weightcast-engine TP-4 EP-2: its 4 ranks received {received} bytes in 5 steps")
+            self.assertLess(
+                received, 1.6 * sum(w["bytes_received"] for w in tp4.ok("/debug/info")["workers"])
+            )
 
     def test_plans_are_checked_at_begin(self):
         """TP-2 engines announce their recorded plans (one per rank; the update of good plans is
