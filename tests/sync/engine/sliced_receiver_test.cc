@@ -50,6 +50,18 @@ std::vector<RawTensor> slices_of(const std::vector<RawTensor>& full, int r) {
   return out;
 }
 
+// `call` throws a ReceiverError with `status` whose message holds `text`.
+template <typename Call>
+void expect_refused(Call call, int status, const std::string& text, const char* what) {
+  try {
+    call();
+    ADD_FAILURE() << what;
+  } catch (const ReceiverError& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 class SlicedReceiverTest : public ::testing::Test {
  protected:
   static constexpr int kRanks = 4;
@@ -139,15 +151,10 @@ TEST_F(SlicedReceiverTest, ARankThatReceivedNothingFailsTheCommit) {
   const auto full = full_round(1);
   receiver_->begin(Selector::kTarget);
   for (int r = 0; r < kRanks - 1; ++r) send(r, slices_of(full, r));
-  try {
-    receiver_->commit("v1");
-    ADD_FAILURE() << "committed without rank 3's slices";
-  } catch (const ReceiverError& e) {
-    EXPECT_EQ(e.status(), 500);
-    EXPECT_NE(std::string(e.what()).find("engine rank 3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("was not received by this rank"), std::string::npos)
-        << e.what();
-  }
+  expect_refused([&] { receiver_->commit("v1"); }, 500,
+                 std::string("engine rank 3: runner 'target': tensor '") + kK +
+                     "' was not received by this rank",
+                 "committed without rank 3's slices");
   EXPECT_EQ(receiver_->weight_version(), "default");
   EXPECT_TRUE(weights_.empty());
 }
@@ -160,13 +167,9 @@ TEST_F(SlicedReceiverTest, RanksSharingASliceThatDisagreeFailTheCommit) {
     if (r == 1) mine[1].bytes[0] ^= std::byte{1};  // rank 1's copy of the head it shares with 0
     send(r, mine);
   }
-  try {
-    receiver_->commit("v1");
-    ADD_FAILURE() << "committed ranks that disagree on a shared KV head";
-  } catch (const ReceiverError& e) {
-    EXPECT_NE(std::string(e.what()).find(kK), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("same slice"), std::string::npos) << e.what();
-  }
+  expect_refused([&] { receiver_->commit("v1"); }, 500,
+                 std::string(kK) + "' differs from another rank's copy of the same slice",
+                 "committed ranks that disagree on a shared KV head");
   EXPECT_TRUE(weights_.empty());
 }
 
@@ -181,13 +184,8 @@ TEST_F(SlicedReceiverTest, ASliceOfAnotherShapeIsRefusedAtReceive) {
   UpdateWeightsFromDistributedRequest req;
   req.tensors = testing::metas_of(wrong);
   req.group_name = "c0";
-  try {
-    receiver_->receive(req);
-    ADD_FAILURE() << "a slice of the wrong shape was taken";
-  } catch (const ReceiverError& e) {
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_NE(std::string(e.what()).find("dim 0 [0, 2)"), std::string::npos) << e.what();
-  }
+  expect_refused([&] { receiver_->receive(req); }, 400, "dim 0 [0, 2)",
+                 "a slice of the wrong shape was taken");
 }
 
 TEST_F(SlicedReceiverTest, OnlyConsecutiveRanksOfOneClassJoinOneGroup) {
@@ -195,15 +193,11 @@ TEST_F(SlicedReceiverTest, OnlyConsecutiveRanksOfOneClassJoinOneGroup) {
   spec.group_name = "c0";
   spec.world_size = 3;
   spec.ranks = {0, 1};  // different q slices: not one class
-  try {
-    receiver_->join(spec);
-    ADD_FAILURE() << "ranks of two classes joined one group";
-  } catch (const ReceiverError& e) {
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_NE(std::string(e.what()).find("keep different slices"), std::string::npos) << e.what();
-  }
+  expect_refused([&] { receiver_->join(spec); }, 400, "keep different slices",
+                 "ranks of two classes joined one group");
   spec.ranks = {0, 2};
-  EXPECT_THROW(receiver_->join(spec), ReceiverError);
+  expect_refused([&] { receiver_->join(spec); }, 400, "as consecutive ranks",
+                 "ranks 0 and 2 joined one group");
 }
 
 }  // namespace
