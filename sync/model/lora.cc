@@ -19,12 +19,6 @@ constexpr std::string_view kSuffixB = ".lora_B.weight";
   throw comm::BadRequestError(what);
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 std::string_view last_component(std::string_view module) {
   const auto dot = module.rfind('.');
   return dot == std::string_view::npos ? module : module.substr(dot + 1);

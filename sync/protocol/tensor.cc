@@ -23,6 +23,15 @@ std::string shape_label(const TensorMeta& meta) {
 
 }  // namespace
 
+std::string shape_text(std::span<const std::int64_t> shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
 std::int64_t checked_numel(std::span<const std::int64_t> shape, std::string_view what) {
   if (shape.size() > kMaxShapeRank) {
     throw comm::BadRequestError(std::string(what) + ": " + std::to_string(shape.size()) +

@@ -30,6 +30,9 @@ inline constexpr std::size_t kMaxShapeRank = 64;
 // product above INT64_MAX.
 std::int64_t checked_numel(std::span<const std::int64_t> shape, std::string_view what);
 
+// "[8, 4]": a shape as messages print it.
+std::string shape_text(std::span<const std::int64_t> shape);
+
 // checked_numel() times element_size(dtype), as an allocation size. Throws
 // comm::BadRequestError when the product exceeds INT64_MAX or SIZE_MAX, so the result also fits
 // the signed offsets the data path computes with.

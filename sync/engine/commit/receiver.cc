@@ -310,11 +310,14 @@ std::vector<std::vector<Runner>> Receiver::destinations_locked(
                        experts_dropped_, slices);
 }
 
-std::optional<std::vector<std::int64_t>> Receiver::full_shape(Runner runner,
-                                                              const std::string& name) const {
-  const ReceiverRunner* r = find(runner);
-  if (r == nullptr || !r->shape_of) return std::nullopt;
-  return r->shape_of(name);
+void Receiver::check_staged(std::map<Runner, std::map<std::string, StagedTensor>>& staged) const {
+  ranks_.verify(
+      staged, opts_.verify_at_commit,
+      [this](Runner id, const std::string& name) -> std::optional<std::vector<std::int64_t>> {
+        const ReceiverRunner* r = find(id);
+        if (r == nullptr || !r->shape_of) return std::nullopt;
+        return r->shape_of(name);
+      });
 }
 
 std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
@@ -458,8 +461,7 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
   auto& staged = taken.staged;
   const Selector selector = taken.selector;
   const std::optional<std::string>& next_version = taken.version;
-  ranks_.verify(staged, opts_.verify_at_commit,
-                [this](Runner r, const std::string& name) { return full_shape(r, name); });
+  check_staged(staged);
   ReceiverCommit out;
   out.runners = load_staged(runners_, staged, base_);
   {
@@ -485,8 +487,7 @@ ReceiverCommit Receiver::commit(const std::optional<std::string>& version,
 // An adapter session's commit: every rank's copies checked, one adapter built and swapped in
 // under its name; no runner loads, the base weights and their version stay as they are.
 ReceiverCommit Receiver::commit_adapter(SessionTaken& taken) {
-  ranks_.verify(taken.staged, opts_.verify_at_commit,
-                [this](Runner r, const std::string& name) { return full_shape(r, name); });
+  check_staged(taken.staged);
   auto adapter = build_adapter(*taken.adapter, taken.staged[Runner::kTarget], find(Runner::kTarget),
                                taken.version.value_or(""));
   adapters_.put(adapter, taken.adapter->put);

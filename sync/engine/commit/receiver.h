@@ -281,8 +281,9 @@ class Receiver {
                                                        const std::vector<TensorMeta>& tensors,
                                                        const ShardPlan* slices = nullptr,
                                                        const std::string& shard_class = {});
-  // The shape `runner` holds `name` in, or nullopt (slice assembly's full shapes).
-  std::optional<std::vector<std::int64_t>> full_shape(Runner runner, const std::string& name) const;
+  // Every rank's staged copies checked (and, with plans, put together into the runners' full
+  // shapes) before a commit loads them: LocalRanks::verify.
+  void check_staged(std::map<Runner, std::map<std::string, StagedTensor>>& staged) const;
   ReceiverCommit commit_adapter(SessionTaken& taken);
   // receive_segment / receive_local: the checks, then `copy` without the lock, then staging.
   using CopyBucket = std::function<std::vector<SegmentTensor>(const std::string& token)>;

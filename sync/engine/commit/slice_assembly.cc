@@ -9,14 +9,6 @@ namespace weightcast::sync::engine {
 
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 // One tensor's copies, checked and put together (see the header).
 class TensorAssembly {
  public:
@@ -34,9 +26,12 @@ class TensorAssembly {
         }
       }
     }
-    const StagedCopy* whole = nullptr;
+    const StagedCopy* whole = nullptr;  // the first copy of the full tensor, if any
     for (const StagedCopy& c : staged_.copies) {
-      if (c.meta.shape == full.shape && (whole == nullptr)) whole = &c;
+      if (c.meta.shape == full.shape) {
+        whole = &c;
+        break;
+      }
     }
     SharedBytes out;
     if (whole != nullptr) {
@@ -57,7 +52,7 @@ class TensorAssembly {
       const StagedCopy* copy = staged_.copy(*digest);
       if (copy == nullptr) fail("has no staged copy", r);  // not reached: staging keeps one
       if (copy->meta.shape == full.shape) {
-        if (copy->digest != whole->digest) fail(differs(), r);
+        if (copy->digest != whole->digest) fail(kDiffers, r);
         continue;
       }
       if (entry == nullptr || entry->kind != TensorSlice::Kind::kSlice ||
@@ -68,7 +63,7 @@ class TensorAssembly {
              r);
       }
       if (whole != nullptr) {
-        if (slice_digest(full, *entry, whole->bytes) != *digest) fail(differs(), r);
+        if (slice_digest(full, *entry, whole->bytes) != *digest) fail(kDiffers, r);
         continue;
       }
       bool seen = false;
@@ -87,7 +82,7 @@ class TensorAssembly {
   }
 
  private:
-  std::string differs() const { return "differs from another rank's copy"; }
+  static constexpr char kDiffers[] = "differs from another rank's copy";
 
   [[noreturn]] void fail(const std::string& what, std::optional<std::size_t> rank) const {
     const std::string who =

@@ -18,15 +18,6 @@ namespace {
 
 using comm::seconds_since;
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
