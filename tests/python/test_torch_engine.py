@@ -522,7 +522,7 @@ class TorchEngine(unittest.TestCase):
         timeout = WorkerError(
             {
                 "status": 504,
-                "message": "engine rank 0 (group rank 2), bucket 0: " "timed out after copying 1376256 bytes",
+                "message": "engine rank 1 (group rank 2), bucket 0: timed out after copying 1376256 bytes",
             }
         )
         for errors in ([(0, closed), (1, timeout)], [(1, timeout), (0, closed)]):

@@ -184,6 +184,7 @@ std::shared_ptr<Group> LocalRanks::form(const GroupSpec& requested) const {
     gopts.comm_timeout = opts_.comm_timeout;
     gopts.max_ahead = opts_.max_buckets_ahead;
     gopts.pool = opts_.pool;
+    gopts.engine_rank = p.engine_rank;
     if (p.local_ranks > 1 && !spec.ranks.empty())
       gopts.first_rank = spec.ranks.front() - p.engine_rank;
     return std::make_shared<Group>(spec, connect(spec), gopts);

@@ -327,7 +327,7 @@ void Group::receive_loop(int r) {
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, kPeerGrace, [&] { return stopping_; });
       }
-      fail(failure_status(e), "engine rank " + std::to_string(r) + " (group rank " +
+      fail(failure_status(e), engine_rank_text(r) + " (group rank " +
                                   std::to_string(rank.channel->group_rank()) + "), bucket " +
                                   std::to_string(job->sequence()) + ": " + e.what());
       return;
@@ -340,6 +340,10 @@ void Group::receive_loop(int r) {
     }
     cv_.notify_all();
   }
+}
+
+std::string Group::engine_rank_text(int r) const {
+  return "engine rank " + std::to_string(opts_.engine_rank + opts_.first_rank + r);
 }
 
 void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> block,
@@ -355,9 +359,9 @@ void Group::stage_bucket(int r, BucketJob& job, std::shared_ptr<const Block> blo
     digests[i] = i < received.size() && received[i] ? *received[i] : tensor_digest(views[i].bytes);
     if (!job.expected_.empty() && digests[i] != job.expected_[i]) {
       job.finish({500,
-                  "engine rank " + std::to_string(r) + ", bucket " +
-                      std::to_string(job.sequence()) + ": tensor '" + views[i].entry->meta.name +
-                      "' holds digest " + to_string(digests[i]) + " after " +
+                  engine_rank_text(r) + ", bucket " + std::to_string(job.sequence()) +
+                      ": tensor '" + views[i].entry->meta.name + "' holds digest " +
+                      to_string(digests[i]) + " after " +
                       (job.delta() ? "decoding the delta" : "the broadcast") +
                       ", the trainer sent " + to_string(job.expected_[i]),
                   true});
@@ -401,10 +405,10 @@ void Group::apply_delta(int r, BucketJob& job, int slot) {
     }
   }
   if (refusal) {
-    job.finish({status,
-                "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
-                    ": " + *refusal,
-                true});
+    job.finish(
+        {status,
+         engine_rank_text(r) + ", bucket " + std::to_string(job.sequence()) + ": " + *refusal,
+         true});
     return;
   }
   if (test_hooks::after_delta_decode) test_hooks::after_delta_decode(job.plan(), bucket);
@@ -430,7 +434,7 @@ void Group::unpack_loop(int r) {
         stage_bucket(r, job, rank.buffers[item.slot].take_host(*pool_), item.digests);
       }
     } catch (const std::exception& e) {
-      fail(500, "engine rank " + std::to_string(r) + ", bucket " + std::to_string(job.sequence()) +
+      fail(500, engine_rank_text(r) + ", bucket " + std::to_string(job.sequence()) +
                     ": unpack failed: " + e.what());
       return;
     }

@@ -115,6 +115,9 @@ struct GroupOptions {
   // The staging rank of the group's first channel: a shard class's group of some of a
   // receiver's ranks stages as those ranks (channel i as local rank first_rank + i).
   int first_rank = 0;
+  // The engine rank of local rank 0, for messages: they name channel i as engine rank
+  // engine_rank + first_rank + i, the numbering the engine's own ranks use.
+  int engine_rank = 0;
 };
 
 class Group {
@@ -150,6 +153,8 @@ class Group {
   std::uint64_t buckets_received() const;
 
  private:
+  // "engine rank N" for channel r, as messages name it.
+  std::string engine_rank_text(int r) const;
   struct RecvBuffer;
   struct Rank;
   struct Unpack {

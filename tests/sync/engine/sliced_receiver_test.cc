@@ -173,6 +173,23 @@ TEST_F(SlicedReceiverTest, RanksSharingASliceThatDisagreeFailTheCommit) {
   EXPECT_TRUE(weights_.empty());
 }
 
+TEST_F(SlicedReceiverTest, ABucketThatArrivesWrongNamesTheEngineRankOfItsGroup) {
+  // Rank 2 alone in its class group: the group's first channel stages as engine rank 2, and the
+  // message says so (not "engine rank 0", its index in the group).
+  const auto full = full_round(1);
+  receiver_->begin(Selector::kTarget);
+  auto mine = slices_of(full, 2);
+  sources_[2]->broadcast(pack_bucket(0, mine).bytes);
+  UpdateWeightsFromDistributedRequest req;
+  req.tensors = testing::metas_of(mine);
+  req.group_name = "c2";
+  for (const RawTensor& t : mine) req.digests.push_back(to_string(tensor_digest(t.bytes)));
+  req.digests[0] = to_string(tensor_digest(mine[1].bytes));  // the trainer sent other bytes
+  expect_refused([&] { receiver_->receive(req); }, 500,
+                 std::string("engine rank 2, bucket 0: tensor '") + kQ + "' holds digest",
+                 "a bucket whose digest differs was staged");
+}
+
 TEST_F(SlicedReceiverTest, ASliceOfAnotherShapeIsRefusedAtReceive) {
   const auto full = full_round(1);
   receiver_->begin(Selector::kTarget);
