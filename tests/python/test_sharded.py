@@ -121,9 +121,17 @@ OVERLAP = "model.layers.1.mlp.down_proj.weight"  # sent by stage 1, row-parallel
 
 class Sharded(unittest.TestCase):
     def engine(self, stack, tp, extra):
-        engine = torch_engines.Engine(tp, SEED, extra)
-        stack.callback(engine.stop)
-        return engine
+        return self.engines(stack, [(tp, extra)])[0]
+
+    def engines(self, stack, shapes):
+        """Torch engines of (tp, extra) each, started together, then each waited for."""
+        engines = []
+        for tp, extra in shapes:
+            engines.append(torch_engines.Engine(tp, SEED, extra, wait=False))
+            stack.callback(engines[-1].stop)
+        for e in engines:
+            e.wait_ready()
+        return engines
 
     def test_trainer_update(self):
         """tp 2 x pp 2 trainer ranks update a TP-2 and a TP-4 torch engine that announce plans
@@ -134,7 +142,7 @@ class Sharded(unittest.TestCase):
         the model: a TP-4 worker at most a quarter of the sharded bytes plus the replicated ones."""
         sliced = ["--shard-plan", "recorded", "--delta"]
         with contextlib.ExitStack() as stack:
-            tp2, tp4 = self.engine(stack, 2, sliced), self.engine(stack, 4, sliced)
+            tp2, tp4 = self.engines(stack, [(2, sliced), (4, sliced)])
             proc, url = native.start(ranks=1, seed=SEED)
             stack.callback(lambda: (proc.kill(), proc.wait()))
             whole = torch_engines.Engine.__new__(torch_engines.Engine)
@@ -223,7 +231,7 @@ class Sharded(unittest.TestCase):
         takes the same update, verified, its ranks receiving about one copy of the model."""
         recorded = ["--model", "moe-tiny", "--ep", "2", "--shard-plan", "recorded", "--delta"]
         with contextlib.ExitStack() as stack:
-            tp2, tp4 = self.engine(stack, 2, recorded), self.engine(stack, 4, recorded)
+            tp2, tp4 = self.engines(stack, [(2, recorded), (4, recorded)])
             engines = [tp2, tp4]
             drafts = [e.params() for e in engines]
             # weightcast-engine's hand-written plans at TP 4 EP 2, beside them: its ranks receive
@@ -294,7 +302,7 @@ class Sharded(unittest.TestCase):
         recorded = ["--shard-plan", "recorded"]
         faults = (["--shard-plan-fault", f"hole:{HOLE}"], ["--shard-plan-fault", f"overlap:{OVERLAP}"])
         with contextlib.ExitStack() as stack:
-            hole, overlap = (self.engine(stack, 2, recorded + extra) for extra in faults)
+            hole, overlap = self.engines(stack, [(2, recorded + extra) for extra in faults])
             plans = overlap.ok("/server_info")["shard_plans"]
             self.assertEqual(len(plans), 2)
             self.assertEqual(plans[0]["tensors"]["model.norm.weight"], "replicated")

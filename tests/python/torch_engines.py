@@ -27,7 +27,8 @@ def _die_with_parent():
 
 
 class Engine:
-    def __init__(self, tp, seed, extra=(), env=None):
+    def __init__(self, tp, seed, extra=(), env=None, wait=True):
+        """Starts the engine; `wait=False` returns at once (call wait_ready() before use)."""
         self.tp = tp
         self.dir = tempfile.mkdtemp(prefix="wc-torch-engine-")
         port_file = os.path.join(self.dir, "port")
@@ -52,14 +53,21 @@ class Engine:
             preexec_fn=_die_with_parent,
             env=None if env is None else {**os.environ, **env},
         )
-        deadline = time.monotonic() + 120
-        while not os.path.exists(port_file):
+        self.port_file = port_file
+        self.url = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=120):
+        """Waits for the engine's port file (it is written once the workers are up)."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.port_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 output = self.output()
                 self.stop()
                 raise RuntimeError("torch engine did not start: " + output)
             time.sleep(0.1)
-        with open(port_file) as f:
+        with open(self.port_file) as f:
             self.url = f"http://127.0.0.1:{f.read().strip()}"
 
     def output(self):
@@ -114,8 +122,12 @@ def running(tps, seed, extra=(), env=None):
     """Engines of TP sizes `tps`; `env`: variables added to each engine's environment."""
     engines = []
     try:
+        # All started before any is waited for: each imports torch and spawns its workers, and
+        # on two cores two engines start in about the time of one.
         for tp in tps:
-            engines.append(Engine(tp, seed, extra, env))
+            engines.append(Engine(tp, seed, extra, env, wait=False))
+        for e in engines:
+            e.wait_ready()
         yield engines
     finally:
         for e in engines:
