@@ -25,6 +25,9 @@ PyUpdater::PyUpdater(std::vector<std::string> engines, wt::UpdaterOptions option
     worker_.set_communicator(comm.get());
     return comm;
   };
+  // Ctrl-C stops a data phase before its next bucket, whichever path it takes (the chain's
+  // communicator is aborted as well, mid-broadcast; the colocated path has none to abort).
+  options.buckets.stop_requested = [this] { return worker_.interrupted(); };
   updater_ = std::make_unique<wt::DistributedUpdater>(std::move(engines), std::move(options));
 }
 

@@ -282,6 +282,10 @@ void Sender::send_all() {
       options_.pack_buffers, std::move(after_pack),
       [&](const BucketEntry& e, std::span<std::byte> out) { write_tensor(awaited(e), out); });
   for (std::uint64_t k = 0; k < n && !failed_; ++k) {
+    if (stop_requested(options_, k, result_)) {
+      fail();
+      break;
+    }
     try {
       // Without deltas, requests k (required) and k+1 (look-ahead) go out before bucket k is
       // broadcast, except that the first broadcast does not wait for the second bucket's
@@ -388,6 +392,14 @@ void reserve_send_buffers(std::span<const TensorMeta> metas, const BucketSendOpt
   }
   const auto& pool = options.pack_buffers ? options.pack_buffers : default_pack_buffers();
   pool->reserve(bytes, std::min<std::size_t>(packed, 2));  // BucketPacker's ring of two
+}
+
+bool stop_requested(const BucketSendOptions& options, std::uint64_t k, BucketSendResult& result) {
+  if (!options.stop_requested || !options.stop_requested()) return false;
+  if (result.error.empty()) result.error = "interrupted before bucket " + std::to_string(k);
+  result.source_fault = true;  // the sender stopped, no engine failed
+  result.ok = false;
+  return true;
 }
 
 BucketSendResult send_buckets(const UpdateSession& session, const std::string& group_name,

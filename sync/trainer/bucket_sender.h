@@ -72,7 +72,12 @@ struct BucketSendOptions {
   // Tensors an engine loads together (sync/model/atomic_groups.h) stay in one bucket; a group
   // larger than bucket_bytes fails the send with comm::ConfigError. Unset: no groups.
   std::optional<GroupRule> atomic_groups;
+  // Polled before each bucket (by the chain's and the colocated sender alike): true ends the
+  // phase there, as a failure of the tensors' source ("interrupted"), and the caller aborts.
+  // Python's Ctrl-C sets it. Null: never.
+  std::function<bool()> stop_requested;
 };
+
 
 struct BucketSendResult {
   bool ok = true;
@@ -94,6 +99,9 @@ struct BucketSendResult {
   std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
+// Whether `options` asks the phase to stop before bucket `k`; if so, `result` says why.
+bool stop_requested(const BucketSendOptions& options, std::uint64_t k, BucketSendResult& result);
+
 
 // `other`, sent beside `into` at the same time on another group or path, added to it: counts and
 // waits add up, the time is the longer one, failures join, the first error stays, and another

@@ -281,6 +281,10 @@ BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
     }
   } join{*this, packer};
   for (std::uint64_t k = 0; k < plans_.size() && !failed_; ++k) {
+    if (stop_requested(options_, k, result_)) {
+      failed_ = true;
+      break;
+    }
     try {
       await_packed(k);
       deliver(k);
