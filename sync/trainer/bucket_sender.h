@@ -78,7 +78,6 @@ struct BucketSendOptions {
   std::function<bool()> stop_requested;
 };
 
-
 struct BucketSendResult {
   bool ok = true;
   std::uint64_t tensors = 0;
@@ -101,7 +100,6 @@ struct BucketSendResult {
 };
 // Whether `options` asks the phase to stop before bucket `k`; if so, `result` says why.
 bool stop_requested(const BucketSendOptions& options, std::uint64_t k, BucketSendResult& result);
-
 
 // `other`, sent beside `into` at the same time on another group or path, added to it: counts and
 // waits add up, the time is the longer one, failures join, the first error stays, and another
