@@ -98,6 +98,7 @@ struct BucketSendResult {
   std::string delta_change;  // DeltaSource::change() of this update (--delta auto changed its mind)
   std::string data_path;     // comm::Communicator::data_path() of the group it went on
 };
+
 // Whether `options` asks the phase to stop before bucket `k`; if so, `result` says why.
 bool stop_requested(const BucketSendOptions& options, std::uint64_t k, BucketSendResult& result);
 
