@@ -16,7 +16,6 @@
 
 #include "comm/errors.h"
 #include "sync/engine/commit/receiver.h"
-#include "sync/engine/runners/weights.h"
 #include "sync/model/layout.h"
 #include "sync/model/model.h"
 #include "sync/model/spec_probe.h"

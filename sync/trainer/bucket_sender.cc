@@ -398,7 +398,6 @@ bool stop_requested(const BucketSendOptions& options, std::uint64_t k, BucketSen
   if (!options.stop_requested || !options.stop_requested()) return false;
   if (result.error.empty()) result.error = "interrupted before bucket " + std::to_string(k);
   result.source_fault = true;  // the sender stopped, no engine failed
-  result.ok = false;
   return true;
 }
 

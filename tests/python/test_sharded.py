@@ -124,14 +124,9 @@ class Sharded(unittest.TestCase):
         return self.engines(stack, [(tp, extra)])[0]
 
     def engines(self, stack, shapes):
-        """Torch engines of (tp, extra) each, started together, then each waited for."""
-        engines = []
-        for tp, extra in shapes:
-            engines.append(torch_engines.Engine(tp, SEED, extra, wait=False))
-            stack.callback(engines[-1].stop)
-        for e in engines:
-            e.wait_ready()
-        return engines
+        """Torch engines of (tp, extra) each, started together (torch_engines.running)."""
+        tps, extras = zip(*shapes)
+        return stack.enter_context(torch_engines.running(tps, SEED, extras=extras))
 
     def test_trainer_update(self):
         """tp 2 x pp 2 trainer ranks update a TP-2 and a TP-4 torch engine that announce plans

@@ -118,14 +118,15 @@ class Engine:
 
 
 @contextlib.contextmanager
-def running(tps, seed, extra=(), env=None):
-    """Engines of TP sizes `tps`; `env`: variables added to each engine's environment."""
+def running(tps, seed, extra=(), env=None, extras=None):
+    """Engines of TP sizes `tps`; `env`: variables added to each engine's environment; `extras`:
+    each engine's own arguments (instead of `extra` for all)."""
     engines = []
     try:
         # All started before any is waited for: each imports torch and spawns its workers, and
         # on two cores two engines start in about the time of one.
-        for tp in tps:
-            engines.append(Engine(tp, seed, extra, env, wait=False))
+        for tp, args in zip(tps, extras or [extra] * len(tps)):
+            engines.append(Engine(tp, seed, args, env, wait=False))
         for e in engines:
             e.wait_ready()
         yield engines

@@ -29,9 +29,8 @@ DRAFT_FILTER = "draft.*"
 
 
 def _tensor(dtype, shape, raw):
-    """A tensor over `raw`: the generator's bytearray as it is (no copy), other bytes copied."""
-    buf = raw if isinstance(raw, bytearray) else bytearray(raw)
-    return torch.frombuffer(buf, dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+    """A tensor over `raw`, the generator's bytearray (_model_tensors), without a copy."""
+    return torch.frombuffer(raw, dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
 
 
 class Worker:
