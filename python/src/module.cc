@@ -19,6 +19,7 @@
 #include "py_receiver.h"
 #include "py_session.h"
 #include "py_shard_plan.h"
+#include "py_store.h"
 #include "py_updater.h"
 #include "report_binding.h"
 #include "stage_result.h"
@@ -214,6 +215,7 @@ PYBIND11_MODULE(_weightcast, m) {
   wp::bind_receiver(m);
   wp::bind_session_machine(m);
   wp::bind_colocate(m);
+  wp::bind_store(m);
   wp::bind_report(m);
   wp::bind_stage_result(m);
   m.def("weight_update_selector", &wp::selector_of, py::kw_only(),

@@ -195,6 +195,11 @@ class TorchEngine(unittest.TestCase):
             layers = [int(n.split(".")[2]) for n in last if n.startswith("model.layers.")]
             self.assertEqual(layers, sorted(layers))
             self.assertEqual(last[0], "model.embed_tokens.weight")
+            # The front (HTTP routes, sessions, the TP group's store) never loads torch: only its
+            # workers do, so an engine is up a torch import sooner.
+            for engine in engines:
+                with open(f"/proc/{engine.proc.pid}/maps") as f:
+                    self.assertFalse("libtorch" in f.read(), "the engine's front process loaded torch")
 
     def test_colocated_trainer_update(self):
         """weightcast-train --colocate on (tp 2 x pp 2) updates a TP-2 and a TP-1 torch engine

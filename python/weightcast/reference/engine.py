@@ -12,7 +12,7 @@ import threading
 import time
 
 from .. import _weightcast, pickled
-from . import lora, worker
+from . import info, lora
 from .session import Sessions
 from .workers import WorkerError, Workers
 
@@ -39,7 +39,7 @@ class Engine:
         runners = [
             {
                 "name": "target",
-                "filters": worker.TARGET_FILTER.split(","),
+                "filters": info.TARGET_FILTER.split(","),
                 "layout": "none",
                 "tensor_count": self.tensor_count("target"),
                 "seed": self.cfg["seed"],
@@ -49,7 +49,7 @@ class Engine:
             runners.append(
                 {
                     "name": "draft",
-                    "filters": worker.DRAFT_FILTER.split(","),
+                    "filters": info.DRAFT_FILTER.split(","),
                     "layout": "none",
                     "tensor_count": self.tensor_count("draft"),
                     "seed": self.cfg["seed"],

@@ -4,6 +4,11 @@ inside; the SGLang plug-in adds the same key to SGLang's answer)."""
 
 from .. import __version__, _weightcast
 
+# What each of the engine's runners holds (its Receiver's filters): the workers build their
+# runners with them, the front names them in /server_info.
+TARGET_FILTER = "model.*,lm_head.weight"
+DRAFT_FILTER = "draft.*"
+
 
 def announce(engine):
     return {

@@ -14,8 +14,6 @@ So a worker's delta is exactly its shard of the merged weight's delta. Other mod
 lm_head, the draft) take no adapter: an update that targets them is refused at begin.
 """
 
-import torch
-
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROW = ("o_proj", "down_proj")
 SUPPORTED = COLUMN + ROW
@@ -85,16 +83,15 @@ class AdapterShards:
 
     def layer_deltas(self, index, layer):
         """{fused parameter: float64 delta} of layer `index` (this rank's shard of s * B @ A)."""
-        f = torch.float64
         out = {}
         for weight, (a, b) in self.layers.get(index, {}).items():
-            delta = self.scaling * (b.to(f) @ a.to(f))
+            delta = self.scaling * (b.double() @ a.double())
             if weight.split(".")[1] in ROW:
                 out[weight] = delta
                 continue
             param, start, size = layer.fused_span(weight)
             if param not in out:
-                out[param] = torch.zeros(layer.get_parameter(param).shape, dtype=f)
+                out[param] = delta.new_zeros(layer.get_parameter(param).shape)
             out[param][start : start + size] += delta
         return out
 

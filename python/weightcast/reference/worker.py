@@ -21,11 +21,9 @@ from .. import _weightcast
 from ..engine_rank import EngineRank
 from ..pickled import PickledFormError
 from ..receiver import LoadError, ReceiverError, Runner
+from .info import DRAFT_FILTER, TARGET_FILTER
 from .lora import AdapterError, AdapterShards
 from .model import DraftModel, Parallel, TargetModel, model_spec
-
-TARGET_FILTER = "model.*,lm_head.weight"
-DRAFT_FILTER = "draft.*"
 
 
 def _tensor(dtype, shape, raw):

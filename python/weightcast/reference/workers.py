@@ -6,7 +6,6 @@ per pipe resolves the matching future. Threading: call_all() may run from many t
 (the HTTP front's request threads); each pipe has its own send lock.
 """
 
-import datetime
 import itertools
 import multiprocessing
 import threading
@@ -39,34 +38,32 @@ def most_telling(errors):
     return WorkerError(dict(first.info, message=f"{first} (also {others})"))
 
 
+def _worker_main(*args):
+    """A worker process's entry (worker.main): the worker module loads torch, which only the
+    workers need; this process never imports it, so the engine is up a torch import sooner."""
+    from . import worker
+
+    worker.main(*args)
+
+
 class Workers:
     """The worker processes and the pipes to them; call_all() runs one operation on each."""
 
     def __init__(self, cfg):
-        # Imported here, not at the top: torch loads only once workers start, so a command line
-        # the engine refuses is answered at once.
-        import torch.distributed as dist
-
-        from . import worker
+        from .. import _weightcast
 
         self.cfg = cfg
         ctx = multiprocessing.get_context("spawn")
-        # The TP group's store: bound to an ephemeral port and kept by this process.
-        self.store = dist.TCPStore(
-            cfg["tp_host"],
-            0,
-            None,
-            True,
-            wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=cfg["init_timeout"]),
-        )
+        # The TP group's store: a torch-compatible server on an ephemeral port, kept by this
+        # process (torch's TCPStore clients in the workers connect to it).
+        self.store = _weightcast._C10dStoreServer(cfg["tp_host"], 0)
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.pending = {}
         self.procs, self.conns, self.send_locks = [], [], []
         for rank in range(cfg["tp"]):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=worker.main, args=(rank, cfg, child, self.store.port), daemon=True)
+            p = ctx.Process(target=_worker_main, args=(rank, cfg, child, self.store.port), daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
@@ -140,3 +137,4 @@ class Workers:
             if p.is_alive():
                 p.kill()
                 p.join(5)
+        self.store.stop()
