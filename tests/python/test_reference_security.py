@@ -306,6 +306,17 @@ class ReferenceSecurity(unittest.TestCase):
                     )
                     self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
                     self.assertIn(f"refusing to listen on {host} without --token", r.stderr)
+        # The TP group's store binds --tp-host: an address not of this host is a one-line error
+        # before any worker starts (no traceback, nothing left running).
+        r = subprocess.run(
+            [sys.executable, "-m", "weightcast.reference", "--port", "0", "--tp-host", "10.1.2.3"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("weightcast.reference: c10d store server cannot listen on 10.1.2.3", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
         for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"):
             self.assertIsNone(guard.bind_refusal(host, ""), host)
         for host in ("0.0.0.0", "10.1.2.3", "::", "127"):

@@ -86,7 +86,8 @@ def parse_args(argv):
     p.add_argument(
         "--tp-host",
         default="127.0.0.1",
-        help="address of the workers' TP-group store, kept by this process",
+        help="address of the workers' TP-group store, which this process binds (an address of this "
+        "host; the store has no authentication: one only the workers reach)",
     )
     p.add_argument("--store-token", default=None)
     p.add_argument("--init-timeout", type=float, default=60.0)
@@ -181,12 +182,18 @@ def main(argv=None):
     if refusal:
         print(f"weightcast.reference: {refusal}", file=sys.stderr, flush=True)
         return 2
-    # Imported once the command line is accepted: they load torch, which takes seconds.
+    # Imported once the command line is accepted (the compiled module); only the workers, which
+    # Engine starts, import torch.
+    from .. import ConfigError
     from .engine import Engine
     from .routes import route_table
     from .server import make_server
 
-    engine = Engine(config(a))
+    try:
+        engine = Engine(config(a))
+    except (ConfigError, RuntimeError) as e:  # the store's address, or a worker that did not start
+        print(f"weightcast.reference: {e}", file=sys.stderr, flush=True)
+        return 1
     guards = {"token": a.token, "max_body_bytes": a.max_body_bytes, "read_timeout": a.http_timeout_ms / 1000}
     server = make_server(engine, route_table(engine), a.host, a.port, **guards)
     port = server.server_address[1]
