@@ -12,6 +12,8 @@ import threading
 import time
 from concurrent.futures import Future
 
+from .. import _weightcast
+
 
 class WorkerError(Exception):
     """A failure to answer the client with: `status` is the HTTP status, `info` the worker's
@@ -50,8 +52,6 @@ class Workers:
     """The worker processes and the pipes to them; call_all() runs one operation on each."""
 
     def __init__(self, cfg):
-        from .. import _weightcast
-
         self.cfg = cfg
         ctx = multiprocessing.get_context("spawn")
         # The TP group's store: a torch-compatible server on an ephemeral port, kept by this
