@@ -24,7 +24,6 @@ void bind_store(py::module_& m) {
            }),
            py::arg("bind_address") = "127.0.0.1", py::arg("port") = 0)
       .def_property_readonly("port", &comm::C10dStoreServer::port)
-      .def_property_readonly("host", &comm::C10dStoreServer::host)
       .def("stop", &comm::C10dStoreServer::stop, py::call_guard<py::gil_scoped_release>(),
            "Closes every connection; idempotent.");
 }

@@ -123,7 +123,7 @@ def running(tps, seed, extra=(), env=None, extras=None):
     each engine's own arguments (instead of `extra` for all)."""
     engines = []
     try:
-        # All started before any is waited for: each imports torch and spawns its workers, and
+        # All started before any is waited for: each spawns its workers, which import torch, and
         # on two cores two engines start in about the time of one.
         for tp, args in zip(tps, extras or [extra] * len(tps)):
             engines.append(Engine(tp, seed, args, env, wait=False))

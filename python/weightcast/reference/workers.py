@@ -56,7 +56,7 @@ class Workers:
         ctx = multiprocessing.get_context("spawn")
         # The TP group's store: a torch-compatible server on an ephemeral port, kept by this
         # process (torch's TCPStore clients in the workers connect to it).
-        self.store = _weightcast._C10dStoreServer(cfg["tp_host"], 0)
+        self.store = _weightcast._C10dStoreServer(cfg["tp_host"])
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.pending = {}
