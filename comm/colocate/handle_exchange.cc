@@ -138,8 +138,8 @@ AbstractAddress abstract_address(const std::string& name) {
   return out;
 }
 
-ReceivedHandle fetch_handle(const std::string& name, const std::string& expected_token,
-                            std::chrono::milliseconds timeout) {
+HeldHandle fetch_and_hold(const std::string& name, const std::string& expected_token,
+                          std::chrono::milliseconds timeout) {
   const AbstractAddress address = abstract_address(name);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw Error("socket(): " + std::string(strerror(errno)));
@@ -149,13 +149,18 @@ ReceivedHandle fetch_handle(const std::string& name, const std::string& expected
     throw Error("no trainer serves '" + name + "' on this host (" + strerror(err) + ")");
   }
   try {
-    ReceivedHandle handle = receive_handle(fd, expected_token, timeout);
-    ::close(fd);
-    return handle;
+    return {receive_handle(fd, expected_token, timeout), fd};
   } catch (...) {
     ::close(fd);
     throw;
   }
+}
+
+ReceivedHandle fetch_handle(const std::string& name, const std::string& expected_token,
+                            std::chrono::milliseconds timeout) {
+  const HeldHandle held = fetch_and_hold(name, expected_token, timeout);
+  ::close(held.connection);
+  return held.handle;
 }
 
 }  // namespace weightcast::comm::colocate

@@ -43,4 +43,13 @@ AbstractAddress abstract_address(const std::string& name);
 ReceivedHandle fetch_handle(const std::string& name, const std::string& expected_token,
                             std::chrono::milliseconds timeout);
 
+// fetch_handle(), leaving the connection open (owned by the caller): the trainer closes it when
+// the segment is gone (segment_server.h), which is how an engine knows to drop a mapping it kept.
+struct HeldHandle {
+  ReceivedHandle handle;
+  int connection = -1;
+};
+HeldHandle fetch_and_hold(const std::string& name, const std::string& expected_token,
+                          std::chrono::milliseconds timeout);
+
 }  // namespace weightcast::comm::colocate

@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "comm/colocate/segment_server.h"
 #include "comm/errors.h"
 
 namespace weightcast::comm::colocate {
@@ -36,7 +37,17 @@ Registry& registry() {
   return *r;
 }
 
+SegmentId id_of(const struct stat& info) {
+  return {static_cast<std::uint64_t>(info.st_dev), static_cast<std::uint64_t>(info.st_ino)};
+}
+
 }  // namespace
+
+SegmentId segment_id(int fd) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0) fail("fstat");
+  return id_of(info);
+}
 
 std::optional<SharedLocation> find_shared(std::span<const std::byte> bytes) {
   Registry& r = registry();
@@ -115,6 +126,10 @@ void SharedSegment::release() noexcept {
     data_ = nullptr;
   }
   if (reader_fd_ >= 0) {
+    // Engines keep their mappings while the connection they took the handle on stays open: close
+    // those connections, so that no engine holds this memory once the trainer has let it go.
+    struct stat info {};
+    if (fstat(reader_fd_, &info) == 0) SegmentServer::release_everywhere(id_of(info));
     close(reader_fd_);
     reader_fd_ = -1;
   }
@@ -149,6 +164,7 @@ MappedSegment::MappedSegment(int fd, std::size_t expected_size) : fd_(fd) {
   }
   data_ = static_cast<const std::byte*>(mapped);
   size_ = expected_size;
+  id_ = id_of(info);
 }
 
 MappedSegment::~MappedSegment() {
@@ -158,7 +174,9 @@ MappedSegment::~MappedSegment() {
 MappedSegment::MappedSegment(MappedSegment&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      id_(std::exchange(other.id_, {})),
+      populated_(other.populated_.exchange(0)) {}
 
 MappedSegment& MappedSegment::operator=(MappedSegment&& other) noexcept {
   if (this != &other) {
@@ -166,11 +184,34 @@ MappedSegment& MappedSegment::operator=(MappedSegment&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    id_ = std::exchange(other.id_, {});
+    populated_.store(other.populated_.exchange(0));
   }
   return *this;
 }
 
+std::size_t MappedSegment::populate(std::size_t bytes) {
+  const std::size_t from = populated_bytes();
+  if (data_ == nullptr || from == size_) return from;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t n = std::min((bytes + page - 1) / page * page, size_ - from);
+  auto* start = const_cast<std::byte*>(data_ + from);
+  if (madvise(start, n, MADV_POPULATE_READ) != 0 && errno != EINVAL) {
+    fail("madvise(MADV_POPULATE_READ)");  // EINVAL: a kernel before 5.14, the reads below do it
+  }
+  // Read a byte of every page as well: under a hypervisor that shadows page tables, the first
+  // access through a new entry is what costs (measured: a mapping populated by madvise alone
+  // made the next copy out of it 6x slower than the one after).
+  volatile std::uint8_t sink = 0;
+  for (std::size_t at = 0; at < n; at += page) {
+    sink = sink ^ static_cast<std::uint8_t>(start[at]);
+  }
+  populated_.store(from + n, std::memory_order_release);
+  return from + n;
+}
+
 void MappedSegment::release() noexcept {
+  populated_.store(0);
   if (data_ != nullptr) {
     munmap(const_cast<std::byte*>(data_), size_);
     data_ = nullptr;
@@ -191,10 +232,20 @@ void MappedSegment::copy_through(std::size_t offset, std::span<std::byte> destin
   if (chunk_bytes == 0) {
     chunk_bytes = destination.size();
   }
-  // pread, not the mapping: the kernel copies out of the shared pages as process_vm_readv would,
-  // while reading through a fresh mapping faults every 4 KiB page into this process first (shared
-  // memory rarely gets huge pages), which measured as the larger part of the copy.
-  for (std::size_t done = 0; done < destination.size();) {
+  // The populated part out of the mapping; populated_bytes() only grows, so a snapshot holds.
+  const std::size_t mapped_in = populated_bytes();
+  std::size_t done = 0;
+  while (done < destination.size() && offset + done < mapped_in) {
+    const std::size_t n =
+        std::min({chunk_bytes, destination.size() - done, mapped_in - (offset + done)});
+    std::memcpy(destination.data() + done, data_ + offset + done, n);
+    if (visit) visit(destination.subspan(done, n));
+    done += n;
+  }
+  // The rest: pread, not the mapping: the kernel copies out of the shared pages as process_vm_readv
+  // would, while reading through a fresh mapping faults every 4 KiB page into this process first
+  // (shared memory rarely gets huge pages), which measured as the larger part of the copy.
+  while (done < destination.size()) {
     const std::size_t n = std::min(chunk_bytes, destination.size() - done);
     const ssize_t got =
         ::pread(fd_, destination.data() + done, n, static_cast<off_t>(offset + done));

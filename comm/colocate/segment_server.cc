@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "comm/colocate/handle_exchange.h"
 #include "comm/errors.h"
@@ -23,6 +24,18 @@ std::string fresh_name() {
   std::string out = "weightcast-segment-" + std::to_string(::getpid()) + "-";
   for (int i = 0; i < 4; ++i) out += std::to_string(rd() % 10000) + (i < 3 ? "." : "");
   return out;
+}
+
+// The live servers of this process, for release_everywhere(). Never destroyed: segments may be
+// released from static destructors.
+struct Servers {
+  std::mutex mu;
+  std::set<SegmentServer*> live;
+};
+
+Servers& servers() {
+  static auto* s = new Servers;
+  return *s;
 }
 
 }  // namespace
@@ -43,11 +56,61 @@ SegmentServer::SegmentServer() : name_(fresh_name()) {
     ::close(listener_);
     throw Error("segment server: eventfd(): " + std::string(strerror(err)));
   }
+  Servers& s = servers();
+  std::lock_guard lock(s.mu);
+  s.live.insert(this);
 }
 
 SegmentServer::~SegmentServer() {
+  {
+    Servers& s = servers();
+    std::lock_guard lock(s.mu);
+    s.live.erase(this);
+  }
   ::close(listener_);
   ::close(wake_fd_);
+  for (const Held& h : held_) ::close(h.connection);
+}
+
+void SegmentServer::release(SegmentId id) {
+  std::lock_guard lock(held_mu_);
+  std::erase_if(held_, [&](const Held& h) {
+    if (h.segment != id) return false;
+    ::close(h.connection);
+    return true;
+  });
+}
+
+void SegmentServer::release_everywhere(SegmentId id) {
+  Servers& s = servers();
+  std::lock_guard lock(s.mu);
+  for (SegmentServer* server : s.live) server->release(id);
+}
+
+std::size_t SegmentServer::held() {
+  std::lock_guard lock(held_mu_);
+  reap_locked();
+  return held_.size();
+}
+
+void SegmentServer::reap_locked() {
+  // An engine never writes after taking the handle: a readable connection is one it closed.
+  std::erase_if(held_, [](const Held& h) {
+    pollfd p{h.connection, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 0) return false;
+    ::close(h.connection);
+    return true;
+  });
+}
+
+void SegmentServer::hold(int connection, SegmentId id) {
+  std::lock_guard lock(held_mu_);
+  reap_locked();
+  if (held_.size() >= kMaxHeld) {
+    ::close(held_.front().connection);
+    held_.erase(held_.begin());
+  }
+  held_.push_back({connection, id});
 }
 
 void SegmentServer::wake() {
@@ -80,7 +143,16 @@ bool SegmentServer::answer_one(const std::string& token, int segment_fd, std::si
     ::close(conn);
     throw;
   }
-  ::close(conn);  // the descriptor travelled in the message; the engine needs nothing else
+  // The descriptor travelled in the message; the connection stays open as the engine's hold on
+  // its mapping (above).
+  SegmentId id;
+  try {
+    id = segment_id(segment_fd);
+  } catch (...) {
+    ::close(conn);
+    throw;
+  }
+  hold(conn, id);
   return true;
 }
 

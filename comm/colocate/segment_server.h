@@ -7,14 +7,25 @@
 // all were answered or the deadline passed. Only processes of the same uid get a descriptor: the
 // server refuses (closes) a peer of another uid (SO_PEERCRED), each engine checks the token, and
 // the kernel checks the peer on the engine's side.
-// Lifetime: one per trainer rank that sends colocated buckets; destruction closes the socket.
-// Threading: serve() from one thread at a time; name() from any.
+// After handing a segment over, the server keeps that connection open: an engine holds its
+// mapping of the segment between updates only while the connection it took the handle on stays
+// open (comm/colocate/segment_mappings.h). The server closes it when the segment is destroyed
+// (SharedSegment's destructor calls release_everywhere()), when the server is destroyed, and the
+// kernel closes it when this process dies; connections whose engine closed them are reaped at
+// each serve, and at most kMaxHeld are kept (the oldest go first).
+// Lifetime: one per trainer rank that sends colocated buckets; destruction closes the socket and
+// every held connection.
+// Threading: serve() from one thread at a time; name(), wake(), release() and
+// release_everywhere() from any.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "comm/colocate/segment.h"
 #include "comm/deadline.h"
 
 namespace weightcast::comm::colocate {
@@ -43,14 +54,32 @@ class SegmentServer {
   // Makes a serve_until() in progress (or the next one) check done() at once. Any thread.
   void wake();
 
+  // Closes the held connections of the engines that took segment `id`: they drop their mappings.
+  void release(SegmentId id);
+  // release(id) on every SegmentServer of this process.
+  static void release_everywhere(SegmentId id);
+  // Connections held open (engines that may keep a mapping), after reaping closed ones.
+  std::size_t held();
+
+  static constexpr std::size_t kMaxHeld = 256;
+
  private:
+  struct Held {
+    int connection = -1;
+    SegmentId segment;
+  };
   // Accepts one peer and hands it the segment; false when none connected within `wait` (or the
   // peer was refused).
   bool answer_one(const std::string& token, int segment_fd, std::size_t size, Millis wait);
+  // Keeps `connection`, which took segment `id`; closes those its engines closed.
+  void hold(int connection, SegmentId id);
+  void reap_locked();
 
   std::string name_;
   int listener_ = -1;
   int wake_fd_ = -1;  // an eventfd: wake() writes it, the serving poll drains it
+  std::mutex held_mu_;
+  std::vector<Held> held_;  // oldest first
 };
 
 }  // namespace weightcast::comm::colocate

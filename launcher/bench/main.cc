@@ -282,6 +282,9 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
                "colocated path, for colocated-vs-chain ratios")
       ->excludes("--compare-full")
       ->excludes("--colocate");
+  up->add_flag("--no-kept-mappings", uo.no_kept_mappings,
+               "start the engines with --no-kept-mappings: the colocated path maps each bucket "
+               "afresh and reads it with pread (docs/colocated.md, \"Kept mappings\")");
   up->add_option_function<std::string>(
       "--full-engine-urls",
       [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },

@@ -61,6 +61,8 @@ struct UpdateBenchOptions {
   // Also feed the same steps to a second engine set on the chain (colocate "off") before the set
   // under test (colocate "on"), for colocated-vs-chain ratios; not with compare_full.
   bool compare_colocate = false;
+  // Start the engines with --no-kept-mappings (docs/colocated.md, "Kept mappings").
+  bool no_kept_mappings = false;
   // With compare_full and engine_urls: the engines of the full set (engine_urls: the other).
   std::vector<std::string> full_engine_urls;
   BenchOutput output;  // --csv / --json

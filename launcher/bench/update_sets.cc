@@ -166,25 +166,27 @@ std::vector<UpdateSet> make_sets(const UpdateBenchOptions& o, const std::string&
 std::vector<std::string> update_engine_argv(const UpdateBenchOptions& o, const std::string& self,
                                             const std::string& spec_path, std::uint64_t model_bytes,
                                             const std::string& host) {
-  return {beside_self(self, "engine/weightcast-engine"),
-          "--host",
-          host,
-          "--port",
-          "0",
-          "--ranks",
-          std::to_string(o.ranks_per_engine),
-          "--model",
-          spec_path,
-          "--seed",
-          "1",
-          "--max-bucket-bytes",
-          std::to_string(std::max(o.bucket_bytes, model_bytes)),
-          "--chunk-bytes",
-          std::to_string(o.chunk_bytes),
-          "--comm-timeout-ms",
-          std::to_string(o.timeout_ms),
-          "--session-timeout-ms",
-          std::to_string(o.timeout_ms)};
+  std::vector<std::string> argv{beside_self(self, "engine/weightcast-engine"),
+                                "--host",
+                                host,
+                                "--port",
+                                "0",
+                                "--ranks",
+                                std::to_string(o.ranks_per_engine),
+                                "--model",
+                                spec_path,
+                                "--seed",
+                                "1",
+                                "--max-bucket-bytes",
+                                std::to_string(std::max(o.bucket_bytes, model_bytes)),
+                                "--chunk-bytes",
+                                std::to_string(o.chunk_bytes),
+                                "--comm-timeout-ms",
+                                std::to_string(o.timeout_ms),
+                                "--session-timeout-ms",
+                                std::to_string(o.timeout_ms)};
+  if (o.no_kept_mappings) argv.push_back("--no-kept-mappings");
+  return argv;
 }
 
 }  // namespace weightcast::launcher

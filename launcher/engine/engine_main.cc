@@ -71,6 +71,10 @@ void add_model_options(CLI::App& app, EngineArgs& a) {
   app.add_flag("--no-colocate", a.no_colocate,
                "take no colocated buckets (POST /update_weights_from_tensor answers 403) and do "
                "not offer them in /server_info: same-host trainers then use the group");
+  app.add_flag("--no-kept-mappings", a.no_kept_mappings,
+               "colocated path: map each bucket's segment afresh and read it with pread, instead "
+               "of keeping the mapping between updates while the trainer keeps the segment "
+               "(docs/colocated.md, \"Kept mappings\")");
   app.add_flag("--legacy-finalize", a.legacy_finalize,
                "old finalize: end_weight_update re-applies the layout to every resident tensor "
                "of every covered runner (reproduces the double-shuffle bug)");

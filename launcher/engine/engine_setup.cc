@@ -95,6 +95,7 @@ EngineOptions make_engine_options(const EngineArgs& args) {
   o.rank_count = args.ranks;
   o.legacy_finalize = args.legacy_finalize;
   o.colocate = !args.no_colocate;
+  o.keep_segment_mappings = !args.no_kept_mappings;
   o.init_timeout = comm::Millis(args.init_timeout_ms);
   o.comm_timeout = comm::Millis(args.comm_timeout_ms);
   o.session_timeout = comm::Millis(args.session_timeout_ms);

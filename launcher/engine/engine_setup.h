@@ -32,6 +32,7 @@ struct EngineArgs {
   std::string weight_version = "default";
   bool legacy_finalize = false;
   bool no_colocate = false;                 // EngineOptions::colocate off
+  bool no_kept_mappings = false;            // EngineOptions::keep_segment_mappings off
   std::vector<std::string> frozen_runners;  // never touched by a sessionless update
   bool sessionless_updates_frozen = false;  // ... unless this is set
   std::int64_t lease_ttl_s = 300;           // a trainer's lease when its begin names none

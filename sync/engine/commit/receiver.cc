@@ -37,6 +37,7 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
     : opts_(std::move(opts)),
       runners_(std::move(runners)),
       pool_(opts_.pool ? opts_.pool : std::make_shared<BlockPool>()),
+      mappings_({.keep = opts_.keep_segment_mappings}),
       ranks_(local_ranks_options(opts_, pool_)),
       session_(ranks_.count(), ranks_.sliced()),
       base_(opts_.keep_delta_base),
@@ -323,7 +324,7 @@ void Receiver::check_staged(std::map<Runner, std::map<std::string, StagedTensor>
 std::size_t Receiver::receive_segment(const UpdateWeightsFromTensorRequest& request,
                                       const std::optional<std::string>& handle_token) {
   return stage_copied(request, handle_token, [&](const std::string& token) {
-    return copy_segment(request, token, *pool_, opts_.comm_timeout);
+    return copy_segment(request, token, *pool_, mappings_, opts_.comm_timeout);
   });
 }
 

@@ -45,6 +45,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "comm/colocate/segment_mappings.h"
 #include "comm/deadline.h"
 #include "comm/errors.h"
 #include "sync/engine/commit/local_ranks.h"
@@ -84,6 +85,10 @@ struct ReceiverOptions {
   // Where buckets are received; null: the receiver's own pool. An in-process engine that keeps
   // staged blocks as its weights passes its pool, so replaced weights return their blocks.
   std::shared_ptr<BlockPool> pool;
+  // The colocated path keeps its read-only mappings of trainer segments between updates while the
+  // trainer keeps them (comm/colocate/segment_mappings.h); false: maps per bucket, reads with
+  // pread.
+  bool keep_segment_mappings = true;
   // Deltas against the engine's own weights instead of a kept copy (see DeltaBaseSource).
   DeltaBaseSource base_source;
   // Shard plans of a receiver serving several ranks (LocalRanksOptions::plans, docs/sharding.md):
@@ -293,6 +298,7 @@ class Receiver {
   const ReceiverOptions opts_;
   const std::vector<ReceiverRunner> runners_;
   const std::shared_ptr<BlockPool> pool_;
+  comm::colocate::SegmentMappings mappings_;  // the colocated path's kept mappings
   const LocalRanks ranks_;
   mutable std::mutex mu_;
   std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)

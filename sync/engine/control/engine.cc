@@ -27,6 +27,7 @@ std::unique_ptr<Receiver> make_receiver(const EngineOptions& opts, RunnerSet* se
   r.experts = opts.experts;
   r.shard_plans = opts.shard_plans;
   r.pool = runners.block_pool();
+  r.keep_segment_mappings = opts.keep_segment_mappings;
   r.base_source = [&runners](const BucketPlan& plan,
                              const std::vector<std::vector<Runner>>& destinations,
                              const std::vector<Digest>& expected, const std::string& base_version,

@@ -23,6 +23,9 @@ struct EngineOptions {
   // Take colocated buckets (POST /update_weights_from_tensor, docs/colocated.md) and offer them
   // in /server_info (colocate_host); false: the route answers 403 and trainers use the chain.
   bool colocate = true;
+  // Keep read-only mappings of trainer segments between updates while the trainer keeps them
+  // (ReceiverOptions::keep_segment_mappings); false: map each bucket afresh and read it with pread.
+  bool keep_segment_mappings = true;
   comm::Millis init_timeout{60000};
   comm::Millis comm_timeout{60000};     // each bucket's broadcast
   comm::Millis session_timeout{60000};  // a session idle this long is aborted

@@ -1,37 +1,23 @@
 #include "sync/engine/receive/segment_copy.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 
-#include "comm/colocate/handle_exchange.h"
-#include "comm/colocate/segment.h"
 #include "comm/errors.h"
 #include "sync/engine/commit/receiver_loader.h"
 
 namespace weightcast::sync::engine {
 namespace {
 
-comm::colocate::MappedSegment map_segment(const UpdateWeightsFromTensorRequest& request,
-                                          const std::string& token, comm::Millis timeout) {
-  comm::colocate::ReceivedHandle handle;
+std::shared_ptr<const comm::colocate::MappedSegment> map_segment(
+    const UpdateWeightsFromTensorRequest& request, const std::string& token,
+    comm::colocate::SegmentMappings& mappings, comm::Millis timeout) {
   try {
-    handle = comm::colocate::fetch_handle(request.segment.socket, token, timeout);
+    return mappings.map(request.segment.socket, token, request.segment.size, timeout);
   } catch (const comm::TimeoutError& e) {
     throw ReceiverError(504, std::string("segment: ") + e.what());
-  } catch (const comm::Error& e) {
-    throw ReceiverError(400, std::string("segment: ") + e.what());
-  }
-  if (handle.size != request.segment.size) {
-    ::close(handle.fd);
-    throw ReceiverError(400, "segment.size: the request says " +
-                                 std::to_string(request.segment.size) +
-                                 " bytes, the trainer's handle " + std::to_string(handle.size));
-  }
-  try {
-    return comm::colocate::MappedSegment(handle.fd, handle.size);  // takes the descriptor
   } catch (const comm::Error& e) {
     throw ReceiverError(400, std::string("segment: ") + e.what());
   }
@@ -73,6 +59,7 @@ std::vector<SegmentTensor> copy_bucket(const UpdateWeightsFromTensorRequest& req
 
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
+                                        comm::colocate::SegmentMappings& mappings,
                                         comm::Millis timeout) {
   std::vector<Digest> expected;
   try {
@@ -81,10 +68,15 @@ std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& re
     throw ReceiverError(400, e.what());
   }
   WC_ENFORCE_EQ(expected.size(), request.tensors.size(), "segment digests");
-  const comm::colocate::MappedSegment segment = map_segment(request, token, timeout);
+  const auto segment = map_segment(request, token, mappings, timeout);
+  struct Done {  // done() once the copy is over, however it ends
+    comm::colocate::SegmentMappings& mappings;
+    const comm::colocate::MappedSegment& segment;
+    ~Done() { mappings.done(segment); }
+  } done{mappings, *segment};
   return copy_bucket(request, expected, pool,
                      [&](std::uint64_t offset, std::span<std::byte> into, const auto& visit) {
-                       segment.copy_through(offset, into, visit);
+                       segment->copy_through(offset, into, visit);
                      });
 }
 

@@ -4,10 +4,11 @@
 // copy_segment() connects to the abstract unix socket the request names, takes the segment's
 // read-only descriptor from it (comm/colocate/handle_exchange.h: same uid, the session's token,
 // bounded by `timeout`), maps it read-only after checking it is a size-sealed memfd of the
-// announced size (comm/colocate/segment.h), and copies each tensor of the manifest into one pool
+// announced size (comm/colocate/segment.h) or finds the mapping kept from an earlier update
+// (comm/colocate/segment_mappings.h), and copies each tensor of the manifest into one pool
 // block, hashing every chunk while it is still in cache (one pass), then checks each digest
-// against the request's. The mapping is dropped before it returns: the trainer may reuse its
-// buffer once the request is answered. Errors: ReceiverError 400 for a handle or segment that
+// against the request's. Nothing of the segment is read after it returns: the trainer may reuse
+// its buffer once the request is answered. Errors: ReceiverError 400 for a handle or segment that
 // is not what the request says (forged, foreign, wrong size) or bytes whose digest differs,
 // 504 when the trainer does not hand the descriptor over in time.
 // Threading: a free function; call it without the receiver's lock.
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/colocate/segment_mappings.h"
 #include "comm/deadline.h"
 #include "sync/engine/stage/block_pool.h"
 #include "sync/model/checksum.h"
@@ -32,6 +34,7 @@ struct SegmentTensor {
 // One entry per manifest tensor, in manifest order.
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
+                                        comm::colocate::SegmentMappings& mappings,
                                         comm::Millis timeout);
 
 // The same copy from a bucket already in this process's memory (`bytes`, of the request's

@@ -4,7 +4,10 @@
 
 #include <dirent.h>
 
+#include <sys/types.h>
+
 #include <cstddef>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -42,6 +45,17 @@ inline std::string segment_body(const std::vector<RawTensor>& tensors,
 // Entries in /dev/shm (not other tests'): a colocated update must leave none behind.
 inline std::size_t shm_entries() {
   return weightcast::testing::dev_shm_names().size();
+}
+
+// Mappings of weightcast's memfd segments in process `pid` (/proc/PID/maps): an engine keeps the
+// trainer's between updates (comm/colocate/segment_mappings.h), and none once the trainer died.
+inline std::size_t mapped_segments(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::size_t count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/memfd:weightcast-") != std::string::npos) ++count;
+  }
+  return count;
 }
 
 }  // namespace weightcast::sync::engine::testing

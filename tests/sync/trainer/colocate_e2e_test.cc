@@ -30,9 +30,11 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using std::chrono::steady_clock;
 using weightcast::testing::Subprocess;
 
 using Engine = testing::TestEngine;
+using engine::testing::mapped_segments;
 using engine::testing::shm_entries;
 using testing::count_matches;
 using testing::regex_escape;
@@ -181,7 +183,8 @@ TEST(ColocateE2E, KilledEngineMidUpdateFailsTheStepAndTheOtherKeepsItsVersion) {
 }
 
 // The whole trainer job killed inside step 2: nothing of it is committed anywhere, and the
-// segments it held are gone with it.
+// segments it held are gone with it: not in /dev/shm, and no longer mapped by any engine (each
+// keeps its mapping of the trainer's arena between updates while the trainer lives).
 TEST(ColocateE2E, KilledTrainerMidUpdateLeavesEveryEngineOnItsVersion) {
   const std::size_t shm_before = shm_entries();
   auto engines = two_engines();
@@ -192,6 +195,7 @@ TEST(ColocateE2E, KilledTrainerMidUpdateLeavesEveryEngineOnItsVersion) {
   for (const auto& e : engines)
     digests.push_back(client(e).weights_checksum(Runner::kTarget).digest);
   std::this_thread::sleep_for(milliseconds(500));  // well inside step 2
+  for (const auto& e : engines) EXPECT_GE(mapped_segments(e.process->pid()), 1u);
   // The ranks die, as a crashed job's do; mpirun itself sees them go and cleans up after them.
   kill_children(trainer->pid(), SIGKILL);
   trainer->wait(seconds(30));
@@ -201,6 +205,13 @@ TEST(ColocateE2E, KilledTrainerMidUpdateLeavesEveryEngineOnItsVersion) {
     EXPECT_EQ(held.digest, digests[i]);
   }
   EXPECT_EQ(shm_entries(), shm_before);
+  const auto until = steady_clock::now() + seconds(30);
+  for (const auto& e : engines) {
+    while (mapped_segments(e.process->pid()) > 0 && steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    EXPECT_EQ(mapped_segments(e.process->pid()), 0u) << e.url;
+  }
 }
 
 }  // namespace
