@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,60 +40,61 @@ void SegmentMappings::wake() {
   (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
+namespace {
+
+// Closes a descriptor it still owns.
+struct OwnedFd {
+  int fd = -1;
+  explicit OwnedFd(int f) : fd(f) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+}  // namespace
+
 std::shared_ptr<const MappedSegment> SegmentMappings::map(const std::string& name,
                                                           const std::string& token,
                                                           std::size_t expected_size,
                                                           std::chrono::milliseconds timeout) {
   const HeldHandle held = fetch_and_hold(name, token, timeout);
-  int fd = held.handle.fd;
-  int connection = held.connection;
-  const auto close_both = [&] {
-    if (fd >= 0) ::close(fd);
-    if (connection >= 0) ::close(connection);
-  };
+  OwnedFd fd(held.handle.fd);
+  OwnedFd connection(held.connection);
   if (held.handle.size != expected_size) {
-    close_both();
     throw Error("segment.size: the request says " + std::to_string(expected_size) +
                 " bytes, the trainer's handle " + std::to_string(held.handle.size));
   }
-  SegmentId id;
-  try {
-    id = segment_id(fd);
-  } catch (...) {
-    close_both();
-    throw;
-  }
+  const SegmentId id = segment_id(fd.fd);
+  // The kept mapping of this memory, counted in flight; null when there is none.
+  const auto kept_locked = [&]() -> std::shared_ptr<MappedSegment> {
+    for (Entry& e : entries_) {
+      if (e.id != id || e.mapping->size() != expected_size) continue;
+      e.last_use = ++clock_;
+      ++counts_.hits;
+      ++in_flight_;
+      return e.mapping;  // kept with its first connection; this one closes
+    }
+    return nullptr;
+  };
   if (options_.keep) {
     std::lock_guard lock(mu_);
-    for (Entry& e : entries_) {
-      if (e.id == id && e.mapping->size() == expected_size) {
-        e.last_use = ++clock_;
-        ++counts_.hits;
-        ++in_flight_;
-        close_both();  // the same memory, kept with the first connection
-        return e.mapping;
-      }
-    }
+    if (auto kept = kept_locked()) return kept;
   }
-  std::shared_ptr<MappedSegment> mapping;
-  try {
-    mapping = std::make_shared<MappedSegment>(fd, expected_size);  // takes the descriptor
-    fd = -1;
-  } catch (...) {
-    fd = -1;  // the constructor closed it
-    close_both();
-    throw;
-  }
-  if (!options_.keep) {
-    close_both();
-    return mapping;
-  }
+  // Checks the descriptor and takes it (the constructor closes it when it throws).
+  MappedSegment checked(fd.release(), expected_size);
+  auto mapping = std::make_shared<MappedSegment>(std::move(checked));
+  if (!options_.keep) return mapping;
   {
     std::lock_guard lock(mu_);
+    // Another rank of this engine may have mapped the same segment meanwhile: keep one.
+    if (auto kept = kept_locked()) return kept;
+    entries_.push_back({id, mapping, connection.fd, ++clock_, false});
+    connection.release();  // kept: the thread closes it
     ++counts_.misses;
     ++in_flight_;
-    entries_.push_back({id, mapping, connection, ++clock_, false});
-    connection = -1;  // kept: the thread closes it
     while (entries_.size() > options_.max_segments) {
       auto oldest =
           std::min_element(entries_.begin(), entries_.end(),
@@ -118,18 +120,11 @@ void SegmentMappings::done(const MappedSegment& mapping) {
   wake();
 }
 
-std::shared_ptr<MappedSegment> SegmentMappings::next_to_populate_locked(bool& more) {
-  std::shared_ptr<MappedSegment> next;
-  more = false;
+std::shared_ptr<MappedSegment> SegmentMappings::next_to_populate_locked() {
   for (Entry& e : entries_) {
-    if (!e.populate || e.mapping->populated()) continue;
-    if (next) {
-      more = true;
-      break;
-    }
-    next = e.mapping;
+    if (e.populate && !e.mapping->populated()) return e.mapping;
   }
-  return next;
+  return nullptr;
 }
 
 SegmentMappingsStats SegmentMappings::stats() const {
@@ -142,54 +137,69 @@ SegmentMappingsStats SegmentMappings::stats() const {
 void SegmentMappings::run() {
   // Populating competes with the engine's own work for the CPU: let that go first.
   (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+  while (!stop_.load()) {
+    try {
+      watch_once();
+    } catch (...) {
+      // Nothing here may end the engine; try again shortly (drops and populating resume).
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+void SegmentMappings::watch_once() {
   constexpr std::size_t kPiece = std::size_t{4} << 20;  // ~2 ms of page faults here
   std::vector<pollfd> fds;
-  int wait_ms = 1000;  // bounded so that a missed wake costs at most a second
-  while (!stop_.load()) {
-    {
-      std::lock_guard lock(mu_);
-      for (const int fd : closing_) ::close(fd);
-      closing_.clear();
-      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
-      for (const Entry& e : entries_) fds.push_back({e.connection, POLLIN | POLLRDHUP, 0});
+  bool populate_now = false;
+  {
+    std::lock_guard lock(mu_);
+    for (const int fd : closing_) {
+      ::shutdown(fd, SHUT_RDWR);
+      ::close(fd);
     }
-    const int ready = ::poll(fds.data(), fds.size(), wait_ms);
-    if (ready < 0 && errno != EINTR) break;
-    if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
-      std::uint64_t wakes = 0;
-      (void)!::read(wake_fd_, &wakes, sizeof(wakes));
+    closing_.clear();
+    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    for (const Entry& e : entries_) fds.push_back({e.connection, POLLIN | POLLRDHUP, 0});
+    populate_now = in_flight_ == 0 && next_to_populate_locked() != nullptr;
+  }
+  // done() and map() wake it; bounded so that a missed wake costs at most a second.
+  const int ready = ::poll(fds.data(), fds.size(), populate_now ? 0 : 1000);
+  if (ready < 0) {
+    if (errno == EINTR) return;
+    throw Error("segment mappings: poll(): " + std::string(std::strerror(errno)));
+  }
+  if ((fds[0].revents & POLLIN) != 0) {
+    std::uint64_t wakes = 0;
+    (void)!::read(wake_fd_, &wakes, sizeof(wakes));
+  }
+  std::shared_ptr<MappedSegment> next;
+  {
+    std::lock_guard lock(mu_);
+    // A trainer never writes after the handle: a readable or hung-up connection is closed.
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const auto it = std::find_if(entries_.begin(), entries_.end(),
+                                   [&](const Entry& e) { return e.connection == fds[i].fd; });
+      if (it == entries_.end()) continue;  // already dropped (over the cap)
+      closing_.push_back(it->connection);
+      entries_.erase(it);
+      ++counts_.dropped;
     }
-    std::shared_ptr<MappedSegment> next;
-    {
+    // One piece at a time, and none while a copy is in flight: a copy that starts meanwhile
+    // waits for one piece at most.
+    if (in_flight_ == 0) next = next_to_populate_locked();
+  }
+  if (!next) return;
+  try {
+    if (next->populate(kPiece) == next->size()) {
       std::lock_guard lock(mu_);
-      // A trainer never writes after the handle: a readable or hung-up connection is closed.
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        const auto it = std::find_if(entries_.begin(), entries_.end(),
-                                     [&](const Entry& e) { return e.connection == fds[i].fd; });
-        if (it == entries_.end()) continue;  // already dropped (over the cap)
-        closing_.push_back(it->connection);
-        entries_.erase(it);
-        ++counts_.dropped;
-      }
-      bool more = false;
-      next = next_to_populate_locked(more);
-      // One piece at a time, and none while a copy is in flight: a copy never waits on faults.
-      wait_ms = !next ? 1000 : in_flight_ > 0 ? 5 : 0;
-      if (in_flight_ > 0) next.reset();
+      ++counts_.populated;
     }
-    if (!next) continue;
-    try {
-      if (next->populate(kPiece) == next->size()) {
-        std::lock_guard lock(mu_);
-        ++counts_.populated;
-      }
-    } catch (const Error&) {
-      // The mapping stays on pread: slower, still correct.
-      std::lock_guard lock(mu_);
-      for (Entry& e : entries_) {
-        if (e.mapping == next) e.populate = false;
-      }
+  } catch (const Error&) {
+    // The mapping stays on pread: slower, still correct.
+    std::lock_guard lock(mu_);
+    for (Entry& e : entries_) {
+      if (e.mapping == next) e.populate = false;
     }
   }
 }

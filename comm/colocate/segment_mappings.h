@@ -77,9 +77,12 @@ class SegmentMappings {
   };
 
   void run();
+  // One round of the thread: close dropped connections, wait for hang-ups or a wake, drop the
+  // hung-up, populate one piece when no copy is in flight. Throws comm::Error on a failed poll.
+  void watch_once();
   void wake();
-  // The next mapping done() asked to populate, or null; `more`: another one waits too.
-  std::shared_ptr<MappedSegment> next_to_populate_locked(bool& more);
+  // The next mapping done() asked to populate, or null.
+  std::shared_ptr<MappedSegment> next_to_populate_locked();
 
   const SegmentMappingsOptions options_;
   mutable std::mutex mu_;

@@ -38,6 +38,13 @@ Servers& servers() {
   return *s;
 }
 
+// Hangs up on the engine even where a forked child of this process still holds the socket (a
+// close alone would not), then closes it.
+void hang_up(int connection) {
+  ::shutdown(connection, SHUT_RDWR);
+  ::close(connection);
+}
+
 }  // namespace
 
 SegmentServer::SegmentServer() : name_(fresh_name()) {
@@ -69,14 +76,14 @@ SegmentServer::~SegmentServer() {
   }
   ::close(listener_);
   ::close(wake_fd_);
-  for (const Held& h : held_) ::close(h.connection);
+  for (const Held& h : held_) hang_up(h.connection);
 }
 
 void SegmentServer::release(SegmentId id) {
   std::lock_guard lock(held_mu_);
   std::erase_if(held_, [&](const Held& h) {
     if (h.segment != id) return false;
-    ::close(h.connection);
+    hang_up(h.connection);
     return true;
   });
 }
@@ -96,8 +103,8 @@ std::size_t SegmentServer::held() {
 void SegmentServer::reap_locked() {
   // An engine never writes after taking the handle: a readable connection is one it closed.
   std::erase_if(held_, [](const Held& h) {
-    pollfd p{h.connection, POLLIN, 0};
-    if (::poll(&p, 1, 0) == 0) return false;
+    pollfd p{h.connection, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;  // open (or poll failed: keep it, the next reap sees)
     ::close(h.connection);
     return true;
   });
@@ -107,7 +114,7 @@ void SegmentServer::hold(int connection, SegmentId id) {
   std::lock_guard lock(held_mu_);
   reap_locked();
   if (held_.size() >= kMaxHeld) {
-    ::close(held_.front().connection);
+    hang_up(held_.front().connection);
     held_.erase(held_.begin());
   }
   held_.push_back({connection, id});
@@ -138,21 +145,15 @@ bool SegmentServer::answer_one(const std::string& token, int segment_fd, std::si
     return false;
   }
   try {
+    const SegmentId id = segment_id(segment_fd);
     send_handle(conn, token, segment_fd, size);
+    // The descriptor travelled in the message; the connection stays open as the engine's hold on
+    // its mapping (above).
+    hold(conn, id);
   } catch (...) {
     ::close(conn);
     throw;
   }
-  // The descriptor travelled in the message; the connection stays open as the engine's hold on
-  // its mapping (above).
-  SegmentId id;
-  try {
-    id = segment_id(segment_fd);
-  } catch (...) {
-    ::close(conn);
-    throw;
-  }
-  hold(conn, id);
   return true;
 }
 

@@ -11,8 +11,9 @@
 // mapping of the segment between updates only while the connection it took the handle on stays
 // open (comm/colocate/segment_mappings.h). The server closes it when the segment is destroyed
 // (SharedSegment's destructor calls release_everywhere()), when the server is destroyed, and the
-// kernel closes it when this process dies; connections whose engine closed them are reaped at
-// each serve, and at most kMaxHeld are kept (the oldest go first).
+// kernel closes it when this process dies (hang-ups use shutdown(), so a forked child holding a
+// copy of the socket does not keep it open); connections whose engine closed them are reaped at
+// each hand-over and by held(), and at most kMaxHeld are kept (the oldest go first).
 // Lifetime: one per trainer rank that sends colocated buckets; destruction closes the socket and
 // every held connection.
 // Threading: serve() from one thread at a time; name(), wake(), release() and

@@ -112,6 +112,37 @@ TEST(ColocateMappings, KeptMappingIsReusedPopulatedAndReadsCurrentBytes) {
   EXPECT_EQ(server.held(), 1u);  // the kept mapping's connection; the second one was closed
 }
 
+// A partly populated mapping: ranges before, across and after the populated part read the same
+// bytes as pread would (memcpy out of the mapping up to the boundary, pread beyond).
+TEST(ColocateMappings, CopiesAcrossThePopulatedBoundaryAreExact) {
+  SharedSegment segment(kSize);
+  fill(segment.bytes(), 5);
+  SegmentServer server;
+  SegmentMappings mappings({.keep = false});  // no background thread: populate by hand
+  const auto shared = map_from(mappings, server, segment);
+  auto& mapped = const_cast<MappedSegment&>(*shared);
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(mapped.populate(3 * page - 100), 3 * page);  // rounded up to whole pages
+  const std::size_t boundary = mapped.populated_bytes();
+  for (const auto& [offset, length] : std::vector<std::pair<std::size_t, std::size_t>>{
+           {0, boundary},                // all populated
+           {100, boundary},              // across the boundary
+           {boundary - 1, 2},            // one byte on each side
+           {boundary, page + 7},         // starts at it
+           {boundary + 3, 3 * page},     // beyond it
+           {kSize - 4096 - 5, 4096 + 5}  // the segment's end
+       }) {
+    std::vector<std::byte> out(length);
+    std::size_t visited = 0;
+    mapped.copy_through(
+        offset, out, [&](std::span<const std::byte> chunk) { visited += chunk.size(); }, 1000);
+    EXPECT_EQ(visited, length) << offset;
+    EXPECT_TRUE(std::ranges::equal(out, segment.bytes().subspan(offset, length))) << offset;
+  }
+  std::vector<std::byte> past_the_end(11);
+  EXPECT_THROW(mapped.copy_through(kSize - 10, past_the_end, nullptr), Error);
+}
+
 // Every map() checks the token, kept mapping or not.
 TEST(ColocateMappings, EveryMapChecksTheToken) {
   SharedSegment segment(kSize);
@@ -184,6 +215,13 @@ TEST(ColocateMappings, DroppedWhenTheTrainerProcessDies) {
     _exit(0);
   }
   ::close(pipe_fds[1]);
+  struct Reap {  // the child never outlives the test, however it ends
+    pid_t pid;
+    bool reaped = false;
+    ~Reap() {
+      if (!reaped && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reap{pid};
   std::string name;
   char c = 0;
   while (::read(pipe_fds[0], &c, 1) == 1 && c != '\n') name += c;
@@ -202,6 +240,7 @@ TEST(ColocateMappings, DroppedWhenTheTrainerProcessDies) {
   ::kill(pid, SIGKILL);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  reap.reaped = true;
   ASSERT_TRUE(eventually([&] { return mappings.stats().kept == 0; }));
   EXPECT_FALSE(maps_memfd_named(memfd_name));
 }

@@ -7,9 +7,10 @@
 // announced size (comm/colocate/segment.h) or finds the mapping kept from an earlier update
 // (comm/colocate/segment_mappings.h), and copies each tensor of the manifest into one pool
 // block, hashing every chunk while it is still in cache (one pass), then checks each digest
-// against the request's. Nothing of the segment is read after it returns: the trainer may reuse
-// its buffer once the request is answered. Errors: ReceiverError 400 for a handle or segment that
-// is not what the request says (forged, foreign, wrong size) or bytes whose digest differs,
+// against the request's. The bucket's bytes are all copied when it returns: the trainer may
+// reuse its buffer once the request is answered (a kept mapping may still be populated in the
+// background, which reads no bytes into staging). Errors: ReceiverError 400 for a handle or segment
+// that is not what the request says (forged, foreign, wrong size) or bytes whose digest differs,
 // 504 when the trainer does not hand the descriptor over in time.
 // Threading: a free function; call it without the receiver's lock.
 #pragma once

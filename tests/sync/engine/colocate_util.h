@@ -53,7 +53,12 @@ inline std::size_t mapped_segments(pid_t pid) {
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   std::size_t count = 0;
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("/memfd:weightcast-") != std::string::npos) ++count;
+    // A trainer's arena (sync/trainer/tensor_arena.cc) or a sender's bucket segment
+    // (colocated_sender.cc); not the engine's own memfds (the same-host control page).
+    if (line.find("/memfd:weightcast-arena") != std::string::npos ||
+        line.find("/memfd:weightcast-bucket") != std::string::npos) {
+      ++count;
+    }
   }
   return count;
 }
