@@ -12,6 +12,7 @@
 
 #include "comm/colocate/handle_exchange.h"
 #include "comm/errors.h"
+#include "comm/transport/socket_io.h"
 
 namespace weightcast::comm::colocate {
 
@@ -21,7 +22,6 @@ SegmentMappings::SegmentMappings(SegmentMappingsOptions options) : options_(opti
   if (wake_fd_ < 0) {
     throw Error("segment mappings: eventfd(): " + std::string(std::strerror(errno)));
   }
-  thread_ = std::thread([this] { run(); });
 }
 
 SegmentMappings::~SegmentMappings() {
@@ -40,34 +40,18 @@ void SegmentMappings::wake() {
   (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
-namespace {
-
-// Closes a descriptor it still owns.
-struct OwnedFd {
-  int fd = -1;
-  explicit OwnedFd(int f) : fd(f) {}
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
-
-}  // namespace
-
 std::shared_ptr<const MappedSegment> SegmentMappings::map(const std::string& name,
                                                           const std::string& token,
                                                           std::size_t expected_size,
                                                           std::chrono::milliseconds timeout) {
   const HeldHandle held = fetch_and_hold(name, token, timeout);
-  OwnedFd fd(held.handle.fd);
-  OwnedFd connection(held.connection);
+  net::Fd fd(held.handle.fd);
+  net::Fd connection(held.connection);
   if (held.handle.size != expected_size) {
     throw Error("segment.size: the request says " + std::to_string(expected_size) +
                 " bytes, the trainer's handle " + std::to_string(held.handle.size));
   }
-  const SegmentId id = segment_id(fd.fd);
+  const SegmentId id = segment_id(fd.get());
   // The kept mapping of this memory, counted in flight; null when there is none.
   const auto kept_locked = [&]() -> std::shared_ptr<MappedSegment> {
     for (Entry& e : entries_) {
@@ -91,8 +75,11 @@ std::shared_ptr<const MappedSegment> SegmentMappings::map(const std::string& nam
     std::lock_guard lock(mu_);
     // Another rank of this engine may have mapped the same segment meanwhile: keep one.
     if (auto kept = kept_locked()) return kept;
-    entries_.push_back({id, mapping, connection.fd, ++clock_, false});
+    entries_.push_back({id, mapping, connection.get(), ++clock_, false});
     connection.release();  // kept: the thread closes it
+    // The thread starts with the first kept mapping: an engine never sent colocated buckets
+    // runs none.
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     ++counts_.misses;
     ++in_flight_;
     while (entries_.size() > options_.max_segments) {

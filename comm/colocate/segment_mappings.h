@@ -15,8 +15,9 @@
 // progress keeps its mapping alive until it ends (shared_ptr). So an engine holds a trainer's
 // memory no longer than the trainer does, plus the background thread's reaction time.
 // With keep = false every map() returns a fresh mapping, dropped after use.
-// Threading: thread-safe. One background thread watches the kept connections and populates;
-// it alone closes kept connections (so a descriptor number it polls is never reused under it).
+// Threading: thread-safe. One background thread, started with the first kept mapping, watches
+// the kept connections and populates; it alone closes kept connections (so a descriptor number
+// it polls is never reused under it).
 #pragma once
 
 #include <atomic>
@@ -93,7 +94,7 @@ class SegmentMappings {
   SegmentMappingsStats counts_;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread thread_;  // started by map() under mu_
 };
 
 }  // namespace weightcast::comm::colocate
