@@ -285,6 +285,9 @@ CLI::App* add_update(CLI::App& app, UpdateBenchOptions& uo) {
   up->add_flag("--no-kept-mappings", uo.no_kept_mappings,
                "start the engines with --no-kept-mappings: the colocated path maps each bucket "
                "afresh and reads it with pread (docs/colocated.md, \"Kept mappings\")");
+  up->add_flag("--no-keep-alive", uo.no_keep_alive,
+               "a new HTTP connection for every engine request, as before connections were reused "
+               "within an update (docs/performance.md, \"Control plane\")");
   up->add_option_function<std::string>(
       "--full-engine-urls",
       [&uo](const std::string& text) { uo.full_engine_urls = split_csv(text); },

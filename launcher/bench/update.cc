@@ -36,6 +36,7 @@ BenchTable update_table() {
                                {"wire(s)", 8, 3},
                                {"answers(s)", 10, 3},
                                {"commit(s)", 9, 3},
+                               {"control(s)", 10, 3},
                                {"outside%", 9, 1},
                                {"http_wait%", 10, 1},
                                {"src_peakRSS", 12, 0}});
@@ -127,12 +128,14 @@ class UpdateBench {
         wrong_tensors(set.urls, metas_, weights_.storage(), milliseconds(o_.timeout_ms));
     // Data plane = the bucket phase less the time spent waiting on HTTP answers and packing.
     const double plane = r.phases.data - r.http_wait_seconds - r.pack_wait_seconds;
-    table_.add(
-        {std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
-         r.buckets, r.delta_buckets, r.phases.data, r.pack_wait_seconds, r.hash_wait_seconds,
-         r.wire_seconds, r.http_wait_seconds, r.phases.commit, 100 * (1.0 - plane / r.seconds),
-         100 * r.http_wait_seconds / r.seconds, format_bytes(self_peak_rss())},
-        wrong);
+    // The requests around the buckets: pause and flush, begin, version and end, continue.
+    const double control = r.phases.pause + r.phases.begin + r.phases.commit + r.phases.resume;
+    table_.add({std::to_string(step), set.mode, r.seconds, r.gbps(), r.wire_bytes, 100 * changed,
+                r.buckets, r.delta_buckets, r.phases.data, r.pack_wait_seconds, r.hash_wait_seconds,
+                r.wire_seconds, r.http_wait_seconds, r.phases.commit, control,
+                100 * (1.0 - plane / r.seconds), 100 * r.http_wait_seconds / r.seconds,
+                format_bytes(self_peak_rss())},
+               wrong);
     if (step > 1 || o_.iters == 1) {
       set.seconds += r.seconds;
       set.wire += r.wire_bytes;
@@ -181,7 +184,7 @@ class UpdateBench {
     table_.add(
         {std::string("raw"), std::string("-"), raw_s,
          static_cast<double>(model_bytes_) / raw_s / 1e9, model_bytes_, 0.0, std::uint64_t{1},
-         std::uint64_t{0}, raw_s, 0.0, 0.0, raw_s, 0.0, 0.0, 0.0, 0.0, std::string("-")},
+         std::uint64_t{0}, raw_s, 0.0, 0.0, raw_s, 0.0, 0.0, 0.0, 0.0, 0.0, std::string("-")},
         0);
     if (!main_set.ok) return;
     char buf[256];

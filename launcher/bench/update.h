@@ -63,6 +63,8 @@ struct UpdateBenchOptions {
   bool compare_colocate = false;
   // Start the engines with --no-kept-mappings (docs/colocated.md, "Kept mappings").
   bool no_kept_mappings = false;
+  // A new HTTP connection per engine request (UpdaterOptions::keep_alive off).
+  bool no_keep_alive = false;
   // With compare_full and engine_urls: the engines of the full set (engine_urls: the other).
   std::vector<std::string> full_engine_urls;
   BenchOutput output;  // --csv / --json

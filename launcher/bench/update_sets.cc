@@ -97,6 +97,7 @@ sync::trainer::UpdaterOptions updater_options(const UpdateBenchOptions& o) {
   uo.buckets.max_in_flight = static_cast<std::size_t>(o.max_in_flight);
   uo.buckets.timeout = milliseconds(o.timeout_ms);
   uo.request_timeout = milliseconds(o.timeout_ms);
+  uo.keep_alive = !o.no_keep_alive;
   uo.group_timeout = milliseconds(o.timeout_ms);
   // The source's chain chunks must match the engines' --chunk-bytes (checked at group setup).
   uo.communicator_factory = [chunk = o.chunk_bytes, copy = o.single_copy](

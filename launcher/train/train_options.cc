@@ -136,6 +136,9 @@ void add_engine_options(CLI::App& app, TrainOptions& o) {
 void add_timeout_options(CLI::App& app, TrainOptions& o) {
   with_default(app, "--connect-timeout-ms", o.connect_timeout_ms, "TCP connect to an engine");
   with_default(app, "--request-timeout-ms", o.request_timeout_ms, "answer of a control route");
+  app.add_flag("--no-keep-alive", o.no_keep_alive,
+               "a new HTTP connection for every engine request (by default one is reused within an "
+               "update)");
   with_default(app, "--update-timeout-ms", o.update_timeout_ms, "one stage's data phase");
   with_default(app, "--group-timeout-ms", o.group_timeout_ms, "group setup and each collective");
   with_default(app, "--mpi-timeout-ms", o.mpi_timeout_ms, "waits between trainer ranks");
@@ -321,6 +324,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.buckets.bucket_delay = Millis(o.bucket_delay_ms);
   u.connect_timeout = Millis(o.connect_timeout_ms);
   u.request_timeout = Millis(o.request_timeout_ms);
+  u.keep_alive = !o.no_keep_alive;
   u.group_timeout = Millis(o.group_timeout_ms);
   u.on_engine_failure = sync::trainer::parse_engine_failure_policy(o.on_engine_failure);
   u.delta = sync::trainer::parse_delta_mode(o.delta);

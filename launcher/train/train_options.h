@@ -68,6 +68,7 @@ struct TrainOptions {
 
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 60000;
+  bool no_keep_alive = false;
   int update_timeout_ms = 300000;  // one stage's data phase
   int group_timeout_ms = 120000;
   int mpi_timeout_ms = 120000;  // gathers and waits between ranks, on top of the above

@@ -29,6 +29,7 @@ std::vector<std::unique_ptr<EngineApi>> make_clients(const std::vector<std::stri
   // A bucket answers once received; init once the group formed. Both wait on the data plane.
   client.data_timeout = std::max(options.buckets.timeout, options.group_timeout);
   client.flavor = options.engine_flavor;
+  client.keep_alive = options.keep_alive;
   std::vector<std::unique_ptr<EngineApi>> out;
   for (const auto& url : urls) out.push_back(std::make_unique<EngineClient>(url, client));
   return out;

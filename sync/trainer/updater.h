@@ -72,7 +72,9 @@ struct UpdaterOptions {
   std::string group_prefix = "weightcast";  // groups are "<prefix>-pp_<stage>"
   // The address this process's store and data-plane endpoint bind; engines must reach it.
   std::string bind_address = "127.0.0.1";
-  std::string token;        // bearer token of the engine routes
+  std::string token;  // bearer token of the engine routes
+  // Reuse each engine's HTTP connections within an update (EngineClientOptions::keep_alive).
+  bool keep_alive = true;
   std::string store_token;  // the group stores' token (engines: --store-token); empty: none
   PauseMode pause_mode = PauseMode::kAbort;
   // After the pause, flush_cache is retried while it answers non-200 (an SGLang engine refuses

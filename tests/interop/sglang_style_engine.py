@@ -122,6 +122,9 @@ def receive(state, body):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Keep-alive clients get each answer at once: headers and body are separate writes, and
+    # with Nagle's algorithm the body waited on the client's delayed ACK (tens of ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass

@@ -28,6 +28,9 @@ class Handler(BaseHTTPRequestHandler):
     server by make_handler(), which sets the class attributes below."""
 
     protocol_version = "HTTP/1.1"
+    # Keep-alive clients get each answer at once: headers and body are separate writes, and
+    # with Nagle's algorithm the body waited on the client's delayed ACK (tens of ms).
+    disable_nagle_algorithm = True
     engine = None
     table = None
     token = ""

@@ -135,6 +135,11 @@ HttpServer::HttpServer(RouteTable routes, ServerOptions opts) : impl_(std::make_
   s.set_payload_max_length(impl->opts.max_body_bytes);
   s.set_read_timeout(impl->opts.read_timeout);
   s.set_write_timeout(impl->opts.write_timeout);
+  // Answers go out as soon as they are written: with Nagle's algorithm a keep-alive client's
+  // second request waited on the delayed ACK (measured 26 ms per request from Python's
+  // http.client against 0.2-0.6 ms on a new connection).
+  s.set_tcp_nodelay(true);
+  s.set_keep_alive_max_count(1000);
   s.set_keep_alive_timeout(
       std::max<time_t>(1, static_cast<time_t>(impl->opts.keep_alive_timeout.count() / 1000)));
   s.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {

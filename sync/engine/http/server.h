@@ -27,7 +27,9 @@ struct ServerOptions {
   std::size_t max_body_bytes = 64u << 20;
   comm::Millis read_timeout{30000};
   comm::Millis write_timeout{30000};
-  comm::Millis keep_alive_timeout{5000};
+  // An idle keep-alive connection holds a handler thread this long (whole seconds). Clients that
+  // reuse connections keep them idle for less (the trainer's: 0.5 s, ConnectionPool).
+  comm::Millis keep_alive_timeout{2000};
   // Handler threads. Bucket requests wait in their handler for earlier buckets, so this must
   // exceed the engine's max_buckets_ahead plus the other requests that may arrive meanwhile.
   int threads = 32;

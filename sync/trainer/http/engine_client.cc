@@ -9,6 +9,7 @@
 #include "comm/enum_names.h"
 #include "sync/model/lora.h"
 #include "sync/protocol/protocol_text.h"
+#include "sync/trainer/http/connection_pool.h"
 #include "sync/trainer/http/server_info_answers.h"
 #include "sync/trainer/http/sglang_answers.h"
 #include "sync/trainer/http/vllm_client.h"
@@ -89,6 +90,8 @@ BasicResponse EngineApi::update_weights_from_tensor(const UpdateWeightsFromTenso
 EngineClient::EngineClient(std::string url, EngineClientOptions options)
     : url_(normalize_url(std::move(url))),
       options_(std::move(options)),
+      connections_(std::make_unique<ConnectionPool>(
+          url_, options_.keep_alive ? ConnectionPool::kDefaultMaxIdle : comm::Millis(0))),
       sglang_(options_.flavor == EngineFlavor::kSglang),
       vllm_on_(options_.flavor == EngineFlavor::kVllm),
       vllm_(std::make_unique<VllmDialect>(
@@ -101,8 +104,8 @@ EngineClient::~EngineClient() = default;
 std::string EngineClient::call(std::string_view method, const std::string& route,
                                const std::string& body, comm::Millis read_timeout) const {
   const std::string what = std::string(method) + " " + route;
-  httplib::Client client(url_);
-  client.set_keep_alive(false);
+  ConnectionPool::Lease lease = connections_->acquire();
+  httplib::Client& client = lease.client();
   client.set_connection_timeout(options_.connect_timeout);
   client.set_read_timeout(read_timeout);
   client.set_write_timeout(options_.request_timeout);
@@ -146,6 +149,7 @@ std::string EngineClient::call(std::string_view method, const std::string& route
     }
     throw EngineError(url_, what, 0, transport_error(error));
   }
+  lease.keep();  // a complete answer: the connection may serve the next request
   const int status = result->status;
   if (status < 200 || status >= 300) {
     throw EngineError(url_, what, status, engine_message(answer, options_.limits));

@@ -1,12 +1,13 @@
 // EngineClient: the HTTP implementation of EngineApi, one per engine.
 //
-// Each call opens its own connection with explicit connect, read and write timeouts, so calls
-// from several threads never queue behind each other (the bucket sender keeps several requests
-// to one engine in flight) and no call waits without a bound. Routes that wait on the data plane
+// Each call takes a keep-alive connection of its own from a ConnectionPool (one reused within an
+// update, a new one otherwise) with explicit connect, read and write timeouts, so calls from
+// several threads never queue behind each other (the bucket sender keeps several requests to
+// one engine in flight) and no call waits without a bound. Routes that wait on the data plane
 // (init_weights_update_group, update_weights_from_distributed) use data_timeout as their read
 // timeout; every other route uses request_timeout. With a token, every request carries
 // "Authorization: Bearer <token>".
-// Lifetime: a value holding the URL and options; no connection outlives a call.
+// Lifetime: holds the URL, options and idle connections (closed with the client).
 // Threading: all methods are safe to call concurrently.
 #pragma once
 
@@ -22,7 +23,8 @@
 
 namespace weightcast::sync::trainer {
 
-class VllmDialect;  // sync/trainer/http/vllm_client.h
+class VllmDialect;     // sync/trainer/http/vllm_client.h
+class ConnectionPool;  // sync/trainer/http/connection_pool.h
 
 struct EngineClientOptions {
   std::string token;                    // bearer token; empty: none sent
@@ -30,6 +32,9 @@ struct EngineClientOptions {
   comm::Millis request_timeout{60000};  // read/write of control routes
   comm::Millis data_timeout{300000};    // read of init and bucket routes
   ProtocolLimits limits;                // applied to every response body
+  // Reuse a connection for the next request when it comes within a second (ConnectionPool);
+  // false: a new connection for every request (for a proxy that mishandles keep-alive).
+  bool keep_alive = true;
   // Unset: detected by server_info() from the /server_info answer (sync/trainer/
   // server_info_answers.h: "vllm_config": vllm; ours, or a receiver announcing native routes:
   // weightcast; another object, or only /get_server_info answering: sglang).
@@ -113,6 +118,7 @@ class EngineClient final : public EngineApi {
 
   std::string url_;
   EngineClientOptions options_;
+  std::unique_ptr<ConnectionPool> connections_;
   std::atomic<bool> sglang_{false};
   std::atomic<bool> sessionless_{false};  // an SGLang engine whose begin answered 404
   std::atomic<bool> vllm_on_{false};      // requests go through vllm_

@@ -16,6 +16,7 @@ namespace weightcast::sync::trainer::testing {
 class HttpTestServer {
  public:
   HttpTestServer() {
+    server_.set_tcp_nodelay(true);  // as the engine's server: keep-alive answers without delay
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // stop() is a no-op until the accept loop runs, so wait for it (bounded).
