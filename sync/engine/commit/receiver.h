@@ -28,6 +28,9 @@
 // Errors: misuse throws comm::EnforceError; refused or failed operations throw ReceiverError
 // with the HTTP status the control plane would answer (409 state, 400 input, 504 timeout, 500).
 // A failed receive or commit ends the session and discards staging; the previous weights stay.
+// Parts: a ReceiverState (the session, groups, committed base and counters, under one lock), a
+// BucketIntake (sync/engine/commit/bucket_intake.h: bucket requests of both paths into the open
+// session); the Receiver itself joins groups, opens, commits and ends sessions.
 // Lifetime: create with the rank's place and runners; destruction aborts groups and joins threads.
 // Threading: every method is thread-safe; receive() blocks until its bucket is staged and several
 // may wait at once; callbacks run on the thread that called commit() or install().
@@ -45,13 +48,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "comm/colocate/segment_mappings.h"
 #include "comm/deadline.h"
 #include "comm/errors.h"
+#include "sync/engine/commit/bucket_intake.h"
 #include "sync/engine/commit/local_ranks.h"
 #include "sync/engine/commit/open_session.h"
 #include "sync/engine/commit/receiver_base.h"
 #include "sync/engine/commit/receiver_loader.h"
+#include "sync/engine/commit/receiver_state.h"
 #include "sync/engine/commit/weight_version.h"
 #include "sync/engine/control/group_table.h"
 #include "sync/engine/control/session.h"
@@ -104,23 +108,6 @@ struct ReceiverOptions {
   // against the trainer's, stand; an engine that keeps the staged blocks themselves as its
   // weights (and can recompute their digests on request) saves a pass over every byte.
   bool verify_at_commit = true;
-};
-
-// A bucket request that was not received and staged: the status the control plane answers, the
-// reason, and what failed. `group_failed`: the group was aborted (the trainer re-initializes it);
-// `stale`: the session was aborted by another request meanwhile (409, the group is fine).
-struct ReceiveFailure {
-  int status = 500;
-  std::string reason;
-  bool group_failed = false;
-  bool stale = false;
-  bool ended_session = false;  // this failure ended the session (not another one before it)
-};
-
-struct ReceiveOutcome {
-  std::uint64_t sequence = 0;
-  std::size_t bytes = 0;  // staged (the whole bucket, also for a delta)
-  std::optional<ReceiveFailure> failure;
 };
 
 struct ReceiverBegin {
@@ -202,11 +189,7 @@ class Receiver {
   // aborts the group) and is returned instead of thrown.
   // A bucket of a group none of this receiver's ranks joined (InitWeightsUpdateGroupRequest::
   // ranks) has no job: wait() answers it at once, with 0 bytes.
-  struct Ticket {
-    std::shared_ptr<BucketJob> job;
-    std::shared_ptr<Group> group;
-    std::uint64_t session_id = 0;
-  };
+  using Ticket = BucketIntake::Ticket;
   Ticket submit(const UpdateWeightsFromDistributedRequest& request);
   // The colocated path (docs/colocated.md): stages one bucket copied out of the trainer's shared
   // segment (sync/engine/receive/segment_copy.h) under the same session, selector and owner
@@ -273,42 +256,21 @@ class Receiver {
   bool unload_adapter(const std::string& name) { return adapters_.unload(name); }
 
  private:
-  Ticket submit_locked(const UpdateWeightsFromDistributedRequest& request);
-  // Returns whether it ended session `session_id` (false: no longer the open one).
-  bool fail_session_locked(std::uint64_t session_id, bool abort_busy_groups, int status,
-                           const std::string& reason, bool abort_used_groups = false);
   const ReceiverRunner* find(Runner id) const;
-  // The staging destinations of a payload's tensors in the open session (adapter sessions route
-  // LoRA tensors only).
-  // `slices`: the plan of the ranks of the group the payload came on (LocalRanks::plan_of), and
-  // `shard_class` the key its names are sent once under (OpenSession::names).
-  std::vector<std::vector<Runner>> destinations_locked(Selector selector,
-                                                       const std::vector<TensorMeta>& tensors,
-                                                       const ShardPlan* slices = nullptr,
-                                                       const std::string& shard_class = {});
   // Every rank's staged copies checked (and, with plans, put together into the runners' full
   // shapes) before a commit loads them: LocalRanks::verify.
   void check_staged(std::map<Runner, std::map<std::string, StagedTensor>>& staged) const;
   ReceiverCommit commit_adapter(SessionTaken& taken);
-  // receive_segment / receive_local: the checks, then `copy` without the lock, then staging.
-  using CopyBucket = std::function<std::vector<SegmentTensor>(const std::string& token)>;
-  std::size_t stage_copied(const UpdateWeightsFromTensorRequest& request,
-                           const std::optional<std::string>& handle_token, const CopyBucket& copy);
 
   const ReceiverOptions opts_;
   const std::vector<ReceiverRunner> runners_;
   const std::shared_ptr<BlockPool> pool_;
-  comm::colocate::SegmentMappings mappings_;  // the colocated path's kept mappings
   const LocalRanks ranks_;
-  mutable std::mutex mu_;
-  std::mutex commit_mu_;  // one commit or install at a time (callbacks run without mu_)
-  OpenSession session_;   // the session state machine and what the open session holds
-  GroupTable groups_;
-  ReceiverBase base_;
+  std::mutex commit_mu_;  // one commit or install at a time (callbacks run without the state's)
+  ReceiverState state_;   // session, groups, committed base, counters: under state_.mu
   const std::shared_ptr<WeightVersion> version_;
-  std::uint64_t experts_dropped_ = 0;
-  std::uint64_t bytes_copied_ = 0;  // colocated buckets copied out of trainers' segments
   AdapterStore adapters_;
+  BucketIntake intake_;  // bucket requests into the open session
 };
 
 }  // namespace weightcast::sync::engine
