@@ -17,6 +17,7 @@ std::optional<std::string> engines_speculative_algorithm(const TrainOptions& o) 
   co.token = o.token;
   co.connect_timeout = comm::Millis(o.connect_timeout_ms);
   co.request_timeout = comm::Millis(o.request_timeout_ms);
+  co.keep_alive = !o.no_keep_alive;
   std::vector<std::unique_ptr<EngineApi>> clients;
   std::vector<EngineApi*> engines;
   for (const auto& url : o.engines) {

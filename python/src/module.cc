@@ -61,6 +61,7 @@ struct Settings {
   double probe_timeout = 2;
   std::string colocate = "auto";
   std::string shard = "auto";
+  bool keep_alive = true;
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -91,6 +92,7 @@ wt::UpdaterOptions updater_options(const Settings& s) {
   o.probe_timeout = millis(s.probe_timeout, "probe_timeout");
   o.colocate = wt::parse_colocate_mode(s.colocate);
   o.shard = wt::parse_shard_mode(s.shard);
+  o.keep_alive = s.keep_alive;
   return o;
 }
 
@@ -108,7 +110,7 @@ std::unique_ptr<PyUpdater> construct_updater(
     std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
     double update_timeout, bool verify, double bucket_delay, std::string delta,
     std::string on_engine_failure, double probe_timeout, std::variant<bool, std::string> colocate,
-    std::string shard) {
+    std::string shard, bool keep_alive) {
   // colocate=True / False read as "on" / "off" (the and a user's first guess).
   std::string colocate_mode = std::holds_alternative<bool>(colocate)
                                   ? std::string(std::get<bool>(colocate) ? "on" : "off")
@@ -131,7 +133,8 @@ std::unique_ptr<PyUpdater> construct_updater(
              std::move(on_engine_failure),
              probe_timeout,
              std::move(colocate_mode),
-             std::move(shard)};
+             std::move(shard),
+             keep_alive};
   return make_updater(std::move(engines), s, verify);
 }
 
@@ -145,7 +148,8 @@ void bind_constructor(py::class_<PyUpdater>& c) {
         py::arg("request_timeout") = 60.0, py::arg("group_timeout") = 120.0,
         py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
         py::arg("delta") = "auto", py::arg("on_engine_failure") = "fail",
-        py::arg("probe_timeout") = 2.0, py::arg("colocate") = "auto", py::arg("shard") = "auto");
+        py::arg("probe_timeout") = 2.0, py::arg("colocate") = "auto", py::arg("shard") = "auto",
+        py::arg("keep_alive") = true);
 }
 
 // update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.

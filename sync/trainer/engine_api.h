@@ -66,6 +66,9 @@ class EngineApi {
   // without them (slime-era; their begin answers 404): updates are then sessionless, each bucket
   // applied on its own (docs/protocol.md, "Sessionless updates").
   virtual bool sessions() const { return true; }
+  // Closes the connections kept open for the next request (EngineClient's keep-alive): called
+  // when an operation of the updater ends, so none stays open between updates.
+  virtual void close_idle_connections() {}
 
   virtual BasicResponse health() = 0;
   virtual ServerInfoResponse server_info() = 0;

@@ -35,6 +35,16 @@ std::vector<std::unique_ptr<EngineApi>> make_clients(const std::vector<std::stri
   return out;
 }
 
+// Closes the engines' kept HTTP connections when an operation of the updater ends, however it
+// ends: they serve the requests of one operation, and none holds an engine's handler thread (or
+// a file descriptor) between updates.
+struct CloseIdleConnections {
+  const std::vector<EngineApi*>& engines;
+  ~CloseIdleConnections() {
+    for (EngineApi* engine : engines) engine->close_idle_connections();
+  }
+};
+
 std::string default_holder(const std::string& prefix) {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown-host");
@@ -144,6 +154,7 @@ LoadFormat DistributedUpdater::load_format() const {
 }
 
 void DistributedUpdater::ensure_group(int stage) {
+  const CloseIdleConnections close_idle{engine_ptrs_};
   connect();
   const std::uint64_t epoch = elastic_.epoch();
   const std::vector<std::size_t> chain = chain_members();
@@ -335,6 +346,7 @@ UpdateReport DistributedUpdater::update_lora(const std::string& name,
 UpdateReport DistributedUpdater::update_attempts(std::span<const NamedTensor> tensors,
                                                  const std::optional<std::string>& version,
                                                  const std::optional<LoraBegin>& adapter) {
+  const CloseIdleConnections close_idle{engine_ptrs_};
   prepare_update();
   std::vector<UpdateReport::Dropped> dropped;
   // Each attempt that fails drops at least one engine, so there are at most as many as engines.
@@ -380,14 +392,17 @@ std::optional<UpdateSession> DistributedUpdater::open_session(UpdateReport& repo
 }
 
 void DistributedUpdater::finish(const UpdateSession& session, UpdateReport& report) {
+  const CloseIdleConnections close_idle{engine_ptrs_};
   sessions_.finish(session, report);
 }
 
 void DistributedUpdater::abort(UpdateReport& report, const std::string& why) {
+  const CloseIdleConnections close_idle{engine_ptrs_};
   sessions_.abort(report, why);
 }
 
 void DistributedUpdater::release_leases() {
+  const CloseIdleConnections close_idle{engine_ptrs_};
   sessions_.release_leases();
 }
 

@@ -43,6 +43,7 @@ class FaultyEngine final : public sync::trainer::EngineApi {
   const std::string& url() const override { return inner_->url(); }
   sync::trainer::EngineFlavor flavor() const override { return inner_->flavor(); }
   bool sessions() const override { return inner_->sessions(); }
+  void close_idle_connections() override { inner_->close_idle_connections(); }
   WEIGHTCAST_ENGINE_API_ROUTE_OVERRIDES;
 
  private:

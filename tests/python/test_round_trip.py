@@ -69,6 +69,14 @@ class RoundTrip(unittest.TestCase):
                 report = updater.update(model())
                 self.assertTrue(report.verified)
                 self.assertIn("target", str(report))
+            # A new connection per request (keep_alive=False) updates the same way.
+            with weightcast.DistributedUpdater(
+                engines=urls, selector="target", verify=True, keep_alive=False
+            ) as updater:
+                report = updater.update(
+                    {n: t * 3 if isinstance(t, torch.Tensor) else t for n, t in model().items()}
+                )
+                self.assertTrue(report.verified)
 
     def test_selector_decision(self):
         f = weightcast.weight_update_selector

@@ -83,6 +83,7 @@ class GuardedStream final : public httplib::Stream {
     chunked_ = false;
     content_length_.reset();
     body_left_ = 0;
+    body_read_ = 0;
     read_deadline_ = Clock::now() + limits_.read_timeout;
     write_deadline_.reset();
     refused_ = false;
@@ -119,6 +120,7 @@ class GuardedStream final : public httplib::Stream {
     if (head_done_) {
       n = std::min(n, body_left_);
       body_left_ -= n;
+      body_read_ += n;
     } else {
       std::size_t i = 0;
       while (i < n && !head_done_ && head_bytes_ < limits_.max_head_bytes) scan(buf_[pos_ + i++]);
@@ -147,6 +149,11 @@ class GuardedStream final : public httplib::Stream {
   // Whether the last request was cut short by a budget or deadline: its client may still be
   // sending.
   bool refused() const { return refused_; }
+  // Whether the last request declared a body that was not read whole (answered before it was:
+  // a refusal, or a chunked body): what follows on the connection cannot be framed.
+  bool body_unread() const {
+    return head_done_ && (chunked_ || (content_length_ && *content_length_ > body_read_));
+  }
 
  private:
   bool fill() {
@@ -232,6 +239,7 @@ class GuardedStream final : public httplib::Stream {
   bool chunked_ = false;
   std::optional<std::uint64_t> content_length_;
   std::size_t body_left_ = 0;
+  std::uint64_t body_read_ = 0;
   Clock::time_point read_deadline_{};
   std::optional<Clock::time_point> write_deadline_;
   bool refused_ = false;
@@ -254,7 +262,7 @@ class GuardedServer final : public httplib::Server {
       stream.begin_request();
       bool closed = false;
       ok = process_request(stream, /*close_connection=*/left == 1, closed, nullptr);
-      dropped = !ok || stream.refused();
+      dropped = !ok || stream.refused() || stream.body_unread();
       // A refused request's body was not consumed, so the stream's framing is lost: never read a
       // next request from it.
       if (!ok || closed || dropped) break;

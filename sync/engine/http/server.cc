@@ -60,12 +60,21 @@ struct HttpServer::Impl {
   std::atomic<bool> entered{false};
   std::atomic<bool> done{false};
 
-  // Runs before the body is read, so refused requests never cost a body read.
+  // Runs before the body is read, so refused requests never cost a body read. A refused request
+  // that carries a body ends its connection (the guard drops it, "Connection: close" tells a
+  // keep-alive client): the unread body would be taken for the next request.
   httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) {
+    const auto refused = [&] {
+      if (req.has_header("Transfer-Encoding") ||
+          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+        res.set_header("Connection", "close");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    };
     const Route* route = routes.find(req.path);
     if (route == nullptr) {
       send(res, error_reply(404, "no route " + req.path));
-      return httplib::Server::HandlerResponse::Handled;
+      return refused();
     }
     const auto method = method_of(req.method);
     const bool allowed = method && std::find(route->methods.begin(), route->methods.end(),
@@ -79,7 +88,7 @@ struct HttpServer::Impl {
       res.set_header("Allow", allow);
       send(res, error_reply(405, "method " + req.method + " not allowed on " + req.path +
                                      " (allowed: " + allow + ")"));
-      return httplib::Server::HandlerResponse::Handled;
+      return refused();
     }
     if (route->auth == Auth::kToken) {
       std::optional<std::string_view> header;
@@ -92,11 +101,11 @@ struct HttpServer::Impl {
       if (auth == AuthResult::kMissing) {
         res.set_header("WWW-Authenticate", "Bearer");
         send(res, error_reply(401, "Authorization: a bearer token is required on " + req.path));
-        return httplib::Server::HandlerResponse::Handled;
+        return refused();
       }
       if (auth == AuthResult::kWrong) {
         send(res, error_reply(403, "Authorization: the bearer token is wrong"));
-        return httplib::Server::HandlerResponse::Handled;
+        return refused();
       }
     }
     return httplib::Server::HandlerResponse::Unhandled;

@@ -26,23 +26,18 @@ ConnectionPool::Lease::~Lease() {
 }
 
 ConnectionPool::Lease ConnectionPool::acquire() {
-  std::unique_ptr<httplib::Client> stale;  // closed outside the lock
+  std::vector<Idle> stale;  // closed outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto now = Clock::now();
-    while (!idle_.empty()) {
+    if (!idle_.empty() && Clock::now() - idle_.back().since <= max_idle_) {
+      ++reuses_;
+      // Idle entries are ordered by return time: the ones below are older, and go once past
+      // max_idle on a later acquire.
       Idle last = std::move(idle_.back());
       idle_.pop_back();
-      if (now - last.since <= max_idle_) {
-        ++reuses_;
-        // Idle entries are ordered by return time: the ones below are older still, and go too
-        // once past max_idle on a later acquire.
-        return Lease(this, std::move(last.client), true);
-      }
-      stale = std::move(last.client);
-      // Everything older than the most recent stale one is stale as well.
-      idle_.clear();
+      return Lease(this, std::move(last.client), true);
     }
+    stale.swap(idle_);  // the most recent is past max_idle: all of them are
   }
   auto client = std::make_unique<httplib::Client>(url_);
   client->set_keep_alive(max_idle_.count() > 0);
@@ -59,6 +54,14 @@ void ConnectionPool::give_back(std::unique_ptr<httplib::Client> client) {
     idle_.erase(idle_.begin());
   }
   idle_.push_back({std::move(client), Clock::now()});
+}
+
+void ConnectionPool::close_idle() {
+  std::vector<Idle> closing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing.swap(idle_);
+  }
 }
 
 std::size_t ConnectionPool::idle() const {

@@ -6,12 +6,15 @@
 // A Lease hands one connection to one request at a time; requests in flight at once each get
 // their own, so the bucket sender's parallel requests never queue behind each other.
 //
-// A connection goes back to the pool only after a complete answer (Lease::keep()): one whose
-// request failed or timed out may still carry a late answer. It is not reused once idle for
-// `max_idle`: servers close idle keep-alive connections (ours after
-// ServerOptions::keep_alive_timeout, 2 s; uvicorn's default is 5 s), and a request written into
-// a connection the server is closing fails without telling whether the server acted on it, so
-// reuse stays well inside that window and a failed request is never retried.
+// A connection goes back to the pool only after a whole 2xx answer (Lease::keep()): one whose
+// request failed or timed out may still carry a late answer, and one refused before its body was
+// read may still carry that body. It is not reused once idle for `max_idle`: servers close idle
+// keep-alive connections (ours after ServerOptions::keep_alive_timeout, 2 s; uvicorn's default
+// is 5 s), and a request written into a connection the server is closing fails without telling
+// whether the server acted on it, so reuse stays well inside that window and a failed request is
+// never retried. Expired connections are closed by the next acquire(); the EngineClient's owner
+// closes all idle ones when an operation ends (EngineApi::close_idle_connections), so none stays
+// open between updates.
 // Threading: acquire() and the leases' destructors are safe to call concurrently.
 #pragma once
 
@@ -71,6 +74,9 @@ class ConnectionPool {
 
   // An idle connection kept within max_idle, else a new client (it connects on its first send).
   Lease acquire();
+
+  // Closes every idle connection (the pool stays usable).
+  void close_idle();
 
   std::size_t idle() const;
   // Connections handed out that had served a request before; for tests and diagnostics.

@@ -101,6 +101,10 @@ EngineClient::EngineClient(std::string url, EngineClientOptions options)
 
 EngineClient::~EngineClient() = default;
 
+void EngineClient::close_idle_connections() {
+  connections_->close_idle();
+}
+
 std::string EngineClient::call(std::string_view method, const std::string& route,
                                const std::string& body, comm::Millis read_timeout) const {
   const std::string what = std::string(method) + " " + route;
@@ -149,8 +153,10 @@ std::string EngineClient::call(std::string_view method, const std::string& route
     }
     throw EngineError(url_, what, 0, transport_error(error));
   }
-  lease.keep();  // a complete answer: the connection may serve the next request
   const int status = result->status;
+  // A whole 2xx answer: the connection may serve the next request. An error answer may have
+  // come before the engine read the body (a refusal), and the connection is then closed.
+  if (status >= 200 && status < 300) lease.keep();
   if (status < 200 || status >= 300) {
     throw EngineError(url_, what, status, engine_message(answer, options_.limits));
   }

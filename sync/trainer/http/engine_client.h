@@ -32,7 +32,7 @@ struct EngineClientOptions {
   comm::Millis request_timeout{60000};  // read/write of control routes
   comm::Millis data_timeout{300000};    // read of init and bucket routes
   ProtocolLimits limits;                // applied to every response body
-  // Reuse a connection for the next request when it comes within a second (ConnectionPool);
+  // Reuse a connection for the next request when it comes within 0.5 s (ConnectionPool);
   // false: a new connection for every request (for a proxy that mishandles keep-alive).
   bool keep_alive = true;
   // Unset: detected by server_info() from the /server_info answer (sync/trainer/
@@ -54,6 +54,7 @@ class EngineClient final : public EngineApi {
     return sglang_ ? EngineFlavor::kSglang : EngineFlavor::kWeightcast;
   }
   bool sessions() const override { return !sessionless_; }
+  void close_idle_connections() override;
   const EngineClientOptions& options() const { return options_; }
 
   BasicResponse health() override;
