@@ -91,7 +91,7 @@ EngineClient::EngineClient(std::string url, EngineClientOptions options)
     : url_(normalize_url(std::move(url))),
       options_(std::move(options)),
       connections_(std::make_unique<ConnectionPool>(
-          url_, options_.keep_alive ? ConnectionPool::kDefaultMaxIdle : comm::Millis(0))),
+          url_, options_.keep_alive ? options_.keep_alive_idle : comm::Millis(0))),
       sglang_(options_.flavor == EngineFlavor::kSglang),
       vllm_on_(options_.flavor == EngineFlavor::kVllm),
       vllm_(std::make_unique<VllmDialect>(

@@ -19,12 +19,12 @@
 
 #include "comm/deadline.h"
 #include "sync/protocol/protocol_limits.h"
+#include "sync/trainer/http/connection_pool.h"
 #include "sync/trainer/engine_api.h"
 
 namespace weightcast::sync::trainer {
 
 class VllmDialect;     // sync/trainer/http/vllm_client.h
-class ConnectionPool;  // sync/trainer/http/connection_pool.h
 
 struct EngineClientOptions {
   std::string token;                    // bearer token; empty: none sent
@@ -35,6 +35,8 @@ struct EngineClientOptions {
   // Reuse a connection for the next request when it comes within 0.5 s (ConnectionPool);
   // false: a new connection for every request (for a proxy that mishandles keep-alive).
   bool keep_alive = true;
+  // How long a kept connection may wait for its next request (ConnectionPool::kDefaultMaxIdle).
+  comm::Millis keep_alive_idle = ConnectionPool::kDefaultMaxIdle;
   // Unset: detected by server_info() from the /server_info answer (sync/trainer/
   // server_info_answers.h: "vllm_config": vllm; ours, or a receiver announcing native routes:
   // weightcast; another object, or only /get_server_info answering: sglang).

@@ -22,8 +22,15 @@
 namespace weightcast::sync::trainer {
 namespace {
 
-using testing::fast_client_options;
 using testing::HttpTestServer;
+
+// Client options whose kept connections wait long enough for a loaded machine's pauses between
+// two calls: the counts below are then the reuse rule's, not the scheduler's.
+EngineClientOptions fast_client_options() {
+  auto o = testing::fast_client_options();
+  o.keep_alive_idle = std::chrono::seconds(30);
+  return o;
+}
 
 // A /health route that records each request's connection (the client's port) and answers
 // `message(n)` to the n-th request (0-based).
