@@ -15,10 +15,10 @@ namespace {
 
 }  // namespace
 
-BucketIntake::BucketIntake(IntakeOptions options, IntakeParts parts)
+BucketIntake::BucketIntake(IntakeOptions options, IntakeParts parts, ReceiverState& state)
     : opts_(std::move(options)),
       parts_(std::move(parts)),
-      state_(parts_.state),
+      state_(state),
       mappings_({.keep = opts_.keep_segment_mappings}) {}
 
 BucketIntake::Ticket BucketIntake::submit_locked(

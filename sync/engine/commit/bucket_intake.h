@@ -62,19 +62,19 @@ struct IntakeOptions {
   bool keep_segment_mappings = true;  // comm/colocate/segment_mappings.h
 };
 
-// The parts of the Receiver a BucketIntake reads and stages into.
+// The parts of the Receiver a BucketIntake reads.
 struct IntakeParts {
   const std::vector<ReceiverRunner>& runners;
   const LocalRanks& ranks;
   std::shared_ptr<BlockPool> pool;
   std::shared_ptr<WeightVersion> version;
   const AdapterStore& adapters;
-  ReceiverState& state;
 };
 
 class BucketIntake {
  public:
-  BucketIntake(IntakeOptions options, IntakeParts parts);
+  // Stages into `state` (its session, groups and base, under state.mu).
+  BucketIntake(IntakeOptions options, IntakeParts parts, ReceiverState& state);
   BucketIntake(const BucketIntake&) = delete;
   BucketIntake& operator=(const BucketIntake&) = delete;
 
@@ -118,7 +118,7 @@ class BucketIntake {
 
   const IntakeOptions opts_;
   const IntakeParts parts_;
-  ReceiverState& state_;                      // parts_.state
+  ReceiverState& state_;
   comm::colocate::SegmentMappings mappings_;  // the colocated path's kept mappings
 };
 

@@ -46,7 +46,7 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
                .max_buckets_ahead = opts_.max_buckets_ahead,
                .base_source = opts_.base_source,
                .keep_segment_mappings = opts_.keep_segment_mappings},
-              {runners_, ranks_, pool_, version_, adapters_, state_}) {
+              {runners_, ranks_, pool_, version_, adapters_}, state_) {
   WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
              "a delta base source and a kept delta base exclude each other");
   WC_ENFORCE(!runners_.empty(), "a receiver needs at least one runner");
