@@ -8,8 +8,10 @@
 #   3. build                          everything, warnings as errors
 #   4. nvidia-smi -L                  the GPUs the tests will see
 #   5. ctest -R Nccl                  NCCL unit, device and conformance tests, and the colocated
-#                                     path's CUDA IPC (NcclColocateCudaIpc: a buffer exported by
-#                                     one process, read by another), one at a time
+#                                     path's CUDA IPC (NcclColocateCudaIpc: a device segment
+#                                     written and exported by one process, read by another;
+#                                     NcclColocateCudaE2E: weightcast-train --colocate-memory cuda
+#                                     updating two weightcast-engines, verified), one at a time
 #                                     (device tests take every GPU; with
 #                                     WEIGHTCAST_REQUIRE_CUDA_DEVICES=<GPUs> a device test that
 #                                     would skip fails instead)

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "comm/hex.h"
 #include "weightcast/config.h"
@@ -50,13 +51,42 @@ void CudaIpcMapping::check_range(std::size_t offset, std::size_t bytes) const {
              offset + bytes, " outside the exported buffer of ", size_, " bytes");
 }
 
+void CudaIpcSegment::check_range(std::size_t offset, std::size_t bytes) const {
+  WC_ENFORCE(offset <= size_ && bytes <= size_ - offset, "write of bytes ", offset, "..",
+             offset + bytes, " outside the CUDA IPC segment of ", size_, " bytes");
+}
+
 CudaIpcMapping::CudaIpcMapping(CudaIpcMapping&& other) noexcept
     : base_(other.base_), size_(other.size_) {
   other.base_ = nullptr;
   other.size_ = 0;
 }
 
+CudaIpcSegment::CudaIpcSegment(std::size_t size) : size_(size) {
+  base_ = cuda_alloc(size);
+  try {
+    handle_ = cuda_ipc_export(base_);
+  } catch (...) {
+    cuda_free(base_);
+    throw;
+  }
+}
+
+CudaIpcSegment::~CudaIpcSegment() {
+  cuda_free(base_);
+}
+
 #if WEIGHTCAST_HAVE_NCCL
+
+void CudaIpcSegment::write(std::size_t offset, const void* src, std::size_t bytes) {
+  check_range(offset, bytes);
+  check_cuda(
+      cudaMemcpy(static_cast<std::byte*>(base_) + offset, src, bytes, cudaMemcpyHostToDevice),
+      "cudaMemcpy to the CUDA IPC segment");
+  // From pageable memory cudaMemcpy may return before the bytes reach the device; another process
+  // reads them next, so wait for the device.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after writing the segment");
+}
 
 CudaIpcHandle cuda_ipc_export(const void* device_ptr) {
   cudaIpcMemHandle_t handle;
@@ -93,6 +123,9 @@ void CudaIpcMapping::copy_to_host(void* dst, std::size_t offset, std::size_t byt
 
 #else
 
+void CudaIpcSegment::write(std::size_t, const void*, std::size_t) {
+  no_cuda();
+}
 CudaIpcHandle cuda_ipc_export(const void*) {
   no_cuda();
 }

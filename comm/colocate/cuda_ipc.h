@@ -35,6 +35,29 @@ struct CudaIpcHandle {
 // pointer is refused by CUDA). ConfigError with CUDA's error text.
 CudaIpcHandle cuda_ipc_export(const void* device_ptr);
 
+// The trainer's end on GPUs: one device allocation of `size` bytes on the calling thread's
+// current device, written from host memory and exported once as a handle (the GPU form of a
+// SharedSegment). ConfigError with CUDA's error text when CUDA cannot allocate or export.
+class CudaIpcSegment : NonCopyable {
+ public:
+  explicit CudaIpcSegment(std::size_t size);
+  ~CudaIpcSegment();
+
+  std::size_t size() const { return size_; }
+  const CudaIpcHandle& handle() const { return handle_; }
+  // Copies `bytes` host bytes at `src` to [offset, offset + bytes) of the segment and waits until
+  // they are on the device, so another process may read them. EnforceError for a range outside
+  // the segment.
+  void write(std::size_t offset, const void* src, std::size_t bytes);
+
+ private:
+  void check_range(std::size_t offset, std::size_t bytes) const;
+
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  CudaIpcHandle handle_;
+};
+
 class CudaIpcMapping : NonCopyable {
  public:
   // Opens `handle` on the calling thread's current device; `size` is the announced size of the

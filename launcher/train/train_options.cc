@@ -66,8 +66,13 @@ void add_transfer_options(CLI::App& app, TrainOptions& o) {
          "an error when no engine offers it; off: every engine on the chain. The step line's "
          "path says which ran",
          {"off", "on", "auto"});
+  one_of(app, "--colocate-memory", o.colocate_memory,
+         "where colocated buckets lie: host (sealed memfd segments) or cuda (device segments on "
+         "--cuda-device, handed to engines as CUDA IPC handles; needs a GPU)",
+         {"host", "cuda"});
   ranged(app, "--cuda-device", o.cuda_device,
-         "nccl: the CUDA device of each stage source (-1: the current one); a trainer "
+         "nccl, and --colocate-memory cuda: the CUDA device of each stage source (-1: the "
+         "current one); a trainer "
          "and an engine on one machine each take their own (the engine's --base-gpu-id)",
          -1, 1023);
   app.add_option("--token", o.token, "bearer token of the engines' routes");
@@ -330,6 +335,7 @@ sync::trainer::UpdaterOptions updater_options(const TrainOptions& o,
   u.delta = sync::trainer::parse_delta_mode(o.delta);
   u.shard = sync::trainer::parse_shard_mode(o.shard);
   u.colocate = sync::trainer::parse_colocate_mode(o.colocate);
+  u.colocate_memory = sync::trainer::parse_colocate_memory(o.colocate_memory);
   u.cuda_device = o.cuda_device;
   u.delta_codec = sync::parse_delta_codec(o.delta_codec);
   u.probe_timeout = Millis(o.probe_timeout_ms);

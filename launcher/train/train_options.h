@@ -61,10 +61,11 @@ struct TrainOptions {
   std::string torch_store = "auto";          // auto | torch1 | torch2: the torch store's generation
   int flush_attempts = 60;                   // flush_cache tries while it answers non-200 (Miles)
   int flush_retry_ms = 1000;
-  std::string sglang_reload_path;      // reload a half-updated SGLang engine from here
-  int lease_ttl_s = 0;                 // 0: the engine's default
-  bool allow_same_user_reads = false;  // PR_SET_PTRACER_ANY for single copy under Yama 1
-  std::string colocate = "auto";       // off | on | auto (sync/trainer/colocated_sender.h)
+  std::string sglang_reload_path;        // reload a half-updated SGLang engine from here
+  int lease_ttl_s = 0;                   // 0: the engine's default
+  bool allow_same_user_reads = false;    // PR_SET_PTRACER_ANY for single copy under Yama 1
+  std::string colocate = "auto";         // off | on | auto (sync/trainer/colocated_sender.h)
+  std::string colocate_memory = "host";  // host | cuda (sync/trainer/colocated_sender.h)
 
   int connect_timeout_ms = 5000;
   int request_timeout_ms = 60000;

@@ -62,6 +62,7 @@ struct Settings {
   std::string colocate = "auto";
   std::string shard = "auto";
   bool keep_alive = true;
+  std::string colocate_memory = "host";
 };
 
 wt::UpdaterOptions updater_options(const Settings& s) {
@@ -91,6 +92,7 @@ wt::UpdaterOptions updater_options(const Settings& s) {
   o.on_engine_failure = wt::parse_engine_failure_policy(s.on_engine_failure);
   o.probe_timeout = millis(s.probe_timeout, "probe_timeout");
   o.colocate = wt::parse_colocate_mode(s.colocate);
+  o.colocate_memory = wt::parse_colocate_memory(s.colocate_memory);
   o.shard = wt::parse_shard_mode(s.shard);
   o.keep_alive = s.keep_alive;
   return o;
@@ -110,7 +112,7 @@ std::unique_ptr<PyUpdater> construct_updater(
     std::string pause_mode, double connect_timeout, double request_timeout, double group_timeout,
     double update_timeout, bool verify, double bucket_delay, std::string delta,
     std::string on_engine_failure, double probe_timeout, std::variant<bool, std::string> colocate,
-    std::string shard, bool keep_alive) {
+    std::string shard, bool keep_alive, std::string colocate_memory) {
   // colocate=True / False read as "on" / "off" (the and a user's first guess).
   std::string colocate_mode = std::holds_alternative<bool>(colocate)
                                   ? std::string(std::get<bool>(colocate) ? "on" : "off")
@@ -134,7 +136,8 @@ std::unique_ptr<PyUpdater> construct_updater(
              probe_timeout,
              std::move(colocate_mode),
              std::move(shard),
-             keep_alive};
+             keep_alive,
+             std::move(colocate_memory)};
   return make_updater(std::move(engines), s, verify);
 }
 
@@ -149,7 +152,7 @@ void bind_constructor(py::class_<PyUpdater>& c) {
         py::arg("update_timeout") = 300.0, py::arg("verify") = false, py::arg("bucket_delay") = 0.0,
         py::arg("delta") = "auto", py::arg("on_engine_failure") = "fail",
         py::arg("probe_timeout") = 2.0, py::arg("colocate") = "auto", py::arg("shard") = "auto",
-        py::arg("keep_alive") = true);
+        py::arg("keep_alive") = true, py::arg("colocate_memory") = "host");
 }
 
 // update(), the pipeline-parallel steps (open_session, send_stage, finish, abort), verify, close.

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "comm/colocate/cuda_ipc.h"
 #include "comm/errors.h"
 
 namespace weightcast::sync {
@@ -126,8 +127,18 @@ UpdateWeightsFromTensorRequest parse_update_weights_from_tensor(std::string_view
   }
   UpdateWeightsFromTensorRequest out;
   const Json& segment = field(j, "segment", "");
-  if (!segment.is_object()) bad("segment: must be an object {socket, size}");
-  out.segment.socket = text_of(field(segment, "socket", "segment."), "segment.socket", 107);
+  if (!segment.is_object()) bad("segment: must be an object {socket or cuda_ipc, size}");
+  if (segment.contains("socket") == segment.contains("cuda_ipc")) {
+    bad("segment: must name exactly one of socket (a memfd segment) and cuda_ipc (a device "
+        "segment)");
+  }
+  if (segment.contains("socket")) {
+    out.segment.socket = text_of(segment["socket"], "segment.socket", 107);
+  } else {
+    const std::string hex = text_of(segment["cuda_ipc"], "segment.cuda_ipc", 256);
+    out.segment.cuda_ipc =
+        comm::colocate::CudaIpcHandle::from_hex(hex, "segment.cuda_ipc").to_hex();
+  }
   out.segment.size = uint_of(field(segment, "size", "segment."), "segment.size");
   if (out.segment.size == 0 || out.segment.size > limits.max_bucket_bytes) {
     bad("segment.size: must be 1 to " + std::to_string(limits.max_bucket_bytes) + " bytes");
@@ -175,7 +186,10 @@ std::string to_json_string(const UpdateWeightsFromTensorRequest& request) {
                         {"offset", request.offsets[i]}});
   }
   Json j{{"load_format", std::string(kSegmentLoadFormat)},
-         {"segment", {{"socket", request.segment.socket}, {"size", request.segment.size}}},
+         {"segment",
+          {{request.segment.cuda_ipc.empty() ? "socket" : "cuda_ipc",
+            request.segment.cuda_ipc.empty() ? request.segment.socket : request.segment.cuda_ipc},
+           {"size", request.segment.size}}},
          {"manifest", std::move(manifest)},
          {"digests", request.digests},
          {"flush_cache", request.flush_cache},

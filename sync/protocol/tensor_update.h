@@ -5,9 +5,11 @@
 // that form and refuses it with a 400 that says what to send instead. weightcast's own form is a
 // JSON manifest in the shape of SGLang's flattened_bucket — per tensor its name, dtype, shape and
 // byte offset in one segment — plus a segment handle: the abstract unix socket the trainer serves
-// the segment's read-only memfd on (comm/colocate/handle_exchange.h) and the segment's size.
+// the segment's read-only memfd on (comm/colocate/handle_exchange.h), or on GPUs the segment's
+// CUDA IPC memory handle (comm/colocate/cuda_ipc.h, 128 hex digits), and the segment's size.
 // Nothing in it is deserialized as code. Fields:
-//   load_format "weightcast_segment" (required), segment {"socket", "size"}, manifest [{"name",
+//   load_format "weightcast_segment" (required), segment {"socket" or "cuda_ipc", "size"},
+//   manifest [{"name",
 //   "dtype", "shape", "offset"}], digests (one per tensor, XXH3-128 hex), and as for
 //   update_weights_from_distributed: selector, session_id, weight_version, flush_cache,
 //   abort_all_requests.
@@ -30,9 +32,11 @@ namespace weightcast::sync {
 
 inline constexpr std::string_view kSegmentLoadFormat = "weightcast_segment";
 
+// Exactly one of `socket` and `cuda_ipc` is set.
 struct SegmentHandle {
   std::string socket;  // abstract AF_UNIX name (no leading NUL) the trainer serves the fd on
   std::uint64_t size = 0;
+  std::string cuda_ipc;  // a CUDA IPC memory handle of a device segment, as 128 hex digits
 };
 
 struct UpdateWeightsFromTensorRequest {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/device_memory.h"
 #include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
@@ -33,6 +34,8 @@ const std::string kRoute = "POST /update_weights_from_tensor";
 constexpr auto kModes = comm::enum_names<ColocateMode>(
     "colocate mode",
     {{ColocateMode::kOff, "off"}, {ColocateMode::kOn, "on"}, {ColocateMode::kAuto, "auto"}});
+constexpr auto kMemories = comm::enum_names<ColocateMemory>(
+    "colocate memory", {{ColocateMemory::kHost, "host"}, {ColocateMemory::kCuda, "cuda"}});
 
 }  // namespace
 
@@ -42,6 +45,14 @@ std::string_view to_string(ColocateMode mode) {
 
 ColocateMode parse_colocate_mode(std::string_view text) {
   return parse_name<comm::ConfigError>(kModes, text);
+}
+
+std::string_view to_string(ColocateMemory memory) {
+  return kMemories.name(memory);
+}
+
+ColocateMemory parse_colocate_memory(std::string_view text) {
+  return parse_name<comm::ConfigError>(kMemories, text);
 }
 
 // One send(): the plan, the packer thread and the buckets' delivery.
@@ -59,6 +70,7 @@ class ColocatedSend {
   struct Laid {
     int fd = -1;  // the segment's read-only descriptor
     std::size_t size = 0;
+    std::string cuda_ipc;  // kCuda: the device segment's handle (hex), instead of fd
     std::vector<std::uint64_t> offsets;
     std::vector<std::string> digests;
   };
@@ -76,6 +88,11 @@ class ColocatedSend {
   void deliver(std::uint64_t k);
   void deliver_to(std::uint64_t k, const ColocatedEngine& target,
                   comm::colocate::SegmentServer& server);
+  // kCuda: the request alone (it carries the device segment's handle).
+  void deliver_cuda(std::uint64_t k, const ColocatedEngine& target);
+  // Bucket k's request to `target`, naming `handle`.
+  UpdateWeightsFromTensorRequest request_for(std::uint64_t k, const ColocatedEngine& target,
+                                             SegmentHandle handle) const;
   void record(EngineFailure failure) {
     std::lock_guard lock(mu_);
     result_.failures.push_back(std::move(failure));
@@ -122,6 +139,7 @@ std::optional<ColocatedSend::Laid> ColocatedSend::in_place(std::uint64_t k) {
   if (options_.await_tensor) {
     for (const BucketEntry& e : plans_[k].entries) options_.await_tensor(e.meta.name, deadline_);
   }
+  if (owner_.memory_ == ColocateMemory::kCuda) return std::nullopt;  // host memory is no handle
   Laid laid;
   for (const BucketEntry& e : plans_[k].entries) {
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
@@ -153,7 +171,7 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
   }
   owner_.reserve(largest_);
   comm::colocate::SharedSegment& segment = *owner_.segments_[k % 2];
-  Laid laid{segment.reader_fd(), segment.size(), {}, {}};
+  Laid laid{segment.reader_fd(), segment.size(), {}, {}, {}};
   std::byte* base = segment.bytes().data();
   for (const BucketEntry& e : plans_[k].entries) {
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
@@ -167,6 +185,14 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
     }
     laid.offsets.push_back(e.offset);
     laid.digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
+  }
+  if (owner_.memory_ == ColocateMemory::kCuda) {
+    if (owner_.device_ >= 0) comm::cuda_set_device(owner_.device_);
+    comm::colocate::CudaIpcSegment& device = *owner_.device_segments_[k % 2];
+    device.write(0, base, plans_[k].total_bytes);
+    laid.fd = -1;
+    laid.size = device.size();
+    laid.cuda_ipc = device.handle().to_hex();
   }
   return laid;
 }
@@ -201,15 +227,31 @@ void ColocatedSend::await_packed(std::uint64_t k) {
   }
 }
 
+UpdateWeightsFromTensorRequest ColocatedSend::request_for(std::uint64_t k,
+                                                          const ColocatedEngine& target,
+                                                          SegmentHandle handle) const {
+  auto request = session_.segment_request(plans_[k], laid_[k].offsets, std::move(handle),
+                                          laid_[k].digests, target.member);
+  WC_ENFORCE(request.session_id.has_value(), "engine ", target.engine->url(),
+             " issued no session id: the colocated path needs one");
+  return request;
+}
+
+void ColocatedSend::deliver_cuda(std::uint64_t k, const ColocatedEngine& target) {
+  const auto request = request_for(k, target, {{}, laid_[k].size, laid_[k].cuda_ipc});
+  try {
+    target.engine->update_weights_from_tensor(request);
+  } catch (...) {
+    record(current_failure(target.engine->url(), kRoute));
+  }
+}
+
 void ColocatedSend::deliver_to(std::uint64_t k, const ColocatedEngine& target,
                                comm::colocate::SegmentServer& server) {
   EngineApi* engine = target.engine;
   const Laid& laid = laid_[k];
-  const auto request =
-      std::make_shared<const UpdateWeightsFromTensorRequest>(session_.segment_request(
-          plans_[k], laid.offsets, {server.name(), laid.size}, laid.digests, target.member));
-  WC_ENFORCE(request->session_id.has_value(), "engine ", engine->url(),
-             " issued no session id: the colocated path needs one");
+  const auto request = std::make_shared<const UpdateWeightsFromTensorRequest>(
+      request_for(k, target, {server.name(), laid.size, {}}));
   // Set (then the server woken) once the call returned, answered or failed: the serving stops at
   // once. The future alone is not enough: it becomes ready only after the wake.
   auto returned = std::make_shared<std::atomic<bool>>(false);
@@ -250,6 +292,11 @@ void ColocatedSend::deliver(std::uint64_t k) {
   const auto start = comm::Clock::now();
   std::vector<std::future<void>> deliveries;
   for (const ColocatedEngine& target : engines_) {
+    if (!laid_[k].cuda_ipc.empty()) {
+      deliveries.push_back(
+          std::async(std::launch::async, [this, k, &target] { deliver_cuda(k, target); }));
+      continue;
+    }
     comm::colocate::SegmentServer& server = owner_.server_for(target.engine);
     deliveries.push_back(std::async(
         std::launch::async, [this, k, &target, &server] { deliver_to(k, target, server); }));
@@ -270,7 +317,9 @@ BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
     result_.seconds = seconds_since(start);
     return std::move(result_);
   }
-  for (const ColocatedEngine& target : engines_) owner_.server_for(target.engine);
+  if (owner_.memory_ == ColocateMemory::kHost) {
+    for (const ColocatedEngine& target : engines_) owner_.server_for(target.engine);
+  }
   std::thread packer([this] { pack_all(); });
   struct Join {
     ColocatedSend& s;
@@ -318,12 +367,20 @@ comm::colocate::SegmentServer& ColocatedSender::server_for(const EngineApi* engi
 }
 
 void ColocatedSender::reserve(std::size_t bytes) {
-  if (segments_[0] && segments_[0]->size() >= bytes) return;
+  const bool host_ok = segments_[0] && segments_[0]->size() >= bytes;
+  const bool device_ok = memory_ == ColocateMemory::kHost ||
+                         (device_segments_[0] && device_segments_[0]->size() >= bytes);
+  if (host_ok && device_ok) return;
+  if (memory_ == ColocateMemory::kCuda && device_ >= 0) comm::cuda_set_device(device_);
   const std::size_t size = std::max<std::size_t>(
       kSegmentGranule, (bytes + kSegmentGranule - 1) / kSegmentGranule * kSegmentGranule);
-  for (auto& segment : segments_) {
-    segment.reset();  // the old one first: both at once could double the memory held
-    segment.emplace(size, "weightcast-bucket");
+  for (int i = 0; i < 2; ++i) {
+    segments_[i].reset();  // the old one first: both at once could double the memory held
+    segments_[i].emplace(size, "weightcast-bucket");
+    device_segments_[i].reset();
+    if (memory_ == ColocateMemory::kCuda) {
+      device_segments_[i] = std::make_unique<comm::colocate::CudaIpcSegment>(size);
+    }
   }
 }
 

@@ -18,6 +18,11 @@
 // (an engine stages a bucket whole or not at all), and the caller runs the abort path.
 // No segment outlives the sender, and none has a name in /dev/shm; the kernel reclaims them if
 // this process dies.
+// With ColocateMemory::kCuda the buckets travel in device memory instead (docs/colocated.md, "On
+// GPUs"): each is packed and hashed as above, then written to one of two device segments of the
+// sender's (comm/colocate/cuda_ipc.h, on the packer thread's current device), and the request
+// carries that segment's CUDA IPC handle: no socket, no descriptor; the engine opens, copies and
+// closes it before answering.
 // Lifetime: one per stage source, kept between updates (segments and sockets are reused).
 // Threading: one caller at a time; send() uses one packer thread and two threads per engine and
 // bucket (the request and its socket).
@@ -30,6 +35,7 @@
 #include <span>
 #include <string_view>
 
+#include "comm/colocate/cuda_ipc.h"
 #include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
 #include "sync/trainer/bucket_sender.h"
@@ -49,6 +55,14 @@ std::string_view to_string(ColocateMode mode);
 // "off", "on" or "auto"; comm::ConfigError otherwise.
 ColocateMode parse_colocate_mode(std::string_view text);
 
+// Where the colocated buckets lie (UpdaterOptions::colocate_memory, weightcast-train
+// --colocate-memory): kHost, sealed memfd segments; kCuda, device segments handed out as CUDA IPC
+// handles (needs a CUDA device; comm::ConfigError at the first bucket otherwise).
+enum class ColocateMemory { kHost, kCuda };
+std::string_view to_string(ColocateMemory memory);
+// "host" or "cuda"; comm::ConfigError otherwise.
+ColocateMemory parse_colocate_memory(std::string_view text);
+
 struct ColocatedEngine {
   EngineApi* engine = nullptr;
   std::size_t member = 0;  // its index among the session's members (UpdateSession::session_id)
@@ -56,7 +70,9 @@ struct ColocatedEngine {
 
 class ColocatedSender {
  public:
-  ColocatedSender() = default;
+  // `device`: kCuda's CUDA device (-1: the packer thread's current one, device 0).
+  explicit ColocatedSender(ColocateMemory memory = ColocateMemory::kHost, int device = -1)
+      : memory_(memory), device_(device) {}
   ColocatedSender(const ColocatedSender&) = delete;
   ColocatedSender& operator=(const ColocatedSender&) = delete;
 
@@ -74,8 +90,11 @@ class ColocatedSender {
   // Two segments of at least `bytes`, reused when large enough.
   void reserve(std::size_t bytes);
 
+  const ColocateMemory memory_;
+  const int device_;
   std::map<const EngineApi*, std::unique_ptr<comm::colocate::SegmentServer>> servers_;
   std::optional<comm::colocate::SharedSegment> segments_[2];
+  std::unique_ptr<comm::colocate::CudaIpcSegment> device_segments_[2];  // kCuda only
 };
 
 // The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one

@@ -135,6 +135,13 @@ void DistributedUpdater::choose_colocated(const std::vector<ServerInfoResponse>&
         "weightcast-engine on this host, in this network namespace, of this user); use "
         "colocate auto to fall back to the chain");
   }
+  std::string why;
+  if (options_.colocate_memory == ColocateMemory::kCuda &&
+      std::any_of(colocated_.begin(), colocated_.end(), [](bool c) { return c; }) &&
+      comm::cuda_device_count(&why) == 0) {
+    throw comm::ConfigError("colocate memory cuda: no CUDA device (" + why +
+                            "); use colocate memory host");
+  }
 }
 
 bool DistributedUpdater::colocated(std::size_t engine) const {
@@ -252,7 +259,10 @@ BucketSendResult DistributedUpdater::send_stage(
   std::future<BucketSendResult> beside;
   if (!same_host.empty()) {
     if (colocated_senders_.size() <= index) colocated_senders_.resize(index + 1);
-    if (!colocated_senders_[index]) colocated_senders_[index] = std::make_unique<ColocatedSender>();
+    if (!colocated_senders_[index]) {
+      colocated_senders_[index] =
+          std::make_unique<ColocatedSender>(options_.colocate_memory, options_.cuda_device);
+    }
     beside = std::async(std::launch::async, [&] {
       return colocated_senders_[index]->send(session, same_host, tensors, opts);
     });

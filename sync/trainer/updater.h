@@ -62,8 +62,9 @@ struct UpdaterOptions {
   SelectorConfig selector_config;
 
   Backend backend = Backend::kGloo;
-  // NCCL: the CUDA device the source's buckets are staged on and its communicator drives (-1: the
-  // calling thread's current device). A trainer and an engine on one machine each take their own.
+  // NCCL: the CUDA device the source's buckets are staged on and its communicator drives, and
+  // colocate_memory kCuda's device segments (-1: the calling thread's current device). A trainer
+  // and an engine on one machine each take their own.
   int cuda_device = -1;
   // Gloo: let processes of this user read this one's memory (PR_SET_PTRACER_ANY), so same-host
   // single copy works under Yama ptrace_scope 1 (comm::SingleCopyOptions::allow_same_user_reads).
@@ -93,6 +94,9 @@ struct UpdaterOptions {
   // The colocated path (sync/trainer/colocated_sender.h, docs/colocated.md) for the engines on
   // this host that offer it; the others stay on the chain, in the same update. kAuto: with Gloo.
   ColocateMode colocate = ColocateMode::kAuto;
+  // Where its buckets lie: kHost (memfd segments) or kCuda (device segments on cuda_device,
+  // handed out as CUDA IPC handles; a comm::ConfigError at the first update without a device).
+  ColocateMemory colocate_memory = ColocateMemory::kHost;
 
   BucketSendOptions buckets;                 // bucket size, in-flight bound, data-phase timeout
   comm::Millis connect_timeout{5000};        // TCP connect to an engine

@@ -76,6 +76,23 @@ class Colocate(unittest.TestCase):
     def test_bad_mode_is_a_config_error(self):
         with self.assertRaisesRegex(weightcast.ConfigError, "unknown colocate mode"):
             weightcast.DistributedUpdater(engines=["http://127.0.0.1:1"], colocate="yes")
+        with self.assertRaisesRegex(weightcast.ConfigError, "unknown colocate memory"):
+            weightcast.DistributedUpdater(engines=["http://127.0.0.1:1"], colocate_memory="gpu")
+
+    def test_cuda_memory_without_a_device_fails_before_any_bucket(self):
+        """colocate_memory="cuda" (docs/colocated.md, "On GPUs") where no CUDA device is: the
+        update raises a ConfigError naming the cause and the engine keeps its version. (The device
+        case is NcclColocateCudaE2E, run by scripts/gpu-check.sh.)"""
+        if torch.cuda.is_available():
+            self.skipTest("a CUDA device is here: the device case runs in scripts/gpu-check.sh")
+        with engines.running(1, layout="none") as (urls, _):
+            before = engines.server_info(urls[0])["weight_version"]
+            with weightcast.DistributedUpdater(
+                engines=urls, selector="target", colocate="on", colocate_memory="cuda"
+            ) as updater:
+                with self.assertRaisesRegex(weightcast.ConfigError, "colocate memory cuda: no CUDA device"):
+                    updater.update(model().items())
+            self.assertEqual(engines.server_info(urls[0])["weight_version"], before)
 
     def test_miles_sender_drives_weightcast_engine(self):
         """The Miles-style sender (miles_sender.py, a process of its own) against weightcast-engine:

@@ -104,7 +104,8 @@ std::vector<std::vector<Runner>> BucketIntake::destinations_locked(
 std::size_t BucketIntake::receive_segment(const UpdateWeightsFromTensorRequest& request,
                                           const std::optional<std::string>& handle_token) {
   return stage_copied(request, handle_token, [&](const std::string& token) {
-    return copy_segment(request, token, *parts_.pool, mappings_, opts_.comm_timeout);
+    return copy_segment(request, token, *parts_.pool, mappings_, opts_.comm_timeout,
+                        opts_.cuda_device);
   });
 }
 

@@ -5,6 +5,8 @@
 #include <memory>
 #include <utility>
 
+#include "comm/colocate/cuda_ipc.h"
+#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/engine/commit/receiver_loader.h"
 
@@ -55,12 +57,39 @@ std::vector<SegmentTensor> copy_bucket(const UpdateWeightsFromTensorRequest& req
   return out;
 }
 
+// A device segment: opened from its CUDA IPC handle on `device`, each
+// tensor copied to staging in pieces, each piece hashed while in cache, closed before returning.
+// CUDA's refusals (no device here, a forged handle, a size past the allocation) are 400s.
+std::vector<SegmentTensor> copy_cuda_segment(const UpdateWeightsFromTensorRequest& request,
+                                             const std::vector<Digest>& expected, BlockPool& pool,
+                                             int device) {
+  constexpr std::size_t kPiece = 1 << 20;  // one synchronous device-to-host copy, then hashed
+  try {
+    comm::cuda_set_device(device);
+    const comm::colocate::CudaIpcMapping mapping(
+        comm::colocate::CudaIpcHandle::from_hex(request.segment.cuda_ipc, "segment.cuda_ipc"),
+        request.segment.size);
+    return copy_bucket(request, expected, pool,
+                       [&](std::uint64_t offset, std::span<std::byte> into, const auto& visit) {
+                         for (std::size_t done = 0; done < into.size(); done += kPiece) {
+                           const std::size_t n = std::min(kPiece, into.size() - done);
+                           mapping.copy_to_host(into.data() + done, offset + done, n);
+                           visit(std::span<const std::byte>(into.data() + done, n));
+                         }
+                       });
+  } catch (const comm::ConfigError& e) {
+    throw ReceiverError(400, std::string("segment.cuda_ipc: ") + e.what());
+  } catch (const comm::BadRequestError& e) {
+    throw ReceiverError(400, e.what());
+  }
+}
+
 }  // namespace
 
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
                                         comm::colocate::SegmentMappings& mappings,
-                                        comm::Millis timeout) {
+                                        comm::Millis timeout, int cuda_device) {
   std::vector<Digest> expected;
   try {
     for (const auto& d : request.digests) expected.push_back(parse_digest(d, "digests"));
@@ -68,6 +97,9 @@ std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& re
     throw ReceiverError(400, e.what());
   }
   WC_ENFORCE_EQ(expected.size(), request.tensors.size(), "segment digests");
+  if (!request.segment.cuda_ipc.empty()) {
+    return copy_cuda_segment(request, expected, pool, cuda_device);
+  }
   const auto segment = map_segment(request, token, mappings, timeout);
   struct Done {  // done() once the copy is over, however it ends
     comm::colocate::SegmentMappings& mappings;

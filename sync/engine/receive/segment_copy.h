@@ -7,10 +7,14 @@
 // announced size (comm/colocate/segment.h) or finds the mapping kept from an earlier update
 // (comm/colocate/segment_mappings.h), and copies each tensor of the manifest into one pool
 // block, hashing every chunk while it is still in cache (one pass), then checks each digest
-// against the request's. The bucket's bytes are all copied when it returns: the trainer may
+// against the request's. A device segment (segment.cuda_ipc) is opened from its CUDA IPC handle
+// on CUDA device `cuda_device` instead (made the calling thread's current device), copied to host
+// staging 1 MiB at a time, each piece hashed after its copy, and closed before returning
+// (comm/colocate/cuda_ipc.h). The bucket's bytes are all copied when it returns: the trainer may
 // reuse its buffer once the request is answered (a kept mapping may still be populated in the
 // background, which reads no bytes into staging). Errors: ReceiverError 400 for a handle or segment
-// that is not what the request says (forged, foreign, wrong size) or bytes whose digest differs,
+// that is not what the request says (forged, foreign, wrong size; a CUDA handle this process
+// cannot open) or bytes whose digest differs,
 // 504 when the trainer does not hand the descriptor over in time.
 // Threading: a free function; call it without the receiver's lock.
 #pragma once
@@ -36,7 +40,7 @@ struct SegmentTensor {
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
                                         comm::colocate::SegmentMappings& mappings,
-                                        comm::Millis timeout);
+                                        comm::Millis timeout, int cuda_device = 0);
 
 // The same copy from a bucket already in this process's memory (`bytes`, of the request's
 // segment.size): the pickled form a Python receiver decoded when opted in. The request carries no

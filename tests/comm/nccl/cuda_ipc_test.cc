@@ -1,6 +1,7 @@
-// comm/colocate/cuda_ipc.h: the handle's hex form (anywhere), and a device buffer exported by one
-// process and read by another on the same GPU (skips with the reason without a CUDA device;
-// scripts/gpu-check.sh runs it with WEIGHTCAST_REQUIRE_CUDA_DEVICES, where a skip is a failure).
+// comm/colocate/cuda_ipc.h: the handle's hex form (anywhere), and a device segment written and
+// exported by one process and read by another on the same GPU (skips with the reason without a CUDA
+// device; scripts/gpu-check.sh runs it with WEIGHTCAST_REQUIRE_CUDA_DEVICES, where a skip is a
+// failure).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -121,9 +122,13 @@ TEST(NcclColocateCudaIpc, AnotherProcessReadsTheExportedBuffer) {
     EXPECT_EQ(reap(), 0);
     GTEST_SKIP() << why;
   }
-  DeviceBuffer buffer(0, kBytes);
-  buffer.upload(pattern(kBytes, kSeed));
-  const std::string hex = cuda_ipc_export(buffer.data()).to_hex();
+  // The trainer's end as the colocated sender uses it (CudaIpcSegment: written from the host,
+  // exported once); a write past its end is refused.
+  CudaIpcSegment segment(kBytes);
+  const auto bytes = pattern(kBytes, kSeed);
+  segment.write(0, bytes.data(), kBytes);
+  EXPECT_THROW(segment.write(kBytes - 10, bytes.data(), 11), EnforceError);
+  const std::string hex = segment.handle().to_hex();
   ASSERT_EQ(::write(pipe_fds[1], hex.data(), hex.size()), static_cast<ssize_t>(hex.size()));
   ::close(pipe_fds[1]);
   EXPECT_EQ(reap(), 0) << "the engine process failed (2: bytes differ, 3: device slice differs, "

@@ -177,6 +177,31 @@ TEST_F(ColocateRoute, ForgedHandlesWrongSizesAndBadManifestsChangeNothing) {
   EXPECT_EQ(snapshot().target_digest, to_string(expected_combined(next, Layout::kShuffle)));
 }
 
+// A device segment's handle (segment.cuda_ipc, docs/colocated.md "On GPUs"): malformed, or named
+// beside a socket, is a 400 before anything is opened; a well-formed handle this process cannot
+// open (no CUDA device here, or a forged one on a GPU) is a 400 naming the field, and the session
+// still takes a bucket afterwards. The device case itself: NcclColocateCudaE2E.
+TEST_F(ColocateRoute, CudaHandlesThatCannotBeOpenedAre400sAndChangeNothing) {
+  start();
+  const auto next = target_weights(1);
+  const std::string session = begin(Selector::kTarget);
+  SegmentServer server(next);
+  const Json memfd_body = Json::parse(server.body(next, session));
+  Json body = memfd_body;
+  body["segment"]["cuda_ipc"] = std::string(128, 'a');
+  refused(body.dump(), "exactly one of socket");
+  body["segment"].erase("socket");
+  body["segment"]["cuda_ipc"] = "abc";
+  refused(body.dump(), "segment.cuda_ipc: a CUDA IPC handle is 128 hex digits");
+  body["segment"]["cuda_ipc"] = std::string(128, '7');
+  refused(body.dump(), "segment.cuda_ipc: ");
+  server.serve(session);
+  auto [st, answer] = post("/update_weights_from_tensor", memfd_body.dump());
+  ASSERT_EQ(st, 200) << answer.dump();
+  ASSERT_EQ(end(session), 200);
+  EXPECT_EQ(snapshot().target_digest, to_string(expected_combined(next, Layout::kShuffle)));
+}
+
 TEST_F(ColocateRoute, ABucketForAnotherScopeOrWithoutTheOwnersIdIsRefused) {
   start();
   const auto next = target_weights(1);

@@ -20,10 +20,16 @@
 #include <thread>
 #include <vector>
 
+#include "comm/device_memory.h"
 #include "sync/trainer/http/engine_client.h"
 #include "tests/support/subprocess.h"
 #include "tests/sync/engine/colocate_util.h"
 #include "tests/sync/trainer/train_launch.h"
+#include "weightcast/config.h"
+
+#if WEIGHTCAST_HAVE_NCCL
+#include "tests/comm/nccl/nccl_test_util.h"
+#endif
 
 namespace weightcast::sync::trainer {
 namespace {
@@ -72,15 +78,19 @@ std::vector<Engine> two_engines(const std::vector<std::string>& second_extra = {
   return engines;
 }
 
-// Three verified steps through --colocate on with `delta`: every engine takes the colocated path,
-// the target bytes are exact, the draft does not change, nothing is left in /dev/shm.
-void three_verified_colocated_steps(const std::string& delta) {
+// Three verified steps through --colocate on with `delta` (and `extra` flags): every engine takes
+// the colocated path, the target bytes are exact, the draft does not change, nothing is left in
+// /dev/shm.
+void three_verified_colocated_steps(const std::string& delta,
+                                    const std::vector<std::string>& extra = {}) {
   const std::size_t shm_before = shm_entries();
   auto engines = two_engines();
   std::vector<std::string> drafts;
   for (const auto& e : engines) drafts.push_back(client(e).weights_checksum(Runner::kDraft).digest);
-  auto trainer = start_trainer(engines, {"--steps", "3", "--verify", "--colocate", "on", "--delta",
-                                         delta, "--bucket-bytes", "256K"});
+  std::vector<std::string> args{"--steps", "3",   "--verify",       "--colocate", "on",
+                                "--delta", delta, "--bucket-bytes", "256K"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto trainer = start_trainer(engines, args);
   const auto code = trainer->wait(seconds(90));
   const std::string out = trainer->drain(seconds(5));
   ASSERT_EQ(code, std::optional<int>(0)) << out;
@@ -143,6 +153,39 @@ TEST(ColocateE2E, AutoMixesColocatedAndChainEnginesInOneUpdate) {
   // The engine without the path refuses a colocated bucket outright.
   for (const auto& e : engines) EXPECT_EQ(client(e).server_info().weight_version, "2");
   EXPECT_FALSE(client(engines[1]).server_info().colocate_host.has_value());
+}
+
+// The device form (docs/colocated.md, "On GPUs"): the buckets travel in device segments as CUDA
+// IPC handles, the engines copy them out on their GPU. Skips without a CUDA device;
+// scripts/gpu-check.sh runs it (`ctest -R Nccl`) with WEIGHTCAST_REQUIRE_CUDA_DEVICES, where a
+// skip fails.
+TEST(NcclColocateCudaE2E, TpPpTrainerUpdatesEnginesThroughDeviceSegmentsVerified) {
+#if WEIGHTCAST_HAVE_NCCL
+  if (const std::string why = comm::nccl_testing::cuda_skip_reason(1); !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  three_verified_colocated_steps("off", {"--colocate-memory", "cuda"});
+#else
+  GTEST_SKIP() << "built without CUDA (WEIGHTCAST_WITH_NCCL)";
+#endif
+}
+
+// Without a CUDA device, --colocate-memory cuda stops before any update, saying why.
+TEST(ColocateE2E, CudaMemoryWithoutADeviceFailsBeforeAnyUpdate) {
+  if (std::string why; comm::cuda_device_count(&why) > 0) {
+    GTEST_SKIP() << "a CUDA device is here: NcclColocateCudaE2E runs the update";
+  }
+  std::vector<Engine> engines;
+  engines.push_back(start_engine(1));
+  const std::string version = client(engines[0]).server_info().weight_version;
+  auto trainer =
+      start_trainer(engines, {"--steps", "1", "--colocate", "on", "--colocate-memory", "cuda"});
+  const auto code = trainer->wait(seconds(60));
+  const std::string out = trainer->drain(seconds(5));
+  EXPECT_NE(code, std::optional<int>(0)) << out;
+  EXPECT_GE(count_matches(out, "colocate memory cuda: no CUDA device"), 1) << out;
+  EXPECT_EQ(count_matches(out, "step 1/1 version"), 0) << out;
+  EXPECT_EQ(client(engines[0]).server_info().weight_version, version);
 }
 
 TEST(ColocateE2E, OnWithNoEngineOfferingItFailsBeforeAnyUpdate) {
