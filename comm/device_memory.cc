@@ -16,15 +16,41 @@ namespace weightcast::comm {
 namespace {
 void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the caller's next, unrelated check
     throw ConfigError(std::string(what) + " failed: " + cudaGetErrorString(err));
   }
 }
 }  // namespace
 
+int cuda_resolve_device(int device) {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  if (count == 0) throw ConfigError("no CUDA device (" + why + ")");
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device >= count) {
+    throw ConfigError("CUDA device " + std::to_string(device) +
+                      " does not exist (this machine has " + std::to_string(count) + ")");
+  }
+  return device;
+}
+
+CudaDeviceScope::CudaDeviceScope(int device) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ == device) return;
+  cuda_set_device(device);
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+  (void)cudaGetLastError();
+}
+
 int cuda_device_count(std::string* why) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
+    (void)cudaGetLastError();
     if (why) *why = cudaGetErrorString(err);
     return 0;
   }
@@ -35,6 +61,7 @@ int cuda_device_count(std::string* why) {
 void cuda_set_device(int device) {
   const cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) {
+    (void)cudaGetLastError();
     throw ConfigError("CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
   }
 }
@@ -72,6 +99,13 @@ int cuda_device_count(std::string* why) {
 void cuda_set_device(int) {
   no_cuda();
 }
+int cuda_resolve_device(int) {
+  no_cuda();
+}
+CudaDeviceScope::CudaDeviceScope(int) {
+  no_cuda();
+}
+CudaDeviceScope::~CudaDeviceScope() = default;
 void* cuda_alloc(std::size_t) {
   no_cuda();
 }

@@ -15,6 +15,23 @@ int cuda_device_count(std::string* why = nullptr);
 // Makes `device` the calling thread's current device (where cuda_alloc allocates). ConfigError,
 // with the CUDA error text, when it does not exist or cannot be used.
 void cuda_set_device(int device);
+// `device` when >= 0, else the calling thread's current device; ConfigError when that is not a
+// device of this machine (or there is none).
+int cuda_resolve_device(int device);
+
+// Makes `device` the calling thread's current device for its lifetime and then restores the one
+// that was current, so work done for weightcast on a caller's thread (a Python engine rank, a
+// torch trainer) leaves that thread's CUDA state as it was. ConfigError as cuda_set_device.
+class CudaDeviceScope {
+ public:
+  explicit CudaDeviceScope(int device);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 
 void* cuda_alloc(std::size_t bytes);  // ConfigError on failure
 void cuda_free(void* ptr) noexcept;

@@ -1,16 +1,19 @@
-// CUDA IPC for the colocated path on GPUs (docs/colocated.md, "On GPUs"): a trainer process exports
-// a device buffer as a CUDA IPC memory handle (64 opaque bytes, carried as 128 hex digits), and an
-// engine process on the same host opens it, copies the byte range it needs into memory of its own
-// (device or host), and closes it before answering, so the trainer may reuse its buffer, as with a
-// memfd segment.
+// CUDA IPC for the colocated path on GPUs (docs/colocated.md, "On GPUs"): a trainer process lays a
+// bucket out in a device segment it exports as a CUDA IPC memory handle (64 opaque bytes, carried
+// as 128 hex digits), and an engine process on the same host opens it, copies the byte range it
+// needs into memory of its own (device or host), and closes it before answering, so the trainer
+// may reuse its buffer, as with a memfd segment.
 //
 // Built against the CUDA runtime when weightcast has CUDA (WEIGHTCAST_WITH_NCCL); without it every
-// call but the hex codec throws ConfigError. The handle itself carries no permission: only a
-// process of the same user on the same host can open it, and weightcast hands it out only inside
-// an owned session (as the segment handle). A process cannot open a handle it exported itself
-// (CUDA refuses it); tests export and open in two processes.
-// Lifetime/threading: CudaIpcMapping is move-only and closes the mapping on destruction; it uses
-// the calling thread's current device.
+// call but the hex codec throws ConfigError. The handle itself carries no permission: weightcast
+// hands it out only inside an owned session (as the segment handle). A process cannot open a
+// handle it exported itself (CUDA refuses it); tests export and open in two processes.
+// Every CUDA call runs on the object's own device (CudaDeviceScope: the calling thread's current
+// device is restored after it) and its own non-blocking stream (nothing waits for, or is waited
+// for by, work a caller queued on the same device); a failed call leaves no error behind in the
+// thread's CUDA state.
+// Lifetime/threading: both classes are move-only or fixed, free what they hold on destruction,
+// and are used by one thread at a time.
 #pragma once
 
 #include <array>
@@ -35,49 +38,55 @@ struct CudaIpcHandle {
 // pointer is refused by CUDA). ConfigError with CUDA's error text.
 CudaIpcHandle cuda_ipc_export(const void* device_ptr);
 
-// The trainer's end on GPUs: one device allocation of `size` bytes on the calling thread's
-// current device, written from host memory and exported once as a handle (the GPU form of a
-// SharedSegment). ConfigError with CUDA's error text when CUDA cannot allocate or export.
+// The trainer's end on GPUs: one device allocation of `size` bytes on `device` (-1: the calling
+// thread's current one), written from host memory and exported once as a handle (the GPU form of
+// a SharedSegment). ConfigError with CUDA's error text when CUDA cannot allocate or export.
 class CudaIpcSegment : NonCopyable {
  public:
-  explicit CudaIpcSegment(std::size_t size);
+  explicit CudaIpcSegment(std::size_t size, int device = -1);
   ~CudaIpcSegment();
 
   std::size_t size() const { return size_; }
+  int device() const { return device_; }
   const CudaIpcHandle& handle() const { return handle_; }
-  // Copies `bytes` host bytes at `src` to [offset, offset + bytes) of the segment and waits until
+  // Copies `bytes` host bytes at `src` to [offset, offset + bytes) of the segment and returns once
   // they are on the device, so another process may read them. EnforceError for a range outside
   // the segment.
   void write(std::size_t offset, const void* src, std::size_t bytes);
 
  private:
-  void check_range(std::size_t offset, std::size_t bytes) const;
-
   void* base_ = nullptr;
+  void* stream_ = nullptr;  // cudaStream_t
   std::size_t size_ = 0;
+  int device_ = -1;
   CudaIpcHandle handle_;
 };
 
 class CudaIpcMapping : NonCopyable {
  public:
-  // Opens `handle` on the calling thread's current device; `size` is the announced size of the
-  // exported allocation, used to bound every copy. ConfigError when CUDA refuses the handle.
-  CudaIpcMapping(const CudaIpcHandle& handle, std::size_t size);
+  // Opens `handle` on `device` (-1: the calling thread's current one); `size` is the announced
+  // size of the exported allocation, used to bound every copy. ConfigError when CUDA refuses the
+  // handle; BadRequestError when the exported allocation is smaller than `size`.
+  CudaIpcMapping(const CudaIpcHandle& handle, std::size_t size, int device = -1);
   CudaIpcMapping(CudaIpcMapping&& other) noexcept;
   CudaIpcMapping& operator=(CudaIpcMapping&&) = delete;
   ~CudaIpcMapping();
 
   std::size_t size() const { return size_; }
-  // Copies [offset, offset + bytes) of the exported buffer into device memory `dst` or host
-  // memory `dst` (synchronous). EnforceError for a range outside the buffer.
+  // Copies [offset, offset + bytes) of the exported buffer into device memory `dst` (of this
+  // mapping's device) or host memory `dst`, and returns once it is there. EnforceError for a
+  // range outside the buffer.
   void copy_to_device(void* dst, std::size_t offset, std::size_t bytes) const;
   void copy_to_host(void* dst, std::size_t offset, std::size_t bytes) const;
 
  private:
-  void check_range(std::size_t offset, std::size_t bytes) const;
+  void copy(void* dst, std::size_t offset, std::size_t bytes, bool to_host) const;
+  void close() noexcept;
 
   void* base_ = nullptr;
+  void* stream_ = nullptr;  // cudaStream_t
   std::size_t size_ = 0;
+  int device_ = -1;
 };
 
 }  // namespace weightcast::comm::colocate

@@ -9,6 +9,7 @@
 
 #include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
+#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "comm/host_identity.h"
 
@@ -50,6 +51,10 @@ class ColocatedBucket {
 }  // namespace
 
 void bind_colocate(py::module_& m) {
+  m.def(
+      "_cuda_device_count", [] { return comm::cuda_device_count(); },
+      "CUDA devices weightcast itself can use (0 in a build without CUDA): what "
+      "colocate_memory='cuda' needs, whatever torch was built with.");
   py::class_<ColocatedBucket>(m, "_ColocatedBucket",
                               "One bucket in a sealed memfd segment, served on an abstract unix "
                               "socket with a session token (docs/colocated.md).")

@@ -2,7 +2,8 @@
 // sealed memfd segment (comm/colocate/segment.h) and served on an abstract unix socket
 // (comm/colocate/segment_server.h) to the engine ranks that copy it, as
 // weightcast._weightcast._ColocatedBucket. Used by tests and by Python trainers that speak
-// POST /update_weights_from_tensor themselves.
+// POST /update_weights_from_tensor themselves. Also _cuda_device_count (what colocate_memory="cuda"
+// needs).
 // Lifetime/threading: the bucket lives as long as the Python object; serve() releases the GIL.
 #pragma once
 

@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "comm/device_memory.h"
 #include "comm/enum_names.h"
 #include "comm/errors.h"
 #include "sync/model/checksum.h"
@@ -187,7 +186,6 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
     laid.digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
   }
   if (owner_.memory_ == ColocateMemory::kCuda) {
-    if (owner_.device_ >= 0) comm::cuda_set_device(owner_.device_);
     comm::colocate::CudaIpcSegment& device = *owner_.device_segments_[k % 2];
     device.write(0, base, plans_[k].total_bytes);
     laid.fd = -1;
@@ -367,19 +365,23 @@ comm::colocate::SegmentServer& ColocatedSender::server_for(const EngineApi* engi
 }
 
 void ColocatedSender::reserve(std::size_t bytes) {
-  const bool host_ok = segments_[0] && segments_[0]->size() >= bytes;
-  const bool device_ok = memory_ == ColocateMemory::kHost ||
-                         (device_segments_[0] && device_segments_[0]->size() >= bytes);
-  if (host_ok && device_ok) return;
-  if (memory_ == ColocateMemory::kCuda && device_ >= 0) comm::cuda_set_device(device_);
+  const auto fits = [bytes](const auto& slot) { return slot && slot->size() >= bytes; };
+  // Every slot: an allocation that failed half way leaves one empty, and this allocates again.
+  if (fits(segments_[0]) && fits(segments_[1]) &&
+      (memory_ == ColocateMemory::kHost ||
+       (fits(device_segments_[0]) && fits(device_segments_[1])))) {
+    return;
+  }
   const std::size_t size = std::max<std::size_t>(
       kSegmentGranule, (bytes + kSegmentGranule - 1) / kSegmentGranule * kSegmentGranule);
   for (int i = 0; i < 2; ++i) {
     segments_[i].reset();  // the old one first: both at once could double the memory held
-    segments_[i].emplace(size, "weightcast-bucket");
     device_segments_[i].reset();
+  }
+  for (int i = 0; i < 2; ++i) {
+    segments_[i].emplace(size, "weightcast-bucket");
     if (memory_ == ColocateMemory::kCuda) {
-      device_segments_[i] = std::make_unique<comm::colocate::CudaIpcSegment>(size);
+      device_segments_[i] = std::make_unique<comm::colocate::CudaIpcSegment>(size, device_);
     }
   }
 }
@@ -389,7 +391,17 @@ BucketSendResult ColocatedSender::send(const UpdateSession& session,
                                        std::span<const NamedTensor> tensors,
                                        const BucketSendOptions& options) {
   ColocatedSend send(*this, session, engines, options);
-  return send.run(tensors);
+  BucketSendResult result = send.run(tensors);
+  if (!result.ok && memory_ == ColocateMemory::kCuda) {
+    // An engine that did not answer may still be copying out of a device segment, and CUDA
+    // leaves freeing (or rewriting) an allocation another process has open undefined: set them
+    // aside and take fresh ones next time. The oldest go once kMaxRetired are held.
+    for (auto& segment : device_segments_) {
+      if (segment) retired_.push_back(std::move(segment));
+    }
+    while (retired_.size() > kMaxRetired) retired_.pop_front();
+  }
+  return result;
 }
 
 void merge_beside(BucketSendResult& chain, BucketSendResult colocated) {

@@ -24,11 +24,12 @@
 // carries that segment's CUDA IPC handle: no socket, no descriptor; the engine opens, copies and
 // closes it before answering.
 // Lifetime: one per stage source, kept between updates (segments and sockets are reused).
-// Threading: one caller at a time; send() uses one packer thread and two threads per engine and
-// bucket (the request and its socket).
+// Threading: one caller at a time; send() uses one packer thread and, per engine and bucket, two
+// threads (the request and its socket) or, with kCuda, one (the request).
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,8 +71,9 @@ struct ColocatedEngine {
 
 class ColocatedSender {
  public:
-  // `device`: kCuda's CUDA device (-1: the packer thread's current one, device 0).
-  explicit ColocatedSender(ColocateMemory memory = ColocateMemory::kHost, int device = -1)
+  // `device`: kCuda's CUDA device, resolved by the caller (comm::cuda_resolve_device): the
+  // packer is a thread of its own, whose current device is always 0.
+  explicit ColocatedSender(ColocateMemory memory = ColocateMemory::kHost, int device = 0)
       : memory_(memory), device_(device) {}
   ColocatedSender(const ColocatedSender&) = delete;
   ColocatedSender& operator=(const ColocatedSender&) = delete;
@@ -95,6 +97,9 @@ class ColocatedSender {
   std::map<const EngineApi*, std::unique_ptr<comm::colocate::SegmentServer>> servers_;
   std::optional<comm::colocate::SharedSegment> segments_[2];
   std::unique_ptr<comm::colocate::CudaIpcSegment> device_segments_[2];  // kCuda only
+  // kCuda: segments of a send that failed, which an engine may still have open (send()).
+  static constexpr std::size_t kMaxRetired = 4;
+  std::deque<std::unique_ptr<comm::colocate::CudaIpcSegment>> retired_;
 };
 
 // The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one

@@ -121,7 +121,7 @@ void DistributedUpdater::choose_colocated(const std::vector<ServerInfoResponse>&
   colocated_.assign(engines_.size(), false);
   if (options_.colocate == ColocateMode::kOff) return;
   // auto stays on the chain with NCCL: device buffers travel fastest there, and the colocated
-  // path is host memory.
+  // path stages through host memory.
   if (options_.colocate == ColocateMode::kAuto && options_.backend != Backend::kGloo) return;
   const std::string here = comm::host_identity();
   for (std::size_t i = 0; i < infos.size(); ++i) {
@@ -135,12 +135,14 @@ void DistributedUpdater::choose_colocated(const std::vector<ServerInfoResponse>&
         "weightcast-engine on this host, in this network namespace, of this user); use "
         "colocate auto to fall back to the chain");
   }
-  std::string why;
   if (options_.colocate_memory == ColocateMemory::kCuda &&
-      std::any_of(colocated_.begin(), colocated_.end(), [](bool c) { return c; }) &&
-      comm::cuda_device_count(&why) == 0) {
-    throw comm::ConfigError("colocate memory cuda: no CUDA device (" + why +
-                            "); use colocate memory host");
+      std::any_of(colocated_.begin(), colocated_.end(), [](bool c) { return c; })) {
+    try {
+      colocate_device_ = comm::cuda_resolve_device(options_.cuda_device);  // on the caller's thread
+    } catch (const comm::ConfigError& e) {
+      throw comm::ConfigError(std::string("colocate memory cuda: ") + e.what() +
+                              "; use colocate memory host");
+    }
   }
 }
 
@@ -261,7 +263,7 @@ BucketSendResult DistributedUpdater::send_stage(
     if (colocated_senders_.size() <= index) colocated_senders_.resize(index + 1);
     if (!colocated_senders_[index]) {
       colocated_senders_[index] =
-          std::make_unique<ColocatedSender>(options_.colocate_memory, options_.cuda_device);
+          std::make_unique<ColocatedSender>(options_.colocate_memory, colocate_device_);
     }
     beside = std::async(std::launch::async, [&] {
       return colocated_senders_[index]->send(session, same_host, tensors, opts);

@@ -275,7 +275,8 @@ class DistributedUpdater {
   bool common_ = false;
   std::vector<bool> colocated_;                                      // index: engine
   std::vector<std::unique_ptr<ColocatedSender>> colocated_senders_;  // index: stage
-  StageGroups groups_;  // each stage's group, or its shard class groups
+  int colocate_device_ = 0;  // colocate_memory kCuda: cuda_device, resolved (choose_colocated)
+  StageGroups groups_;       // each stage's group, or its shard class groups
   // Delta updates: per stage, the base of what this process sent.
   std::vector<std::unique_ptr<DeltaSource>> delta_sources_;  // index: stage
   // ... and of each adapter it sent (lora_name: index: stage).

@@ -83,7 +83,9 @@ class Colocate(unittest.TestCase):
         """colocate_memory="cuda" (docs/colocated.md, "On GPUs") where no CUDA device is: the
         update raises a ConfigError naming the cause and the engine keeps its version. (The device
         case is NcclColocateCudaE2E, run by scripts/gpu-check.sh.)"""
-        if torch.cuda.is_available():
+        from weightcast import _weightcast
+
+        if _weightcast._cuda_device_count() > 0:
             self.skipTest("a CUDA device is here: the device case runs in scripts/gpu-check.sh")
         with engines.running(1, layout="none") as (urls, _):
             before = engines.server_info(urls[0])["weight_version"]

@@ -60,7 +60,7 @@ struct IntakeOptions {
   std::uint64_t max_buckets_ahead = 8;
   DeltaBaseSource base_source;        // null: deltas against ReceiverState::base
   bool keep_segment_mappings = true;  // comm/colocate/segment_mappings.h
-  int cuda_device = 0;  // where a device segment's CUDA IPC handle is opened (engine rank 0's GPU)
+  int cuda_device = 0;  // where a device segment's CUDA IPC handle is opened (-1: current device)
 };
 
 // The parts of the Receiver a BucketIntake reads.

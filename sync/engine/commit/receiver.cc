@@ -1,6 +1,5 @@
 #include "sync/engine/commit/receiver.h"
 
-#include <algorithm>
 #include <variant>
 
 #include "sync/engine/commit/tensor_routes.h"
@@ -46,9 +45,9 @@ Receiver::Receiver(ReceiverOptions opts, std::vector<ReceiverRunner> runners)
                .max_buckets_ahead = opts_.max_buckets_ahead,
                .base_source = opts_.base_source,
                .keep_segment_mappings = opts_.keep_segment_mappings,
-               // Engine rank 0's GPU (all ranks at once), or this rank's own.
-               .cuda_device = opts_.group_connector ? opts_.connect.base_gpu_id
-                                                    : std::max(0, opts_.place.cuda_device)},
+               // Engine rank 0's GPU (all ranks at once), or this rank's own (-1: current).
+               .cuda_device =
+                   opts_.group_connector ? opts_.connect.base_gpu_id : opts_.place.cuda_device},
               {runners_, ranks_, pool_, version_, adapters_}, state_) {
   WC_ENFORCE(!(opts_.base_source && opts_.keep_delta_base),
              "a delta base source and a kept delta base exclude each other");

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "comm/colocate/cuda_ipc.h"
-#include "comm/device_memory.h"
 #include "comm/errors.h"
 #include "sync/engine/commit/receiver_loader.h"
 
@@ -57,18 +56,18 @@ std::vector<SegmentTensor> copy_bucket(const UpdateWeightsFromTensorRequest& req
   return out;
 }
 
-// A device segment: opened from its CUDA IPC handle on `device`, each
-// tensor copied to staging in pieces, each piece hashed while in cache, closed before returning.
-// CUDA's refusals (no device here, a forged handle, a size past the allocation) are 400s.
+// A device segment: opened from its CUDA IPC handle on `device` (-1: the calling thread's current
+// one, which is left as it was), each tensor copied to staging in pieces, each piece hashed while
+// in cache, closed before returning. CUDA's refusals (no device here, a forged handle) and a size
+// past the exported allocation are 400s.
 std::vector<SegmentTensor> copy_cuda_segment(const UpdateWeightsFromTensorRequest& request,
                                              const std::vector<Digest>& expected, BlockPool& pool,
                                              int device) {
   constexpr std::size_t kPiece = 1 << 20;  // one synchronous device-to-host copy, then hashed
   try {
-    comm::cuda_set_device(device);
     const comm::colocate::CudaIpcMapping mapping(
         comm::colocate::CudaIpcHandle::from_hex(request.segment.cuda_ipc, "segment.cuda_ipc"),
-        request.segment.size);
+        request.segment.size, device);
     return copy_bucket(request, expected, pool,
                        [&](std::uint64_t offset, std::span<std::byte> into, const auto& visit) {
                          for (std::size_t done = 0; done < into.size(); done += kPiece) {

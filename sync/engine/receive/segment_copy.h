@@ -8,7 +8,8 @@
 // (comm/colocate/segment_mappings.h), and copies each tensor of the manifest into one pool
 // block, hashing every chunk while it is still in cache (one pass), then checks each digest
 // against the request's. A device segment (segment.cuda_ipc) is opened from its CUDA IPC handle
-// on CUDA device `cuda_device` instead (made the calling thread's current device), copied to host
+// on CUDA device `cuda_device` instead (-1: the calling thread's current one; the thread's
+// current device is left as it was), copied to host
 // staging 1 MiB at a time, each piece hashed after its copy, and closed before returning
 // (comm/colocate/cuda_ipc.h). The bucket's bytes are all copied when it returns: the trainer may
 // reuse its buffer once the request is answered (a kept mapping may still be populated in the
@@ -40,7 +41,7 @@ struct SegmentTensor {
 std::vector<SegmentTensor> copy_segment(const UpdateWeightsFromTensorRequest& request,
                                         const std::string& token, BlockPool& pool,
                                         comm::colocate::SegmentMappings& mappings,
-                                        comm::Millis timeout, int cuda_device = 0);
+                                        comm::Millis timeout, int cuda_device);
 
 // The same copy from a bucket already in this process's memory (`bytes`, of the request's
 // segment.size): the pickled form a Python receiver decoded when opted in. The request carries no

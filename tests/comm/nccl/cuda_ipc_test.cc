@@ -63,24 +63,33 @@ bool read_all(int fd, void* out, std::size_t size, int timeout_ms) {
 }
 
 // The engine's side, in a child forked before the parent touched CUDA: opens the handle, copies
-// the buffer to the host and a slice device to device, checks both, and a range past the end.
+// the buffer to the host and a slice device to device, checks both, and a range past the end;
+// then opens it again announcing twice its size, which must be refused.
 int engine_side(int from_trainer) {
   char hex[2 * CudaIpcHandle::kBytes];
   if (!read_all(from_trainer, hex, sizeof hex, 120'000)) return 0;  // the parent skipped
   try {
-    const auto want = pattern(kBytes, kSeed);
-    CudaIpcMapping mapping(CudaIpcHandle::from_hex(std::string_view(hex, sizeof hex)), kBytes);
-    std::vector<std::uint8_t> host(kBytes);
-    mapping.copy_to_host(host.data(), 0, kBytes);
-    if (host != want) return 2;
-    DeviceBuffer slice(0, 4096);
-    mapping.copy_to_device(slice.data(), kBytes - 4096, 4096);
-    const auto back = slice.download();
-    if (!std::equal(back.begin(), back.end(), want.end() - 4096)) return 3;
-    try {
-      mapping.copy_to_host(host.data(), kBytes - 10, 11);
-      return 4;
-    } catch (const EnforceError&) {
+    const CudaIpcHandle handle = CudaIpcHandle::from_hex(std::string_view(hex, sizeof hex));
+    {
+      const auto want = pattern(kBytes, kSeed);
+      CudaIpcMapping mapping(handle, kBytes);
+      std::vector<std::uint8_t> host(kBytes);
+      mapping.copy_to_host(host.data(), 0, kBytes);
+      if (host != want) return 2;
+      DeviceBuffer slice(0, 4096);
+      mapping.copy_to_device(slice.data(), kBytes - 4096, 4096);
+      const auto back = slice.download();
+      if (!std::equal(back.begin(), back.end(), want.end() - 4096)) return 3;
+      try {
+        mapping.copy_to_host(host.data(), kBytes - 10, 11);
+        return 4;
+      } catch (const EnforceError&) {
+      }
+    }      // closed: the handle is opened once at a time
+    try {  // more announced than was exported: refused before any copy
+      CudaIpcMapping oversized(handle, 2 * kBytes);
+      return 6;
+    } catch (const BadRequestError&) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "engine side: %s\n", e.what());
@@ -132,7 +141,8 @@ TEST(NcclColocateCudaIpc, AnotherProcessReadsTheExportedBuffer) {
   ASSERT_EQ(::write(pipe_fds[1], hex.data(), hex.size()), static_cast<ssize_t>(hex.size()));
   ::close(pipe_fds[1]);
   EXPECT_EQ(reap(), 0) << "the engine process failed (2: bytes differ, 3: device slice differs, "
-                          "4: an out-of-range copy was allowed, 5: CUDA refused)";
+                          "4: an out-of-range copy was allowed, 5: CUDA refused, 6: a size past "
+                          "the allocation was accepted)";
 }
 
 }  // namespace

@@ -80,9 +80,10 @@ std::vector<Engine> two_engines(const std::vector<std::string>& second_extra = {
 
 // Three verified steps through --colocate on with `delta` (and `extra` flags): every engine takes
 // the colocated path, the target bytes are exact, the draft does not change, nothing is left in
-// /dev/shm.
+// /dev/shm; with `device_segments`, no engine holds a memfd segment mapped.
 void three_verified_colocated_steps(const std::string& delta,
-                                    const std::vector<std::string>& extra = {}) {
+                                    const std::vector<std::string>& extra = {},
+                                    bool device_segments = false) {
   const std::size_t shm_before = shm_entries();
   auto engines = two_engines();
   std::vector<std::string> drafts;
@@ -115,6 +116,11 @@ void three_verified_colocated_steps(const std::string& delta,
     // The engine's own recomputation of what it holds agrees with what it stored at commit.
     const auto stored = client(engines[i]).weights_checksum(Runner::kTarget);
     EXPECT_EQ(client(engines[i]).weights_checksum(Runner::kTarget, true).digest, stored.digest);
+    // Engines keep a memfd segment's mapping between updates; a device segment's handle is
+    // closed before each answer: none kept is how the device form shows it travelled as one.
+    if (device_segments) {
+      EXPECT_EQ(mapped_segments(engines[i].process->pid()), 0u);
+    }
   }
   EXPECT_EQ(shm_entries(), shm_before);
 }
@@ -164,7 +170,7 @@ TEST(NcclColocateCudaE2E, TpPpTrainerUpdatesEnginesThroughDeviceSegmentsVerified
   if (const std::string why = comm::nccl_testing::cuda_skip_reason(1); !why.empty()) {
     GTEST_SKIP() << why;
   }
-  three_verified_colocated_steps("off", {"--colocate-memory", "cuda"});
+  three_verified_colocated_steps("off", {"--colocate-memory", "cuda"}, /*device_segments=*/true);
 #else
   GTEST_SKIP() << "built without CUDA (WEIGHTCAST_WITH_NCCL)";
 #endif
