@@ -91,6 +91,15 @@ class ColocateRoute : public EngineHttpFixture {
     EXPECT_NE(answer.value("message", "").find(words), std::string::npos) << answer.dump();
     EXPECT_EQ(snapshot(), before);
   }
+  // After refusals: the session is still open, takes `tensors` from `server` and commits them.
+  void takes_the_bucket_afterwards(SegmentServer& server, const std::vector<RawTensor>& tensors,
+                                   const std::string& session) {
+    server.serve(session);
+    auto [st, answer] = post("/update_weights_from_tensor", server.body(tensors, session));
+    ASSERT_EQ(st, 200) << answer.dump();
+    ASSERT_EQ(end(session), 200);
+    EXPECT_EQ(snapshot().target_digest, to_string(expected_combined(tensors, Layout::kShuffle)));
+  }
 };
 
 TEST_F(ColocateRoute, StagesAndCommitsTheTargetOnlyLeavingTheDraftUntouched) {
@@ -168,13 +177,8 @@ TEST_F(ColocateRoute, ForgedHandlesWrongSizesAndBadManifestsChangeNothing) {
     body["digests"][0] = to_string(tensor_digest(next[1].bytes));
     refused(body.dump(), "trainer sent");
   }
-  // The session is still open and takes the bucket afterwards.
   SegmentServer server(next);
-  server.serve(session);
-  auto [st, answer] = post("/update_weights_from_tensor", server.body(next, session));
-  ASSERT_EQ(st, 200) << answer.dump();
-  ASSERT_EQ(end(session), 200);
-  EXPECT_EQ(snapshot().target_digest, to_string(expected_combined(next, Layout::kShuffle)));
+  takes_the_bucket_afterwards(server, next, session);
 }
 
 // A device segment's handle (segment.cuda_ipc, docs/colocated.md "On GPUs"): malformed, or named
@@ -186,8 +190,7 @@ TEST_F(ColocateRoute, CudaHandlesThatCannotBeOpenedAre400sAndChangeNothing) {
   const auto next = target_weights(1);
   const std::string session = begin(Selector::kTarget);
   SegmentServer server(next);
-  const Json memfd_body = Json::parse(server.body(next, session));
-  Json body = memfd_body;
+  Json body = Json::parse(server.body(next, session));
   body["segment"]["cuda_ipc"] = std::string(128, 'a');
   refused(body.dump(), "exactly one of socket");
   body["segment"].erase("socket");
@@ -195,11 +198,7 @@ TEST_F(ColocateRoute, CudaHandlesThatCannotBeOpenedAre400sAndChangeNothing) {
   refused(body.dump(), "segment.cuda_ipc: a CUDA IPC handle is 128 hex digits");
   body["segment"]["cuda_ipc"] = std::string(128, '7');
   refused(body.dump(), "segment.cuda_ipc: ");
-  server.serve(session);
-  auto [st, answer] = post("/update_weights_from_tensor", memfd_body.dump());
-  ASSERT_EQ(st, 200) << answer.dump();
-  ASSERT_EQ(end(session), 200);
-  EXPECT_EQ(snapshot().target_digest, to_string(expected_combined(next, Layout::kShuffle)));
+  takes_the_bucket_afterwards(server, next, session);
 }
 
 TEST_F(ColocateRoute, ABucketForAnotherScopeOrWithoutTheOwnersIdIsRefused) {

@@ -176,35 +176,34 @@ TEST(NcclColocateCudaE2E, TpPpTrainerUpdatesEnginesThroughDeviceSegmentsVerified
 #endif
 }
 
+// A trainer run with `args` against one engine started with `engine_extra` exits with an error
+// naming `why` before any step, and the engine keeps its version.
+void fails_before_any_update(const std::vector<std::string>& engine_extra,
+                             const std::vector<std::string>& args, const std::string& why) {
+  std::vector<Engine> engines;
+  engines.push_back(start_engine(1, engine_extra));
+  const std::string version = client(engines[0]).server_info().weight_version;
+  auto trainer = start_trainer(engines, args);
+  const auto code = trainer->wait(seconds(60));
+  const std::string out = trainer->drain(seconds(5));
+  EXPECT_NE(code, std::optional<int>(0)) << out;
+  EXPECT_GE(count_matches(out, why), 1) << out;
+  EXPECT_EQ(count_matches(out, "step 1/1 version"), 0) << out;
+  EXPECT_EQ(client(engines[0]).server_info().weight_version, version);
+}
+
 // Without a CUDA device, --colocate-memory cuda stops before any update, saying why.
 TEST(ColocateE2E, CudaMemoryWithoutADeviceFailsBeforeAnyUpdate) {
   if (std::string why; comm::cuda_device_count(&why) > 0) {
     GTEST_SKIP() << "a CUDA device is here: NcclColocateCudaE2E runs the update";
   }
-  std::vector<Engine> engines;
-  engines.push_back(start_engine(1));
-  const std::string version = client(engines[0]).server_info().weight_version;
-  auto trainer =
-      start_trainer(engines, {"--steps", "1", "--colocate", "on", "--colocate-memory", "cuda"});
-  const auto code = trainer->wait(seconds(60));
-  const std::string out = trainer->drain(seconds(5));
-  EXPECT_NE(code, std::optional<int>(0)) << out;
-  EXPECT_GE(count_matches(out, "colocate memory cuda: no CUDA device"), 1) << out;
-  EXPECT_EQ(count_matches(out, "step 1/1 version"), 0) << out;
-  EXPECT_EQ(client(engines[0]).server_info().weight_version, version);
+  fails_before_any_update({}, {"--steps", "1", "--colocate", "on", "--colocate-memory", "cuda"},
+                          "colocate memory cuda: no CUDA device");
 }
 
 TEST(ColocateE2E, OnWithNoEngineOfferingItFailsBeforeAnyUpdate) {
-  std::vector<Engine> engines;
-  engines.push_back(start_engine(1, {"--no-colocate"}));
-  const std::string version = client(engines[0]).server_info().weight_version;
-  auto trainer = start_trainer(engines, {"--steps", "1", "--colocate", "on"});
-  const auto code = trainer->wait(seconds(60));
-  const std::string out = trainer->drain(seconds(5));
-  EXPECT_NE(code, std::optional<int>(0)) << out;
-  EXPECT_GE(count_matches(out, "colocate on: no engine takes colocated buckets"), 1) << out;
-  EXPECT_EQ(count_matches(out, "step 1/1 version"), 0) << out;
-  EXPECT_EQ(client(engines[0]).server_info().weight_version, version);
+  fails_before_any_update({"--no-colocate"}, {"--steps", "1", "--colocate", "on"},
+                          "colocate on: no engine takes colocated buckets");
 }
 
 // Small buckets and a pause after each make an update last seconds; an engine killed inside
