@@ -27,14 +27,11 @@ namespace {
 using comm::seconds_since;
 
 constexpr std::size_t kChunk = 256 * 1024;  // copied, then hashed while in cache
-constexpr std::size_t kSegmentGranule = std::size_t{1} << 20;
 const std::string kRoute = "POST /update_weights_from_tensor";
 
 constexpr auto kModes = comm::enum_names<ColocateMode>(
     "colocate mode",
     {{ColocateMode::kOff, "off"}, {ColocateMode::kOn, "on"}, {ColocateMode::kAuto, "auto"}});
-constexpr auto kMemories = comm::enum_names<ColocateMemory>(
-    "colocate memory", {{ColocateMemory::kHost, "host"}, {ColocateMemory::kCuda, "cuda"}});
 
 }  // namespace
 
@@ -44,14 +41,6 @@ std::string_view to_string(ColocateMode mode) {
 
 ColocateMode parse_colocate_mode(std::string_view text) {
   return parse_name<comm::ConfigError>(kModes, text);
-}
-
-std::string_view to_string(ColocateMemory memory) {
-  return kMemories.name(memory);
-}
-
-ColocateMemory parse_colocate_memory(std::string_view text) {
-  return parse_name<comm::ConfigError>(kMemories, text);
 }
 
 // One send(): the plan, the packer thread and the buckets' delivery.
@@ -138,7 +127,7 @@ std::optional<ColocatedSend::Laid> ColocatedSend::in_place(std::uint64_t k) {
   if (options_.await_tensor) {
     for (const BucketEntry& e : plans_[k].entries) options_.await_tensor(e.meta.name, deadline_);
   }
-  if (owner_.memory_ == ColocateMemory::kCuda) return std::nullopt;  // host memory is no handle
+  if (owner_.segments_.memory() == ColocateMemory::kCuda) return std::nullopt;  // not a handle
   Laid laid;
   for (const BucketEntry& e : plans_[k].entries) {
     const NamedTensor& t = *tensor_of_.at(e.meta.name);
@@ -168,8 +157,8 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
     cv_.wait(lock, [&] { return stop_ || k < answered_ + 2; });
     if (stop_) throw comm::Error("the data phase stopped");
   }
-  owner_.reserve(largest_);
-  comm::colocate::SharedSegment& segment = *owner_.segments_[k % 2];
+  owner_.segments_.reserve(largest_);
+  comm::colocate::SharedSegment& segment = owner_.segments_.host(k);
   Laid laid{segment.reader_fd(), segment.size(), {}, {}, {}};
   std::byte* base = segment.bytes().data();
   for (const BucketEntry& e : plans_[k].entries) {
@@ -185,8 +174,8 @@ ColocatedSend::Laid ColocatedSend::pack(std::uint64_t k) {
     laid.offsets.push_back(e.offset);
     laid.digests.push_back(to_string(t.digest != nullptr ? *t.digest : hasher.digest()));
   }
-  if (owner_.memory_ == ColocateMemory::kCuda) {
-    comm::colocate::CudaIpcSegment& device = *owner_.device_segments_[k % 2];
+  if (owner_.segments_.memory() == ColocateMemory::kCuda) {
+    comm::colocate::CudaIpcSegment& device = owner_.segments_.device(k);
     device.write(0, base, plans_[k].total_bytes);
     laid.fd = -1;
     laid.size = device.size();
@@ -315,7 +304,7 @@ BucketSendResult ColocatedSend::run(std::span<const NamedTensor> tensors) {
     result_.seconds = seconds_since(start);
     return std::move(result_);
   }
-  if (owner_.memory_ == ColocateMemory::kHost) {
+  if (owner_.segments_.memory() == ColocateMemory::kHost) {
     for (const ColocatedEngine& target : engines_) owner_.server_for(target.engine);
   }
   std::thread packer([this] { pack_all(); });
@@ -364,43 +353,14 @@ comm::colocate::SegmentServer& ColocatedSender::server_for(const EngineApi* engi
   return *server;
 }
 
-void ColocatedSender::reserve(std::size_t bytes) {
-  const auto fits = [bytes](const auto& slot) { return slot && slot->size() >= bytes; };
-  // Every slot: an allocation that failed half way leaves one empty, and this allocates again.
-  if (fits(segments_[0]) && fits(segments_[1]) &&
-      (memory_ == ColocateMemory::kHost ||
-       (fits(device_segments_[0]) && fits(device_segments_[1])))) {
-    return;
-  }
-  const std::size_t size = std::max<std::size_t>(
-      kSegmentGranule, (bytes + kSegmentGranule - 1) / kSegmentGranule * kSegmentGranule);
-  for (int i = 0; i < 2; ++i) {
-    segments_[i].reset();  // the old one first: both at once could double the memory held
-    device_segments_[i].reset();
-  }
-  for (int i = 0; i < 2; ++i) {
-    segments_[i].emplace(size, "weightcast-bucket");
-    if (memory_ == ColocateMemory::kCuda) {
-      device_segments_[i] = std::make_unique<comm::colocate::CudaIpcSegment>(size, device_);
-    }
-  }
-}
-
 BucketSendResult ColocatedSender::send(const UpdateSession& session,
                                        std::span<const ColocatedEngine> engines,
                                        std::span<const NamedTensor> tensors,
                                        const BucketSendOptions& options) {
   ColocatedSend send(*this, session, engines, options);
   BucketSendResult result = send.run(tensors);
-  if (!result.ok && memory_ == ColocateMemory::kCuda) {
-    // An engine that did not answer may still be copying out of a device segment, and CUDA
-    // leaves freeing (or rewriting) an allocation another process has open undefined: set them
-    // aside and take fresh ones next time. The oldest go once kMaxRetired are held.
-    for (auto& segment : device_segments_) {
-      if (segment) retired_.push_back(std::move(segment));
-    }
-    while (retired_.size() > kMaxRetired) retired_.pop_front();
-  }
+  // An engine that did not answer may still be copying out of a device segment.
+  if (!result.ok && segments_.memory() == ColocateMemory::kCuda) segments_.retire_device();
   return result;
 }
 

@@ -29,17 +29,15 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 
-#include "comm/colocate/cuda_ipc.h"
-#include "comm/colocate/segment.h"
 #include "comm/colocate/segment_server.h"
 #include "sync/trainer/bucket_sender.h"
+#include "sync/trainer/colocated_segments.h"
 #include "sync/trainer/engine_api.h"
 #include "sync/trainer/session.h"
 #include "sync/trainer/tensors.h"
@@ -56,14 +54,6 @@ std::string_view to_string(ColocateMode mode);
 // "off", "on" or "auto"; comm::ConfigError otherwise.
 ColocateMode parse_colocate_mode(std::string_view text);
 
-// Where the colocated buckets lie (UpdaterOptions::colocate_memory, weightcast-train
-// --colocate-memory): kHost, sealed memfd segments; kCuda, device segments handed out as CUDA IPC
-// handles (needs a CUDA device; comm::ConfigError at the first bucket otherwise).
-enum class ColocateMemory { kHost, kCuda };
-std::string_view to_string(ColocateMemory memory);
-// "host" or "cuda"; comm::ConfigError otherwise.
-ColocateMemory parse_colocate_memory(std::string_view text);
-
 struct ColocatedEngine {
   EngineApi* engine = nullptr;
   std::size_t member = 0;  // its index among the session's members (UpdateSession::session_id)
@@ -74,7 +64,7 @@ class ColocatedSender {
   // `device`: kCuda's CUDA device, resolved by the caller (comm::cuda_resolve_device): the
   // packer is a thread of its own, whose current device is always 0.
   explicit ColocatedSender(ColocateMemory memory = ColocateMemory::kHost, int device = 0)
-      : memory_(memory), device_(device) {}
+      : segments_(memory, device) {}
   ColocatedSender(const ColocatedSender&) = delete;
   ColocatedSender& operator=(const ColocatedSender&) = delete;
 
@@ -89,17 +79,9 @@ class ColocatedSender {
   friend class ColocatedSend;
   // The socket engine `engine` fetches handles on (made at its first bucket).
   comm::colocate::SegmentServer& server_for(const EngineApi* engine);
-  // Two segments of at least `bytes`, reused when large enough.
-  void reserve(std::size_t bytes);
 
-  const ColocateMemory memory_;
-  const int device_;
   std::map<const EngineApi*, std::unique_ptr<comm::colocate::SegmentServer>> servers_;
-  std::optional<comm::colocate::SharedSegment> segments_[2];
-  std::unique_ptr<comm::colocate::CudaIpcSegment> device_segments_[2];  // kCuda only
-  // kCuda: segments of a send that failed, which an engine may still have open (send()).
-  static constexpr std::size_t kMaxRetired = 4;
-  std::deque<std::unique_ptr<comm::colocate::CudaIpcSegment>> retired_;
+  ColocatedSegments segments_;  // where the buckets are laid out
 };
 
 // The colocated send of a stage, which ran beside the chain's `chain`, folded into it: one
