@@ -26,6 +26,15 @@ void check_cuda(cudaError_t err, const char* what) {
 }
 static_assert(sizeof(cudaIpcMemHandle_t) == CudaIpcHandle::kBytes);
 
+// One copy on `device`'s `stream` (the object's own), returning once it is complete.
+void copy_and_wait(int device, void* stream, void* dst, const void* src, std::size_t bytes,
+                   cudaMemcpyKind kind) {
+  const CudaDeviceScope on(device);
+  const auto s = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, s), "cudaMemcpyAsync (CUDA IPC)");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize after the copy (CUDA IPC)");
+}
+
 void* new_stream() {
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -134,13 +143,9 @@ CudaIpcSegment::~CudaIpcSegment() {
 void CudaIpcSegment::write(std::size_t offset, const void* src, std::size_t bytes) {
   WC_ENFORCE(offset <= size_ && bytes <= size_ - offset, "write of bytes ", offset, "..",
              offset + bytes, " outside the CUDA IPC segment of ", size_, " bytes");
-  const CudaDeviceScope on(device_);
-  const auto stream = static_cast<cudaStream_t>(stream_);
-  check_cuda(cudaMemcpyAsync(static_cast<std::byte*>(base_) + offset, src, bytes,
-                             cudaMemcpyHostToDevice, stream),
-             "cudaMemcpyAsync to the CUDA IPC segment");
-  // Another process reads the bytes next: they must be on the device, not in flight.
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after writing the segment");
+  // Another process reads the bytes next: copy_and_wait returns once they are on the device.
+  copy_and_wait(device_, stream_, static_cast<std::byte*>(base_) + offset, src, bytes,
+                cudaMemcpyHostToDevice);
 }
 
 CudaIpcMapping::CudaIpcMapping(const CudaIpcHandle& handle, std::size_t size, int device)
@@ -180,12 +185,8 @@ void CudaIpcMapping::close() noexcept {
 void CudaIpcMapping::copy(void* dst, std::size_t offset, std::size_t bytes, bool to_host) const {
   WC_ENFORCE(offset <= size_ && bytes <= size_ - offset, "CUDA IPC copy of bytes ", offset, "..",
              offset + bytes, " outside the exported buffer of ", size_, " bytes");
-  const CudaDeviceScope on(device_);
-  const auto stream = static_cast<cudaStream_t>(stream_);
-  check_cuda(cudaMemcpyAsync(dst, static_cast<const std::byte*>(base_) + offset, bytes,
-                             to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice, stream),
-             "cudaMemcpyAsync from the CUDA IPC mapping");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after the copy");
+  copy_and_wait(device_, stream_, dst, static_cast<const std::byte*>(base_) + offset, bytes,
+                to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
 }
 
 #else

@@ -154,12 +154,12 @@ std::string EngineClient::call(std::string_view method, const std::string& route
     throw EngineError(url_, what, 0, transport_error(error));
   }
   const int status = result->status;
-  // A whole 2xx answer: the connection may serve the next request. An error answer may have
-  // come before the engine read the body (a refusal), and the connection is then closed.
-  if (status >= 200 && status < 300) lease.keep();
   if (status < 200 || status >= 300) {
+    // An error answer may have come before the engine read the body (a refusal): the lease
+    // closes the connection.
     throw EngineError(url_, what, status, engine_message(answer, options_.limits));
   }
+  lease.keep();  // a whole 2xx answer: the connection may serve the next request
   return answer;
 }
 
